@@ -1,0 +1,42 @@
+# make demo: set up .venv, then run `multiexport compare` on the built-in seed example.
+# make test: set up .venv, then run the whole test suite.
+# Both need only Python 3.11 and make; the pinned set is installed from constraints.txt.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+EXTRAS ?= all,test
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-fast lock clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found (multiexport needs Python 3.11; set PYTHON=...)"; exit 2; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
+	@touch $@
+
+demo: $(STAMP)
+	$(BIN)/multiexport signature
+	$(BIN)/multiexport export --out multiexport-out/seed/xla
+	$(BIN)/multiexport run multiexport-out/seed/xla
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# Re-resolve the pinned set (after changing a pin in pyproject.toml) and write constraints.txt.
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet --upgrade "pip>=24"
+	.venv-lock/bin/python -m pip install --quiet -e ".[all,test]"
+	.venv-lock/bin/python -m pip freeze --exclude-editable | grep -v '^-e' | sort -f > constraints.txt
+	rm -rf .venv-lock
+
+clean:
+	rm -rf $(VENV) multiexport-out .pytest_cache

@@ -1,0 +1,1 @@
+"""Built-in backends, installed as `multiexport.backends`: one module per export format."""

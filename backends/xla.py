@@ -1,0 +1,175 @@
+"""XLA / PJRT through `jax.export`: serialized Exported, StableHLO bytecode and text, HLO text.
+
+The function exported is the signature's flat function of named leaves, so the artifact carries no
+custom pytree and deserializes in any process. `Exported.module_kept_var_idx` is the truth about
+which leaves became module parameters; the manifest records it per leaf.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from multiexport.backend import Backend, ExportOptions, Runner, base_versions, bindings, utc_now
+from multiexport.errors import ArtifactError, RunError
+from multiexport.arrays_io import save_npz
+from multiexport.manifest import Manifest, write_bytes_atomic, write_text_atomic
+from multiexport.signature import Signature
+
+FILES = {
+    "exported": "model.jax_exported",
+    "stablehlo_bytecode": "model.mlirbc",
+    "stablehlo_text": "model.mlir",
+    "hlo_text": "model.hlo.txt",
+    "example_inputs": "example_inputs.npz",
+}
+# jax.export promises that a serialized artifact keeps working with JAX releases of the next 6 months.
+COMPATIBILITY_DAYS = 180
+_EXAMPLE_LIMIT_BYTES = 64 << 20
+
+
+def export_module(fn: Callable[..., Any], signature: Signature, options: ExportOptions = ExportOptions()):
+    """`jax.export.Exported` of the signature's flat function."""
+    import jax
+    from jax import export
+
+    flat = jax.jit(signature.flat_function(fn), keep_unused=options.keep_unused)
+    kwargs = {"platforms": tuple(options.platforms)} if options.platforms else {}
+    return export.export(flat, **kwargs)(*signature.specs)
+
+
+def parameter_binding(exported, n_inputs: int) -> tuple[list[bool], list[int | None]]:
+    """Per input leaf: whether the module reads it, and its parameter index among the module's leaves."""
+    kept = sorted(exported.module_kept_var_idx)
+    index = {leaf: pos for pos, leaf in enumerate(kept)}
+    return [i in index for i in range(n_inputs)], [index.get(i) for i in range(n_inputs)]
+
+
+class XlaBackend(Backend):
+    name = "xla"
+    requires = ("jax", "jaxlib")
+
+    def _export_impl(self, fn, signature: Signature, out_dir: Path, options: ExportOptions) -> Manifest:
+        import jax
+        from jax._src.export import serialization
+
+        exported = export_module(fn, signature, options)
+        used, params = parameter_binding(exported, len(signature.inputs))
+        write_bytes_atomic(out_dir / FILES["exported"], bytes(exported.serialize()))
+        write_bytes_atomic(out_dir / FILES["stablehlo_bytecode"], bytes(exported.mlir_module_serialized))
+        write_text_atomic(out_dir / FILES["stablehlo_text"], exported.mlir_module())
+        files = {k: FILES[k] for k in ("exported", "stablehlo_bytecode", "stablehlo_text")}
+        warnings = list(signature.warnings)
+
+        multi_platform = len(exported.platforms) > 1
+        if signature.symbolic_dims or multi_platform:
+            why = "symbolic dimensions" if signature.symbolic_dims else "several platforms"
+            warnings.append(f"no HLO text: HLO has no form for {why}; compile the StableHLO (model.mlirbc) instead")
+        else:
+            lowered = jax.jit(signature.flat_function(fn), keep_unused=options.keep_unused).lower(*signature.specs)
+            write_text_atomic(out_dir / FILES["hlo_text"], lowered.as_text(dialect="hlo"))
+            files["hlo_text"] = FILES["hlo_text"]
+
+        examples = signature.example_feed()
+        if examples and sum(a.nbytes for a in examples.values()) <= _EXAMPLE_LIMIT_BYTES:
+            save_npz(out_dir / FILES["example_inputs"], examples)
+            files["example_inputs"] = FILES["example_inputs"]
+        if exported.ordered_effects:
+            warnings.append(f"ordered effects {exported.ordered_effects}: the module takes token arguments first")
+
+        kept_names = [signature.inputs[i].name for i in sorted(exported.module_kept_var_idx)]
+        created = utc_now()
+        until = dt.datetime.fromisoformat(created) + dt.timedelta(days=COMPATIBILITY_DAYS)
+        return Manifest(
+            backend=self.name,
+            target=signature.name,
+            inputs=bindings(signature.inputs, used, params),
+            outputs=bindings(signature.outputs, [True] * len(signature.outputs), range(len(signature.outputs))),
+            keep_unused=options.keep_unused,
+            symbolic_dims=list(signature.symbolic_dims),
+            files=files,
+            versions={
+                **base_versions(),
+                "jax": jax.__version__,
+                "jaxlib": _dist_version("jaxlib"),
+                "calling_convention_version": str(exported.calling_convention_version),
+                "serialization_version": str(getattr(serialization, "_SERIALIZATION_VERSION", "unknown")),
+            },
+            created=created,
+            format={
+                "platforms": list(exported.platforms),
+                # The module's positional arguments in order: a platform index comes first when
+                # lowered for several platforms; then the kept leaves.
+                "module_args": (["<platform_index: int32 scalar>"] if multi_platform else []) + kept_names,
+                "module_results": [o.name for o in signature.outputs],
+                "nr_devices": exported.nr_devices,
+                "uses_shape_polymorphism": bool(signature.symbolic_dims),
+                "compatible_until": until.date().isoformat(),
+                "compatibility_note": (
+                    f"jax.export guarantees {COMPATIBILITY_DAYS} days of backward compatibility: JAX/PJRT "
+                    "consumers released before this date run the artifact with the same semantics"
+                ),
+            },
+            warnings=warnings,
+        )
+
+    def _load_impl(self, manifest: Manifest, directory: Path, device: str) -> Runner:
+        import jax
+        from jax import export
+
+        try:
+            exported = export.deserialize(bytearray((directory / manifest.files["exported"]).read_bytes()))
+        except Exception as exc:
+            raise ArtifactError(f"Artifact '{directory}' | cannot deserialize {manifest.files['exported']}: {exc}") from exc
+        if len(exported.in_avals) != len(manifest.inputs) or len(exported.out_avals) != len(manifest.outputs):
+            raise ArtifactError(
+                f"Artifact '{directory}' | module has {len(exported.in_avals)} inputs / {len(exported.out_avals)} outputs, "
+                f"manifest lists {len(manifest.inputs)} / {len(manifest.outputs)}"
+            )
+        platform = {"cpu": "cpu", "gpu": "cuda"}[device]
+        if platform not in exported.platforms:
+            raise RunError(
+                f"Artifact '{directory}' | exported for {', '.join(exported.platforms)}, expected {platform}: "
+                f"re-export with --platforms {','.join([*exported.platforms, platform])}"
+            )
+        try:
+            jax_device = jax.devices("gpu" if device == "gpu" else "cpu")[0]
+        except RuntimeError as exc:
+            raise RunError(f"Device '{device}' | JAX sees none: {exc}") from exc
+        return XlaRunner(manifest, directory, device, exported, jax_device)
+
+
+class XlaRunner(Runner):
+    """Compiles the deserialized module once per input shape and runs it through PJRT."""
+
+    calling_path = "jax.jit(Exported.call) on PJRT; inputs committed to the device with jax.device_put"
+
+    def __init__(self, manifest, directory, device, exported, jax_device):
+        import jax
+
+        super().__init__(manifest, directory, device)
+        self.exported = exported
+        self._device = jax_device
+        self._call = jax.jit(exported.call)
+
+    def _prepare_impl(self, arrays: list[np.ndarray]) -> list[Any]:
+        import jax
+
+        return [jax.device_put(a, self._device) for a in arrays]
+
+    def _run_impl(self, prepared: list[Any]) -> None:
+        import jax
+
+        jax.block_until_ready(self._call(*prepared))
+
+    def _fetch_impl(self, prepared: list[Any]) -> Sequence[Any]:
+        return [np.asarray(o) for o in self._call(*prepared)]
+
+
+def _dist_version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist)

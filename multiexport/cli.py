@@ -1,0 +1,244 @@
+"""`multiexport` command line: signature, export, run.
+
+User mistakes (bad target, bad input, bad artifact) print one line and exit 2; a backend that fails
+exits 3; `--debug` shows the traceback. Heavy libraries load only inside the command that needs them,
+so `multiexport --help` works with the core alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .errors import MultiexportError, UsageError
+
+TARGET_HELP = (
+    "what to export: path/to/file.py:attr or package.module:attr, where attr is a multiexport.Target "
+    "or a zero-argument function returning one (attr defaults to 'target'); omitted: the built-in "
+    "seed example, fn(foo) = sum(foo.baz) on a flax.struct dataclass Foo(bar, baz)"
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="multiexport",
+        description=(
+            "Export one JAX function to several deployment formats with every input and output leaf "
+            "named (foo.bar, params.Dense_0.kernel), and see which leaves each format keeps."
+        ),
+        epilog="Run 'multiexport COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks for errors")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser(
+        "signature",
+        help="show the named input/output leaves and which become XLA parameters",
+        description=(
+            "Flatten TARGET's inputs and outputs into named leaves and show, for the XLA export, which "
+            "leaves the module reads (used) and their parameter index; unused leaves are pruned by XLA "
+            "unless --keep-unused."
+        ),
+    )
+    p.add_argument("target", nargs="?", help=TARGET_HELP)
+    p.add_argument("--keep-unused", action="store_true", help="make every leaf a module parameter, even unread ones")
+    p.add_argument("--json", action="store_true", help="print the table as JSON")
+    p.set_defaults(handler=cmd_signature)
+
+    p = sub.add_parser(
+        "export",
+        help="export TARGET with one backend into an artifact directory",
+        description="Write an artifact directory: the model files and a manifest.json mapping every leaf to its parameter.",
+    )
+    p.add_argument("target", nargs="?", help=TARGET_HELP)
+    p.add_argument("--backend", default="xla", help="backend name (default: xla); see 'multiexport backends'")
+    p.add_argument("--out", required=True, type=Path, help="artifact directory to write (replaced if it is an artifact)")
+    p.add_argument("--keep-unused", action="store_true", help="make every leaf a parameter, even unread ones")
+    p.add_argument(
+        "--platforms",
+        help="XLA: comma-separated platforms to lower for, e.g. cpu,cuda (default: this machine's)",
+    )
+    p.set_defaults(handler=cmd_export)
+
+    p = sub.add_parser(
+        "run",
+        help="run an artifact directory on named inputs",
+        description=(
+            "Load DIR from disk alone (no original function needed), check the inputs against its manifest "
+            "and run it. Inputs and outputs are .npz files keyed by leaf name."
+        ),
+    )
+    p.add_argument("artifact", type=Path, metavar="DIR", help="artifact directory written by 'multiexport export'")
+    p.add_argument(
+        "--inputs", type=Path,
+        help=".npz of named input arrays (default: the artifact's example_inputs.npz); unused leaves may be omitted",
+    )
+    p.add_argument("--out", type=Path, help="write outputs to this .npz (default: print a table)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"], help="device to run on (default: cpu)")
+    p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("backends", help="list backends and whether each is installed")
+    p.set_defaults(handler=cmd_backends)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from . import __version__
+
+        print(f"multiexport {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.handler(args) or 0
+    except MultiexportError as exc:
+        if args.debug:
+            raise
+        print(f"multiexport: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("multiexport: interrupted", file=sys.stderr)
+        return 130
+
+
+def _console():
+    from rich.console import Console
+
+    # Off a terminal rich assumes 80 columns and would wrap leaf names; logs and pipes get room.
+    return Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+
+
+def cmd_signature(args) -> int:
+    from .api import describe
+    from .target import load_target
+
+    data = describe(load_target(args.target), keep_unused=args.keep_unused)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    from rich.table import Table
+
+    console = _console()
+    table = Table(title=f"inputs of '{data['name']}'" + (" (--keep-unused)" if args.keep_unused else ""))
+    for col in ("leaf", "shape", "dtype", "used", "xla param", "alias"):
+        table.add_column(col, no_wrap=True)
+    for row in data["inputs"]:
+        used = "[green]yes[/]" if row["used"] else "[red]no[/]"
+        param = "-" if row["xla_param"] is None else str(row["xla_param"])
+        table.add_row(row["name"], _shape(row["shape"]), row["dtype"], used, param, row["alias"])
+    console.print(table)
+    table = Table(title="outputs")
+    for col in ("leaf", "shape", "dtype", "xla result", "alias"):
+        table.add_column(col, no_wrap=True)
+    for row in data["outputs"]:
+        table.add_row(row["name"], _shape(row["shape"]), row["dtype"], str(row["xla_result"]), row["alias"])
+    console.print(table)
+    dropped = [row["name"] for row in data["inputs"] if not row["used"]]
+    n_used = len(data["inputs"]) - len(dropped)
+    console.print(f"XLA module parameters: {n_used} of {len(data['inputs'])} input leaves, in the order above.")
+    if dropped:
+        console.print(
+            f"Pruned (the function never reads them): {', '.join(dropped)}. "
+            "Pass --keep-unused to make every leaf a parameter."
+        )
+    if data["symbolic_dims"]:
+        console.print(f"Symbolic dimensions: {', '.join(data['symbolic_dims'])}")
+    for warning in data["warnings"]:
+        console.print(f"[yellow]note:[/] {warning}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .api import export
+    from .target import load_target
+
+    platforms = _split(args.platforms) if args.platforms else None
+    artifact = export(load_target(args.target), args.out, args.backend, keep_unused=args.keep_unused, platforms=platforms)
+    m = artifact.manifest
+    console = _console()
+    console.print(f"[bold]{m.backend}[/] artifact for '{m.target}' written to {artifact.directory}")
+    for role, name in m.files.items():
+        size = (artifact.directory / name).stat().st_size
+        console.print(f"  {name:<24} {_size(size):>10}  {role}")
+    dropped = [leaf.name for leaf in m.unused_inputs]
+    console.print(
+        f"  parameters: {len(m.used_inputs)} of {len(m.inputs)} input leaves"
+        + (f"; dropped (not read): {', '.join(dropped)}" if dropped else "")
+    )
+    for warning in m.warnings:
+        console.print(f"  [yellow]note:[/] {warning}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .api import load
+    from .arrays_io import load_npz, save_npz
+    from .manifest import Manifest
+
+    manifest = Manifest.read(args.artifact)
+    inputs_path = args.inputs
+    if inputs_path is None:
+        if "example_inputs" not in manifest.files:
+            raise UsageError(f"Artifact '{args.artifact}' | has no example_inputs.npz, expected --inputs FILE.npz")
+        inputs_path = args.artifact / manifest.files["example_inputs"]
+    feed = load_npz(inputs_path)
+    runner = load(args.artifact, device=args.device)
+    outputs = runner(feed)
+    if args.out:
+        save_npz(args.out, outputs)
+        print(f"wrote {len(outputs)} outputs to {args.out}: {', '.join(outputs)}")
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"{manifest.backend} outputs of '{manifest.target}'")
+    for col in ("output", "shape", "dtype", "values"):
+        table.add_column(col, no_wrap=col != "values")
+    for name, value in outputs.items():
+        table.add_row(name, str(tuple(value.shape)), value.dtype.name, _preview(value))
+    _console().print(table)
+    return 0
+
+
+def cmd_backends(args) -> int:
+    from .registry import get_backend, registered
+
+    for name, where in registered().items():
+        try:
+            status = get_backend(name).available()
+            state = "available" if status.ok else f"unavailable: {status.reason}"
+        except MultiexportError as exc:
+            state = f"broken: {exc}"
+        print(f"{name:<12} {state}  ({where})")
+    return 0
+
+
+def _shape(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _preview(value) -> str:
+    import numpy as np
+
+    flat = np.asarray(value).reshape(-1)
+    head = ", ".join(f"{v:.6g}" if np.issubdtype(flat.dtype, np.floating) else str(v) for v in flat[:6].tolist())
+    return f"[{head}{', ...' if flat.size > 6 else ''}]"

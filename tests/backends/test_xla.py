@@ -1,0 +1,133 @@
+"""XLA/PJRT backend: the binding agrees with jax.export's own answer, and the files are what PJRT users need."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import numpy as np
+import pytest
+
+import multiexport
+from multiexport import ArtifactError, InputError, RunError
+from multiexport.backend import ExportOptions
+from multiexport.backends.xla import XlaBackend
+from multiexport.signature import build_signature
+
+from ..cases import case
+from ..conftest import reference_outputs
+
+
+def export(name, tmp_path, **options):
+    target = case(name).make()
+    sig = build_signature(target)
+    return target, sig, XlaBackend().export(target.fn, sig, tmp_path / name, ExportOptions(**options))
+
+
+@pytest.mark.parametrize("name", ["seed", "seed_bar", "mlp", "unused_leaf", "named_tuple_and_kwargs"])
+def test_binding_agrees_with_module_kept_var_idx_of_the_original_function(name, tmp_path):
+    target, sig, artifact = export(name, tmp_path)
+    # jax.export of the user's own pytree function, independent of our flattening
+    original = jax.export.export(jax.jit(target.fn))(*target.args, **target.kwargs)
+    kept = sorted(original.module_kept_var_idx)
+    assert [i for i, leaf in enumerate(artifact.manifest.inputs) if leaf.used] == kept
+    assert [leaf.param for leaf in artifact.manifest.inputs if leaf.used] == list(range(len(kept)))
+
+
+def test_seed_answer_and_its_swap(tmp_path):
+    _, _, seed = export("seed", tmp_path)
+    by_name = {leaf.name: leaf for leaf in seed.manifest.inputs}
+    assert (by_name["foo.bar"].used, by_name["foo.bar"].param) == (False, None)
+    assert (by_name["foo.baz"].used, by_name["foo.baz"].param) == (True, 0)
+    _, _, swapped = export("seed_bar", tmp_path)
+    by_name = {leaf.name: leaf for leaf in swapped.manifest.inputs}
+    assert (by_name["foo.bar"].param, by_name["foo.baz"].param) == (0, None)
+    _, _, kept = export("seed", tmp_path / "keep", keep_unused=True)
+    assert [(leaf.name, leaf.param) for leaf in kept.manifest.inputs] == [("foo.bar", 0), ("foo.baz", 1)]
+
+
+def test_artifact_files_and_manifest_fields(tmp_path):
+    _, sig, artifact = export("mlp", tmp_path)
+    d, m = artifact.directory, artifact.manifest
+    assert set(m.files) == {"exported", "stablehlo_bytecode", "stablehlo_text", "hlo_text", "example_inputs"}
+    assert m.versions["jax"] == jax.__version__ and int(m.versions["calling_convention_version"]) >= 9
+    assert m.format["platforms"] == ["cpu"]
+    assert m.format["module_args"] == [leaf.name for leaf in sig.inputs]
+    assert m.format["compatible_until"] > m.created[:10]
+    hlo = (d / "model.hlo.txt").read_text()
+    entry = hlo[hlo.index("ENTRY"):]
+    params = re.findall(r"(\w+)\.\d+ = \S+ parameter\((\d+)\)", entry)
+    # HLO parameters are named by leaf alias, in the manifest's parameter order
+    assert sorted(params, key=lambda p: int(p[1])) == [(leaf.alias, str(leaf.param)) for leaf in m.inputs]
+    assert "func.func public @main" in (d / "model.mlir").read_text()
+    assert (d / "model.mlirbc").read_bytes()[:4] == b"ML\xefR"  # MLIR bytecode magic
+
+
+def test_symbolic_artifact_has_no_hlo_and_says_why(tmp_path):
+    _, _, artifact = export("symbolic_batch", tmp_path)
+    assert "hlo_text" not in artifact.manifest.files
+    assert any("no HLO text" in w for w in artifact.manifest.warnings)
+    assert artifact.manifest.symbolic_dims == ["b"]
+    assert artifact.manifest.outputs[0].shape == ["b", 2]
+
+
+def test_multi_platform_export_records_the_platform_index_argument(tmp_path):
+    target, sig, artifact = export("seed", tmp_path, platforms=("cpu", "cuda"))
+    assert artifact.manifest.format["platforms"] == ["cpu", "cuda"]
+    assert artifact.manifest.format["module_args"][0].startswith("<platform_index")
+    assert "_platform_index" in (artifact.directory / "model.mlir").read_text()
+    runner = XlaBackend().load(artifact.directory)
+    assert runner(sig.example_feed())["out"] == 45
+
+
+def test_cpu_only_artifact_refuses_gpu_with_advice(tmp_path):
+    _, _, artifact = export("seed", tmp_path)
+    with pytest.raises(RunError, match="exported for cpu, expected cuda: re-export with --platforms cpu,cuda"):
+        XlaBackend().load(artifact.directory, device="gpu")
+
+
+def test_runner_validates_feeds_and_tolerates_missing_dropped_leaves(tmp_path):
+    target, sig, artifact = export("seed", tmp_path)
+    runner = multiexport.load(artifact.directory)
+    feed = sig.example_feed()
+    assert runner({"foo.baz": feed["foo.baz"]})["out"] == 45
+    with pytest.raises(InputError, match="Input 'foo.baz' \\| got int64, expected int32"):
+        runner({"foo.baz": feed["foo.baz"].astype(np.int64)})
+    with pytest.raises(InputError, match="Input 'foo.baz' \\| got nothing"):
+        runner({"foo.bar": feed["foo.bar"]})
+
+
+def test_prepared_inputs_run_synchronously_and_repeatably(tmp_path):
+    target, sig, artifact = export("mlp", tmp_path)
+    runner = multiexport.load(artifact.directory)
+    prepared = runner.prepare(sig.example_feed())
+    assert runner.run_prepared(prepared) is None
+    np.testing.assert_array_equal(
+        runner._name_outputs(runner._fetch_impl(prepared))["out.logits"],
+        reference_outputs(target, sig, sig.example_feed())["out.logits"],
+    )
+
+
+def test_corrupt_or_mismatched_artifacts_are_artifact_errors(tmp_path):
+    _, _, artifact = export("seed", tmp_path)
+    exported = artifact.directory / "model.jax_exported"
+    exported.write_bytes(exported.read_bytes()[:100])
+    with pytest.raises(ArtifactError, match="cannot deserialize model.jax_exported"):
+        XlaBackend().load(artifact.directory)
+    (artifact.directory / "model.mlirbc").unlink()
+    with pytest.raises(ArtifactError, match="stablehlo_bytecode file 'model.mlirbc' .* missing"):
+        XlaBackend().load(artifact.directory)
+
+
+def test_export_replaces_an_artifact_but_never_other_files(tmp_path):
+    _, _, first = export("seed", tmp_path)
+    _, _, again = export("seed", tmp_path)
+    assert again.directory == first.directory and (again.directory / "manifest.json").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    target = case("seed").make()
+    with pytest.raises(ArtifactError, match="not an artifact"):
+        XlaBackend().export(target.fn, build_signature(target), precious)
+    assert (precious / "notes.txt").read_text() == "keep me"

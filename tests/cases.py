@@ -1,0 +1,156 @@
+"""The shared case registry: every backend's contract test runs every case here.
+
+Each case builds a Target and says which input leaves the function reads, so tests can check the
+used flags any format reports without re-deriving them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from multiexport import Target
+from multiexport import examples
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    make: Callable[[], Target]
+    used: tuple[str, ...]  # input leaves the function reads, in leaf order
+    unused: tuple[str, ...] = ()
+    batch_sizes: tuple[int, ...] = ()  # for symbolic cases: concrete sizes to run
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+@struct.dataclass
+class WithStatic:
+    x: jnp.ndarray
+    scale: float = struct.field(pytree_node=False, default=2.0)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Plain:
+    a: jnp.ndarray
+    b: jnp.ndarray
+
+
+class Pair(typing.NamedTuple):
+    left: jnp.ndarray
+    right: jnp.ndarray
+
+
+def _rng(seed: int = 0):
+    return np.random.default_rng(seed)
+
+
+def nested_dict() -> Target:
+    r = _rng(1)
+    tree = {"enc": {"w": r.normal(size=(4, 3)).astype(np.float32), "b": r.normal(size=(3,)).astype(np.float32)},
+            "x": r.normal(size=(2, 4)).astype(np.float32)}
+    return Target(lambda t: {"y": t["x"] @ t["enc"]["w"] + t["enc"]["b"]}, args=(tree,), name="nested_dict")
+
+
+def int_leaves() -> Target:
+    table = _rng(2).normal(size=(10, 4)).astype(np.float32)
+
+    def lookup(tokens, table):
+        return {"emb": table[tokens], "count": jnp.sum(tokens > 3)}
+
+    return Target(lookup, args=(np.array([[1, 5, 9], [0, 2, 7]], np.int32), table), name="int_leaves")
+
+
+def scalar() -> Target:
+    def scaled(x, s):
+        return x * s
+
+    return Target(scaled, args=(np.arange(6, dtype=np.float32).reshape(2, 3), 1.5), name="scalar")
+
+
+def unused_leaf() -> Target:
+    def first(xs):
+        return xs[0] + 1
+
+    return Target(first, args=([np.ones(3, np.float32), np.zeros(5, np.float32)],), name="unused_leaf")
+
+
+def static_field() -> Target:
+    def apply(w: WithStatic):
+        return w.x * w.scale
+
+    return Target(apply, args=(WithStatic(np.arange(4, dtype=np.float32)),), name="static_field")
+
+
+def plain_dataclass() -> Target:
+    return Target(lambda p: p.a - p.b, args=(Plain(np.ones(3, np.float32), np.arange(3, dtype=np.float32)),),
+                  name="plain_dataclass")
+
+
+def named_tuple_and_kwargs() -> Target:
+    def f(pair: Pair, *, bias):
+        return (pair.left * pair.right + bias, pair.left)
+
+    pair = Pair(np.arange(3, dtype=np.float32), np.full(3, 2.0, np.float32))
+    return Target(f, args=(pair,), kwargs={"bias": np.float32(0.5)}, name="named_tuple_and_kwargs")
+
+
+def symbolic_batch() -> Target:
+    def affine(w, batch):
+        return {"y": batch["x"] @ w + batch["offset"][:, None]}
+
+    w = _rng(3).normal(size=(5, 2)).astype(np.float32)
+    batch = {"x": _rng(4).normal(size=(3, 5)).astype(np.float32), "offset": np.arange(3, dtype=np.float32)}
+    return Target(affine, args=(w, batch), name="symbolic_batch", symbolic_batch="b", batch_leaves=("batch.*",))
+
+
+def alias_collision() -> Target:
+    def f(a, a_b):
+        return a["b"] + a_b
+
+    return Target(f, args=({"b": np.ones(2, np.float32)}, np.full(2, 3.0, np.float32)), name="alias_collision")
+
+
+CASES: tuple[Case, ...] = (
+    Case("seed", examples.seed, used=("foo.baz",), unused=("foo.bar",), tags=("dataclass",)),
+    Case("seed_bar", examples.seed_bar, used=("foo.bar",), unused=("foo.baz",), tags=("dataclass",)),
+    Case("nested_dict", nested_dict, used=("t.enc.b", "t.enc.w", "t.x")),
+    Case("int_leaves", int_leaves, used=("tokens", "table")),
+    Case("scalar", scalar, used=("x", "s")),
+    Case("unused_leaf", unused_leaf, used=("xs.0",), unused=("xs.1",)),
+    Case("static_field", static_field, used=("w.x",)),
+    Case("plain_dataclass", plain_dataclass, used=("p.a", "p.b")),
+    Case("named_tuple_and_kwargs", named_tuple_and_kwargs, used=("pair.left", "pair.right", "bias")),
+    Case("symbolic_batch", symbolic_batch, used=("w", "batch.offset", "batch.x"), batch_sizes=(1, 7)),
+    Case("alias_collision", alias_collision, used=("a.b", "a_b")),
+    Case("mlp", examples.mlp, used=tuple(
+        f"params.Dense_{i}.{p}" for i in range(3) for p in ("bias", "kernel")) + ("batch.x",), tags=("flax",)),
+)
+
+CASE_IDS = [c.name for c in CASES]
+
+
+def case(name: str) -> Case:
+    return next(c for c in CASES if c.name == name)
+
+
+def feed_for(target_sig, batch: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Named inputs for a signature: the example values, or fresh ones at another batch size."""
+    if batch is None:
+        return target_sig.example_feed()
+    r = np.random.default_rng(seed)
+    feed = {}
+    for leaf in target_sig.inputs:
+        shape = tuple(batch if isinstance(d, str) else d for d in leaf.shape)
+        if np.issubdtype(np.dtype(leaf.dtype), np.integer):
+            feed[leaf.name] = r.integers(0, 5, size=shape).astype(leaf.dtype)
+        else:
+            feed[leaf.name] = r.normal(size=shape).astype(leaf.dtype)
+    return feed
