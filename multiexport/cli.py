@@ -81,6 +81,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"], help="device to run on (default: cpu)")
     p.set_defaults(handler=cmd_run)
 
+    p = sub.add_parser(
+        "compare",
+        help="export TARGET with every backend and check each one's numbers against JAX",
+        description=(
+            "Export TARGET with each backend, run every artifact from disk in its own worker process, and "
+            "compare each named output leaf against jax.jit(fn) with dtype-aware tolerances. Writes "
+            "OUT/results.json. Exit 0 when every backend is faithful, 1 on a parity failure, 2 on a usage "
+            "or target error, 3 when a backend failed to export or run."
+        ),
+    )
+    p.add_argument("target", nargs="?", help=TARGET_HELP)
+    p.add_argument("--backends", default="xla", help="comma-separated backends (default: xla)")
+    p.add_argument("--out", type=Path, help="output directory (default: multiexport-out/<target name>)")
+    p.add_argument("--trials", type=int, default=2, help="random input trials per size setting (default: 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    p.add_argument(
+        "--val-range", action="append", default=[], metavar="LEAF=LOW:HIGH",
+        help="value range for matching input leaves (glob patterns allowed), e.g. 'batch.tokens=0:1000'; repeatable",
+    )
+    p.add_argument(
+        "--dim-sizes", action="append", default=[], metavar="DIM=N,N",
+        help="concrete sizes for a symbolic dimension, e.g. b=1,8,64 (default: 1,5); repeatable",
+    )
+    p.add_argument(
+        "--tol", action="append", default=[], metavar="LEAF=rtol:R,atol:A",
+        help="tolerance override for matching output leaves, e.g. 'out.logits=rtol:1e-3,atol:1e-4'; repeatable",
+    )
+    p.add_argument("--inputs", type=Path, help=".npz of named inputs to use instead of generated trials")
+    p.add_argument(
+        "--reference", choices=["jax", "float64"], default="jax",
+        help="float64: also report each backend's error against the function run in float64 (the true value)",
+    )
+    p.add_argument("--keep-unused", action="store_true", help="make every leaf a parameter in every format")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before a backend's worker is stopped")
+    p.set_defaults(handler=cmd_compare)
+
     p = sub.add_parser("backends", help="list backends and whether each is installed")
     p.set_defaults(handler=cmd_backends)
     return parser
@@ -205,6 +241,85 @@ def cmd_run(args) -> int:
         table.add_row(name, str(tuple(value.shape)), value.dtype.name, _preview(value))
     _console().print(table)
     return 0
+
+
+def cmd_compare(args) -> int:
+    import time
+
+    from .arrays_io import load_npz
+    from .compare import compare
+    from .inputs import parse_dim_sizes, parse_val_ranges
+    from .target import load_target
+    from .tolerance import parse_tolerances
+
+    if args.trials < 1:
+        raise UsageError(f"Option '--trials' | got {args.trials}, expected >= 1")
+    val_ranges, dim_sizes = parse_val_ranges(args.val_range), parse_dim_sizes(args.dim_sizes)
+    tolerances = parse_tolerances(args.tol)
+    inputs = load_npz(args.inputs) if args.inputs else None
+    target = load_target(args.target)
+    err = _console_err()
+    start = time.perf_counter()
+    results = compare(
+        target, backends=_split(args.backends), out_dir=args.out, trials=args.trials, seed=args.seed,
+        val_ranges=val_ranges, dim_sizes=dim_sizes, tolerances=tolerances, inputs=inputs,
+        reference=args.reference, keep_unused=args.keep_unused, timeout=args.timeout,
+        progress=lambda msg: err.print(f"[dim]{time.perf_counter() - start:6.1f}s[/] {msg}"),
+    )
+    _print_results(results)
+    return results.exit_code
+
+
+def _print_results(results) -> None:
+    from rich.table import Table
+
+    console = _console()
+    table = Table(title=f"'{results.target}': parity against jax.jit over {len(results.trials)} trials")
+    for col in ("backend", "status", "worst output", "max rel err", "max abs err", "max ULP", "tolerance", "dropped leaves"):
+        table.add_column(col, no_wrap=col != "status")
+    for name, r in results.backends.items():
+        style = "green" if r.status == "ok" else "red"
+        worst = _worst_leaf(r.parity)
+        dropped = ", ".join(b["name"] for b in r.binding if not b["used"]) or ("-" if r.binding else "")
+        if worst is None:
+            table.add_row(name, f"[{style}]{r.status}[/]", "", "", "", "", "", dropped)
+            continue
+        s, tol = worst["stats"], worst["tolerance"]
+        table.add_row(
+            name, f"[{style}]{r.status}[/]", worst["name"], _num(s["max_rel"]), _num(s["max_abs"]),
+            "-" if s["max_ulp"] is None else str(s["max_ulp"]), f"rtol {tol['rtol']:g}, atol {tol['atol']:g}", dropped,
+        )
+    console.print(table)
+    for name, r in results.backends.items():
+        if r.status != "ok":
+            console.print(f"[red]{name}[/]: {r.status}: {r.reason}")
+        if r.error_vs_float64:
+            errs = ", ".join(f"{k} {v:.2e}" for k, v in r.error_vs_float64.items())
+            console.print(f"{name} error vs float64 truth (max abs / max |truth|): {errs}")
+    if "jax_error_vs_float64" in results.reference:
+        errs = ", ".join(f"{k} {v:.2e}" for k, v in results.reference["jax_error_vs_float64"].items())
+        console.print(f"jax.jit error vs float64 truth: {errs}")
+    console.print(f"results: {Path(results.out_dir) / 'results.json'}")
+
+
+def _worst_leaf(parity):
+    if not parity:
+        return None
+    from .parity import ParityVerdict
+
+    verdict = ParityVerdict.from_json(parity)
+    worst = max(verdict.worst().values(), key=lambda v: (not v.passed, v.stats.max_rel))
+    return {"name": worst.name, "stats": vars(worst.stats), "tolerance": vars(worst.tolerance)}
+
+
+def _num(value) -> str:
+    return f"{float(value):.2e}"
+
+
+def _console_err():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
 
 
 def cmd_backends(args) -> int:

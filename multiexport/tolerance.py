@@ -1,0 +1,89 @@
+"""Parity tolerances: defaults per dtype, and per-leaf overrides such as `out.logits=rtol:1e-3,atol:1e-4`.
+
+A value passes when |got - ref| <= atol + rtol * |ref| (numpy's allclose). The float defaults come from
+benchmarks/tolerance_calibration.py: a faithful implementation in a dtype differs from the float64
+truth by its rounding error, and two faithful implementations (JAX and an export) by up to about twice
+that; each default still passes at least 4x the worst error measured on the benchmark models
+(worst margins: float32 8.4x, float16 4.3x, bfloat16 4.2x, all at the attention block; see the script).
+Integers and bools are exact by default.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import asdict, dataclass
+from typing import Mapping, Sequence
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+
+    def to_json(self) -> dict[str, float]:
+        return asdict(self)
+
+
+# Measured on the benchmark models (benchmarks/tolerance_calibration.py, figures in its docstring).
+DEFAULTS: dict[str, Tolerance] = {
+    "float64": Tolerance(rtol=1e-12, atol=1e-13),
+    "float32": Tolerance(rtol=1e-5, atol=4e-6),
+    "float16": Tolerance(rtol=4e-2, atol=4e-3),
+    "bfloat16": Tolerance(rtol=1e-1, atol=2.5e-2),
+    "complex64": Tolerance(rtol=1e-5, atol=4e-6),
+    "complex128": Tolerance(rtol=1e-12, atol=1e-13),
+}
+EXACT = Tolerance(rtol=0.0, atol=0.0)
+
+
+def default_tolerance(dtype: str) -> Tolerance:
+    """The default for a dtype name; float8 variants get bfloat16's, anything else is exact."""
+    if dtype in DEFAULTS:
+        return DEFAULTS[dtype]
+    if dtype.startswith("float8"):
+        return Tolerance(rtol=0.25, atol=0.1)
+    return EXACT
+
+
+def parse_tolerances(specs: Sequence[str]) -> dict[str, Tolerance]:
+    """`["out.logits=rtol:1e-3,atol:1e-4", "out.*=rtol:1e-4"]` -> {pattern: Tolerance}.
+
+    A missing rtol or atol is 0 only when the other is given explicitly; patterns are globs.
+    """
+    out: dict[str, Tolerance] = {}
+    for spec in specs:
+        pattern, sep, body = spec.partition("=")
+        if not sep or not pattern:
+            raise UsageError(f"Tolerance '{spec}' | got no '=', expected LEAF=rtol:1e-3,atol:1e-4")
+        values = {}
+        for part in body.split(","):
+            key, sep, val = part.strip().partition(":")
+            if key not in ("rtol", "atol") or not sep:
+                raise UsageError(f"Tolerance '{spec}' | got '{part}', expected rtol:NUMBER or atol:NUMBER")
+            try:
+                values[key] = float(val)
+            except ValueError:
+                raise UsageError(f"Tolerance '{spec}' | got {key} '{val}', expected a number") from None
+            if values[key] < 0:
+                raise UsageError(f"Tolerance '{spec}' | got {key} {val}, expected >= 0")
+        out[pattern] = Tolerance(rtol=values.get("rtol", 0.0), atol=values.get("atol", 0.0))
+    return out
+
+
+def tolerance_for(name: str, dtype: str, overrides: Mapping[str, Tolerance]) -> Tolerance:
+    """Exact-name override, else the first matching glob, else the dtype default."""
+    if name in overrides:
+        return overrides[name]
+    for pattern, tol in overrides.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return tol
+    return default_tolerance(dtype)
+
+
+def check_patterns(overrides: Mapping[str, object], names: Sequence[str], what: str) -> None:
+    """Every pattern must match some leaf: a typo must not silently fall back to defaults."""
+    for pattern in overrides:
+        if pattern not in names and not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            raise UsageError(f"{what} '{pattern}' | matched no leaf, expected one of: {', '.join(names)}")
