@@ -21,8 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: $(STAMP)
 	$(BIN)/multiexport signature
-	$(BIN)/multiexport export --out multiexport-out/seed/xla
-	$(BIN)/multiexport run multiexport-out/seed/xla
+	$(BIN)/multiexport compare
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

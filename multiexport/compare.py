@@ -165,6 +165,7 @@ def run_in_worker(artifact_dir: Path, feeds: Sequence[dict[str, np.ndarray]], de
     error), crashed (killed by a signal or an unexpected exit), timeout.
     """
     from .arrays_io import load_npz, save_npz
+    from .registry import runtime_registered
 
     work = Path(tempfile.mkdtemp(prefix="multiexport-worker-"))
     try:
@@ -173,6 +174,8 @@ def run_in_worker(artifact_dir: Path, feeds: Sequence[dict[str, np.ndarray]], de
             save_npz(work / "feeds" / f"{i:04d}.npz", feed)
         cmd = [sys.executable, "-m", "multiexport.worker", str(artifact_dir), str(work / "feeds"), str(work / "out"),
                "--device", device]
+        for name, locator in runtime_registered().items():
+            cmd += ["--register", f"{name}={locator}"]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:

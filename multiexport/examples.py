@@ -79,3 +79,85 @@ def mlp(batch: int = 8, in_features: int = 16, symbolic_batch: bool = False) -> 
 def mlp_dynamic() -> Target:
     """The MLP with a symbolic leading batch dimension `b` on `batch.x`."""
     return mlp(symbolic_batch=True)
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm self-attention + MLP block, the shape of one layer of a small encoder."""
+
+    heads: int = 4
+    dim: int = 64
+
+    @nn.compact
+    def __call__(self, x):
+        h = nn.LayerNorm()(x)
+        x = x + nn.MultiHeadDotProductAttention(num_heads=self.heads, qkv_features=self.dim)(h, h)
+        h = nn.LayerNorm()(x)
+        h = nn.Dense(4 * self.dim)(h)
+        return x + nn.Dense(self.dim)(nn.gelu(h))
+
+
+def transformer(batch: int = 2, seq: int = 16, dim: int = 64, symbolic_batch: bool = False) -> Target:
+    """One transformer block as `fn(params, batch)` with `batch.x: float32[batch, seq, dim]`."""
+    model = TransformerBlock(dim=dim)
+    x = jax.random.normal(jax.random.key(2), (batch, seq, dim), jnp.float32)
+    params = model.init(jax.random.key(0), x)["params"]
+
+    def transformer_apply(params, batch):
+        return model.apply({"params": params}, batch["x"])
+
+    return Target(transformer_apply, args=(params, {"x": x}), name="transformer",
+                  symbolic_batch="b" if symbolic_batch else False, batch_leaves=("batch.*",))
+
+
+class CNN(nn.Module):
+    """Two 3x3 convolutions, global mean pooling, a Dense head (no avg_pool: see the ONNX notes)."""
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Conv(8, (3, 3))(x))
+        x = nn.relu(nn.Conv(16, (3, 3), strides=(2, 2))(x))
+        return nn.Dense(10)(x.mean(axis=(1, 2)))
+
+
+def cnn(batch: int = 2) -> Target:
+    """A small convolutional classifier on NHWC images `batch.image: float32[batch, 16, 16, 3]`."""
+    model = CNN()
+    image = jax.random.normal(jax.random.key(3), (batch, 16, 16, 3), jnp.float32)
+    params = model.init(jax.random.key(0), image)["params"]
+
+    def cnn_apply(params, batch):
+        return {"logits": model.apply({"params": params}, batch["image"])}
+
+    return Target(cnn_apply, args=(params, {"image": image}), name="cnn")
+
+
+@struct.dataclass
+class TokenBatch:
+    """Token ids with a padding mask; `vocab` is static structure, not an input."""
+
+    tokens: jnp.ndarray
+    mask: jnp.ndarray
+    vocab: int = struct.field(pytree_node=False, default=50)
+
+
+def embedding(batch: int = 3, seq: int = 7, vocab: int = 50) -> Target:
+    """Masked mean of token embeddings, then a projection; `batch.tokens` must stay in [0, vocab)."""
+    k1, k2 = jax.random.split(jax.random.key(4))
+    params = {"embed": jax.random.normal(k1, (vocab, 16)), "proj": jax.random.normal(k2, (16, 4))}
+    tokens = jax.random.randint(jax.random.key(5), (batch, seq), 0, vocab, jnp.int32)
+    mask = jnp.arange(seq)[None, :] < jnp.array([[seq], [seq - 2], [3]])[:batch]
+
+    def embed_apply(params, batch: TokenBatch):
+        emb = params["embed"][batch.tokens]
+        weights = batch.mask[..., None].astype(emb.dtype)
+        pooled = (emb * weights).sum(axis=1) / jnp.maximum(weights.sum(axis=1), 1.0)
+        return {"pooled": pooled @ params["proj"], "length": batch.mask.sum(axis=1)}
+
+    return Target(embed_apply, args=(params, TokenBatch(tokens, mask, vocab)), name="embedding")
+
+
+def mlp_bf16() -> Target:
+    """The MLP with bfloat16 parameters and inputs."""
+    base = mlp()
+    params, batch = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.bfloat16), base.args)
+    return base.replace(args=(params, batch), name="mlp_bf16")

@@ -1,6 +1,6 @@
-"""Backends by name: the built-in ones, plus any a third party registers under the entry-point
-group `multiexport.backends` (`name = "package.module:Class"`). Nothing heavy is imported until a
-backend is asked for by name.
+"""Backends by name: the built-in ones, any a third party registers under the entry-point group
+`multiexport.backends` (`name = "package.module:Class"`), and any registered at run time with
+`register` (e.g. from a test's conftest). Nothing heavy is imported until a backend is asked for.
 """
 
 from __future__ import annotations
@@ -15,11 +15,30 @@ BUILTIN: dict[str, str] = {
     "xla": "multiexport.backends.xla:XlaBackend",
 }
 ENTRY_POINT_GROUP = "multiexport.backends"
+_RUNTIME: dict[str, str] = {}
+
+
+def register(name: str, locator: str) -> None:
+    """Register backend `name` as "module:Class" for this process (worker processes get it passed on)."""
+    if name in BUILTIN:
+        raise BackendUnavailable(f"Backend '{name}' | is built in, expected a new name")
+    if ":" not in locator:
+        raise BackendUnavailable(f"Backend '{name}' | got locator '{locator}', expected 'package.module:Class'")
+    _RUNTIME[name] = locator
+
+
+def unregister(name: str) -> None:
+    _RUNTIME.pop(name, None)
+
+
+def runtime_registered() -> dict[str, str]:
+    """Backends registered with `register` in this process (not built in, not entry points)."""
+    return dict(_RUNTIME)
 
 
 def registered() -> dict[str, str]:
-    """Backend name -> "module:Class", built-ins first, then entry points (which may not override)."""
-    found = dict(BUILTIN)
+    """Backend name -> "module:Class": built-ins, then run-time registrations, then entry points."""
+    found = {**BUILTIN, **_RUNTIME}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         found.setdefault(ep.name, ep.value)
     return found

@@ -21,12 +21,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("feeds", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--register", action="append", default=[], metavar="NAME=module:Class",
+                        help="a backend the parent registered at run time")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     stage = "load"
     try:
         from .api import load
         from .arrays_io import load_npz, save_npz
+        from .registry import register
+
+        for entry in args.register:
+            name, _, locator = entry.partition("=")
+            register(name, locator)
 
         runner = load(args.artifact, device=args.device)
         stage = "run"

@@ -36,3 +36,17 @@ def reference_outputs(target, sig, feed: dict[str, np.ndarray]) -> dict[str, np.
     flat = jax.jit(sig.flat_function(target.fn))
     outs = flat(*[feed[leaf.name] for leaf in sig.inputs])
     return {leaf.name: np.asarray(o) for leaf, o in zip(sig.outputs, outs)}
+
+
+@pytest.fixture
+def fault_backends():
+    """Register the fault-injecting backends for one test, then remove them."""
+    from multiexport.registry import register, unregister
+
+    from .fault_backends import ALL
+
+    for name, locator in ALL.items():
+        register(name, locator)
+    yield list(ALL)
+    for name in ALL:
+        unregister(name)

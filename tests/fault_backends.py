@@ -1,0 +1,77 @@
+"""Backends with real faults, for fault-isolation and parity-failure tests.
+
+Each is the XLA backend with one thing broken for real: a perturbed artifact, a worker that aborts,
+hangs or raises. Registered only inside the tests that use them (see the `fault_backends` fixture).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+
+from multiexport.backends.xla import XlaBackend, XlaRunner
+
+
+class PerturbedXla(XlaBackend):
+    """Exports fn with 1e-3 added to every float output: a numerically wrong artifact."""
+
+    name = "xla_perturbed"
+
+    def _export_impl(self, fn, signature, out_dir, options):
+        def perturbed(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            return jax.tree_util.tree_map(lambda a: a + 1e-3 if jnp.issubdtype(a.dtype, jnp.floating) else a, out)
+
+        return super()._export_impl(perturbed, signature, out_dir, options)
+
+
+class _Faulty(XlaBackend):
+    fault = ""
+
+    def _load_impl(self, manifest, directory, device):
+        runner = super()._load_impl(manifest, directory, device)
+        return _FaultyRunner(self.fault, runner)
+
+
+class _FaultyRunner(XlaRunner):
+    def __init__(self, fault, inner):
+        self.__dict__.update(inner.__dict__)
+        self.fault = fault
+
+    def _prepare_impl(self, arrays):
+        if self.fault == "abort":
+            os.abort()  # SIGABRT, as a native runtime crash would
+        if self.fault == "hang":
+            time.sleep(3600)
+        if self.fault == "raise":
+            raise RuntimeError("runtime refused the inputs")
+        return super()._prepare_impl(arrays)
+
+
+class CrashingXla(_Faulty):
+    name = "xla_crash"
+    fault = "abort"
+
+
+class HangingXla(_Faulty):
+    name = "xla_hang"
+    fault = "hang"
+
+
+class RaisingXla(_Faulty):
+    name = "xla_raise"
+    fault = "raise"
+
+
+class ExportFailingXla(XlaBackend):
+    name = "xla_export_fails"
+
+    def _export_impl(self, fn, signature, out_dir, options):
+        raise RuntimeError("this converter does not support the op 'reduce_precision'")
+
+
+ALL = {cls.name: f"tests.fault_backends:{cls.__name__}"
+       for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, ExportFailingXla)}

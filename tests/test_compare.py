@@ -1,0 +1,67 @@
+"""`compare`: parity per backend in worker processes, failures isolated as categorised rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from multiexport import examples
+from multiexport.compare import compare
+
+from .conftest import run_cli
+
+
+def test_a_numerically_wrong_backend_fails_parity_with_exit_code_1(tmp_path, fault_backends):
+    results = compare(examples.mlp(), backends=["xla", "xla_perturbed"], out_dir=tmp_path, trials=1)
+    assert results.backends["xla"].status == "ok"
+    bad = results.backends["xla_perturbed"]
+    assert bad.status == "parity-failed" and "Output 'out.logits'" in bad.reason
+    assert results.exit_code == 1
+
+
+def test_crash_hang_raise_and_export_failure_become_rows_and_others_finish(tmp_path, fault_backends):
+    results = compare(
+        examples.seed(), backends=["xla_crash", "xla_hang", "xla_raise", "xla_export_fails", "nope", "xla"],
+        out_dir=tmp_path, trials=1, timeout=20,
+    )
+    rows = {name: (r.status, r.reason) for name, r in results.backends.items()}
+    assert rows["xla"][0] == "ok"
+    assert rows["xla_crash"][0] == "crashed" and "signal 6" in rows["xla_crash"][1]
+    assert rows["xla_hang"][0] == "timeout" and "20 s" in rows["xla_hang"][1]
+    assert rows["xla_raise"] == ("run-failed", "RuntimeError: runtime refused the inputs")
+    assert rows["xla_export_fails"][0] == "export-failed" and "reduce_precision" in rows["xla_export_fails"][1]
+    assert rows["nope"][0] == "unavailable"
+    assert results.exit_code == 3
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert set(data["backends"]) == set(rows) and data["backends"]["xla"]["parity"]["passed"]
+
+
+def test_cli_compare_on_the_seed_example(tmp_path):
+    proc = run_cli("compare", "--out", tmp_path, "--trials", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "xla" in proc.stdout and "foo.bar" in proc.stdout  # the dropped leaf is shown
+    assert "xla: export" in proc.stderr  # progress
+    assert json.loads((tmp_path / "results.json").read_text())["backends"]["xla"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tol", "out.nope=rtol:1"], "Tolerance 'out.nope' | matched no leaf"),
+    (["--val-range", "foo.baz=3:1"], "LOW < HIGH"),
+    (["--trials", "0"], "expected >= 1"),
+    (["--dim-sizes", "b=2"], "Dimension 'b' | not symbolic"),
+])
+def test_cli_compare_usage_errors_exit_2(args, message, tmp_path):
+    proc = run_cli("compare", "--out", tmp_path, *args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_cli_compare_with_named_inputs_from_npz(tmp_path):
+    import numpy as np
+
+    from multiexport.arrays_io import save_npz
+
+    save_npz(tmp_path / "in.npz", {"foo.bar": np.zeros(10, np.int32), "foo.baz": np.full(10, 2, np.int32)})
+    proc = run_cli("compare", "--out", tmp_path / "o", "--inputs", tmp_path / "in.npz")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "o" / "results.json").read_text())["trials"] == ["inputs"]
