@@ -13,6 +13,9 @@ from .errors import BackendUnavailable
 
 BUILTIN: dict[str, str] = {
     "xla": "multiexport.backends.xla:XlaBackend",
+    "savedmodel": "multiexport.backends.savedmodel:SavedModelBackend",
+    "onnx": "multiexport.backends.onnx:OnnxBackend",
+    "iree": "multiexport.backends.iree:IreeBackend",
 }
 ENTRY_POINT_GROUP = "multiexport.backends"
 _RUNTIME: dict[str, str] = {}
