@@ -80,6 +80,22 @@ class Runner:
     def run_prepared(self, prepared: Any) -> None:
         self._run_impl(prepared)
 
+    def compile(self, prepared: Any) -> bool:
+        """Compile ahead of the first call for these prepared inputs, if the runtime compiles lazily.
+
+        Returns False when there is nothing to compile separately (the runtime compiled at load), so a
+        benchmark can report compile time apart from the first call.
+        """
+        return bool(self._compile_impl(prepared))
+
+    def compile_count(self) -> int | None:
+        """How many executables the runner has compiled so far, or None when the runtime cannot say."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """How this runner calls its runtime: calling path, device, thread settings where known."""
+        return {"calling_path": self.calling_path, "device": self.device, **self._describe_impl()}
+
     def _name_outputs(self, outputs: Sequence[Any]) -> dict[str, np.ndarray]:
         expected = self.manifest.outputs
         if len(outputs) != len(expected):
@@ -104,6 +120,12 @@ class Runner:
 
     def _fetch_impl(self, prepared: Any) -> Sequence[Any]:
         raise NotImplementedError
+
+    def _compile_impl(self, prepared: Any) -> bool:
+        return False
+
+    def _describe_impl(self) -> dict[str, Any]:
+        return {}
 
 
 class Backend:

@@ -115,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--keep-unused", action="store_true", help="make every leaf a parameter in every format")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before a backend's worker is stopped")
+    p.add_argument("--no-bench", action="store_true", help="check parity only, measure no latency")
+    p.add_argument("--bench-time", type=float, default=1.0, help="seconds of timed calls per batch size (default: 1)")
+    p.add_argument("--min-iters", type=int, default=20, help="at least this many timed calls per batch size (default: 20)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed calls before timing (default: 5)")
+    p.add_argument(
+        "--batch-sizes", metavar="N,N",
+        help="benchmark these sizes of the symbolic batch dimension from the same artifact, e.g. 1,8,64",
+    )
     p.set_defaults(handler=cmd_compare)
 
     p = sub.add_parser("backends", help="list backends and whether each is installed")
@@ -252,8 +260,22 @@ def cmd_compare(args) -> int:
     from .target import load_target
     from .tolerance import parse_tolerances
 
+    from .bench import BenchConfig
+
     if args.trials < 1:
         raise UsageError(f"Option '--trials' | got {args.trials}, expected >= 1")
+    if args.bench_time < 0 or args.min_iters < 1 or args.warmup < 0:
+        raise UsageError("Options '--bench-time/--min-iters/--warmup' | expected bench-time >= 0, min-iters >= 1, warmup >= 0")
+    batch_sizes = None
+    if args.batch_sizes:
+        try:
+            batch_sizes = [int(x) for x in _split(args.batch_sizes)]
+        except ValueError:
+            batch_sizes = []
+        if not batch_sizes or min(batch_sizes) < 1:
+            raise UsageError(f"Option '--batch-sizes' | got '{args.batch_sizes}', expected sizes >= 1 such as 1,8,64")
+    bench = None if args.no_bench else BenchConfig(warmup_iters=args.warmup, min_iters=args.min_iters,
+                                                    bench_time=args.bench_time)
     val_ranges, dim_sizes = parse_val_ranges(args.val_range), parse_dim_sizes(args.dim_sizes)
     tolerances = parse_tolerances(args.tol)
     inputs = load_npz(args.inputs) if args.inputs else None
@@ -264,6 +286,7 @@ def cmd_compare(args) -> int:
         target, backends=_split(args.backends), out_dir=args.out, trials=args.trials, seed=args.seed,
         val_ranges=val_ranges, dim_sizes=dim_sizes, tolerances=tolerances, inputs=inputs,
         reference=args.reference, keep_unused=args.keep_unused, timeout=args.timeout,
+        bench=bench, batch_sizes=batch_sizes, target_spec=args.target or "multiexport.examples:seed",
         progress=lambda msg: err.print(f"[dim]{time.perf_counter() - start:6.1f}s[/] {msg}"),
     )
     _print_results(results)
@@ -273,22 +296,19 @@ def cmd_compare(args) -> int:
 def _print_results(results) -> None:
     from rich.table import Table
 
+    from .summary import summary_rows
+
     console = _console()
-    table = Table(title=f"'{results.target}': parity against jax.jit over {len(results.trials)} trials")
-    for col in ("backend", "status", "worst output", "max rel err", "max abs err", "max ULP", "tolerance", "dropped leaves"):
-        table.add_column(col, no_wrap=col != "status")
-    for name, r in results.backends.items():
-        style = "green" if r.status == "ok" else "red"
-        worst = _worst_leaf(r.parity)
-        dropped = ", ".join(b["name"] for b in r.binding if not b["used"]) or ("-" if r.binding else "")
-        if worst is None:
-            table.add_row(name, f"[{style}]{r.status}[/]", "", "", "", "", "", dropped)
-            continue
-        s, tol = worst["stats"], worst["tolerance"]
-        table.add_row(
-            name, f"[{style}]{r.status}[/]", worst["name"], _num(s["max_rel"]), _num(s["max_abs"]),
-            "-" if s["max_ulp"] is None else str(s["max_ulp"]), f"rtol {tol['rtol']:g}, atol {tol['atol']:g}", dropped,
-        )
+    rows = summary_rows(results.to_json())
+    table = Table(title=f"'{results.target}': parity against jax.jit over {len(results.trials)} trials, latency per call")
+    columns = ("backend", "status", "batch", "max rel err", "tolerance", "p50 ms", "p99 ms", "vs jax", "throughput",
+               "cold start s", "size", "dropped leaves")
+    for col in columns:
+        table.add_column(col, no_wrap=col not in ("status",), justify="right" if col in ("p50 ms", "p99 ms", "vs jax") else "left")
+    for row in rows:
+        style = "green" if row["status"] == "ok" else ("dim" if row["backend"] == "jax" else "red")
+        name = f"[bold]{row['backend']}[/]" if row.get("fastest") else row["backend"]
+        table.add_row(name, f"[{style}]{row['status']}[/]", *[row[c] for c in columns[2:]])
     console.print(table)
     for name, r in results.backends.items():
         if r.status != "ok":
@@ -299,21 +319,10 @@ def _print_results(results) -> None:
     if "jax_error_vs_float64" in results.reference:
         errs = ", ".join(f"{k} {v:.2e}" for k, v in results.reference["jax_error_vs_float64"].items())
         console.print(f"jax.jit error vs float64 truth: {errs}")
+    fastest = [row for row in rows if row.get("fastest")]
+    for row in fastest:
+        console.print(f"fastest faithful backend at batch {row['batch']}: [bold]{row['backend']}[/] ({row['p50 ms']} ms p50)")
     console.print(f"results: {Path(results.out_dir) / 'results.json'}")
-
-
-def _worst_leaf(parity):
-    if not parity:
-        return None
-    from .parity import ParityVerdict
-
-    verdict = ParityVerdict.from_json(parity)
-    worst = max(verdict.worst().values(), key=lambda v: (not v.passed, v.stats.max_rel))
-    return {"name": worst.name, "stats": vars(worst.stats), "tolerance": vars(worst.tolerance)}
-
-
-def _num(value) -> str:
-    return f"{float(value):.2e}"
 
 
 def _console_err():

@@ -1,9 +1,11 @@
-"""`compare`: one target, every selected backend, parity against JAX, one results.json.
+"""`compare`: one target, every selected backend, parity against JAX, latency, one results.json.
 
-Flow (DESIGN.md): signature -> export per backend -> each artifact loaded and run in its own worker
-process (from disk alone) -> parity per named output leaf against `jax.jit(fn)` -> results. A backend
-that is missing, fails to export, fails in its worker, crashes or hangs becomes a row with a status
-category and the reason; the others still finish and results.json is always written.
+Flow (DESIGN.md): signature -> export per backend -> each artifact loaded in its own worker process
+(from disk alone), benchmarked (cold start, then steady state per batch size) and run on the parity
+trials -> parity per named output leaf against `jax.jit(fn)` -> results. The reference jax.jit is
+benchmarked the same way. A backend that is missing, fails to export, fails in its worker, crashes or
+hangs becomes a row with a status category and the reason; the others finish and results.json is
+always written.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .bench import BenchConfig
 from .errors import MultiexportError
 from .manifest import write_text_atomic
 from .target import Target
@@ -34,13 +37,14 @@ STATUS_EXIT = {"ok": 0, "parity-failed": 1}
 @dataclass
 class BackendResult:
     backend: str
-    status: str  # ok | parity-failed | unavailable | export-failed | load-failed | run-failed | crashed | timeout
+    status: str  # ok | parity-failed | unavailable | export-failed | load-failed | bench-failed | run-failed | crashed | timeout
     reason: str = ""
     artifact: str | None = None
     export_seconds: float | None = None
     binding: list[dict[str, Any]] = field(default_factory=list)
     parity: dict[str, Any] | None = None
     error_vs_float64: dict[str, float] | None = None
+    bench: dict[str, Any] | None = None
 
 
 @dataclass
@@ -55,13 +59,17 @@ class Results:
 
     @property
     def exit_code(self) -> int:
-        codes = [STATUS_EXIT.get(r.status, 3) for r in self.backends.values()]
-        return max(codes, default=0)
+        return max((STATUS_EXIT.get(r.status, 3) for r in self.backends.values()), default=0)
 
     def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return {"schema": RESULTS_SCHEMA, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class WorkerOutput:
+    outputs: list[dict[str, np.ndarray]]
+    bench: dict[str, Any] | None
+    failure: tuple[str, str] | None = None  # (category, reason)
 
 
 def compare(
@@ -79,13 +87,21 @@ def compare(
     keep_unused: bool = False,
     device: str = "cpu",
     timeout: float = 600.0,
+    bench: BenchConfig | None = BenchConfig(),
+    batch_sizes: Sequence[int] | None = None,
+    target_spec: str | None = None,
     progress: Callable[[str], None] = lambda message: None,
 ) -> Results:
-    """Export `target` with each backend, run each artifact in a worker and check parity."""
+    """Export `target` with each backend, benchmark and run each artifact in a worker, check parity.
+
+    bench=None skips latency. batch_sizes sweeps the symbolic batch dimension (default: the example's
+    size). target_spec (a TARGET string) lets the reference be benchmarked in a worker process like
+    every backend; without it the reference is timed in this process before any export.
+    """
     from .backend import ExportOptions
     from .feed import check_feed
     from .inputs import Trial, make_trials
-    from .registry import get_backend
+    from .manifest import LeafBinding
     from .signature import build_signature
     from .tolerance import check_patterns
 
@@ -95,35 +111,41 @@ def compare(
     sig = build_signature(target)
     check_patterns(tolerances or {}, [leaf.name for leaf in sig.outputs], "Tolerance")
     if inputs is not None:
-        from .manifest import LeafBinding
-
         leaves = [LeafBinding(l.name, l.alias, list(l.shape), l.dtype) for l in sig.inputs]
         arrays, dims = check_feed(leaves, inputs)
         trial_list = [Trial("inputs", {l.name: a for l, a in zip(sig.inputs, arrays)}, dims)]
     else:
         trial_list = make_trials(sig.inputs, examples=sig.example_feed(), trials=trials, seed=seed,
                                  val_ranges=val_ranges, dim_sizes=dim_sizes)
+    bench_feeds = _bench_feeds(sig, trial_list, batch_sizes, seed, val_ranges) if bench else []
+
+    from .reference import ReferenceRunner, float64_outputs
+
+    ref_runner = ReferenceRunner(target, sig, device)
     progress(f"reference outputs (jax.jit) for {len(trial_list)} trials")
-    ref = _jax_reference(target, sig)
-    ref_outputs = [ref(t.feed) for t in trial_list]
-    truth = _float64_reference(target, sig, trial_list) if reference == "float64" else None
+    ref_outputs = [ref_runner(t.feed) for t in trial_list]
+    truth = float64_outputs(target, sig, [t.feed for t in trial_list]) if reference == "float64" else None
+    ref_info: dict[str, Any] = {"kind": "jax.jit", "jax_version": _version("jax")}
+    if truth is not None:
+        ref_info["jax_error_vs_float64"] = _error_vs(ref_outputs, truth)
+    if bench:
+        progress("reference: benchmark jax.jit")
+        ref_info["bench"] = _bench_reference(ref_runner, target_spec, bench_feeds, bench, device, timeout)
 
     results: dict[str, BackendResult] = {}
     for name in backends:
         results[name] = _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, tolerances or {},
-                                     ExportOptions(keep_unused=keep_unused), device, timeout, progress, get_backend)
-
-    ref_info: dict[str, Any] = {"kind": "jax.jit", "jax_version": _version("jax")}
-    if truth is not None:
-        ref_info["jax_error_vs_float64"] = _error_vs(ref_outputs, truth)
+                                     ExportOptions(keep_unused=keep_unused), device, timeout, bench, bench_feeds,
+                                     progress)
     res = Results(target.name, sig.to_json(), [t.name for t in trial_list], results, ref_info, _environment(), str(out))
     write_text_atomic(out / "results.json", json.dumps(res.to_json(), indent=2) + "\n")
     return res
 
 
 def _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, tolerances, options, device, timeout,
-                 progress, get_backend) -> BackendResult:
+                 bench, bench_feeds, progress) -> BackendResult:
     from .parity import check_parity
+    from .registry import get_backend
 
     try:
         backend = get_backend(name)
@@ -142,86 +164,126 @@ def _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, toleran
         name, "ok", artifact=str(artifact.directory), export_seconds=round(time.perf_counter() - t0, 3),
         binding=[{"name": l.name, "used": l.used, "param": l.param} for l in artifact.manifest.inputs],
     )
-    progress(f"{name}: run {len(trial_list)} trials in a worker process")
-    outputs, failure = run_in_worker(artifact.directory, [t.feed for t in trial_list], device, timeout)
-    if failure:
-        result.status, result.reason = failure
+    what = f"benchmark and run {len(trial_list)} trials" if bench else f"run {len(trial_list)} trials"
+    progress(f"{name}: {what} in a worker process")
+    worker = run_worker(artifact.directory, [t.feed for t in trial_list], device=device, timeout=timeout,
+                        bench_feeds=bench_feeds, bench=bench)
+    result.bench = worker.bench
+    if worker.failure:
+        result.status, result.reason = worker.failure
         return result
-    progress(f"{name}: parity")
-    verdict = check_parity(name, outputs, ref_outputs, sig.outputs, [t.name for t in trial_list], tolerances)
+    verdict = check_parity(name, worker.outputs, ref_outputs, sig.outputs, [t.name for t in trial_list], tolerances)
     result.parity = verdict.to_json()
     if not verdict.passed:
         result.status, result.reason = "parity-failed", verdict.summary()
     if truth is not None:
-        result.error_vs_float64 = _error_vs(outputs, truth)
+        result.error_vs_float64 = _error_vs(worker.outputs, truth)
     return result
 
 
-def run_in_worker(artifact_dir: Path, feeds: Sequence[dict[str, np.ndarray]], device: str = "cpu",
-                  timeout: float = 600.0) -> tuple[list[dict[str, np.ndarray]], tuple[str, str] | None]:
-    """Run feeds through the artifact in a fresh `python -m multiexport.worker` process.
+def run_worker(
+    artifact_dir: Path | None,
+    feeds: Sequence[dict[str, np.ndarray]] = (),
+    *,
+    device: str = "cpu",
+    timeout: float = 600.0,
+    bench_feeds: Sequence[tuple[int | None, dict[str, np.ndarray]]] = (),
+    bench: BenchConfig | None = None,
+    reference_spec: str | None = None,
+) -> WorkerOutput:
+    """Run a fresh `python -m multiexport.worker` on an artifact (or the reference of a TARGET).
 
-    Returns the outputs per feed, or a (category, reason) failure: load-failed / run-failed (clean
-    error), crashed (killed by a signal or an unexpected exit), timeout.
+    Failures come back as (category, reason): load-failed / bench-failed / run-failed (a clean error in
+    the worker), crashed (killed by a signal or an unexpected exit), timeout.
     """
     from .arrays_io import load_npz, save_npz
     from .registry import runtime_registered
 
     work = Path(tempfile.mkdtemp(prefix="multiexport-worker-"))
     try:
-        (work / "feeds").mkdir()
-        for i, feed in enumerate(feeds):
-            save_npz(work / "feeds" / f"{i:04d}.npz", feed)
-        cmd = [sys.executable, "-m", "multiexport.worker", str(artifact_dir), str(work / "feeds"), str(work / "out"),
-               "--device", device]
+        cmd = [sys.executable, "-m", "multiexport.worker"]
+        cmd += ["--reference", reference_spec] if reference_spec else [str(artifact_dir)]
+        cmd += [str(work / "out"), "--device", device]
+        if feeds:
+            (work / "feeds").mkdir()
+            for i, feed in enumerate(feeds):
+                save_npz(work / "feeds" / f"{i:04d}.npz", feed)
+            cmd += ["--parity-feeds", str(work / "feeds")]
+        if bench and bench_feeds:
+            (work / "bench").mkdir()
+            index = []
+            for i, (batch, feed) in enumerate(bench_feeds):
+                save_npz(work / "bench" / f"{i:04d}.npz", feed)
+                index.append({"file": f"{i:04d}.npz", "batch": batch})
+            (work / "bench" / "index.json").write_text(json.dumps(index))
+            cmd += ["--bench-feeds", str(work / "bench"), "--bench-config", json.dumps(bench.to_json())]
         for name, locator in runtime_registered().items():
             cmd += ["--register", f"{name}={locator}"]
+        cmd += ["--spawned-at", repr(time.time())]  # last, after the feeds are written: cold start starts here
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return [], ("timeout", f"worker did not finish within {timeout:g} s")
+            return WorkerOutput([], None, ("timeout", f"worker did not finish within {timeout:g} s"))
+        bench_file = work / "out" / "bench.json"
+        bench_data = json.loads(bench_file.read_text()) if bench_file.is_file() else None
         error_file = work / "out" / "error.json"
         if error_file.is_file():
             err = json.loads(error_file.read_text())
-            return [], (err["category"], err["message"])
+            return WorkerOutput([], bench_data, (err["category"], err["message"]))
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited {proc.returncode}"
-            return [], ("crashed", f"worker {how}: {tail}")
-        return [load_npz(work / "out" / f"{i:04d}.npz") for i in range(len(feeds))], None
+            return WorkerOutput([], bench_data, ("crashed", f"worker {how}: {tail}"))
+        outputs = [load_npz(work / "out" / f"{i:04d}.npz") for i in range(len(feeds))]
+        return WorkerOutput(outputs, bench_data)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _jax_reference(target: Target, sig) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    import jax
+def _bench_feeds(sig, trial_list, batch_sizes, seed, val_ranges) -> list[tuple[int | None, dict[str, np.ndarray]]]:
+    """One feed per batch size to time: the sweep sizes of the batch symbol, else the first trial as is."""
+    from .errors import UsageError
+    from .inputs import make_trials
 
-    flat = jax.jit(sig.flat_function(target.fn))
+    symbols = list(sig.symbolic_dims)
+    if not batch_sizes:
+        first = trial_list[0]
+        return [(first.dims[symbols[0]] if len(symbols) == 1 else None, first.feed)]
+    if len(symbols) != 1:
+        raise UsageError(
+            f"Option '--batch-sizes' | got a target with {len(symbols)} symbolic dimensions, expected exactly one "
+            "(declare a symbolic batch: Target(symbolic_batch='b', ...))"
+        )
+    sym = symbols[0]
+    feeds = []
+    for size in batch_sizes:
+        trial = make_trials(sig.inputs, trials=1, seed=seed, val_ranges=val_ranges, dim_sizes={sym: (size,)})[0]
+        feeds.append((size, trial.feed))
+    return feeds
 
-    def run(feed):
-        outs = flat(*[feed[leaf.name] for leaf in sig.inputs])
-        return {leaf.name: np.asarray(o) for leaf, o in zip(sig.outputs, outs)}
 
-    return run
+def _bench_reference(ref_runner, target_spec, bench_feeds, bench, device, timeout) -> dict[str, Any]:
+    """The reference's figures, from a worker when the target can be named, else from this process."""
+    from .bench import BenchResult, bench_sizes, memory_now
 
-
-def _float64_reference(target: Target, sig, trial_list) -> list[dict[str, np.ndarray]]:
-    """The function in float64 (x64 on, float inputs widened): the true value, not XLA's float32 one."""
-    import jax
-
-    flat = sig.flat_function(target.fn)
-    outs = []
-    with jax.enable_x64(True):
-        jitted = jax.jit(flat)
-        for t in trial_list:
-            args = [np.asarray(t.feed[leaf.name], np.float64) if np.dtype(t.feed[leaf.name].dtype).kind == "f"
-                    else t.feed[leaf.name] for leaf in sig.inputs]
-            outs.append({leaf.name: np.asarray(o) for leaf, o in zip(sig.outputs, jitted(*args))})
-    return outs
+    if target_spec is not None:
+        worker = run_worker(None, device=device, timeout=timeout, bench_feeds=bench_feeds, bench=bench,
+                            reference_spec=target_spec)
+        if worker.failure is None and worker.bench is not None:
+            return worker.bench
+    t0 = time.perf_counter()
+    sizes = bench_sizes(ref_runner, list(bench_feeds), bench)
+    for size, (_, feed) in zip(sizes, bench_feeds):
+        size.flops = ref_runner.flops(feed)
+        if size.flops:
+            size.gflops_per_s = size.flops / (size.latency.p50_ms / 1e3) / 1e9
+    return BenchResult(load_s=0.0, sizes=sizes, memory=memory_now(), artifact_bytes=None,
+                       runner=ref_runner.describe(), config=bench.to_json(), process="parent",
+                       extra={"bench_s": time.perf_counter() - t0}).to_json()
 
 
 def _error_vs(outputs, truth) -> dict[str, float]:
-    """Per output leaf: the largest relative error against the float64 truth over all trials."""
+    """Per output leaf: max |error| / max |truth| against the float64 truth, worst over all trials."""
     worst: dict[str, float] = {}
     for got, want in zip(outputs, truth):
         for name, w in want.items():
@@ -252,7 +314,9 @@ def _environment() -> dict[str, Any]:
                 break
     except OSError:
         pass
+    threads = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "XLA_FLAGS", "TF_NUM_INTRAOP_THREADS") if k in os.environ}
     return {
         "python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
-        "cores": os.cpu_count(), "versions": {d: _version(d) for d in ("jax", "jaxlib", "numpy", "multiexport")},
+        "cores": os.cpu_count(), "thread_env": threads,
+        "versions": {d: _version(d) for d in ("jax", "jaxlib", "numpy", "multiexport")},
     }

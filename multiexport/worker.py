@@ -1,15 +1,20 @@
-"""Worker process: load one artifact from disk and run every trial feed through it.
+"""Worker process: load one artifact from disk (or the jax.jit reference), benchmark it, run parity feeds.
 
-`python -m multiexport.worker ARTIFACT FEEDS_DIR OUT_DIR [--device cpu]` reads FEEDS_DIR/NNN.npz and
-writes OUT_DIR/NNN.npz. It never sees the original function: what it computes comes from the
-artifact alone. A failure writes OUT_DIR/error.json ({category, message}) and exits 3, so the parent
-can tell a clean error from a crash (signal) or a hang (timeout).
+    python -m multiexport.worker ARTIFACT_DIR OUT_DIR [--parity-feeds DIR] [--bench-feeds DIR --bench-config JSON]
+    python -m multiexport.worker --reference TARGET OUT_DIR ...
+
+The artifact's worker never sees the original function: what it computes comes from the directory
+alone. Cold start is measured first (load, compile, first call), then steady-state latency per batch
+size, then the parity feeds run. Results land in OUT_DIR: NNNN.npz outputs per parity feed,
+bench.json, or error.json ({category, message}) with exit code 3, so the parent can tell a clean
+error from a crash (signal) or a hang (timeout).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 
@@ -17,28 +22,64 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m multiexport.worker")
-    parser.add_argument("artifact", type=Path)
-    parser.add_argument("feeds", type=Path)
+    parser.add_argument("artifact", type=Path, nargs="?", help="artifact directory (omit with --reference)")
     parser.add_argument("out", type=Path)
+    parser.add_argument("--reference", metavar="TARGET", help="benchmark jax.jit of this TARGET instead of an artifact")
+    parser.add_argument("--parity-feeds", type=Path)
+    parser.add_argument("--bench-feeds", type=Path, help="directory with index.json [{file, batch}] and .npz feeds")
+    parser.add_argument("--bench-config", default="{}", help="BenchConfig fields as JSON")
+    parser.add_argument("--spawned-at", type=float, help="parent's time.time() when it started this process")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--register", action="append", default=[], metavar="NAME=module:Class",
                         help="a backend the parent registered at run time")
     args = parser.parse_args(argv)
+    if args.artifact is None and not args.reference:
+        parser.error("give ARTIFACT_DIR or --reference TARGET")
     args.out.mkdir(parents=True, exist_ok=True)
     stage = "load"
     try:
-        from .api import load
         from .arrays_io import load_npz, save_npz
+        from .bench import BenchConfig, BenchResult, bench_sizes, directory_bytes, memory_now
+        from .manifest import write_text_atomic
         from .registry import register
 
         for entry in args.register:
             name, _, locator = entry.partition("=")
             register(name, locator)
+        memory_start = memory_now()
+        t0 = time.perf_counter()
+        runner = _load(args)
+        load_s = time.perf_counter() - t0
+        memory_loaded = memory_now()
 
-        runner = load(args.artifact, device=args.device)
-        stage = "run"
-        for feed_path in sorted(args.feeds.glob("*.npz")):
-            save_npz(args.out / feed_path.name, runner(load_npz(feed_path)))
+        if args.bench_feeds:
+            stage = "bench"
+            config = BenchConfig(**json.loads(args.bench_config))
+            index = json.loads((args.bench_feeds / "index.json").read_text())
+            feeds = [(entry["batch"], load_npz(args.bench_feeds / entry["file"])) for entry in index]
+            first_output: dict[str, float] = {}
+            sizes = bench_sizes(runner, feeds, config, on_first_output=lambda: first_output.setdefault("at", time.time()))
+            extra = {}
+            if args.spawned_at and "at" in first_output:
+                extra["process_start_to_first_output_s"] = first_output["at"] - args.spawned_at
+            if hasattr(runner, "flops"):
+                for size, (_, feed) in zip(sizes, feeds):
+                    size.flops = runner.flops(feed)
+                    if size.flops:
+                        size.gflops_per_s = size.flops / (size.latency.p50_ms / 1e3) / 1e9
+            result = BenchResult(
+                load_s=load_s, sizes=sizes,
+                memory={"start_rss_bytes": memory_start["rss_bytes"], "after_load_rss_bytes": memory_loaded["rss_bytes"],
+                        **memory_now()},
+                artifact_bytes=directory_bytes(args.artifact) if args.artifact else None,
+                runner=runner.describe(), config=config.to_json(), extra=extra,
+            )
+            write_text_atomic(args.out / "bench.json", json.dumps(result.to_json(), indent=2))
+
+        if args.parity_feeds:
+            stage = "run"
+            for feed_path in sorted(args.parity_feeds.glob("*.npz")):
+                save_npz(args.out / feed_path.name, runner(load_npz(feed_path)))
     except Exception as exc:  # reported to the parent as data, never as a traceback on its terminal
         from .manifest import write_text_atomic
 
@@ -46,6 +87,19 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomic(args.out / "error.json", json.dumps({"category": f"{stage}-failed", "message": message}))
         return 3
     return 0
+
+
+def _load(args):
+    if args.reference:
+        from .reference import ReferenceRunner
+        from .signature import build_signature
+        from .target import load_target
+
+        target = load_target(args.reference)
+        return ReferenceRunner(target, build_signature(target), device=args.device)
+    from .api import load
+
+    return load(args.artifact, device=args.device)
 
 
 if __name__ == "__main__":

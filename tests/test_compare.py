@@ -13,7 +13,7 @@ from .conftest import run_cli
 
 
 def test_a_numerically_wrong_backend_fails_parity_with_exit_code_1(tmp_path, fault_backends):
-    results = compare(examples.mlp(), backends=["xla", "xla_perturbed"], out_dir=tmp_path, trials=1)
+    results = compare(examples.mlp(), backends=["xla", "xla_perturbed"], out_dir=tmp_path, trials=1, bench=None)
     assert results.backends["xla"].status == "ok"
     bad = results.backends["xla_perturbed"]
     assert bad.status == "parity-failed" and "Output 'out.logits'" in bad.reason
@@ -23,7 +23,7 @@ def test_a_numerically_wrong_backend_fails_parity_with_exit_code_1(tmp_path, fau
 def test_crash_hang_raise_and_export_failure_become_rows_and_others_finish(tmp_path, fault_backends):
     results = compare(
         examples.seed(), backends=["xla_crash", "xla_hang", "xla_raise", "xla_export_fails", "nope", "xla"],
-        out_dir=tmp_path, trials=1, timeout=20,
+        out_dir=tmp_path, trials=1, timeout=20, bench=None,
     )
     rows = {name: (r.status, r.reason) for name, r in results.backends.items()}
     assert rows["xla"][0] == "ok"
@@ -38,10 +38,11 @@ def test_crash_hang_raise_and_export_failure_become_rows_and_others_finish(tmp_p
 
 
 def test_cli_compare_on_the_seed_example(tmp_path):
-    proc = run_cli("compare", "--out", tmp_path, "--trials", "1")
+    proc = run_cli("compare", "--out", tmp_path, "--trials", "1", "--bench-time", "0.05")
     assert proc.returncode == 0, proc.stderr
     assert "xla" in proc.stdout and "foo.bar" in proc.stdout  # the dropped leaf is shown
     assert "xla: export" in proc.stderr  # progress
+    assert "p50 ms" in proc.stdout and "reference" in proc.stdout  # latency beside the jax.jit baseline
     assert json.loads((tmp_path / "results.json").read_text())["backends"]["xla"]["status"] == "ok"
 
 
@@ -50,6 +51,9 @@ def test_cli_compare_on_the_seed_example(tmp_path):
     (["--val-range", "foo.baz=3:1"], "LOW < HIGH"),
     (["--trials", "0"], "expected >= 1"),
     (["--dim-sizes", "b=2"], "Dimension 'b' | not symbolic"),
+    (["--batch-sizes", "1,x"], "expected sizes >= 1"),
+    (["--batch-sizes", "1,8"], "expected exactly one"),
+    (["--min-iters", "0"], "min-iters >= 1"),
 ])
 def test_cli_compare_usage_errors_exit_2(args, message, tmp_path):
     proc = run_cli("compare", "--out", tmp_path, *args)
@@ -62,6 +66,6 @@ def test_cli_compare_with_named_inputs_from_npz(tmp_path):
     from multiexport.arrays_io import save_npz
 
     save_npz(tmp_path / "in.npz", {"foo.bar": np.zeros(10, np.int32), "foo.baz": np.full(10, 2, np.int32)})
-    proc = run_cli("compare", "--out", tmp_path / "o", "--inputs", tmp_path / "in.npz")
+    proc = run_cli("compare", "--out", tmp_path / "o", "--inputs", tmp_path / "in.npz", "--no-bench")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "o" / "results.json").read_text())["trials"] == ["inputs"]

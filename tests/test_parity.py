@@ -11,7 +11,7 @@ import pytest
 
 from multiexport import Target, examples
 from multiexport.backends.xla import XlaBackend
-from multiexport.compare import compare, run_in_worker
+from multiexport.compare import compare, run_worker
 from multiexport.inputs import make_trials
 from multiexport.parity import ParityVerdict, check_parity, compare_leaf
 from multiexport.signature import build_signature
@@ -102,9 +102,9 @@ def run_artifact(fn_for_artifact, target, tmp_path, trials):
     """Export `fn_for_artifact` under target's signature, run it in a worker, return named outputs."""
     sig = build_signature(target)
     artifact = XlaBackend().export(fn_for_artifact, sig, tmp_path / "artifact")
-    outputs, failure = run_in_worker(artifact.directory, [t.feed for t in trials])
-    assert failure is None, failure
-    return sig, artifact, outputs
+    worker = run_worker(artifact.directory, [t.feed for t in trials])
+    assert worker.failure is None, worker.failure
+    return sig, artifact, worker.outputs
 
 
 def parity_of(fn_for_artifact, target, tmp_path, **trial_options):
@@ -147,8 +147,9 @@ def test_swapped_outputs_in_the_manifest_fail_on_both_leaves(tmp_path):
     manifest["outputs"][0]["name"], manifest["outputs"][1]["name"] = manifest["outputs"][1]["name"], manifest["outputs"][0]["name"]
     (artifact.directory / "manifest.json").write_text(json.dumps(manifest))
     trials = make_trials(sig.inputs, examples=sig.example_feed())
-    outputs, failure = run_in_worker(artifact.directory, [t.feed for t in trials])
-    assert failure is None
+    worker = run_worker(artifact.directory, [t.feed for t in trials])
+    assert worker.failure is None
+    outputs = worker.outputs
     ref = [reference_outputs(target, sig, t.feed) for t in trials]
     verdict = check_parity("xla", outputs, ref, sig.outputs, [t.name for t in trials])
     assert {v.name for v in verdict.failures} == {"out.a", "out.b"}
@@ -165,8 +166,9 @@ def test_a_changed_output_dtype_fails_naming_leaf_and_statistic(tmp_path):
     trials = make_trials(sig.inputs, examples=sig.example_feed())
     half_sig = build_signature(target.replace(fn=half))
     artifact = XlaBackend().export(half, half_sig, tmp_path / "artifact")
-    outputs, failure = run_in_worker(artifact.directory, [t.feed for t in trials])
-    assert failure is None
+    worker = run_worker(artifact.directory, [t.feed for t in trials])
+    assert worker.failure is None
+    outputs = worker.outputs
     ref = [reference_outputs(target, sig, t.feed) for t in trials]
     verdict = check_parity("xla", outputs, ref, sig.outputs, [t.name for t in trials])
     assert not verdict.passed
@@ -204,7 +206,8 @@ def test_value_ranges_keep_an_embedding_lookup_in_range(tmp_path):
 
 
 def test_compare_writes_every_statistic_and_reads_back(tmp_path):
-    results = compare(examples.mlp_dynamic(), out_dir=tmp_path, trials=1, dim_sizes={"b": (1, 3)}, reference="float64")
+    results = compare(examples.mlp_dynamic(), out_dir=tmp_path, trials=1, dim_sizes={"b": (1, 3)}, reference="float64",
+                      bench=None)
     assert results.exit_code == 0
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["schema"] == "multiexport.results/1"
