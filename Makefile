@@ -21,7 +21,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: $(STAMP)
 	$(BIN)/multiexport signature
-	$(BIN)/multiexport compare
+	$(BIN)/multiexport compare --out multiexport-out/seed
+	@if command -v chromium >/dev/null 2>&1; then \
+	  $(BIN)/multiexport report multiexport-out/seed/results.json --screenshot multiexport-out/seed/report.png; \
+	else echo "(no chromium on PATH: skipped the report screenshot)"; fi
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .api import as_target, describe, export, load, signature
+from .api import as_target, compare, describe, export, load, signature
 from .errors import (
     ArtifactError,
     BackendUnavailable,
@@ -35,6 +35,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "as_target",
+    "compare",
     "describe",
     "export",
     "load",

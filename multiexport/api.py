@@ -78,3 +78,15 @@ def describe(target: Target | Callable[..., Any], *args: Any, keep_unused: bool 
     data["keep_unused"] = keep_unused
     data["module_kept_var_idx"] = sorted(exported.module_kept_var_idx)
     return data
+
+
+def compare(target: Target | Callable[..., Any], *args: Any, backends: Sequence[str] = ("xla",), **options: Any):
+    """Export with each backend, check parity against jax.jit, benchmark; returns `comparison.Results`.
+
+    `target` is a Target, or a function followed by its example arguments. Options are those of
+    `multiexport.comparison.compare` (out_dir, trials, tolerances, bench, batch_sizes, ...).
+    """
+    from .comparison import compare as run_compare
+
+    kwargs = options.pop("kwargs", {})
+    return run_compare(as_target(target, *args, **kwargs), backends=backends, **options)

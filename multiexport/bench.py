@@ -49,6 +49,7 @@ class LatencyStats:
     std_ms: float
     ci95_low_ms: float
     ci95_high_ms: float
+    quantiles_ms: list[float] = field(default_factory=list)  # 0th..100th percentile in steps of 5, for plots
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,6 +103,7 @@ def summarize(times_ns: np.ndarray) -> LatencyStats:
         std_ms=float(ms.std(ddof=1)) if ms.size > 1 else 0.0,
         ci95_low_ms=lo,
         ci95_high_ms=hi,
+        quantiles_ms=[float(q) for q in np.percentile(ms, np.arange(0, 101, 5))],
     )
 
 

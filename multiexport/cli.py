@@ -92,7 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("target", nargs="?", help=TARGET_HELP)
-    p.add_argument("--backends", default="xla", help="comma-separated backends (default: xla)")
+    p.add_argument(
+        "--backends", default="all",
+        help="comma-separated backends, or 'all' for every registered one (default); a backend that is not "
+             "installed shows as an 'unavailable' row",
+    )
     p.add_argument("--out", type=Path, help="output directory (default: multiexport-out/<target name>)")
     p.add_argument("--trials", type=int, default=2, help="random input trials per size setting (default: 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
@@ -115,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--keep-unused", action="store_true", help="make every leaf a parameter in every format")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before a backend's worker is stopped")
+    p.add_argument(
+        "--allow-fail", default="", metavar="NAME,NAME",
+        help="backends whose export or run failures do not make the exit code 3 (they still show as rows)",
+    )
     p.add_argument("--no-bench", action="store_true", help="check parity only, measure no latency")
     p.add_argument("--bench-time", type=float, default=1.0, help="seconds of timed calls per batch size (default: 1)")
     p.add_argument("--min-iters", type=int, default=20, help="at least this many timed calls per batch size (default: 20)")
@@ -124,6 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="benchmark these sizes of the symbolic batch dimension from the same artifact, e.g. 1,8,64",
     )
     p.set_defaults(handler=cmd_compare)
+
+    p = sub.add_parser(
+        "report",
+        help="re-render report.md and report.html from a results.json (no backend needed)",
+        description="Render report.md and report.html from a results.json written by 'multiexport compare'.",
+    )
+    p.add_argument("results", type=Path, help="results.json")
+    p.add_argument("--out", type=Path, help="directory for the reports (default: beside results.json)")
+    p.add_argument("--screenshot", type=Path, metavar="PNG", help="also render report.html to this PNG with headless Chromium")
+    p.set_defaults(handler=cmd_report)
 
     p = sub.add_parser("backends", help="list backends and whether each is installed")
     p.set_defaults(handler=cmd_backends)
@@ -149,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"multiexport: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("multiexport: interrupted", file=sys.stderr)
+        print("multiexport: interrupted; finished results (if any) were written before stopping", file=sys.stderr)
         return 130
 
 
@@ -255,7 +273,7 @@ def cmd_compare(args) -> int:
     import time
 
     from .arrays_io import load_npz
-    from .compare import compare
+    from .comparison import compare
     from .inputs import parse_dim_sizes, parse_val_ranges
     from .target import load_target
     from .tolerance import parse_tolerances
@@ -282,15 +300,31 @@ def cmd_compare(args) -> int:
     target = load_target(args.target)
     err = _console_err()
     start = time.perf_counter()
+    from .registry import names as backend_names
+
+    backends = backend_names() if args.backends == "all" else _split(args.backends)
     results = compare(
-        target, backends=_split(args.backends), out_dir=args.out, trials=args.trials, seed=args.seed,
+        target, backends=backends, out_dir=args.out, trials=args.trials, seed=args.seed,
         val_ranges=val_ranges, dim_sizes=dim_sizes, tolerances=tolerances, inputs=inputs,
         reference=args.reference, keep_unused=args.keep_unused, timeout=args.timeout,
         bench=bench, batch_sizes=batch_sizes, target_spec=args.target or "multiexport.examples:seed",
         progress=lambda msg: err.print(f"[dim]{time.perf_counter() - start:6.1f}s[/] {msg}"),
     )
     _print_results(results)
-    return results.exit_code
+    return results.exit_code_allowing(_split(args.allow_fail))
+
+
+def cmd_report(args) -> int:
+    from .report import load_results, write_reports
+
+    md, page = write_reports(load_results(args.results), args.out or args.results.parent)
+    print(f"wrote {md} and {page}")
+    if args.screenshot:
+        from .screenshot import screenshot
+
+        requests = screenshot(page, args.screenshot)
+        print(f"wrote {args.screenshot}" + (f"; the page requested {requests}" if requests else "; no network requests"))
+    return 0
 
 
 def _print_results(results) -> None:
@@ -321,8 +355,10 @@ def _print_results(results) -> None:
         console.print(f"jax.jit error vs float64 truth: {errs}")
     fastest = [row for row in rows if row.get("fastest")]
     for row in fastest:
-        console.print(f"fastest faithful backend at batch {row['batch']}: [bold]{row['backend']}[/] ({row['p50 ms']} ms p50)")
-    console.print(f"results: {Path(results.out_dir) / 'results.json'}")
+        at = "the exported shapes" if row["batch"] == "-" else f"batch {row['batch']}"
+        console.print(f"fastest faithful backend at {at}: [bold]{row['backend']}[/] ({row['p50 ms']} ms p50)")
+    out = Path(results.out_dir)
+    console.print(f"results: {out / 'results.json'}; reports: {out / 'report.md'}, {out / 'report.html'}")
 
 
 def _console_err():

@@ -2,6 +2,7 @@
 
     python -m multiexport.worker ARTIFACT_DIR OUT_DIR [--parity-feeds DIR] [--bench-feeds DIR --bench-config JSON]
     python -m multiexport.worker --reference TARGET OUT_DIR ...
+    python -m multiexport.worker export TARGET BACKEND ARTIFACT_DIR OUT_DIR [--keep-unused]
 
 The artifact's worker never sees the original function: what it computes comes from the directory
 alone. Cold start is measured first (load, compile, first call), then steady-state latency per batch
@@ -19,6 +20,54 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["export"]:
+        return export_main(argv[1:])
+    return run_main(argv)
+
+
+def export_main(argv: list[str]) -> int:
+    """Export TARGET with BACKEND into ARTIFACT_DIR, isolated from the parent (and from other converters)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m multiexport.worker export")
+    parser.add_argument("target")
+    parser.add_argument("backend")
+    parser.add_argument("artifact", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--keep-unused", action="store_true")
+    parser.add_argument("--register", action="append", default=[], metavar="NAME=module:Class")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    from .manifest import write_text_atomic
+
+    try:
+        from .api import export
+        from .registry import register
+        from .target import load_target
+
+        for entry in args.register:
+            name, _, locator = entry.partition("=")
+            register(name, locator)
+        from .signature import build_signature
+
+        target = load_target(args.target)
+        fingerprint = build_signature(target).fingerprint(target.fn)
+        t0 = time.perf_counter()
+        export(target, args.artifact, args.backend, keep_unused=args.keep_unused)
+        write_text_atomic(args.out / "export.json",
+                          json.dumps({"seconds": time.perf_counter() - t0, "fingerprint": fingerprint}))
+    except Exception as exc:
+        from .errors import MultiexportError
+
+        category = getattr(exc, "category", "export-failed")
+        message = str(exc) if isinstance(exc, MultiexportError) else f"{type(exc).__name__}: {exc}"
+        write_text_atomic(args.out / "error.json", json.dumps({"category": category, "message": message}))
+        return 3
+    return 0
+
+
+def run_main(argv: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m multiexport.worker")

@@ -45,6 +45,7 @@ class BackendResult:
     parity: dict[str, Any] | None = None
     error_vs_float64: dict[str, float] | None = None
     bench: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -56,10 +57,15 @@ class Results:
     reference: dict[str, Any]
     environment: dict[str, Any]
     out_dir: str
+    interrupted: bool = False
+
+    def exit_code_allowing(self, allow_fail: Sequence[str] = ()) -> int:
+        """0 all faithful, 1 a parity failure, 3 a backend failed; failures of `allow_fail` backends do not count."""
+        return max((STATUS_EXIT.get(r.status, 3) for n, r in self.backends.items() if n not in allow_fail), default=0)
 
     @property
     def exit_code(self) -> int:
-        return max((STATUS_EXIT.get(r.status, 3) for r in self.backends.values()), default=0)
+        return self.exit_code_allowing(())
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": RESULTS_SCHEMA, **asdict(self)}
@@ -133,17 +139,36 @@ def compare(
         ref_info["bench"] = _bench_reference(ref_runner, target_spec, bench_feeds, bench, device, timeout)
 
     results: dict[str, BackendResult] = {}
-    for name in backends:
-        results[name] = _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, tolerances or {},
-                                     ExportOptions(keep_unused=keep_unused), device, timeout, bench, bench_feeds,
-                                     progress)
     res = Results(target.name, sig.to_json(), [t.name for t in trial_list], results, ref_info, _environment(), str(out))
-    write_text_atomic(out / "results.json", json.dumps(res.to_json(), indent=2) + "\n")
+    try:
+        for name in backends:
+            results[name] = _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, tolerances or {},
+                                         ExportOptions(keep_unused=keep_unused), device, timeout, bench, bench_feeds,
+                                         progress, target_spec)
+    except KeyboardInterrupt:
+        # Keep what finished: write the results and reports so far, then let the caller stop.
+        for name in backends:
+            results.setdefault(name, BackendResult(name, "interrupted", "interrupted before this backend finished"))
+        res.interrupted = True
+        _write(res, out)
+        raise
+    _write(res, out)
     return res
 
 
+def _write(res: "Results", out: Path) -> None:
+    """results.json, report.md and report.html, each written atomically."""
+    from .report import write_reports
+
+    data = res.to_json()
+    write_text_atomic(out / "results.json", json.dumps(data, indent=2) + "\n")
+    write_reports(data, out)
+
+
 def _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, tolerances, options, device, timeout,
-                 bench, bench_feeds, progress) -> BackendResult:
+                 bench, bench_feeds, progress, target_spec) -> BackendResult:
+    from .backend import Artifact
+    from .manifest import Manifest
     from .parity import check_parity
     from .registry import get_backend
 
@@ -154,15 +179,27 @@ def _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, toleran
     status = backend.available()
     if not status.ok:
         return BackendResult(name, "unavailable", status.reason)
-    progress(f"{name}: export")
+    progress(f"{name}: export" + (" in a worker process" if target_spec else ""))
     t0 = time.perf_counter()
     try:
-        artifact = backend.export(target.fn, sig, out / name, options)
+        if target_spec is not None:
+            failure, fingerprint = export_in_worker(target_spec, name, out / name, options, timeout)
+            if failure:
+                return BackendResult(name, failure[0], failure[1])
+            if fingerprint != sig.fingerprint(target.fn):
+                return BackendResult(name, "nondeterministic-target", (
+                    f"Target '{target.name}' | loads with different example values or weights in a fresh process "
+                    "(random values without a fixed seed?), expected the same: seed them, or compare from Python "
+                    "with multiexport.compare(...), which exports in this process"))
+            artifact = Artifact(name, out / name, Manifest.read(out / name))
+        else:
+            artifact = backend.export(target.fn, sig, out / name, options)
     except MultiexportError as exc:
         return BackendResult(name, getattr(exc, "category", "export-failed"), str(exc))
     result = BackendResult(
         name, "ok", artifact=str(artifact.directory), export_seconds=round(time.perf_counter() - t0, 3),
         binding=[{"name": l.name, "used": l.used, "param": l.param} for l in artifact.manifest.inputs],
+        warnings=list(artifact.manifest.warnings),
     )
     what = f"benchmark and run {len(trial_list)} trials" if bench else f"run {len(trial_list)} trials"
     progress(f"{name}: {what} in a worker process")
@@ -197,7 +234,6 @@ def run_worker(
     the worker), crashed (killed by a signal or an unexpected exit), timeout.
     """
     from .arrays_io import load_npz, save_npz
-    from .registry import runtime_registered
 
     work = Path(tempfile.mkdtemp(prefix="multiexport-worker-"))
     try:
@@ -217,27 +253,58 @@ def run_worker(
                 index.append({"file": f"{i:04d}.npz", "batch": batch})
             (work / "bench" / "index.json").write_text(json.dumps(index))
             cmd += ["--bench-feeds", str(work / "bench"), "--bench-config", json.dumps(bench.to_json())]
-        for name, locator in runtime_registered().items():
-            cmd += ["--register", f"{name}={locator}"]
+        cmd += _registrations()
         cmd += ["--spawned-at", repr(time.time())]  # last, after the feeds are written: cold start starts here
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return WorkerOutput([], None, ("timeout", f"worker did not finish within {timeout:g} s"))
+        failure = _run_process(cmd, work / "out", timeout)
         bench_file = work / "out" / "bench.json"
         bench_data = json.loads(bench_file.read_text()) if bench_file.is_file() else None
-        error_file = work / "out" / "error.json"
-        if error_file.is_file():
-            err = json.loads(error_file.read_text())
-            return WorkerOutput([], bench_data, (err["category"], err["message"]))
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited {proc.returncode}"
-            return WorkerOutput([], bench_data, ("crashed", f"worker {how}: {tail}"))
+        if failure:
+            return WorkerOutput([], bench_data, failure)
         outputs = [load_npz(work / "out" / f"{i:04d}.npz") for i in range(len(feeds))]
         return WorkerOutput(outputs, bench_data)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def export_in_worker(target_spec: str, backend: str, artifact_dir: Path, options,
+                     timeout: float) -> tuple[tuple[str, str] | None, str | None]:
+    """Export in a fresh process, so a converter that crashes, hangs or patches globals harms nothing else.
+
+    Returns (failure, fingerprint of the target as the worker loaded it).
+    """
+    work = Path(tempfile.mkdtemp(prefix="multiexport-export-"))
+    try:
+        cmd = [sys.executable, "-m", "multiexport.worker", "export", target_spec, backend, str(artifact_dir), str(work)]
+        cmd += ["--keep-unused"] if options.keep_unused else []
+        failure = _run_process(cmd + _registrations(), work, timeout)
+        if failure:
+            return failure, None
+        return None, json.loads((work / "export.json").read_text())["fingerprint"]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _registrations() -> list[str]:
+    from .registry import runtime_registered
+
+    return [arg for name, locator in runtime_registered().items() for arg in ("--register", f"{name}={locator}")]
+
+
+def _run_process(cmd: list[str], out_dir: Path, timeout: float) -> tuple[str, str] | None:
+    """Run a worker; None on success, else (category, reason) from its error.json, its signal or the clock."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return ("timeout", f"worker did not finish within {timeout:g} s")
+    error_file = out_dir / "error.json"
+    if error_file.is_file():
+        err = json.loads(error_file.read_text())
+        return (err["category"], err["message"])
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited {proc.returncode}"
+        return ("crashed", f"worker {how}: {tail}")
+    return None
 
 
 def _bench_feeds(sig, trial_list, batch_sizes, seed, val_ranges) -> list[tuple[int | None, dict[str, np.ndarray]]]:
