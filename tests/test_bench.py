@@ -9,7 +9,7 @@ import pytest
 
 from multiexport import examples
 from multiexport.bench import BenchConfig, median_ci95, summarize, time_calls
-from multiexport.compare import compare
+from multiexport.comparison import compare
 
 TINY = BenchConfig(warmup_iters=2, warmup_time=0.0, min_iters=15, bench_time=0.0)
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from multiexport import examples
-from multiexport.compare import compare
+from multiexport.comparison import compare
 
 from .conftest import run_cli
 

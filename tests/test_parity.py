@@ -11,7 +11,7 @@ import pytest
 
 from multiexport import Target, examples
 from multiexport.backends.xla import XlaBackend
-from multiexport.compare import compare, run_worker
+from multiexport.comparison import compare, run_worker
 from multiexport.inputs import make_trials
 from multiexport.parity import ParityVerdict, check_parity, compare_leaf
 from multiexport.signature import build_signature
