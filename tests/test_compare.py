@@ -38,7 +38,7 @@ def test_crash_hang_raise_and_export_failure_become_rows_and_others_finish(tmp_p
 
 
 def test_cli_compare_on_the_seed_example(tmp_path):
-    proc = run_cli("compare", "--out", tmp_path, "--trials", "1", "--bench-time", "0.05")
+    proc = run_cli("compare", "--backends", "xla", "--out", tmp_path, "--trials", "1", "--bench-time", "0.05")
     assert proc.returncode == 0, proc.stderr
     assert "xla" in proc.stdout and "foo.bar" in proc.stdout  # the dropped leaf is shown
     assert "xla: export" in proc.stderr  # progress
@@ -56,7 +56,7 @@ def test_cli_compare_on_the_seed_example(tmp_path):
     (["--min-iters", "0"], "min-iters >= 1"),
 ])
 def test_cli_compare_usage_errors_exit_2(args, message, tmp_path):
-    proc = run_cli("compare", "--out", tmp_path, *args)
+    proc = run_cli("compare", "--backends", "xla", "--out", tmp_path, *args)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
@@ -66,6 +66,6 @@ def test_cli_compare_with_named_inputs_from_npz(tmp_path):
     from multiexport.arrays_io import save_npz
 
     save_npz(tmp_path / "in.npz", {"foo.bar": np.zeros(10, np.int32), "foo.baz": np.full(10, 2, np.int32)})
-    proc = run_cli("compare", "--out", tmp_path / "o", "--inputs", tmp_path / "in.npz", "--no-bench")
+    proc = run_cli("compare", "--backends", "xla", "--out", tmp_path / "o", "--inputs", tmp_path / "in.npz", "--no-bench")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "o" / "results.json").read_text())["trials"] == ["inputs"]
