@@ -273,12 +273,12 @@ def cmd_compare(args) -> int:
     import time
 
     from .arrays_io import load_npz
+    from .bench import BenchConfig
     from .comparison import compare
     from .inputs import parse_dim_sizes, parse_val_ranges
+    from .registry import names as backend_names
     from .target import load_target
     from .tolerance import parse_tolerances
-
-    from .bench import BenchConfig
 
     if args.trials < 1:
         raise UsageError(f"Option '--trials' | got {args.trials}, expected >= 1")
@@ -298,18 +298,30 @@ def cmd_compare(args) -> int:
     tolerances = parse_tolerances(args.tol)
     inputs = load_npz(args.inputs) if args.inputs else None
     target = load_target(args.target)
+    backends = backend_names() if args.backends == "all" else _split(args.backends)
+
     err = _console_err()
     start = time.perf_counter()
-    from .registry import names as backend_names
+    status = err.status("starting") if err.is_terminal else None  # a live line on terminals, plain lines in logs
 
-    backends = backend_names() if args.backends == "all" else _split(args.backends)
-    results = compare(
-        target, backends=backends, out_dir=args.out, trials=args.trials, seed=args.seed,
-        val_ranges=val_ranges, dim_sizes=dim_sizes, tolerances=tolerances, inputs=inputs,
-        reference=args.reference, keep_unused=args.keep_unused, timeout=args.timeout,
-        bench=bench, batch_sizes=batch_sizes, target_spec=args.target or "multiexport.examples:seed",
-        progress=lambda msg: err.print(f"[dim]{time.perf_counter() - start:6.1f}s[/] {msg}"),
-    )
+    def progress(message: str) -> None:
+        err.print(f"[dim]{time.perf_counter() - start:6.1f}s[/] {message}")
+        if status is not None:
+            status.update(message)
+
+    if status is not None:
+        status.start()
+    try:
+        results = compare(
+            target, backends=backends, out_dir=args.out, trials=args.trials, seed=args.seed,
+            val_ranges=val_ranges, dim_sizes=dim_sizes, tolerances=tolerances, inputs=inputs,
+            reference=args.reference, keep_unused=args.keep_unused, timeout=args.timeout,
+            bench=bench, batch_sizes=batch_sizes, target_spec=args.target or "multiexport.examples:seed",
+            progress=progress,
+        )
+    finally:
+        if status is not None:
+            status.stop()
     _print_results(results)
     return results.exit_code_allowing(_split(args.allow_fail))
 
@@ -344,6 +356,16 @@ def _print_results(results) -> None:
         name = f"[bold]{row['backend']}[/]" if row.get("fastest") else row["backend"]
         table.add_row(name, f"[{style}]{row['status']}[/]", *[row[c] for c in columns[2:]])
     console.print(table)
+    from .report import binding_table
+
+    header, brows = binding_table(results.to_json())
+    if len(header) > 3:
+        btable = Table(title="which input leaves each format takes (parameter, or dropped)")
+        for col in header:
+            btable.add_column(col, no_wrap=True)
+        for brow in brows:
+            btable.add_row(*[f"[dim]{c}[/]" if c == "dropped" else c for c in brow])
+        console.print(btable)
     for name, r in results.backends.items():
         if r.status != "ok":
             console.print(f"[red]{name}[/]: {r.status}: {r.reason}")

@@ -302,6 +302,8 @@ def _run_process(cmd: list[str], out_dir: Path, timeout: float) -> tuple[str, st
         return (err["category"], err["message"])
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        if proc.returncode == -9:  # SIGKILL: on Linux almost always the kernel's OOM killer
+            return ("out-of-memory", f"worker killed by SIGKILL (the kernel's out-of-memory killer?): {tail}")
         how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited {proc.returncode}"
         return ("crashed", f"worker {how}: {tail}")
     return None

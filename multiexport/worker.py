@@ -133,7 +133,8 @@ def run_main(argv: list[str]) -> int:
         from .manifest import write_text_atomic
 
         message = f"{type(exc).__name__}: {exc}".strip()
-        write_text_atomic(args.out / "error.json", json.dumps({"category": f"{stage}-failed", "message": message}))
+        category = "out-of-memory" if isinstance(exc, MemoryError) else f"{stage}-failed"
+        write_text_atomic(args.out / "error.json", json.dumps({"category": category, "message": message}))
         return 3
     return 0
 

@@ -48,6 +48,14 @@ class _FaultyRunner(XlaRunner):
             time.sleep(3600)
         if self.fault == "raise":
             raise RuntimeError("runtime refused the inputs")
+        if self.fault == "oom":
+            import resource
+
+            import numpy as np
+
+            # a real allocation failure, bounded: cap this worker's address space, then ask for more
+            resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+            np.ones(8 << 30, dtype=np.uint8)
         return super()._prepare_impl(arrays)
 
 
@@ -66,6 +74,11 @@ class RaisingXla(_Faulty):
     fault = "raise"
 
 
+class OomXla(_Faulty):
+    name = "xla_oom"
+    fault = "oom"
+
+
 class ExportFailingXla(XlaBackend):
     name = "xla_export_fails"
 
@@ -74,4 +87,4 @@ class ExportFailingXla(XlaBackend):
 
 
 ALL = {cls.name: f"tests.fault_backends:{cls.__name__}"
-       for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, ExportFailingXla)}
+       for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, ExportFailingXla)}

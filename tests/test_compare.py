@@ -22,7 +22,7 @@ def test_a_numerically_wrong_backend_fails_parity_with_exit_code_1(tmp_path, fau
 
 def test_crash_hang_raise_and_export_failure_become_rows_and_others_finish(tmp_path, fault_backends):
     results = compare(
-        examples.seed(), backends=["xla_crash", "xla_hang", "xla_raise", "xla_export_fails", "nope", "xla"],
+        examples.seed(), backends=["xla_crash", "xla_hang", "xla_raise", "xla_oom", "xla_export_fails", "nope", "xla"],
         out_dir=tmp_path, trials=1, timeout=20, bench=None,
     )
     rows = {name: (r.status, r.reason) for name, r in results.backends.items()}
@@ -30,6 +30,7 @@ def test_crash_hang_raise_and_export_failure_become_rows_and_others_finish(tmp_p
     assert rows["xla_crash"][0] == "crashed" and "signal 6" in rows["xla_crash"][1]
     assert rows["xla_hang"][0] == "timeout" and "20 s" in rows["xla_hang"][1]
     assert rows["xla_raise"] == ("run-failed", "RuntimeError: runtime refused the inputs")
+    assert rows["xla_oom"][0] == "out-of-memory" and "MemoryError" in rows["xla_oom"][1]
     assert rows["xla_export_fails"][0] == "export-failed" and "reduce_precision" in rows["xla_export_fails"][1]
     assert rows["nope"][0] == "unavailable"
     assert results.exit_code == 3
