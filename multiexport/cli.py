@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-fail", default="", metavar="NAME,NAME",
         help="backends whose export or run failures do not make the exit code 3 (they still show as rows)",
     )
+    _regression_options(p)
+    p.add_argument("--baseline", type=Path, metavar="RESULTS_JSON",
+                   help="compare to a previous results.json; exit 1 on a regression (Markdown diff printed)")
     p.add_argument("--no-bench", action="store_true", help="check parity only, measure no latency")
     p.add_argument("--bench-time", type=float, default=1.0, help="seconds of timed calls per batch size (default: 1)")
     p.add_argument("--min-iters", type=int, default=20, help="at least this many timed calls per batch size (default: 20)")
@@ -142,6 +145,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="directory for the reports (default: beside results.json)")
     p.add_argument("--screenshot", type=Path, metavar="PNG", help="also render report.html to this PNG with headless Chromium")
     p.set_defaults(handler=cmd_report)
+
+    p = sub.add_parser(
+        "diff",
+        help="compare two results.json files without running anything; exit 1 on a regression",
+        description=(
+            "Per backend and batch size: a slowdown is flagged when the p50 ratio exceeds --max-slowdown and the 95% "
+            "intervals of the two medians do not overlap; a backend that passed and now fails, or a leaf whose "
+            "worst relative error grew more than --max-parity-drift times, is flagged too."
+        ),
+    )
+    p.add_argument("baseline", type=Path, help="the earlier results.json")
+    p.add_argument("current", type=Path, help="the new results.json")
+    _regression_options(p)
+    p.set_defaults(handler=cmd_diff)
 
     p = sub.add_parser("backends", help="list backends and whether each is installed")
     p.set_defaults(handler=cmd_backends)
@@ -323,7 +340,36 @@ def cmd_compare(args) -> int:
         if status is not None:
             status.stop()
     _print_results(results)
-    return results.exit_code_allowing(_split(args.allow_fail))
+    code = results.exit_code_allowing(_split(args.allow_fail))
+    if args.baseline:
+        code = max(code, _gate(args.baseline, results.to_json(), args))
+    return code
+
+
+def _regression_options(p) -> None:
+    p.add_argument("--max-slowdown", type=float, default=1.10, help="p50 ratio that counts as a slowdown (default: 1.10)")
+    p.add_argument("--max-parity-drift", type=float, default=10.0,
+                   help="growth factor of a leaf's worst relative error that counts as drift (default: 10)")
+    p.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML, one test case per backend x check")
+
+
+def _gate(baseline: Path, current: dict, args) -> int:
+    """Diff against a baseline, print and publish it; returns 1 on a regression."""
+    from .regression import diff_results, publish
+    from .report import load_results
+
+    if args.max_slowdown < 1 or args.max_parity_drift < 1:
+        raise UsageError("Options '--max-slowdown/--max-parity-drift' | expected values >= 1")
+    d = diff_results(load_results(baseline), current, max_slowdown=args.max_slowdown,
+                     max_parity_drift=args.max_parity_drift)
+    print(publish(d, args.junit))
+    return d.exit_code
+
+
+def cmd_diff(args) -> int:
+    from .report import load_results
+
+    return _gate(args.baseline, load_results(args.current), args)
 
 
 def cmd_report(args) -> int:

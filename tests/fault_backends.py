@@ -79,6 +79,25 @@ class OomXla(_Faulty):
     fault = "oom"
 
 
+class SleepyXla(XlaBackend):
+    """XLA plus a real sleep of $MULTIEXPORT_TEST_SLEEP_MS in every timed call: a controlled slowdown."""
+
+    name = "xla_sleepy"
+
+    def _load_impl(self, manifest, directory, device):
+        return _SleepyRunner(super()._load_impl(manifest, directory, device))
+
+
+class _SleepyRunner(XlaRunner):
+    def __init__(self, inner):
+        self.__dict__.update(inner.__dict__)
+        self.sleep_s = float(os.environ.get("MULTIEXPORT_TEST_SLEEP_MS", "0")) / 1e3
+
+    def _run_impl(self, prepared):
+        time.sleep(self.sleep_s)
+        super()._run_impl(prepared)
+
+
 class ExportFailingXla(XlaBackend):
     name = "xla_export_fails"
 
@@ -87,4 +106,4 @@ class ExportFailingXla(XlaBackend):
 
 
 ALL = {cls.name: f"tests.fault_backends:{cls.__name__}"
-       for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, ExportFailingXla)}
+       for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, SleepyXla, ExportFailingXla)}

@@ -1,0 +1,162 @@
+"""Regression gate: compare two results.json files per backend, batch size and check.
+
+A slowdown is flagged only when it is both large (p50 ratio above `max_slowdown`) and statistically
+real: the distribution-free 95% intervals of the two medians do not overlap. Two non-overlapping 95%
+intervals mean a difference significant at well under 5%, and the ratio threshold keeps a real but
+harmless drift (a few percent on a shared machine) from failing a build. Parity regressions: a backend
+that passed and now fails, or a leaf whose worst relative error grew by more than `max_parity_drift`
+times (ignoring changes below `drift_floor`, where a bit-exact 0 becoming 1e-9 means nothing).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+from .manifest import write_text_atomic
+
+
+@dataclass
+class Check:
+    backend: str
+    check: str  # "status", "parity", "latency@<batch>"
+    verdict: str  # ok | regression | improvement | new | missing
+    detail: str
+    base: float | str | None = None
+    current: float | str | None = None
+    ratio: float | None = None
+
+
+@dataclass
+class Diff:
+    checks: list[Check] = field(default_factory=list)
+    max_slowdown: float = 1.10
+    max_parity_drift: float = 10.0
+
+    @property
+    def regressions(self) -> list[Check]:
+        return [c for c in self.checks if c.verdict in ("regression", "missing")]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressions else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def diff_results(base: dict[str, Any], current: dict[str, Any], *, max_slowdown: float = 1.10,
+                 max_parity_drift: float = 10.0, drift_floor: float = 1e-7) -> Diff:
+    out = Diff(max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
+    for name, b in base["backends"].items():
+        c = current["backends"].get(name)
+        if c is None:
+            out.checks.append(Check(name, "status", "missing", "backend is in the baseline but not in this run",
+                                    b["status"], None))
+            continue
+        out.checks.append(_status_check(name, b, c))
+        out.checks.extend(_parity_checks(name, b, c, max_parity_drift, drift_floor))
+        out.checks.extend(_latency_checks(name, b, c, max_slowdown))
+    for name, c in current["backends"].items():
+        if name not in base["backends"]:
+            out.checks.append(Check(name, "status", "new", "not in the baseline", None, c["status"]))
+    return out
+
+
+def _status_check(name, b, c) -> Check:
+    if b["status"] == c["status"]:
+        return Check(name, "status", "ok", c["status"], b["status"], c["status"])
+    if b["status"] == "ok":
+        return Check(name, "status", "regression", f"was ok, now {c['status']}: {c.get('reason', '')}", b["status"], c["status"])
+    if c["status"] == "ok":
+        return Check(name, "status", "improvement", f"was {b['status']}, now ok", b["status"], c["status"])
+    return Check(name, "status", "ok", f"still failing: {c['status']}", b["status"], c["status"])
+
+
+def _worst_rel(parity) -> dict[str, float]:
+    worst: dict[str, float] = {}
+    for v in (parity or {}).get("leaves", []):
+        worst[v["name"]] = max(worst.get(v["name"], 0.0), float(v["stats"]["max_rel"]))
+    return worst
+
+
+def _parity_checks(name, b, c, factor, floor) -> list[Check]:
+    base, cur = _worst_rel(b.get("parity")), _worst_rel(c.get("parity"))
+    checks = []
+    for leaf, now in cur.items():
+        was = base.get(leaf)
+        if was is None:
+            continue
+        grew = now > max(was * factor, floor) if math.isfinite(now) else math.isfinite(was)
+        verdict = "regression" if grew else "ok"
+        ratio = now / was if was > 0 and math.isfinite(now) else None
+        checks.append(Check(name, f"parity {leaf}", verdict, f"max rel error {was:.3g} -> {now:.3g}", was, now, ratio))
+    return checks
+
+
+def _latency_checks(name, b, c, max_slowdown) -> list[Check]:
+    base = {s["batch"]: s["latency"] for s in ((b.get("bench") or {}).get("sizes") or [])}
+    checks = []
+    for s in ((c.get("bench") or {}).get("sizes") or []):
+        was = base.get(s["batch"])
+        if was is None:
+            continue
+        now = s["latency"]
+        ratio = now["p50_ms"] / was["p50_ms"] if was["p50_ms"] > 0 else math.inf
+        separated_slower = now["ci95_low_ms"] > was["ci95_high_ms"]
+        separated_faster = now["ci95_high_ms"] < was["ci95_low_ms"]
+        if ratio > max_slowdown and separated_slower:
+            verdict = "regression"
+        elif ratio < 1 / max_slowdown and separated_faster:
+            verdict = "improvement"
+        else:
+            verdict = "ok"
+        why = "intervals separate" if separated_slower or separated_faster else "intervals overlap"
+        batch = "as exported" if s["batch"] is None else s["batch"]
+        checks.append(Check(name, f"latency@{batch}", verdict,
+                            f"p50 {was['p50_ms']:.4g} -> {now['p50_ms']:.4g} ms ({ratio:.2f}x, {why})",
+                            was["p50_ms"], now["p50_ms"], ratio))
+    return checks
+
+
+def markdown(diff: Diff, title: str = "multiexport regression check") -> str:
+    mark = {"ok": "ok", "regression": "**REGRESSION**", "missing": "**MISSING**", "improvement": "improved", "new": "new"}
+    lines = [f"### {title}", "",
+             f"{len(diff.regressions)} regression(s); slowdown threshold {diff.max_slowdown:g}x with separated 95% "
+             f"intervals; parity drift threshold {diff.max_parity_drift:g}x.", "",
+             "| backend | check | verdict | detail |", "|---|---|---|---|"]
+    for c in diff.checks:
+        lines.append(f"| {c.backend} | {c.check} | {mark[c.verdict]} | {c.detail.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def junit(diff: Diff, suite: str = "multiexport") -> str:
+    """JUnit XML: one test case per backend x check; regressions are failures."""
+    cases = []
+    for c in diff.checks:
+        body = ""
+        if c.verdict in ("regression", "missing"):
+            body = f"<failure message={quoteattr(c.detail)}>{escape(c.detail)}</failure>"
+        elif c.verdict == "new":
+            body = f"<skipped message={quoteattr('not in the baseline')}/>"
+        cases.append(f'  <testcase classname={quoteattr(f"{suite}.{c.backend}")} name={quoteattr(c.check)}>{body}</testcase>')
+    failures = sum(c.verdict in ("regression", "missing") for c in diff.checks)
+    skipped = sum(c.verdict == "new" for c in diff.checks)
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name={quoteattr(suite)} tests="{len(diff.checks)}" '
+            f'failures="{failures}" skipped="{skipped}">\n' + "\n".join(cases) + "\n</testsuite>\n")
+
+
+def publish(diff: Diff, junit_path: str | os.PathLike | None = None) -> str:
+    """Write the JUnit file if asked and append the Markdown to $GITHUB_STEP_SUMMARY when set."""
+    text = markdown(diff)
+    if junit_path:
+        write_text_atomic(Path(junit_path), junit(diff))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    return text
