@@ -9,7 +9,7 @@ model here: twice the error of two faithful implementations, with room to spare.
 
 Run: `.venv/bin/python benchmarks/tolerance_calibration.py` (about 20 s on 2 cores).
 Figures printed: min_rtol = smallest rtol passing every element at the dtype's default atol;
-norm = max |err| / max |truth|; margin = min over elements of (atol + rtol*|truth|) / |err|.
+norm = max |err| / max |truth|; margin = min over elements of (atol + scale*max|truth| + rtol*|truth|) / |err|.
 """
 
 from __future__ import annotations
@@ -68,20 +68,20 @@ def main() -> None:
     models = {"mlp": mlp_model(rng), "attention": attention_model(rng), "conv": conv_model(rng)}
     with jax.enable_x64(True):
         truth = {name: np.asarray(jax.jit(fn)(*cast(args, np.float64)), np.float64) for name, (fn, args) in models.items()}
-    print(f"{'model':>10} {'dtype':>9} {'max_abs':>10} {'norm':>10} {'min_rtol':>10} {'margin':>8}   default rtol/atol")
+    print(f"{'model':>10} {'dtype':>9} {'max_abs':>10} {'norm':>10} {'min_rtol':>10} {'margin':>8}   default rtol/atol/scale")
     for dname, dtype in DTYPES.items():
         np_dtype = ml_dtypes.bfloat16 if dname == "bfloat16" else np.dtype(dname)
-        atol, rtol = DEFAULTS[dname].atol, DEFAULTS[dname].rtol
+        atol, rtol, scale = DEFAULTS[dname].atol, DEFAULTS[dname].rtol, DEFAULTS[dname].scale
         for name, (fn, args) in models.items():
             got = np.asarray(jax.jit(fn)(*cast(args, np_dtype)), np.float64)
             want = truth[name]
             err = np.abs(got - want)
             with np.errstate(divide="ignore", invalid="ignore"):
-                need = np.where(np.abs(want) > 0, (err - atol) / np.abs(want), 0.0)
+                need = np.where(np.abs(want) > 0, (err - atol - scale * np.abs(want).max()) / np.abs(want), 0.0)
             with np.errstate(divide="ignore"):
-                margin = np.min(np.where(err > 0, (atol + rtol * np.abs(want)) / err, np.inf))
+                margin = np.min(np.where(err > 0, (atol + scale * np.abs(want).max() + rtol * np.abs(want)) / err, np.inf))
             print(f"{name:>10} {dname:>9} {err.max():10.2e} {err.max() / np.abs(want).max():10.2e} "
-                  f"{max(0.0, need.max()):10.2e} {margin:8.1f}   {rtol:g}/{atol:g}")
+                  f"{max(0.0, need.max()):10.2e} {margin:8.1f}   {rtol:g}/{atol:g}/{scale:g}")
 
 
 if __name__ == "__main__":

@@ -109,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="concrete sizes for a symbolic dimension, e.g. b=1,8,64 (default: 1,5); repeatable",
     )
     p.add_argument(
-        "--tol", action="append", default=[], metavar="LEAF=rtol:R,atol:A",
-        help="tolerance override for matching output leaves, e.g. 'out.logits=rtol:1e-3,atol:1e-4'; repeatable",
+        "--tol", action="append", default=[], metavar="LEAF=rtol:R,atol:A[,scale:S]",
+        help="tolerance override for matching output leaves: pass when |got-ref| <= atol + scale*max|ref| + rtol*|ref|, e.g. 'out.logits=rtol:1e-3,atol:1e-4' (unset keys are 0); repeatable",
     )
     p.add_argument("--inputs", type=Path, help=".npz of named inputs to use instead of generated trials")
     p.add_argument(

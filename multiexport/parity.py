@@ -21,8 +21,9 @@ from .tolerance import Tolerance, tolerance_for
 class LeafStats:
     """Statistics of one output leaf in one trial (floats compared in float64).
 
-    min_atol: smallest atol that would pass at the configured rtol; min_rtol: smallest rtol that would
-    pass at the configured atol (inf when an element with a zero reference differs by more than atol).
+    min_atol: smallest absolute allowance (atol + scale*max|ref|) that would pass at the configured rtol;
+    min_rtol: smallest rtol that would pass at the configured absolute allowance (inf when an element
+    with a zero reference differs by more than that allowance).
     """
 
     shape_match: bool
@@ -127,7 +128,8 @@ def compare_leaf(name: str, got: Any, expected: np.ndarray, expected_dtype: str,
         reasons.append(f"Output '{name}' | Inf pattern differs at {s.inf_mismatch} elements{where}")
     if s.mismatch_count:
         at = f" at {tuple(s.worst_index)} (got {s.worst_got:.7g}, expected {s.worst_expected:.7g})" if s.worst_index is not None else ""
-        bound = "exact match expected" if tol.rtol == tol.atol == 0 else f"beyond atol {tol.atol:g} + rtol {tol.rtol:g}*|ref|"
+        bound = ("exact match expected" if tol.rtol == tol.atol == tol.scale == 0
+                 else f"beyond atol {tol.atol:g} + scale {tol.scale:g}*max|ref| + rtol {tol.rtol:g}*|ref|")
         reasons.append(
             f"Output '{name}' | {s.mismatch_count} of {s.count} elements {bound}; "
             f"max_abs {s.max_abs:.3g}, max_rel {s.max_rel:.3g}{at}{where}"
@@ -144,8 +146,9 @@ def _value_stats(got: np.ndarray, expected: np.ndarray, dtype: str, tol: Toleran
     if not is_float:
         g, e = got.astype(np.float64), expected.astype(np.float64)
         diff = np.abs(g - e)
-        bad = diff > tol.atol + tol.rtol * np.abs(e)
-        return _error_stats(g, e, diff, bad, tol) | {"count": count}
+        allowance = tol.atol + tol.scale * float(np.max(np.abs(e)))
+        bad = diff > allowance + tol.rtol * np.abs(e)
+        return _error_stats(g, e, diff, bad, tol, allowance) | {"count": count}
     cast = complex if dt.kind == "c" else np.float64
     g, e = got.astype(cast), expected.astype(cast)
     nan_g, nan_e = np.isnan(g), np.isnan(e)
@@ -155,15 +158,16 @@ def _value_stats(got: np.ndarray, expected: np.ndarray, dtype: str, tol: Toleran
     finite = np.isfinite(g) & np.isfinite(e)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.where(finite, np.abs(g - e), 0.0)
-    bad = finite & (diff > tol.atol + tol.rtol * np.abs(e))
-    out = _error_stats(g, e, diff, bad, tol, mask=finite)
+    allowance = tol.atol + tol.scale * float(np.max(np.abs(np.where(finite, e, 0.0)), initial=0.0))
+    bad = finite & (diff > allowance + tol.rtol * np.abs(np.where(finite, e, 0.0)))
+    out = _error_stats(g, e, diff, bad, tol, allowance, mask=finite)
     out.update(count=count, nan_mismatch=nan_mismatch, inf_mismatch=inf_mismatch)
     if dt.kind != "c" and got.dtype == expected.dtype == dt:
         out["max_ulp"] = _max_ulp(got, expected, finite)
     return out
 
 
-def _error_stats(got, ref, diff, bad, tol: Tolerance, mask=None) -> dict[str, Any]:
+def _error_stats(got, ref, diff, bad, tol: Tolerance, allowance: float, mask=None) -> dict[str, Any]:
     mask = np.ones(diff.shape, bool) if mask is None else mask
     d = diff[mask]
     if d.size == 0:
@@ -171,7 +175,7 @@ def _error_stats(got, ref, diff, bad, tol: Tolerance, mask=None) -> dict[str, An
     absref = np.where(mask, np.abs(ref), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(absref > 0, diff / absref, np.where(diff > 0, np.inf, 0.0))
-        need_rtol = np.where(absref > 0, (diff - tol.atol) / absref, np.where(diff > tol.atol, np.inf, 0.0))
+        need_rtol = np.where(absref > 0, (diff - allowance) / absref, np.where(diff > allowance, np.inf, 0.0))
     rel, need_rtol = np.where(mask, rel, 0.0), np.where(mask, need_rtol, 0.0)
     mismatch = int(np.sum(bad))
     worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0) if mismatch else diff)), diff.shape)

@@ -15,7 +15,7 @@ from typing import Any
 from .errors import InputError
 from .manifest import write_text_atomic
 from .recommend import recommend
-from .summary import _bytes, summary_rows
+from .summary import _bytes, _tol, summary_rows
 
 RESULT_COLUMNS = ("backend", "status", "batch", "max rel err", "tolerance", "p50 ms", "p99 ms", "vs jax",
                   "throughput", "cold start s", "size")
@@ -112,7 +112,7 @@ def _parity_rows(results):
             s = v["stats"]
             rows.append([name, leaf, "pass" if v["passed"] else "FAIL", f"{_f(s['max_abs']):.3g}", f"{_f(s['max_rel']):.3g}",
                          "-" if s.get("max_ulp") is None else str(s["max_ulp"]), f"{_f(s['mismatch_ratio']):.3g}",
-                         f"{_f(s['min_rtol']):.3g}", f"rtol {v['tolerance']['rtol']:g}, atol {v['tolerance']['atol']:g}",
+                         f"{_f(s['min_rtol']):.3g}", _tol(v["tolerance"]),
                          v["trial"]])
     return rows
 

@@ -33,7 +33,7 @@ def _rows(name, status, parity, bench, ref_p50, binding, result) -> list[dict[st
     base = {
         "backend": name, "status": status,
         "max rel err": _sci(worst["stats"]["max_rel"]) if worst else "",
-        "tolerance": f"rtol {worst['tolerance']['rtol']:g}, atol {worst['tolerance']['atol']:g}" if worst else "",
+        "tolerance": _tol(worst["tolerance"]) if worst else "",
         "dropped leaves": dropped,
         "size": _bytes(bench.get("artifact_bytes")) if bench else "",
     }
@@ -71,6 +71,10 @@ def _worst(parity):
         return (not v["passed"], rel if math.isfinite(rel) else 1e300)
 
     return max(leaves, key=key)
+
+
+def _tol(t: dict[str, float]) -> str:
+    return f"rtol {t['rtol']:g}, atol {t['atol']:g}" + (f", scale {t['scale']:g}" if t.get("scale") else "")
 
 
 def _sci(value) -> str:

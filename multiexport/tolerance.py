@@ -1,10 +1,14 @@
 """Parity tolerances: defaults per dtype, and per-leaf overrides such as `out.logits=rtol:1e-3,atol:1e-4`.
 
-A value passes when |got - ref| <= atol + rtol * |ref| (numpy's allclose). The float defaults come from
+A value passes when |got - ref| <= atol + scale * max|ref| + rtol * |ref|: numpy's allclose plus a term
+relative to the leaf's largest magnitude, because rounding differences between two faithful
+implementations (another summation order, a fused multiply-add) scale with the magnitudes summed, not
+with a result that happens to cancel to near zero. The float defaults come from
 benchmarks/tolerance_calibration.py: a faithful implementation in a dtype differs from the float64
 truth by its rounding error, and two faithful implementations (JAX and an export) by up to about twice
-that; each default still passes at least 4x the worst error measured on the benchmark models
-(worst margins: float32 8.4x, float16 4.3x, bfloat16 4.2x, all at the attention block; see the script).
+that; each default still passes at least 10x the worst error measured on the benchmark models
+(worst margins: float32 22x, float16 15x, bfloat16 11x; see the script). The scale term is set from
+the measured max|err|/max|ref| (float32 5e-7, float16 1e-3, bfloat16 8.5e-3) with a margin of 3-8x.
 Integers and bools are exact by default.
 """
 
@@ -21,6 +25,7 @@ from .errors import UsageError
 class Tolerance:
     rtol: float
     atol: float
+    scale: float = 0.0  # allowance as a fraction of the leaf's max |ref|
 
     def to_json(self) -> dict[str, float]:
         return asdict(self)
@@ -28,12 +33,12 @@ class Tolerance:
 
 # Measured on the benchmark models (benchmarks/tolerance_calibration.py, figures in its docstring).
 DEFAULTS: dict[str, Tolerance] = {
-    "float64": Tolerance(rtol=1e-12, atol=1e-13),
-    "float32": Tolerance(rtol=1e-5, atol=4e-6),
-    "float16": Tolerance(rtol=4e-2, atol=4e-3),
-    "bfloat16": Tolerance(rtol=1e-1, atol=2.5e-2),
-    "complex64": Tolerance(rtol=1e-5, atol=4e-6),
-    "complex128": Tolerance(rtol=1e-12, atol=1e-13),
+    "float64": Tolerance(rtol=1e-12, atol=1e-13, scale=1e-13),
+    "float32": Tolerance(rtol=1e-5, atol=4e-6, scale=4e-6),
+    "float16": Tolerance(rtol=4e-2, atol=4e-3, scale=4e-3),
+    "bfloat16": Tolerance(rtol=1e-1, atol=2.5e-2, scale=3e-2),
+    "complex64": Tolerance(rtol=1e-5, atol=4e-6, scale=4e-6),
+    "complex128": Tolerance(rtol=1e-12, atol=1e-13, scale=1e-13),
 }
 EXACT = Tolerance(rtol=0.0, atol=0.0)
 
@@ -43,14 +48,14 @@ def default_tolerance(dtype: str) -> Tolerance:
     if dtype in DEFAULTS:
         return DEFAULTS[dtype]
     if dtype.startswith("float8"):
-        return Tolerance(rtol=0.25, atol=0.1)
+        return Tolerance(rtol=0.25, atol=0.1, scale=0.1)
     return EXACT
 
 
 def parse_tolerances(specs: Sequence[str]) -> dict[str, Tolerance]:
-    """`["out.logits=rtol:1e-3,atol:1e-4", "out.*=rtol:1e-4"]` -> {pattern: Tolerance}.
+    """`["out.logits=rtol:1e-3,atol:1e-4", "out.*=rtol:1e-4,scale:1e-5"]` -> {pattern: Tolerance}.
 
-    A missing rtol or atol is 0 only when the other is given explicitly; patterns are globs.
+    Keys not given are 0 (an override states the whole tolerance); patterns are globs.
     """
     out: dict[str, Tolerance] = {}
     for spec in specs:
@@ -60,15 +65,15 @@ def parse_tolerances(specs: Sequence[str]) -> dict[str, Tolerance]:
         values = {}
         for part in body.split(","):
             key, sep, val = part.strip().partition(":")
-            if key not in ("rtol", "atol") or not sep:
-                raise UsageError(f"Tolerance '{spec}' | got '{part}', expected rtol:NUMBER or atol:NUMBER")
+            if key not in ("rtol", "atol", "scale") or not sep:
+                raise UsageError(f"Tolerance '{spec}' | got '{part}', expected rtol:NUMBER, atol:NUMBER or scale:NUMBER")
             try:
                 values[key] = float(val)
             except ValueError:
                 raise UsageError(f"Tolerance '{spec}' | got {key} '{val}', expected a number") from None
             if values[key] < 0:
                 raise UsageError(f"Tolerance '{spec}' | got {key} {val}, expected >= 0")
-        out[pattern] = Tolerance(rtol=values.get("rtol", 0.0), atol=values.get("atol", 0.0))
+        out[pattern] = Tolerance(rtol=values.get("rtol", 0.0), atol=values.get("atol", 0.0), scale=values.get("scale", 0.0))
     return out
 
 

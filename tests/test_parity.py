@@ -42,11 +42,23 @@ def test_statistics_of_a_known_difference():
     assert s.worst_index == [1] and s.worst_got == 2.5 and s.worst_expected == 2.0
     assert s.max_ulp == 2**21  # 2.5 vs 2.0 in float32: 0.5 / 2^-22
     assert s.min_atol == pytest.approx(0.5 - F32.rtol * 2.0)
-    assert s.min_rtol == pytest.approx((0.5 - F32.atol) / 2.0)
+    assert s.min_rtol == pytest.approx((0.5 - F32.atol - F32.scale * 4.0) / 2.0)  # max|ref| is 4
     assert "Output 'out.y'" in v.reasons[0] and "max_abs 0.5" in v.reasons[0] and "trial 't0'" in v.reasons[0]
     # the minimum tolerances reported really are the boundary
     assert compare_leaf("out.y", got, ref, "float32", Tolerance(s.min_rtol * 1.0001, F32.atol)).passed
     assert not compare_leaf("out.y", got, ref, "float32", Tolerance(s.min_rtol * 0.999, F32.atol)).passed
+
+
+def test_scale_term_accepts_rounding_at_a_cancelled_element_but_not_a_real_error():
+    # one element cancels to ~1.3 among values ~50: a rounding difference of 1.7e-5 there is faithful
+    ref = np.array([50.0, -48.0, 1.3], np.float32)
+    got = ref.copy()
+    got[2] += 1.72e-5
+    assert not compare_leaf("out", got, ref, "float32", Tolerance(F32.rtol, F32.atol)).passed
+    assert compare_leaf("out", got, ref, "float32", F32).passed
+    got[2] = ref[2] + 1e-3  # a real error stays caught
+    v = compare_leaf("out", got, ref, "float32", F32)
+    assert not v.passed and "scale 4e-06*max|ref|" in v.reasons[0]
 
 
 def test_nan_in_the_same_place_passes_elsewhere_fails():

@@ -11,11 +11,12 @@ def test_defaults_per_dtype_and_exact_integers():
 
 
 def test_parse_overrides_and_precedence():
-    tols = parse_tolerances(["out.*=rtol:1e-3", "out.logits=rtol:1e-2,atol:1e-4"])
+    tols = parse_tolerances(["out.*=rtol:1e-3", "out.logits=rtol:1e-2,atol:1e-4", "aux=scale:1e-5"])
     assert tols["out.*"] == Tolerance(1e-3, 0.0)
+    assert tols["aux"] == Tolerance(0.0, 0.0, 1e-5)
     assert tolerance_for("out.logits", "float32", tols) == Tolerance(1e-2, 1e-4)  # exact name beats glob
     assert tolerance_for("out.probs", "float32", tols) == Tolerance(1e-3, 0.0)
-    assert tolerance_for("aux", "float32", tols) == DEFAULTS["float32"]
+    assert tolerance_for("other", "float32", tols) == DEFAULTS["float32"]
 
 
 @pytest.mark.parametrize("spec, message", [
