@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from multiexport.arrays_io import save_npz
-from multiexport.backend import Backend, ExportOptions, Runner, base_versions, bindings, utc_now
+from multiexport.backend import Availability, Backend, ExportOptions, Runner, base_versions, bindings, utc_now
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.manifest import Manifest
 from multiexport.signature import Leaf, Signature
@@ -210,6 +210,14 @@ class SavedModelBackend(Backend):
         category = next((c for fragment, c in _CATEGORIES if fragment.lower() in text.lower()), "converter-error")
         reason = " ".join(text.split())[:800]
         return ExportError(f"Backend '{self.name}' | '{signature.name}' {what}: {reason}", backend=self.name, category=category)
+
+    def _gpu_status_impl(self) -> Availability:
+        tf = import_tf()
+        gpus = tf.config.list_physical_devices("GPU")
+        if not gpus:
+            return Availability(False, f"TensorFlow {tf.__version__} sees no GPU (tensorflow-cpu, or no CUDA): "
+                                       "install 'multiexport[gpu]' for tensorflow[and-cuda]")
+        return Availability(True, f"{len(gpus)} GPU(s): {', '.join(g.name for g in gpus)}")
 
     def _load_impl(self, manifest: Manifest, directory: Path, device: str) -> Runner:
         tf = import_tf()

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from multiexport.backend import Backend, ExportOptions, Runner, base_versions, bindings, utc_now
+from multiexport.backend import Availability, Backend, ExportOptions, Runner, base_versions, bindings, utc_now
 from multiexport.errors import ArtifactError, RunError
 from multiexport.arrays_io import save_npz
 from multiexport.manifest import Manifest, write_bytes_atomic, write_text_atomic
@@ -116,6 +116,16 @@ class XlaBackend(Backend):
             },
             warnings=warnings,
         )
+
+    def _gpu_status_impl(self) -> Availability:
+        import jax
+
+        try:
+            gpus = jax.devices("gpu")
+        except RuntimeError as exc:
+            return Availability(False, f"JAX {jax.__version__} sees no GPU ({' '.join(str(exc).split())[:200]}); "
+                                       "install the CUDA plugin: pip install 'multiexport[gpu]'")
+        return Availability(True, f"{len(gpus)} GPU(s): {', '.join(d.device_kind for d in gpus)}")
 
     def _load_impl(self, manifest: Manifest, directory: Path, device: str) -> Runner:
         import jax

@@ -45,6 +45,11 @@ class ExportOptions:
     keep_unused: bool = False
     platforms: tuple[str, ...] | None = None
 
+    @classmethod
+    def for_device(cls, device: str, keep_unused: bool = False) -> "ExportOptions":
+        """GPU artifacts are lowered for both platforms, so one artifact runs (and is checked) on either."""
+        return cls(keep_unused=keep_unused, platforms=("cpu", "cuda") if device == "gpu" else None)
+
 
 @dataclass(frozen=True)
 class Artifact:
@@ -79,6 +84,11 @@ class Runner:
 
     def run_prepared(self, prepared: Any) -> None:
         self._run_impl(prepared)
+
+    def run_with_transfers(self, arrays: list[np.ndarray]) -> None:
+        """End to end from host arrays (already checked by `prepare`) to host outputs: inputs copied to
+        the device, the call, outputs copied back. What `--include-transfers` times."""
+        self._fetch_impl(self._prepare_impl(arrays))
 
     def compile(self, prepared: Any) -> bool:
         """Compile ahead of the first call for these prepared inputs, if the runtime compiles lazily.
@@ -179,6 +189,21 @@ class Backend:
             )
         return self._load_impl(manifest, Path(artifact_dir), device)
 
+    def device_status(self, device: str) -> Availability:
+        """Whether this backend can run on `device` here, and what it found (imports the runtime).
+
+        Call it in a worker process where the runtime's import or GPU initialisation must not touch
+        the caller (compare does).
+        """
+        if device not in DEVICES:
+            raise RunError(f"Device '{device}' | unknown, expected one of {', '.join(DEVICES)}")
+        status = self.available()
+        if not status.ok:
+            return status
+        if device == "cpu":
+            return Availability(True, "cpu")
+        return self._gpu_status_impl()
+
     def _require(self) -> None:
         status = self.available()
         if not status.ok:
@@ -190,6 +215,9 @@ class Backend:
 
     def _load_impl(self, manifest: Manifest, directory: Path, device: str) -> Runner:
         raise NotImplementedError
+
+    def _gpu_status_impl(self) -> Availability:
+        return Availability(False, f"backend '{self.name}' has no GPU support")
 
 
 def _replace_dir(staging: Path, out_dir: Path) -> None:

@@ -22,7 +22,9 @@ import numpy as np
 class BenchConfig:
     """How long to measure: both `min_iters` calls and `bench_time` seconds, after warm-up.
 
-    max_iters caps very fast functions so a run stays bounded in memory and time.
+    max_iters caps very fast functions so a run stays bounded in memory and time. By default the timed
+    call runs on inputs already on the device and leaves outputs there (synchronised);
+    include_transfers times the host-to-host path instead.
     """
 
     warmup_iters: int = 5
@@ -30,6 +32,7 @@ class BenchConfig:
     min_iters: int = 20
     bench_time: float = 1.0
     max_iters: int = 100_000
+    include_transfers: bool = False  # time host->device copies and device->host outputs too
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,7 +163,13 @@ def bench_sizes(
             on_first_output()
             on_first_output = None
         after = runner.compile_count()
-        stats = summarize(time_calls(lambda: runner.run_prepared(prepared), config))
+        if config.include_transfers:
+            from .feed import check_feed
+
+            arrays, _ = check_feed(runner.manifest.inputs, feed)
+            stats = summarize(time_calls(lambda: runner.run_with_transfers(arrays), config))
+        else:
+            stats = summarize(time_calls(lambda: runner.run_prepared(prepared), config))
         items = batch if batch is not None else 1
         out.append(SizeResult(
             batch=batch, latency=stats, prepare_s=prepare_s, compile_s=compile_s, first_call_s=first_call_s,

@@ -60,8 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-unused", action="store_true", help="make every leaf a parameter, even unread ones")
     p.add_argument(
         "--platforms",
-        help="XLA: comma-separated platforms to lower for, e.g. cpu,cuda (default: this machine's)",
+        help="XLA/SavedModel: comma-separated platforms to lower for, e.g. cpu,cuda (default: this machine's)",
     )
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                   help="gpu: build the artifact for the GPU too (XLA/SavedModel lower for cpu,cuda; IREE compiles for cuda)")
     p.set_defaults(handler=cmd_export)
 
     p = sub.add_parser(
@@ -126,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
     _regression_options(p)
     p.add_argument("--baseline", type=Path, metavar="RESULTS_JSON",
                    help="compare to a previous results.json; exit 1 on a regression (Markdown diff printed)")
+    p.add_argument(
+        "--device", choices=["cpu", "gpu", "auto"], default="cpu",
+        help="cpu (default); gpu: every backend on the GPU, those that cannot use it are reported as 'no-gpu' rows; "
+             "auto: the GPU when every selected backend sees one, else the CPU (the report says what each found)",
+    )
+    p.add_argument("--include-transfers", action="store_true",
+                   help="time host-to-host calls (input copies to the device and outputs back) instead of device-resident ones")
     p.add_argument("--no-bench", action="store_true", help="check parity only, measure no latency")
     p.add_argument("--bench-time", type=float, default=1.0, help="seconds of timed calls per batch size (default: 1)")
     p.add_argument("--min-iters", type=int, default=20, help="at least this many timed calls per batch size (default: 20)")
@@ -231,7 +240,7 @@ def cmd_signature(args) -> int:
     if data["symbolic_dims"]:
         console.print(f"Symbolic dimensions: {', '.join(data['symbolic_dims'])}")
     for warning in data["warnings"]:
-        console.print(f"[yellow]note:[/] {warning}")
+        console.print(f"[yellow]note:[/] {_esc(warning)}")
     return 0
 
 
@@ -240,6 +249,8 @@ def cmd_export(args) -> int:
     from .target import load_target
 
     platforms = _split(args.platforms) if args.platforms else None
+    if args.device == "gpu":
+        platforms = sorted(set(platforms or ["cpu"]) | {"cuda"})
     artifact = export(load_target(args.target), args.out, args.backend, keep_unused=args.keep_unused, platforms=platforms)
     m = artifact.manifest
     console = _console()
@@ -253,7 +264,7 @@ def cmd_export(args) -> int:
         + (f"; dropped (not read): {', '.join(dropped)}" if dropped else "")
     )
     for warning in m.warnings:
-        console.print(f"  [yellow]note:[/] {warning}")
+        console.print(f"  [yellow]note:[/] {_esc(warning)}")
     return 0
 
 
@@ -310,7 +321,7 @@ def cmd_compare(args) -> int:
         if not batch_sizes or min(batch_sizes) < 1:
             raise UsageError(f"Option '--batch-sizes' | got '{args.batch_sizes}', expected sizes >= 1 such as 1,8,64")
     bench = None if args.no_bench else BenchConfig(warmup_iters=args.warmup, min_iters=args.min_iters,
-                                                    bench_time=args.bench_time)
+                                                    bench_time=args.bench_time, include_transfers=args.include_transfers)
     val_ranges, dim_sizes = parse_val_ranges(args.val_range), parse_dim_sizes(args.dim_sizes)
     tolerances = parse_tolerances(args.tol)
     inputs = load_npz(args.inputs) if args.inputs else None
@@ -322,7 +333,7 @@ def cmd_compare(args) -> int:
     status = err.status("starting") if err.is_terminal else None  # a live line on terminals, plain lines in logs
 
     def progress(message: str) -> None:
-        err.print(f"[dim]{time.perf_counter() - start:6.1f}s[/] {message}")
+        err.print(f"[dim]{time.perf_counter() - start:6.1f}s[/] {_esc(message)}")
         if status is not None:
             status.update(message)
 
@@ -332,7 +343,7 @@ def cmd_compare(args) -> int:
         results = compare(
             target, backends=backends, out_dir=args.out, trials=args.trials, seed=args.seed,
             val_ranges=val_ranges, dim_sizes=dim_sizes, tolerances=tolerances, inputs=inputs,
-            reference=args.reference, keep_unused=args.keep_unused, timeout=args.timeout,
+            reference=args.reference, keep_unused=args.keep_unused, timeout=args.timeout, device=args.device,
             bench=bench, batch_sizes=batch_sizes, target_spec=args.target or "multiexport.examples:seed",
             progress=progress,
         )
@@ -414,7 +425,7 @@ def _print_results(results) -> None:
         console.print(btable)
     for name, r in results.backends.items():
         if r.status != "ok":
-            console.print(f"[red]{name}[/]: {r.status}: {r.reason}")
+            console.print(f"[red]{name}[/]: {r.status}: {_esc(r.reason)}")
         if r.error_vs_float64:
             errs = ", ".join(f"{k} {v:.2e}" for k, v in r.error_vs_float64.items())
             console.print(f"{name} error vs float64 truth (max abs / max |truth|): {errs}")
@@ -426,6 +437,12 @@ def _print_results(results) -> None:
         at = "the exported shapes" if row["batch"] == "-" else f"batch {row['batch']}"
         console.print(f"fastest faithful backend at {at}: [bold]{row['backend']}[/] ({row['p50 ms']} ms p50)")
     out = Path(results.out_dir)
+    plan = results.device or {}
+    if plan.get("requested", "cpu") != "cpu":
+        console.print(f"device: requested {plan['requested']}, ran on {plan['chosen']}"
+                      + (f" ({_esc(plan['note'])})" if plan.get("note") else ""))
+        for name, found in plan.get("found", {}).items():
+            console.print(f"  {name}: {'GPU' if found['gpu'] else 'no GPU'}: {_esc(found['reason'])}")
     console.print(f"results: {out / 'results.json'}; reports: {out / 'report.md'}, {out / 'report.html'}")
 
 
@@ -446,6 +463,13 @@ def cmd_backends(args) -> int:
             state = f"broken: {exc}"
         print(f"{name:<12} {state}  ({where})")
     return 0
+
+
+def _esc(text: str) -> str:
+    """Text from runtimes and users printed through rich: `[gpu]` is a pip extra, not a style tag."""
+    from rich.markup import escape
+
+    return escape(str(text))
 
 
 def _shape(shape) -> str:

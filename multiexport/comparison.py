@@ -57,6 +57,7 @@ class Results:
     reference: dict[str, Any]
     environment: dict[str, Any]
     out_dir: str
+    device: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
 
     def exit_code_allowing(self, allow_fail: Sequence[str] = ()) -> int:
@@ -100,7 +101,8 @@ def compare(
 ) -> Results:
     """Export `target` with each backend, benchmark and run each artifact in a worker, check parity.
 
-    bench=None skips latency. batch_sizes sweeps the symbolic batch dimension (default: the example's
+    device: "cpu", "gpu" (backends that cannot use it become "no-gpu" rows) or "auto" (the GPU when every
+    selected backend sees one). bench=None skips latency. batch_sizes sweeps the symbolic batch dimension (default: the example's
     size). target_spec (a TARGET string) lets the reference be benchmarked in a worker process like
     every backend; without it the reference is timed in this process before any export.
     """
@@ -111,8 +113,15 @@ def compare(
     from .signature import build_signature
     from .tolerance import check_patterns
 
+    from .devices import probe_gpu, resolve
+
     out = Path(out_dir or Path("multiexport-out") / target.name)
     out.mkdir(parents=True, exist_ok=True)
+    if device != "cpu":
+        progress(f"which backends see a GPU ({', '.join(backends)})")
+    plan = resolve(device, probe_gpu(backends) if device != "cpu" else {})
+    if plan.note:
+        progress(plan.note)
     progress(f"signature of '{target.name}'")
     sig = build_signature(target)
     check_patterns(tolerances or {}, [leaf.name for leaf in sig.outputs], "Tolerance")
@@ -127,24 +136,30 @@ def compare(
 
     from .reference import ReferenceRunner, float64_outputs
 
-    ref_runner = ReferenceRunner(target, sig, device)
+    jax_gpu = plan.chosen == "gpu" and "xla" in plan.found and plan.found["xla"]["gpu"]
+    ref_device = "gpu" if jax_gpu else "cpu"
+    ref_runner = ReferenceRunner(target, sig, ref_device)
     progress(f"reference outputs (jax.jit) for {len(trial_list)} trials")
     ref_outputs = [ref_runner(t.feed) for t in trial_list]
     truth = float64_outputs(target, sig, [t.feed for t in trial_list]) if reference == "float64" else None
-    ref_info: dict[str, Any] = {"kind": "jax.jit", "jax_version": _version("jax")}
+    ref_info: dict[str, Any] = {"kind": "jax.jit", "jax_version": _version("jax"), "device": ref_device}
     if truth is not None:
         ref_info["jax_error_vs_float64"] = _error_vs(ref_outputs, truth)
     if bench:
         progress("reference: benchmark jax.jit")
-        ref_info["bench"] = _bench_reference(ref_runner, target_spec, bench_feeds, bench, device, timeout)
+        ref_info["bench"] = _bench_reference(ref_runner, target_spec, bench_feeds, bench, ref_device, timeout)
 
     results: dict[str, BackendResult] = {}
-    res = Results(target.name, sig.to_json(), [t.name for t in trial_list], results, ref_info, _environment(), str(out))
+    res = Results(target.name, sig.to_json(), [t.name for t in trial_list], results, ref_info, _environment(), str(out),
+                  device=plan.to_json())
     try:
         for name in backends:
+            if name in plan.excluded:
+                results[name] = BackendResult(name, "no-gpu", plan.excluded[name])
+                continue
             results[name] = _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, tolerances or {},
-                                         ExportOptions(keep_unused=keep_unused), device, timeout, bench, bench_feeds,
-                                         progress, target_spec)
+                                         ExportOptions.for_device(plan.chosen, keep_unused), plan.chosen, timeout,
+                                         bench, bench_feeds, progress, target_spec)
     except KeyboardInterrupt:
         # Keep what finished: write the results and reports so far, then let the caller stop.
         for name in backends:
@@ -276,6 +291,7 @@ def export_in_worker(target_spec: str, backend: str, artifact_dir: Path, options
     try:
         cmd = [sys.executable, "-m", "multiexport.worker", "export", target_spec, backend, str(artifact_dir), str(work)]
         cmd += ["--keep-unused"] if options.keep_unused else []
+        cmd += ["--device", "gpu"] if options.platforms and "cuda" in options.platforms else []
         failure = _run_process(cmd + _registrations(), work, timeout)
         if failure:
             return failure, None

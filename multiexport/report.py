@@ -125,6 +125,27 @@ def _f(v) -> float:
     return float(v)
 
 
+def setup_lines(results: dict[str, Any]) -> list[str]:
+    """Device and timing mode: what the figures mean."""
+    plan = results.get("device") or {}
+    lines = []
+    if plan:
+        lines.append(f"Device: requested {plan.get('requested')}, ran on {plan.get('chosen')}"
+                     + (f" ({plan['note']})" if plan.get("note") else ""))
+        for name, found in (plan.get("found") or {}).items():
+            lines.append(f"{name}: {'sees a GPU' if found['gpu'] else 'no GPU'} ({found['reason']})")
+    configs = [b["config"] for b in [(results.get("reference") or {}).get("bench")]
+               + [r.get("bench") for r in results["backends"].values()] if b]
+    if configs:
+        c = configs[0]
+        mode = ("end to end: host inputs copied to the device and outputs copied back in every timed call"
+                if c.get("include_transfers") else
+                "inputs already on the device, outputs left there; every timed call synchronised")
+        lines.append(f"Timing: {mode}; {c.get('warmup_iters')} warm-up calls, then at least {c.get('min_iters')} calls "
+                     f"and {c.get('bench_time')} s per batch size; each backend in its own worker process")
+    return lines
+
+
 # -- markdown -----------------------------------------------------------------------------------
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -154,7 +175,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         out += ["## Cold start and memory", "", "Separate from the steady-state percentiles above.", "",
                 _md_table(COLD_HEADER, crow), ""]
     env = results.get("environment", {})
-    out += ["## Environment", "", f"- CPU: {env.get('cpu', '?')} ({env.get('cores', '?')} cores)",
+    out += ["## Environment", ""] + [f"- {line}" for line in setup_lines(results)] + [
+            f"- CPU: {env.get('cpu', '?')} ({env.get('cores', '?')} cores)",
             f"- Python {env.get('python', '?')} on {env.get('platform', '?')}",
             "- " + ", ".join(f"{k} {v}" for k, v in env.get("versions", {}).items()), ""]
     return "\n".join(out)
@@ -237,8 +259,8 @@ def render_html(results: dict[str, Any]) -> str:
         parts.append("<h2>Cold start and memory</h2><p>Separate from the steady-state percentiles.</p>"
                      + _html_table(COLD_HEADER, crow))
     env = results.get("environment", {})
-    parts.append("<h2>Environment</h2><ul>"
-                 f"<li>CPU: {html.escape(str(env.get('cpu', '?')))} ({env.get('cores', '?')} cores)</li>"
+    parts.append("<h2>Environment</h2><ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in setup_lines(results))
+                 + f"<li>CPU: {html.escape(str(env.get('cpu', '?')))} ({env.get('cores', '?')} cores)</li>"
                  f"<li>Python {html.escape(str(env.get('python', '?')))} on {html.escape(str(env.get('platform', '?')))}</li>"
                  f"<li>{html.escape(', '.join(f'{k} {v}' for k, v in env.get('versions', {}).items()))}</li></ul>")
     parts.append("</body></html>")

@@ -2,7 +2,8 @@
 
     python -m multiexport.worker ARTIFACT_DIR OUT_DIR [--parity-feeds DIR] [--bench-feeds DIR --bench-config JSON]
     python -m multiexport.worker --reference TARGET OUT_DIR ...
-    python -m multiexport.worker export TARGET BACKEND ARTIFACT_DIR OUT_DIR [--keep-unused]
+    python -m multiexport.worker export TARGET BACKEND ARTIFACT_DIR OUT_DIR [--keep-unused] [--device gpu]
+    python -m multiexport.worker devices BACKEND DEVICE OUT_JSON
 
 The artifact's worker never sees the original function: what it computes comes from the directory
 alone. Cold start is measured first (load, compile, first call), then steady-state latency per batch
@@ -23,7 +24,34 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["export"]:
         return export_main(argv[1:])
+    if argv[:1] == ["devices"]:
+        return devices_main(argv[1:])
     return run_main(argv)
+
+
+def devices_main(argv: list[str]) -> int:
+    """Write {ok, reason} for BACKEND on DEVICE: the runtime's own answer, in this throwaway process."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m multiexport.worker devices")
+    parser.add_argument("backend")
+    parser.add_argument("device")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--register", action="append", default=[], metavar="NAME=module:Class")
+    args = parser.parse_args(argv)
+    from .manifest import write_text_atomic
+    from .registry import get_backend, register
+
+    for entry in args.register:
+        name, _, locator = entry.partition("=")
+        register(name, locator)
+    try:
+        status = get_backend(args.backend).device_status(args.device)
+        data = {"ok": status.ok, "reason": status.reason}
+    except Exception as exc:  # a runtime that fails while probing cannot use the device
+        data = {"ok": False, "reason": f"{type(exc).__name__}: {exc}"}
+    write_text_atomic(args.out, json.dumps(data))
+    return 0
 
 
 def export_main(argv: list[str]) -> int:
@@ -36,6 +64,7 @@ def export_main(argv: list[str]) -> int:
     parser.add_argument("artifact", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--keep-unused", action="store_true")
+    parser.add_argument("--device", default="cpu")
     parser.add_argument("--register", action="append", default=[], metavar="NAME=module:Class")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -54,7 +83,8 @@ def export_main(argv: list[str]) -> int:
         target = load_target(args.target)
         fingerprint = build_signature(target).fingerprint(target.fn)
         t0 = time.perf_counter()
-        export(target, args.artifact, args.backend, keep_unused=args.keep_unused)
+        platforms = ("cpu", "cuda") if args.device == "gpu" else None
+        export(target, args.artifact, args.backend, keep_unused=args.keep_unused, platforms=platforms)
         write_text_atomic(args.out / "export.json",
                           json.dumps({"seconds": time.perf_counter() - t0, "fingerprint": fingerprint}))
     except Exception as exc:
