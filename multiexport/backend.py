@@ -102,6 +102,10 @@ class Runner:
         """How many executables the runner has compiled so far, or None when the runtime cannot say."""
         return None
 
+    def native_figures(self, feed: Mapping[str, Any], budget_s: float) -> dict[str, Any] | None:
+        """Latency measured by the runtime's own native tool on this feed (no Python in the loop), if it has one."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """How this runner calls its runtime: calling path, device, thread settings where known."""
         return {"calling_path": self.calling_path, "device": self.device, **self._describe_impl()}

@@ -18,7 +18,7 @@ from .recommend import recommend
 from .summary import _bytes, _tol, summary_rows
 
 RESULT_COLUMNS = ("backend", "status", "batch", "max rel err", "tolerance", "p50 ms", "p99 ms", "vs jax",
-                  "throughput", "cold start s", "size")
+                  "throughput", "cold start s", "size", "native ms")
 
 
 def load_results(path: str | Path) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def _rows(name, status, parity, bench, ref_p50, binding, result) -> list[dict[st
     sizes = (bench or {}).get("sizes") or []
     if not sizes:
         return [{**base, "batch": "", "p50 ms": "", "p99 ms": "", "vs jax": "", "throughput": "", "cold start s": "",
-                 "_p50": None}]
+                 "native ms": "", "_p50": None}]
     rows = []
     for i, s in enumerate(sizes):
         lat = s["latency"]
@@ -53,6 +53,7 @@ def _rows(name, status, parity, bench, ref_p50, binding, result) -> list[dict[st
             "vs jax": f"{ratio:.2f}x" if ratio is not None and name != "jax" else ("1.00x" if name == "jax" else ""),
             "throughput": f"{_si(s['throughput_per_s'])} {s['items']}/s",
             "cold start s": f"{cold:.3g}" if cold is not None else "",
+            "native ms": f"{s['native']['median_ms']:.4g}" if (s.get("native") or {}).get("median_ms") else "",
             "_p50": lat["p50_ms"],
         })
     return rows

@@ -1,0 +1,256 @@
+"""IREE backend: the .vmfb matches jax.jit through both IREE runtimes, the Python bindings and the native
+`iree-run-module` binary, from the artifact directory alone; failures are typed with IREE's own words.
+
+IREE compiles take about a second each (the transformer about five), so artifacts are built once per
+module and shared.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from multiexport import ArtifactError, ExportError, InputError, RunError, Target, examples
+from multiexport.backend import ExportOptions
+from multiexport.backends.iree import (
+    BENCH_TOOL, RUN_TOOL, IreeBackend, compile_flags, compile_vmfb, find_native_tool, native_benchmark, run_native,
+)
+from multiexport.manifest import Manifest
+from multiexport.parity import compare_leaf
+from multiexport.signature import build_signature
+from multiexport.tolerance import default_tolerance
+
+from ..cases import case, feed_for
+from ..conftest import reference_outputs
+
+# Every case of tests/cases.py compiles and matches; nothing is declared unsupported.
+KNOWN_UNSUPPORTED: dict[str, str] = {}
+
+TARGETS = {
+    "seed": examples.seed,
+    "mlp": examples.mlp,
+    "transformer": lambda: examples.transformer(symbolic_batch=True),  # batch.x: (b, 16, 64)
+    "symbolic_batch": lambda: case("symbolic_batch").make(),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Export each target once: name -> (target, signature, artifact)."""
+    root = tmp_path_factory.mktemp("iree")
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            target = TARGETS[name]()
+            sig = build_signature(target)
+            cache[name] = (target, sig, IreeBackend().export(target.fn, sig, root / name))
+        return cache[name]
+
+    return get
+
+
+def assert_faithful(got, want, sig, label=""):
+    assert list(got) == [leaf.name for leaf in sig.outputs]
+    for leaf in sig.outputs:
+        verdict = compare_leaf(leaf.name, got[leaf.name], want[leaf.name], leaf.dtype, default_tolerance(leaf.dtype), label)
+        assert verdict.passed, verdict.reasons
+
+
+@pytest.mark.parametrize("name", ["seed", "mlp", "transformer"])
+def test_both_runners_match_jax_jit(built, name):
+    target, sig, artifact = built(name)
+    feed = sig.example_feed()
+    want = reference_outputs(target, sig, feed)
+    assert_faithful(IreeBackend().load(artifact.directory)(feed), want, sig, "python")
+    assert_faithful(run_native(artifact.directory, feed), want, sig, "native")
+
+
+def test_seed_binding_and_manifest(built, tmp_path):
+    _, sig, artifact = built("seed")
+    m = artifact.manifest
+    by_name = {leaf.name: leaf for leaf in m.inputs}
+    assert (by_name["foo.bar"].used, by_name["foo.bar"].param) == (False, None)
+    assert (by_name["foo.baz"].used, by_name["foo.baz"].param) == (True, 0)
+    assert m.format["module_args"] == ["foo.baz"] and m.format["module_results"] == ["out"]
+    assert m.format["target_backends"] == ["llvm-cpu"]
+    assert m.format["compile_flags"] == compile_flags(["llvm-cpu"]) == ["--iree-llvmcpu-target-cpu=host"]
+    assert m.format["module_signature"] == "sync func @main(%input0: tensor<10xi32>) -> (%output0: tensor<i32>)"
+    assert m.format["native_command"] == [
+        "iree-run-module", "--device=local-task", "--module=model.vmfb", "--function=main",
+        "--input=@inputs/foo_baz.npy", "--output=@outputs/out.npy"]
+    assert m.versions["iree_base_compiler"] == m.versions["iree_base_runtime"] == "3.13.0"
+    assert m.files["example_input:foo.baz"] == "inputs/foo_baz.npy"
+    np.testing.assert_array_equal(np.load(artifact.directory / "inputs/foo_baz.npy"), sig.example_feed()["foo.baz"])
+
+    target = examples.seed()
+    kept = IreeBackend().export(target.fn, sig, tmp_path / "keep", ExportOptions(keep_unused=True)).manifest
+    assert [(leaf.name, leaf.param) for leaf in kept.inputs] == [("foo.bar", 0), ("foo.baz", 1)]
+    assert kept.format["native_command"][4:6] == ["--input=@inputs/foo_bar.npy", "--input=@inputs/foo_baz.npy"]
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_native_command_reproduces_python_runner_from_a_copied_artifact(built, name, tmp_path):
+    _, sig, artifact = built(name)
+    copy = tmp_path / "shipped"
+    shutil.copytree(artifact.directory, copy)
+    m = Manifest.read(copy)
+    python = IreeBackend().load(copy)(sig.example_feed())
+
+    # The manifest's command, verbatim, in the copied directory, in a process that inherits nothing:
+    # no Python, no environment, only the tool binary and the artifact's files.
+    command = [find_native_tool(RUN_TOOL), *m.format["native_command"][1:]]
+    (copy / "outputs").mkdir()
+    proc = subprocess.run(command, cwd=copy, env={}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for leaf in m.outputs:
+        np.testing.assert_array_equal(np.load(copy / "outputs" / f"{leaf.alias}.npy"), python[leaf.name])
+    native = run_native(copy, sig.example_feed())
+    for leaf in m.outputs:
+        np.testing.assert_array_equal(native[leaf.name], python[leaf.name])
+
+
+def test_symbolic_batch_runs_at_two_sizes_in_both_runners(built):
+    target, sig, artifact = built("transformer")
+    m = artifact.manifest
+    assert m.symbolic_dims == ["b"] and m.format["dynamic"] and m.format["specialised_to"] is None
+    assert m.inputs[-1].shape == ["b", 16, 64] and m.outputs[0].shape == ["b", 16, 64]
+    assert m.format["stablehlo"]["dot_generals_batched"] > 0  # the rewrite that makes Dense on [b, s, d] compile
+    assert "tensor<?x16x64xf32>" in m.format["module_signature"]
+    runner = IreeBackend().load(artifact.directory)
+    for batch in (1, 5):
+        # The initialised parameters with fresh inputs: N(0, 1) parameters (feed_for) saturate the
+        # attention softmax, where jax.jit's own float32 result is 3e-3 off float64, IREE's as much.
+        x = np.random.default_rng(batch).normal(size=(batch, 16, 64)).astype(np.float32)
+        feed = {**sig.example_feed(), "batch.x": x}
+        want = reference_outputs(target, sig, feed)
+        assert_faithful(runner(feed), want, sig, f"python b={batch}")
+        assert_faithful(run_native(artifact.directory, feed), want, sig, f"native b={batch}")
+
+
+def test_removed_shape_assertions_are_checked_before_every_call(built):
+    _, sig, artifact = built("symbolic_batch")
+    stablehlo = artifact.manifest.format["stablehlo"]
+    assert stablehlo["shape_assertions_removed"] == 2 and "removes them explicitly" in stablehlo["shape_assertions_why"]
+    feed = feed_for(sig, 4)
+    feed["batch.offset"] = np.zeros(3, np.float32)  # b=3 here, b=4 in batch.x: IREE itself would run it
+    for run in (IreeBackend().load(artifact.directory), lambda f: run_native(artifact.directory, f)):
+        with pytest.raises(InputError, match="Input 'batch.x' \\| got b=4 .* expected b=3"):
+            run(feed)
+
+
+def test_symbolic_module_iree_cannot_compile_is_specialised_and_says_so(tmp_path):
+    def flatten(batch):  # reshape over a symbolic dim: stablehlo.dynamic_reshape, which IREE 3.13 cannot lower
+        return {"flat": batch["x"].reshape(-1) * 2.0}
+
+    target = Target(flatten, args=({"x": np.arange(12, dtype=np.float32).reshape(3, 4)},), name="flatten",
+                    symbolic_batch="b", batch_leaves=("batch.*",))
+    sig = build_signature(target)
+    m = IreeBackend().export(target.fn, sig, tmp_path / "a").manifest
+    assert m.format["specialised_to"] == {"b": 3} and not m.format["dynamic"]
+    assert "dynamic_reshape" in m.format["dynamic_compile_error"]
+    assert any(w.startswith("specialised:") and "compiled for b=3 only" in w and "dynamic_reshape" in w
+               for w in m.warnings)
+    assert m.symbolic_dims == [] and m.inputs[0].shape == [3, 4] and m.outputs[0].shape == [12]
+    runner = IreeBackend().load(tmp_path / "a")
+    assert_faithful(runner(sig.example_feed()), reference_outputs(target, sig, sig.example_feed()), sig)
+    with pytest.raises(InputError, match="Input 'batch.x' \\| got shape \\(4, 4\\), expected shape \\(3, 4\\)"):
+        runner({"batch.x": np.zeros((4, 4), np.float32)})
+
+
+def test_function_iree_rejects_is_a_typed_compile_failure_with_iree_message(tmp_path):
+    target = Target(lambda a: jnp.linalg.cholesky(a), args=(np.eye(3, dtype=np.float32) * 2,), name="cholesky")
+    with pytest.raises(ExportError) as info:
+        IreeBackend().export(target.fn, build_signature(target), tmp_path / "a")
+    assert info.value.category == "compile-failed" and info.value.backend == "iree"
+    message = str(info.value)
+    assert "custom call targets lapack_spotrf_ffi" in message
+    assert "error: failed to legalize operation 'stablehlo.custom_call'" in message  # IREE's own words
+    assert not (tmp_path / "a").exists()
+
+
+def test_corrupted_stablehlo_bytecode_is_a_typed_compile_failure(built):
+    _, _, artifact = built("seed")
+    bytecode = bytearray((artifact.directory / "model.mlirbc").read_bytes())
+    assert bytes(bytecode[:4]) == b"ML\xefR"
+    compile_vmfb(bytes(bytecode), ["llvm-cpu"], compile_flags(["llvm-cpu"]))  # the real file compiles
+    bytecode[len(bytecode) // 2:] = b"\xff" * (len(bytecode) - len(bytecode) // 2)
+    with pytest.raises(ExportError) as info:
+        compile_vmfb(bytes(bytecode), ["llvm-cpu"], compile_flags(["llvm-cpu"]))
+    assert info.value.category == "compile-failed"
+    assert "iree-compile rejected the module for llvm-cpu: " in str(info.value)
+    assert "error" in str(info.value).split("llvm-cpu: ", 1)[1]
+
+
+def test_missing_native_tools_are_typed_run_errors(built, tmp_path):
+    _, sig, artifact = built("seed")
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    with pytest.raises(RunError, match=f"Native tool '{RUN_TOOL}' \\| got nothing in {empty}"):
+        run_native(artifact.directory, sig.example_feed(), search_path=str(empty))
+    with pytest.raises(RunError, match=f"Native tool '{BENCH_TOOL}' \\| got nothing in {empty}"):
+        native_benchmark(artifact.directory, sig.example_feed(), search_path=str(empty))
+    # A PATH-like list is searched in order; the wheel's binary is found when its directory is listed.
+    wheel_dir = os.path.dirname(find_native_tool(RUN_TOOL))
+    assert find_native_tool(RUN_TOOL, os.pathsep.join([str(empty), wheel_dir])) == os.path.join(wheel_dir, RUN_TOOL)
+
+
+def test_native_benchmark_reports_iree_benchmark_module_figures(built):
+    _, sig, artifact = built("seed")
+    result = native_benchmark(artifact.directory, sig.example_feed(), repetitions=2, min_time_s=0.01)
+    assert result["benchmark"].startswith("BM_main") and result["repetitions"] == 2
+    assert len(result["real_time_ms"]) == 2 and all(t > 0 for t in result["real_time_ms"])
+    assert min(result["iterations"]) > 0 and result["median_ms"] > 0
+    assert result["command"][0].endswith(BENCH_TOOL) and "--input=@inputs/foo_baz.npy" in result["command"]
+
+
+def test_prepared_inputs_run_synchronously_and_repeatably(built):
+    target, sig, artifact = built("mlp")
+    runner = IreeBackend().load(artifact.directory)
+    prepared = runner.prepare(sig.example_feed())
+    assert runner.run_prepared(prepared) is None and runner.run_prepared(prepared) is None
+    first = runner._name_outputs(runner._fetch_impl(prepared))
+    again = runner._name_outputs(runner._fetch_impl(prepared))
+    np.testing.assert_array_equal(first["out.logits"], again["out.logits"])
+    assert runner.declaration.startswith("sync func @main")  # IREE's synchronous ABI: returns when done
+    assert runner.compile_count() == 0 and runner.describe()["driver"] == "local-task"
+
+
+def test_broken_artifact_and_wrong_device_are_typed(built, tmp_path):
+    _, sig, artifact = built("seed")
+    with pytest.raises(RunError, match="compiled for llvm-cpu, expected cuda"):
+        IreeBackend().load(artifact.directory, device="gpu")
+    copy = tmp_path / "broken"
+    shutil.copytree(artifact.directory, copy)
+    (copy / "model.vmfb").write_bytes((copy / "model.vmfb").read_bytes()[:200])
+    with pytest.raises(ArtifactError, match="IREE cannot load model.vmfb: .+"):
+        IreeBackend().load(copy)
+    with pytest.raises(RunError, match=f"Native tool '{RUN_TOOL}' \\| exited [1-9]\\d*: .+"):
+        run_native(copy, sig.example_feed())
+    (copy / "manifest.json").write_text((copy / "manifest.json").read_text().replace('"iree"', '"xla"', 1))
+    with pytest.raises(ArtifactError, match="got a 'xla' artifact, expected 'iree'"):
+        run_native(copy, sig.example_feed())
+
+
+def test_bfloat16_runs_in_python_and_the_native_runner_refuses_it_typed(tmp_path):
+    target = examples.mlp_bf16()
+    sig = build_signature(target)
+    artifact = IreeBackend().export(target.fn, sig, tmp_path / "a")
+    assert any("bfloat16 has no .npy form" in w for w in artifact.manifest.warnings)
+    feed = sig.example_feed()
+    assert_faithful(IreeBackend().load(artifact.directory)(feed), reference_outputs(target, sig, feed), sig)
+    with pytest.raises(RunError, match="Input 'params.Dense_0.bias' \\| got bfloat16, expected a dtype .npy files describe"):
+        run_native(artifact.directory, feed)
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU is visible: this checks the refusal without one")
+def test_cuda_without_a_gpu_is_refused_before_compiling(tmp_path):
+    target = examples.seed()
+    with pytest.raises(ExportError, match="Platform 'cuda' \\| got no visible NVIDIA GPU") as info:
+        IreeBackend().export(target.fn, build_signature(target), tmp_path / "a", ExportOptions(platforms=("cpu", "cuda")))
+    assert info.value.category == "unsupported-platform"
