@@ -132,7 +132,7 @@ def compare(
     else:
         trial_list = make_trials(sig.inputs, examples=sig.example_feed(), trials=trials, seed=seed,
                                  val_ranges=val_ranges, dim_sizes=dim_sizes)
-    bench_feeds = _bench_feeds(sig, trial_list, batch_sizes, seed, val_ranges) if bench else []
+    bench_feeds = _bench_feeds(target, sig, trial_list, batch_sizes, seed, val_ranges) if bench else []
 
     from .reference import ReferenceRunner, float64_outputs
 
@@ -325,7 +325,7 @@ def _run_process(cmd: list[str], out_dir: Path, timeout: float) -> tuple[str, st
     return None
 
 
-def _bench_feeds(sig, trial_list, batch_sizes, seed, val_ranges) -> list[tuple[int | None, dict[str, np.ndarray]]]:
+def _bench_feeds(target, sig, trial_list, batch_sizes, seed, val_ranges) -> list[tuple[int | None, dict[str, np.ndarray]]]:
     """One feed per batch size to time: the sweep sizes of the batch symbol, else the first trial as is."""
     from .errors import UsageError
     from .inputs import make_trials
@@ -333,7 +333,7 @@ def _bench_feeds(sig, trial_list, batch_sizes, seed, val_ranges) -> list[tuple[i
     symbols = list(sig.symbolic_dims)
     if not batch_sizes:
         first = trial_list[0]
-        return [(first.dims[symbols[0]] if len(symbols) == 1 else None, first.feed)]
+        return [(first.dims[symbols[0]] if len(symbols) == 1 else _static_batch(target, sig), first.feed)]
     if len(symbols) != 1:
         raise UsageError(
             f"Option '--batch-sizes' | got a target with {len(symbols)} symbolic dimensions, expected exactly one "
@@ -345,6 +345,17 @@ def _bench_feeds(sig, trial_list, batch_sizes, seed, val_ranges) -> list[tuple[i
         trial = make_trials(sig.inputs, trials=1, seed=seed, val_ranges=val_ranges, dim_sizes={sym: (size,)})[0]
         feeds.append((size, trial.feed))
     return feeds
+
+
+def _static_batch(target, sig) -> int | None:
+    """The batch size of a static target whose batch leaves are named (batch_leaves), for items/s."""
+    import fnmatch
+
+    if tuple(target.batch_leaves) == ("*",):
+        return None  # every leaf, weights included: no batch size to speak of
+    leading = {leaf.shape[0] for leaf in sig.inputs
+               if leaf.shape and any(fnmatch.fnmatchcase(leaf.name, p) for p in target.batch_leaves)}
+    return leading.pop() if len(leading) == 1 and isinstance(next(iter(leading), None), int) else None
 
 
 def _bench_reference(ref_runner, target_spec, bench_feeds, bench, device, timeout) -> dict[str, Any]:

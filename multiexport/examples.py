@@ -128,7 +128,7 @@ def cnn(batch: int = 2) -> Target:
     def cnn_apply(params, batch):
         return {"logits": model.apply({"params": params}, batch["image"])}
 
-    return Target(cnn_apply, args=(params, {"image": image}), name="cnn")
+    return Target(cnn_apply, args=(params, {"image": image}), name="cnn", batch_leaves=("batch.*",))
 
 
 @struct.dataclass
@@ -153,7 +153,7 @@ def embedding(batch: int = 3, seq: int = 7, vocab: int = 50) -> Target:
         pooled = (emb * weights).sum(axis=1) / jnp.maximum(weights.sum(axis=1), 1.0)
         return {"pooled": pooled @ params["proj"], "length": batch.mask.sum(axis=1)}
 
-    return Target(embed_apply, args=(params, TokenBatch(tokens, mask, vocab)), name="embedding")
+    return Target(embed_apply, args=(params, TokenBatch(tokens, mask, vocab)), name="embedding", batch_leaves=("batch.*",))
 
 
 def mlp_bf16() -> Target:
