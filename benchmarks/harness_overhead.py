@@ -3,6 +3,8 @@
 For each backend: export a model, load it once, then alternate blocks of (a) a bare loop calling the
 runtime directly, written by hand per backend, and (b) the harness (`bench.time_calls` over
 `Runner.run_prepared`), so machine noise hits both alike. Goal: harness p50 within 5% of bare p50.
+The bare loops use each runner's own calling path (XLA, SavedModel, ONNX), except IREE's, which uses
+iree.runtime's public high-level call: there a ratio below 1 is the runner's faster path showing.
 
 Run: `.venv/bin/python benchmarks/harness_overhead.py [--models seed,mlp] [--backends xla,...] [--rounds 10]`
 """
@@ -23,7 +25,7 @@ from multiexport.registry import get_backend
 from multiexport.signature import build_signature
 
 
-def bare_xla(directory: Path, feed_arrays):
+def bare_xla(directory: Path, feed_arrays, manifest):
     import jax
 
     exported = jax.export.deserialize(bytearray((directory / "model.jax_exported").read_bytes()))
@@ -33,7 +35,49 @@ def bare_xla(directory: Path, feed_arrays):
     return lambda: jax.block_until_ready(call(*args))
 
 
-BARE = {"xla": bare_xla}
+def bare_savedmodel(directory: Path, feed_arrays, manifest):
+    """The restored signature, keyword inputs bound once, `_call_flat` per call (the runner's chosen path)."""
+    import tensorflow as tf
+    from tensorflow.python.eager.polymorphic_function import function_type_utils
+
+    serving = tf.saved_model.load(str(directory)).signatures["serving_default"]
+    tensors = {leaf.alias: tf.constant(a) for leaf, a in zip(manifest.inputs, feed_arrays)}
+    bound = function_type_utils.canonicalize_function_inputs((), tensors, serving.function_type)
+    flat = list(serving.function_type.unpack_inputs(bound))
+    captured = serving.captured_inputs
+    return lambda: serving._call_flat(flat, captured)
+
+
+def bare_onnx(directory: Path, feed_arrays, manifest):
+    """An InferenceSession with IO binding: inputs bound once, outputs left in ORT memory."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(directory / "model.onnx"), providers=["CPUExecutionProvider"])
+    binding = session.io_binding()
+    keep = []
+    for leaf, a in zip(manifest.inputs, feed_arrays):
+        if leaf.param is not None:
+            value = ort.OrtValue.ortvalue_from_numpy(a)
+            keep.append(value)
+            binding.bind_ortvalue_input(leaf.param, value)
+    for leaf in manifest.outputs:
+        binding.bind_output(leaf.param)
+    return lambda: (session.run_with_iobinding(binding), keep)
+
+
+def bare_iree(directory: Path, feed_arrays, manifest):
+    """iree.runtime's own high-level call: the module's main on device arrays uploaded once."""
+    import iree.runtime as rt
+
+    config = rt.Config("local-task")
+    module = rt.load_vm_flatbuffer_file(str(directory / "model.vmfb"), driver="local-task")
+    kept = sorted((leaf.param, a) for leaf, a in zip(manifest.inputs, feed_arrays) if leaf.param is not None)
+    args = [rt.asdevicearray(config.device, a) for _, a in kept]
+    main = module.main
+    return lambda: main(*args)
+
+
+BARE = {"xla": bare_xla, "savedmodel": bare_savedmodel, "onnx": bare_onnx, "iree": bare_iree}
 
 
 def bare_loop(call, n: int) -> list[int]:
@@ -69,7 +113,7 @@ def main() -> None:
                 prepared = runner.prepare(feed)
                 runner.run_prepared(prepared)
                 ordered = [feed[leaf.name] for leaf in artifact.manifest.inputs]
-                bare = BARE[backend_name](artifact.directory, ordered)
+                bare = BARE[backend_name](artifact.directory, ordered, artifact.manifest)
                 bare_times, harness_times = [], []
                 for _ in range(args.rounds):
                     bare_times += bare_loop(bare, args.calls)

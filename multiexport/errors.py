@@ -61,9 +61,14 @@ class ExportError(MultiexportError):
 
 
 class RunError(MultiexportError):
-    """A runner failed to load or execute an artifact."""
+    """A runner failed to load or execute an artifact; `category` says why in one word."""
 
     exit_code = 3
+
+    def __init__(self, message: str, *, backend: str = "", category: str = "run-failed"):
+        super().__init__(message)
+        self.backend = backend
+        self.category = category
 
 
 def leaf_message(kind: str, name: str, got: object, expected: object) -> str:

@@ -164,6 +164,8 @@ def run_main(argv: list[str]) -> int:
 
         message = f"{type(exc).__name__}: {exc}".strip()
         category = "out-of-memory" if isinstance(exc, MemoryError) else f"{stage}-failed"
+        if getattr(exc, "category", "run-failed") != "run-failed":  # a typed cause, e.g. unsupported-dtype
+            category = exc.category
         write_text_atomic(args.out / "error.json", json.dumps({"category": category, "message": message}))
         return 3
     return 0

@@ -42,10 +42,11 @@ def test_gpu_artifacts_are_lowered_for_both_platforms():
 
 
 def test_runtimes_answer_no_gpu_here_with_their_reasons():
-    found = probe_gpu(["xla", "savedmodel", "iree", "nope"])
+    found = probe_gpu(["xla", "savedmodel", "onnx", "iree", "nope"])
     assert not any(s.ok for s in found.values())
     assert "JAX" in found["xla"].reason and "multiexport[gpu]" in found["xla"].reason
     assert "TensorFlow" in found["savedmodel"].reason
+    assert "CUDAExecutionProvider" in found["onnx"].reason
     assert "cuda" in found["iree"].reason.lower()
     assert "unknown" in found["nope"].reason
 

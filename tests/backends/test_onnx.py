@@ -1,0 +1,277 @@
+"""ONNX backend (jax2onnx -> ONNX Runtime): graph names are leaf names, the graph says which leaves it
+reads, outputs match jax.jit, and what jax2onnx or ONNX Runtime cannot do fails typed and categorised."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from multiexport import ArtifactError, ExportError, RunError, Target, examples
+from multiexport.arrays_io import load_npz, save_npz
+from multiexport.backend import ExportOptions
+from multiexport.backends.onnx import OPSET, OnnxBackend
+from multiexport.manifest import current_umask
+from multiexport.parity import compare_leaf
+from multiexport.signature import build_signature
+from multiexport.tolerance import default_tolerance
+
+from ..cases import feed_for
+from ..conftest import reference_outputs, run_cli
+
+# Every case of tests/cases.py converts and runs; no known limitation to declare.
+KNOWN_UNSUPPORTED: dict[str, str] = {}
+
+_status = OnnxBackend().available()
+pytestmark = pytest.mark.skipif(not _status.ok, reason=f"onnx backend unavailable: {_status.reason}")
+
+
+def export(target, path, backend=None, **options):
+    sig = build_signature(target)
+    return sig, (backend or OnnxBackend()).export(target.fn, sig, path, ExportOptions(**options))
+
+
+def assert_matches_jit(target, sig, got, feed, where=""):
+    want = reference_outputs(target, sig, feed)
+    assert list(got) == [leaf.name for leaf in sig.outputs]
+    for leaf in sig.outputs:
+        verdict = compare_leaf(leaf.name, got[leaf.name], want[leaf.name], leaf.dtype, default_tolerance(leaf.dtype), where)
+        assert verdict.passed, verdict.reasons
+
+
+class PoolCNN(nn.Module):
+    """A CNN with flax.linen avg_pool called the usual way (window shape positional)."""
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Conv(4, (3, 3))(x))
+        x = nn.avg_pool(x, (2, 2), strides=(2, 2))
+        return nn.Dense(3)(x.reshape((x.shape[0], -1)))
+
+
+def pool_cnn() -> Target:
+    model = PoolCNN()
+    image = np.random.default_rng(0).normal(size=(2, 8, 8, 3)).astype(np.float32)
+    params = model.init(jax.random.key(0), image)["params"]
+    return Target(lambda params, batch: model.apply({"params": params}, batch["image"]),
+                  args=(params, {"image": image}), name="pool_cnn")
+
+
+def mlp_with_baked_weights() -> Target:
+    """The MLP with its parameters closed over, so they become ONNX initializers (tensors in the file)."""
+    base = examples.mlp()
+    params, batch = base.args
+    return Target(lambda batch: base.fn(params, batch), args=(batch,), name="mlp_baked")
+
+
+def test_seed_graph_reads_one_leaf_and_keep_unused_keeps_both(tmp_path):
+    _, seed = export(examples.seed(), tmp_path / "seed")
+    by_name = {leaf.name: leaf for leaf in seed.manifest.inputs}
+    assert (by_name["foo.bar"].used, by_name["foo.bar"].param) == (False, None)
+    assert (by_name["foo.baz"].used, by_name["foo.baz"].param) == (True, "foo.baz")
+    assert seed.manifest.format["graph_inputs"] == ["foo.baz"]
+    assert seed.manifest.format["unread_inputs"] == ["foo.bar"]
+    runner = OnnxBackend().load(seed.directory)
+    assert [i.name for i in runner.session.get_inputs()] == ["foo.baz"]
+    assert runner({"foo.baz": np.arange(10, dtype=np.int32)})["out"] == 45  # foo.bar may be omitted
+
+    _, kept = export(examples.seed(), tmp_path / "kept", keep_unused=True)
+    assert [(leaf.name, leaf.used, leaf.param) for leaf in kept.manifest.inputs] == [
+        ("foo.bar", True, "foo.bar"), ("foo.baz", True, "foo.baz")]
+    assert kept.manifest.format["unread_inputs"] == ["foo.bar"]  # taken, never read: the manifest says so
+    assert any("never reads foo.bar" in w for w in kept.manifest.warnings)
+    assert [i.name for i in OnnxBackend().load(kept.directory).session.get_inputs()] == ["foo.bar", "foo.baz"]
+
+
+@pytest.mark.parametrize("make", [examples.seed, examples.mlp, examples.transformer], ids=lambda m: m.__name__)
+def test_ort_names_are_leaf_names_and_outputs_match_jit(make, tmp_path):
+    target = make()
+    sig, artifact = export(target, tmp_path / "a")
+    runner = OnnxBackend().load(artifact.directory)
+    used = [leaf.name for leaf in artifact.manifest.inputs if leaf.used]
+    assert [i.name for i in runner.session.get_inputs()] == used
+    assert [o.name for o in runner.session.get_outputs()] == [leaf.name for leaf in sig.outputs]
+    assert_matches_jit(target, sig, runner(sig.example_feed()), sig.example_feed())
+
+
+@pytest.mark.subprocess
+def test_transformer_runs_from_disk_in_a_fresh_process(tmp_path):
+    target = examples.transformer()
+    sig, artifact = export(target, tmp_path / "a")
+    # trained-like weights (the init), fresh activations: the numbers a deployed block sees
+    feed = {**sig.example_feed(), "batch.x": np.random.default_rng(3).normal(size=(2, 16, 64)).astype(np.float32)}
+    save_npz(tmp_path / "in.npz", feed)
+    run_cli("run", artifact.directory, "--inputs", tmp_path / "in.npz", "--out", tmp_path / "out.npz", check=True)
+    assert_matches_jit(target, sig, load_npz(tmp_path / "out.npz"), feed)
+
+
+def test_symbolic_batch_is_a_named_dim_and_runs_at_two_sizes(tmp_path):
+    import onnx
+
+    target = examples.mlp_dynamic()
+    sig, artifact = export(target, tmp_path / "a")
+    graph = onnx.load(artifact.directory / "model.onnx").graph
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in [*graph.input, *graph.output]}
+    assert dims["batch.x"] == ["b", 16] and dims["out.logits"] == ["b", 4]
+    runner = OnnxBackend().load(artifact.directory)
+    for batch in (1, 5):
+        feed = feed_for(sig, batch)
+        got = runner(feed)
+        assert got["out.logits"].shape == (batch, 4)
+        assert_matches_jit(target, sig, got, feed, f"b={batch}")
+
+
+def test_leaves_read_only_inside_a_subgraph_are_used(tmp_path):
+    def branchy(p, x, spare):
+        return jax.lax.cond(x.sum() > 0, lambda: x * p["a"], lambda: x - p["b"])
+
+    target = Target(branchy, args=({"a": np.float32(2), "b": np.float32(3)}, np.ones(3, np.float32), np.ones(2, np.float32)))
+    sig, artifact = export(target, tmp_path / "a")
+    assert [(leaf.name, leaf.used) for leaf in artifact.manifest.inputs] == [
+        ("p.a", True), ("p.b", True), ("x", True), ("spare", False)]
+    runner = OnnxBackend().load(artifact.directory)
+    for feed in ({"p.a": np.float32(2), "p.b": np.float32(3), "x": np.ones(3, np.float32)},
+                 {"p.a": np.float32(2), "p.b": np.float32(3), "x": -np.ones(3, np.float32)}):
+        got = runner(feed)
+        full = {**feed, "spare": np.zeros(2, np.float32)}
+        assert_matches_jit(target, sig, got, full)
+
+
+def test_leaf_named_like_an_internal_value_keeps_its_name(tmp_path):
+    # jax2onnx names constants const_0, const_1, ...: a leaf of that name pushes the constant aside
+    target = Target(lambda const_0, const_1: const_0 * 3.0 + const_1 + 1.0,
+                    args=(np.ones(3, np.float32), np.ones(3, np.float32)))
+    sig, artifact = export(target, tmp_path / "a")
+    runner = OnnxBackend().load(artifact.directory)
+    assert [i.name for i in runner.session.get_inputs()] == ["const_0", "const_1"]
+    assert_matches_jit(target, sig, runner(sig.example_feed()), sig.example_feed())
+
+
+def test_manifest_records_versions_opset_and_size(tmp_path):
+    import onnx
+    import onnxruntime
+
+    _, artifact = export(examples.mlp(), tmp_path / "a")
+    m = artifact.manifest
+    model = onnx.load(artifact.directory / "model.onnx")
+    assert m.format["opset"] == OPSET == [o.version for o in model.opset_import if o.domain == ""][0]
+    assert m.format["ir_version"] == model.ir_version
+    assert m.versions["onnx"] == onnx.__version__ and m.versions["onnxruntime"] == onnxruntime.__version__
+    assert m.versions["onnx_opset"] == str(OPSET) and m.versions["jax2onnx"]
+    assert m.format["model_bytes"] == (artifact.directory / "model.onnx").stat().st_size
+    assert m.files == {"model": "model.onnx"} and m.format["external_data"] is False
+
+
+def test_first_use_cost_is_paid_once_per_process_and_recorded(tmp_path):
+    _, first = export(examples.seed(), tmp_path / "a")
+    _, second = export(examples.seed(), tmp_path / "b")
+    paid = first.manifest.format["jax2onnx_first_use_seconds_in_process"]
+    assert paid > 0  # measured when some export in this process imported the plugins
+    assert second.manifest.format["jax2onnx_first_use_seconds"] == 0.0
+    assert second.manifest.format["jax2onnx_first_use_seconds_in_process"] == paid
+
+
+def test_runner_records_threads_providers_and_calling_path(tmp_path):
+    _, artifact = export(examples.seed(), tmp_path / "a")
+    runner = OnnxBackend().load(artifact.directory)
+    assert runner.intra_op_threads >= 1 and runner.inter_op_threads == 1
+    assert runner.graph_optimization_level.endswith("ORT_ENABLE_ALL")
+    assert runner.providers == ["CPUExecutionProvider"]
+    assert "run_with_iobinding" in runner.calling_path
+    single = OnnxBackend()
+    single.intra_op_threads = 1
+    assert single.load(artifact.directory).intra_op_threads == 1
+    prepared = runner.prepare({"foo.baz": np.arange(10, dtype=np.int32)})
+    assert runner.run_prepared(prepared) is None
+
+
+def test_gpu_without_the_cuda_provider_is_a_run_error(tmp_path):
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this ONNX Runtime has the CUDA provider; the refusal cannot happen here")
+    _, artifact = export(examples.seed(), tmp_path / "a")
+    with pytest.raises(RunError, match="has providers .*CPUExecutionProvider.*expected CUDAExecutionProvider"):
+        OnnxBackend().load(artifact.directory, device="gpu")
+
+
+def test_flax_avg_pool_is_an_unsupported_op_with_jax2onnx_reason(tmp_path):
+    target = pool_cnn()
+    with pytest.raises(ExportError) as info:
+        export(target, tmp_path / "a")
+    assert info.value.category == "unsupported-op" and info.value.backend == "onnx"
+    assert "AvgPoolPlugin" in str(info.value) and "positional argument" in str(info.value)  # jax2onnx's reason
+    assert not (tmp_path / "a").exists() and not list(tmp_path.iterdir())  # no artifact, no staging left
+
+
+def test_bf16_exports_valid_onnx_but_ort_cpu_refuses_it_typed(tmp_path):
+    # The graph is valid ONNX (the checker accepts bf16 Gemm); ONNX Runtime's CPU provider has no
+    # bf16 kernel, so the failure belongs to loading, not to export.
+    _, artifact = export(examples.mlp_bf16(), tmp_path / "a")
+    assert any("bfloat16" in w for w in artifact.manifest.warnings)
+    with pytest.raises(RunError) as info:
+        OnnxBackend().load(artifact.directory)
+    assert info.value.category == "unsupported-dtype"
+    assert "NOT_IMPLEMENTED" in str(info.value) and "Could not find an implementation" in str(info.value)
+
+
+@pytest.mark.subprocess
+def test_forced_external_data_loads_from_its_directory_in_a_fresh_process(tmp_path):
+    backend = OnnxBackend()
+    backend.external_data_threshold = 0  # as if the protobuf were past 2 GiB
+    target = mlp_with_baked_weights()
+    sig, artifact = export(target, tmp_path / "a", backend=backend)
+    m, d = artifact.manifest, artifact.directory
+    assert m.files == {"model": "model.onnx", "external_data": "model.onnx.data"} and m.format["external_data"]
+    sizes = [a.size * 4 for a in jax.tree_util.tree_leaves(examples.mlp().args[0])]
+    # tensors of 1 KiB and more go to the data file; the model file keeps the graph and the small ones
+    assert (d / "model.onnx.data").stat().st_size >= sum(s for s in sizes if s >= 1024) > 0
+    assert (d / "model.onnx").stat().st_size < sum(sizes)
+    assert (d / "model.onnx.data").stat().st_mode & 0o044 == 0o044 & ~current_umask()  # readable like the rest
+    assert m.format["model_bytes"] == (d / "model.onnx").stat().st_size + (d / "model.onnx.data").stat().st_size
+
+    moved = tmp_path / "elsewhere" / "artifact"  # tensors are found beside the model, wherever it is
+    shutil.copytree(d, moved)
+    shutil.rmtree(d)
+    save_npz(tmp_path / "in.npz", sig.example_feed())
+    run_cli("run", moved, "--inputs", tmp_path / "in.npz", "--out", tmp_path / "out.npz", check=True)
+    assert_matches_jit(target, sig, load_npz(tmp_path / "out.npz"), sig.example_feed())
+
+    (moved / "model.onnx.data").unlink()
+    with pytest.raises(ArtifactError, match="external_data file 'model.onnx.data' .* missing"):
+        OnnxBackend().load(moved)
+
+
+def test_corrupt_or_mismatched_artifacts_are_artifact_errors(tmp_path):
+    _, artifact = export(examples.seed(), tmp_path / "a")
+    manifest_path = artifact.directory / "manifest.json"
+    data = json.loads(manifest_path.read_text())
+    data["inputs"][0]["param"] = "foo.bar"  # claims a graph input the model does not have
+    manifest_path.write_text(json.dumps(data))
+    with pytest.raises(ArtifactError, match="has inputs \\['foo.baz'\\].*manifest expects \\['foo.bar', 'foo.baz'\\]"):
+        OnnxBackend().load(artifact.directory)
+    model = artifact.directory / "model.onnx"
+    model.write_bytes(model.read_bytes()[:40])
+    with pytest.raises(ArtifactError, match="ONNX Runtime cannot load model.onnx"):
+        OnnxBackend().load(artifact.directory)
+
+
+def test_an_invalid_graph_fails_validation_typed(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from multiexport.backends.onnx import _validate
+
+    # Add reads a value nothing defines: the checker must refuse it before anything is published.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "ghost"], ["y"])], "broken", [x], [y])
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=10),
+                    tmp_path / "model.onnx")
+    with pytest.raises(ExportError) as info:
+        _validate(tmp_path / "model.onnx", "onnx")
+    assert info.value.category == "invalid-model" and "ghost" in str(info.value)
