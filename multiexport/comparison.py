@@ -46,6 +46,7 @@ class BackendResult:
     error_vs_float64: dict[str, float] | None = None
     bench: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    export_setup: dict[str, Any] | None = None  # one-time setup the export paid, e.g. jax2onnx's plugin import
 
 
 @dataclass
@@ -213,9 +214,12 @@ def _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, toleran
         return BackendResult(name, getattr(exc, "category", "export-failed"), str(exc))
     result = BackendResult(
         name, "ok", artifact=str(artifact.directory), export_seconds=round(time.perf_counter() - t0, 3),
-        binding=[{"name": l.name, "used": l.used, "param": l.param} for l in artifact.manifest.inputs],
+        binding=_binding(artifact.manifest),
         warnings=list(artifact.manifest.warnings),
     )
+    fmt = artifact.manifest.format
+    if fmt.get("one_time_setup_seconds") is not None:
+        result.export_setup = {"seconds": fmt["one_time_setup_seconds"], "what": fmt.get("one_time_setup", "")}
     what = f"benchmark and run {len(trial_list)} trials" if bench else f"run {len(trial_list)} trials"
     progress(f"{name}: {what} in a worker process")
     worker = run_worker(artifact.directory, [t.feed for t in trial_list], device=device, timeout=timeout,
@@ -231,6 +235,13 @@ def _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, toleran
     if truth is not None:
         result.error_vs_float64 = _error_vs(worker.outputs, truth)
     return result
+
+
+def _binding(manifest) -> list[dict[str, Any]]:
+    """Per input leaf: whether the format's module reads it, its parameter, and the key a caller must
+    still feed when the format keeps a dropped leaf in its interface (a SavedModel signature does)."""
+    keys = manifest.format.get("signature_keys") or {}
+    return [{"name": l.name, "used": l.used, "param": l.param, "caller_key": keys.get(l.name)} for l in manifest.inputs]
 
 
 def run_worker(

@@ -54,7 +54,12 @@ def binding_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         row = [leaf["name"], "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")", leaf["dtype"]]
         for n in names:
             b = next((b for b in results["backends"][n]["binding"] if b["name"] == leaf["name"]), None)
-            row.append("dropped" if b is None or not b["used"] else str(b["param"]))
+            if b is not None and b["used"]:
+                row.append(str(b["param"]))
+            elif b is not None and b.get("caller_key"):
+                row.append(f"{b['caller_key']} (fed, unread)")
+            else:
+                row.append("dropped")
         rows.append(row)
     return header, rows
 
@@ -77,6 +82,20 @@ def cold_rows(results: dict[str, Any]) -> list[list[str]]:
         ])
     return rows
 
+
+def export_rows(results: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, r in results["backends"].items():
+        if r.get("export_seconds") is None:
+            continue
+        setup = r.get("export_setup") or {}
+        share = (f"{setup['seconds']:.2f} s ({100 * setup['seconds'] / r['export_seconds']:.0f}%): {setup['what']}"
+                 if setup.get("seconds") and r["export_seconds"] else "-")
+        rows.append([name, f"{r['export_seconds']:.2f}", share])
+    return rows
+
+
+EXPORT_HEADER = ["backend", "export s (in its worker)", "of which one-time setup"]
 
 COLD_HEADER = ["backend", "load s", "compile s", "first call s", "process start to first output s", "peak RSS",
                "artifact size", "calling path"]
@@ -165,11 +184,15 @@ def render_markdown(results: dict[str, Any]) -> str:
     header, brow = binding_table(results)
     out += ["## Which leaves each format takes", "",
             "Parameter index (XLA, IREE) or input name (SavedModel, ONNX) per input leaf; `dropped`: the format "
-            "does not take the leaf (the function never reads it).", "", _md_table(header, brow), ""]
+            "does not take the leaf (the function never reads it); `(fed, unread)`: the interface still takes "
+            "it (a SavedModel signature keeps every key) but the module never reads it.", "", _md_table(header, brow), ""]
     prow = _parity_rows(results)
     if prow:
         out += ["## Parity per output leaf (worst trial)", "", f"Against jax.jit over trials: {', '.join(results['trials'])}.",
                 "", _md_table(PARITY_HEADER, prow), ""]
+    erow = export_rows(results)
+    if erow:
+        out += ["## Export time", "", _md_table(EXPORT_HEADER, erow), ""]
     crow = cold_rows(results)
     if crow:
         out += ["## Cold start and memory", "", "Separate from the steady-state percentiles above.", "",
@@ -254,6 +277,9 @@ def render_html(results: dict[str, Any]) -> str:
     if prow:
         parts.append(f"<h2>Parity per output leaf (worst trial)</h2><p>Against jax.jit over trials: "
                      f"{html.escape(', '.join(results['trials']))}.</p>" + _html_table(PARITY_HEADER, prow, 2))
+    erow = export_rows(results)
+    if erow:
+        parts.append("<h2>Export time</h2>" + _html_table(EXPORT_HEADER, erow))
     crow = cold_rows(results)
     if crow:
         parts.append("<h2>Cold start and memory</h2><p>Separate from the steady-state percentiles.</p>"
