@@ -131,7 +131,7 @@ def make_trials(
         raise UsageError(f"Dimension '{unknown[0]}' | not symbolic in this signature, expected one of: {', '.join(symbols) or 'none'}")
 
     out: list[Trial] = []
-    if examples and all(n in examples for n in names) and not val_ranges:
+    if examples and all(n in examples for n in names):
         out.append(Trial("example", {n: np.asarray(examples[n]) for n in names}, _bound_dims(inputs, examples)))
     sizes = {s: tuple(dim_sizes.get(s) or DEFAULT_DIM_SIZES) for s in symbols}
     n_settings = max((len(v) for v in sizes.values()), default=1)

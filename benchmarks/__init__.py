@@ -1,0 +1,1 @@
+"""Benchmark scripts and the model zoo (run `python -m benchmarks --help`)."""

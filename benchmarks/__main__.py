@@ -1,0 +1,116 @@
+"""Run `multiexport compare` over the model zoo: one combined results file and a Markdown matrix.
+
+    python -m benchmarks [--quick] [--models a,b] [--backends all] [--out DIR] [--baseline FILE --max-slowdown X]
+
+Writes DIR/zoo-results.json (schema multiexport.zoo/1: one results.json per model) and DIR/zoo-matrix.md
+(model x backend: status, parity, p50). With --baseline, diffs every model against the baseline zoo file and
+exits 1 on a regression (same rules as `multiexport diff`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from multiexport.bench import BenchConfig
+from multiexport.comparison import compare
+from multiexport.manifest import write_text_atomic
+from multiexport.registry import names as backend_names
+from multiexport.regression import Diff, diff_results, publish
+from multiexport.target import load_target
+
+from .zoo import select
+
+ZOO_SCHEMA = "multiexport.zoo/1"
+
+
+def run_zoo(models, backends, out: Path, bench: BenchConfig | None, trials: int) -> dict:
+    combined = {"schema": ZOO_SCHEMA, "models": {}}
+    for model in models:
+        t0 = time.perf_counter()
+        print(f"[zoo] {model.name}: {model.what}", file=sys.stderr, flush=True)
+        results = compare(
+            load_target(model.spec), backends=backends, out_dir=out / model.name, trials=trials,
+            val_ranges=model.val_ranges, batch_sizes=list(model.batch_sizes) or None, bench=bench,
+            target_spec=model.spec, timeout=900,
+            progress=lambda msg: print(f"[zoo]   {msg}", file=sys.stderr, flush=True),
+        )
+        combined["models"][model.name] = results.to_json()
+        print(f"[zoo] {model.name} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return combined
+
+
+def matrix(combined: dict) -> str:
+    """Model x backend: status, worst parity error, p50 at the first batch size."""
+    backends: list[str] = []
+    for res in combined["models"].values():
+        backends += [b for b in res["backends"] if b not in backends]
+    lines = ["| model | " + " | ".join(backends) + " |", "|---|" + "---|" * len(backends)]
+    for name, res in combined["models"].items():
+        cells = []
+        for b in backends:
+            r = res["backends"].get(b)
+            if r is None:
+                cells.append("-")
+                continue
+            parts = [r["status"] if r["status"] == "ok" else f"**{r['status']}**"]
+            leaves = (r.get("parity") or {}).get("leaves") or []
+            if leaves:
+                parts.append(f"rel {max(float(v['stats']['max_rel']) for v in leaves):.1e}")
+            sizes = (r.get("bench") or {}).get("sizes") or []
+            if sizes:
+                parts.append(f"p50 {sizes[0]['latency']['p50_ms']:.3g} ms")
+            cells.append(", ".join(parts))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    failures = [f"- {m}/{b}: {r['status']}: {r['reason']}" for m, res in combined["models"].items()
+                for b, r in res["backends"].items() if r["status"] != "ok"]
+    return "\n".join(lines) + ("\n\nFailures, by category:\n" + "\n".join(failures) if failures else "") + "\n"
+
+
+def diff_zoo(base: dict, current: dict, max_slowdown: float, max_parity_drift: float) -> Diff:
+    merged = Diff(max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
+    for name, res in current["models"].items():
+        if name not in base["models"]:
+            continue
+        d = diff_results(base["models"][name], res, max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
+        for c in d.checks:
+            c.backend = f"{name}/{c.backend}"
+        merged.checks += d.checks
+    return merged
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="the CI-sized run: fewer models, short timings")
+    parser.add_argument("--models", help="comma-separated zoo models (default: all, or the quick set)")
+    parser.add_argument("--backends", default="all")
+    parser.add_argument("--out", type=Path, default=Path("multiexport-out/zoo"))
+    parser.add_argument("--baseline", type=Path, help="an earlier zoo-results.json to gate against")
+    parser.add_argument("--max-slowdown", type=float, default=1.10)
+    parser.add_argument("--max-parity-drift", type=float, default=10.0)
+    parser.add_argument("--junit", type=Path)
+    args = parser.parse_args(argv)
+
+    models = select(args.quick, args.models.split(",") if args.models else None)
+    backends = backend_names() if args.backends == "all" else args.backends.split(",")
+    bench = (BenchConfig(warmup_iters=10, warmup_time=0.05, min_iters=200, bench_time=0.3) if args.quick
+             else BenchConfig(warmup_iters=20, warmup_time=0.2, min_iters=200, bench_time=2.0))
+    combined = run_zoo(models, backends, args.out, bench, trials=1 if args.quick else 2)
+    write_text_atomic(args.out / "zoo-results.json", json.dumps(combined, indent=1) + "\n")
+    table = matrix(combined)
+    write_text_atomic(args.out / "zoo-matrix.md", table)
+    print(table)
+    if args.baseline:
+        base = json.loads(args.baseline.read_text())
+        d = diff_zoo(base, combined, args.max_slowdown, args.max_parity_drift)
+        print(publish(d, args.junit))
+        return d.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The benchmark zoo runner: combined results, the matrix, and its regression gate."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+from benchmarks.__main__ import diff_zoo, matrix
+from benchmarks.zoo import ZOO, select
+
+from .conftest import REPO
+
+
+def test_zoo_covers_the_cases_users_hit():
+    names = {m.name for m in ZOO}
+    assert {"seed", "mlp", "cnn", "transformer", "embedding", "mlp_bf16", "mlp_dynamic"} <= names
+    assert {m.name for m in select(quick=True)} < names
+    assert any(m.batch_sizes for m in select(quick=True))  # the quick run still sweeps a symbolic batch
+
+
+def test_quick_zoo_run_writes_results_and_matrix_and_gates(tmp_path):
+    cmd = [sys.executable, "-m", "benchmarks", "--quick", "--models", "seed,mlp_dynamic", "--backends", "xla",
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    combined = json.loads((tmp_path / "zoo-results.json").read_text())
+    assert combined["schema"] == "multiexport.zoo/1" and set(combined["models"]) == {"seed", "mlp_dynamic"}
+    table = (tmp_path / "zoo-matrix.md").read_text()
+    assert table.splitlines()[0] == "| model | xla |" and "| mlp_dynamic | ok, rel 0.0e+00, p50" in table
+
+    # the same results against themselves: no regression; a synthetic 3x slowdown: caught
+    assert diff_zoo(combined, combined, 2.0, 10.0).exit_code == 0
+    slow = copy.deepcopy(combined)
+    for size in slow["models"]["mlp_dynamic"]["backends"]["xla"]["bench"]["sizes"]:
+        for key in ("p50_ms", "ci95_low_ms", "ci95_high_ms"):
+            size["latency"][key] *= 3
+    d = diff_zoo(combined, slow, 2.0, 10.0)
+    assert d.exit_code == 1 and {c.backend for c in d.regressions} == {"mlp_dynamic/xla"}
+    assert len(d.regressions) == 3  # batch 1, 8 and 64
+
+
+def test_matrix_names_failures_by_category():
+    combined = {"models": {"m": {"backends": {
+        "onnx": {"status": "unsupported-dtype", "reason": "no bf16 Gemm", "parity": None, "bench": None}}}}}
+    text = matrix(combined)
+    assert "**unsupported-dtype**" in text and "- m/onnx: unsupported-dtype: no bf16 Gemm" in text
