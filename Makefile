@@ -8,7 +8,7 @@ EXTRAS ?= all,test
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lock clean
+.PHONY: setup demo test test-fast zoo zoo-check zoo-baseline lock clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,23 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The model zoo through every backend (a few minutes; `make zoo QUICK=` for the full zoo).
+QUICK ?= --quick
+zoo: $(STAMP)
+	$(BIN)/python -m benchmarks $(QUICK) --out multiexport-out/zoo
+
+# CI's regression check: the quick zoo against the committed baseline. Loose enough for a noisy
+# 2-core machine (a slowdown must pass 2.5x with separated 95% intervals), tight enough that a real
+# 3x slowdown, a backend that stops working or a parity drift fails the build.
+zoo-check: $(STAMP)
+	$(BIN)/python -m benchmarks --quick --out multiexport-out/zoo-ci --baseline benchmarks/baselines/quick.json \
+	  --max-slowdown 2.5 --junit multiexport-out/zoo-ci/junit.xml
+
+# Refresh the committed baseline (run on a quiet machine, then commit benchmarks/baselines/quick.json).
+zoo-baseline: $(STAMP)
+	$(BIN)/python -m benchmarks --quick --out multiexport-out/zoo-baseline
+	mkdir -p benchmarks/baselines && cp multiexport-out/zoo-baseline/zoo-results.json benchmarks/baselines/quick.json
 
 # Re-resolve the pinned set (after changing a pin in pyproject.toml) and write constraints.txt.
 lock:

@@ -11,6 +11,13 @@ import math
 from typing import Sequence
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
+KNOWN = ["jax", "xla", "savedmodel", "onnx", "iree"]  # one colour per backend in every chart
+
+
+def color(name: str) -> str:
+    if name in KNOWN:
+        return PALETTE[KNOWN.index(name)]
+    return PALETTE[len(KNOWN) + sum(map(ord, name)) % (len(PALETTE) - len(KNOWN))]
 W, H, L, R, T, B = 640, 300, 70, 150, 30, 45  # size and margins
 
 
@@ -70,7 +77,7 @@ class _Frame:
     def legend(self, names: Sequence[str]):
         for i, name in enumerate(names):
             y = T + 12 + 16 * i
-            self.parts.append(f'<rect x="{W - R + 10}" y="{y - 8}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>'
+            self.parts.append(f'<rect x="{W - R + 10}" y="{y - 8}" width="10" height="10" fill="{color(name)}"/>'
                               f'<text x="{W - R + 25}" y="{y + 1}">{html.escape(name)}</text>')
 
     def svg(self) -> str:
@@ -84,10 +91,10 @@ def latency_cdf(series: dict[str, Sequence[float]], title: str) -> str:
         return ""
     lo, hi = min(values) * 0.8, max(values) * 1.25
     f = _Frame(title, "latency per call (ms, log)", "percentile", (lo, hi), (0, 100), xlog=True, ylog=False)
-    for i, (name, qs) in enumerate(series.items()):
+    for name, qs in series.items():
         pct = [100 * k / (len(qs) - 1) for k in range(len(qs))]
         pts = " ".join(f"{f.x(max(q, lo)):.1f},{f.y(p):.1f}" for q, p in zip(qs, pct))
-        f.parts.append(f'<polyline fill="none" stroke-width="2" stroke="{PALETTE[i % len(PALETTE)]}" points="{pts}"/>')
+        f.parts.append(f'<polyline fill="none" stroke-width="2" stroke="{color(name)}" points="{pts}"/>')
     f.legend(list(series))
     return f.svg()
 
@@ -99,13 +106,13 @@ def lines(series: dict[str, Sequence[tuple[float, float]]], title: str, xlabel: 
         return ""
     xs, ys = [p[0] for p in pts_all], [p[1] for p in pts_all]
     f = _Frame(title, xlabel, ylabel, (min(xs) * 0.8, max(xs) * 1.25), (min(ys) * 0.8, max(ys) * 1.25), True, True)
-    for i, (name, pts) in enumerate(series.items()):
-        color = PALETTE[i % len(PALETTE)]
+    for name, pts in series.items():
+        c = color(name)
         coords = " ".join(f"{f.x(x):.1f},{f.y(y):.1f}" for x, y in pts if x > 0 and y > 0)
-        f.parts.append(f'<polyline fill="none" stroke-width="2" stroke="{color}" points="{coords}"/>')
+        f.parts.append(f'<polyline fill="none" stroke-width="2" stroke="{c}" points="{coords}"/>')
         for x, y in pts:
             if x > 0 and y > 0:
-                f.parts.append(f'<circle cx="{f.x(x):.1f}" cy="{f.y(y):.1f}" r="3" fill="{color}"/>')
+                f.parts.append(f'<circle cx="{f.x(x):.1f}" cy="{f.y(y):.1f}" r="3" fill="{c}"/>')
     f.legend(list(series))
     return f.svg()
 
@@ -134,7 +141,7 @@ def error_bars(errors: dict[str, dict[str, float]], tolerances: dict[str, float]
             x = gx + group_w * 0.1 + i * bar_w
             y = f.y(shown)
             f.parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w * 0.9:.1f}" height="{H - B - y:.1f}" '
-                           f'fill="{PALETTE[i % len(PALETTE)]}"><title>{html.escape(name)} {html.escape(leaf)}: {v:.3g}</title></rect>')
+                           f'fill="{color(name)}"><title>{html.escape(name)} {html.escape(leaf)}: {v:.3g}</title></rect>')
             if v == 0:
                 f.parts.append(f'<text x="{x + bar_w * 0.45:.1f}" y="{y - 3:.1f}" text-anchor="middle" font-size="9">exact</text>')
         tol = tolerances.get(leaf)
