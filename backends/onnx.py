@@ -132,7 +132,6 @@ class OnnxBackend(Backend):
     def _convert(self, fn, signature: Signature):
         """jax2onnx's IR model of the flat function, inputs named by leaf and outputs by output leaf."""
         import jax2onnx
-        import onnx_ir as ir
         import onnx_ir.passes.common as passes
 
         try:

@@ -17,7 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 from multiexport import examples
 from multiexport.bench import BenchConfig, time_calls

@@ -69,7 +69,7 @@ def main() -> None:
     with jax.enable_x64(True):
         truth = {name: np.asarray(jax.jit(fn)(*cast(args, np.float64)), np.float64) for name, (fn, args) in models.items()}
     print(f"{'model':>10} {'dtype':>9} {'max_abs':>10} {'norm':>10} {'min_rtol':>10} {'margin':>8}   default rtol/atol/scale")
-    for dname, dtype in DTYPES.items():
+    for dname in DTYPES:
         np_dtype = ml_dtypes.bfloat16 if dname == "bfloat16" else np.dtype(dname)
         atol, rtol, scale = DEFAULTS[dname].atol, DEFAULTS[dname].rtol, DEFAULTS[dname].scale
         for name, (fn, args) in models.items():

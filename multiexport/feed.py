@@ -63,7 +63,7 @@ def check_feed(
             raise InputError(
                 leaf_message("Input", leaf.name, f"shape {_shape_text(value.shape)}", f"shape {_shape_text(leaf.shape)}")
             )
-        for axis, (got, want) in enumerate(zip(value.shape, leaf.shape)):
+        for got, want in zip(value.shape, leaf.shape):
             if isinstance(want, int):
                 if got != want:
                     raise InputError(

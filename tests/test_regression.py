@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import xml.etree.ElementTree as ET
 
-import pytest
 
 from multiexport import examples
 from multiexport.bench import BenchConfig

@@ -15,7 +15,7 @@ import multiexport
 from multiexport import examples
 from multiexport.comparison import compare
 from multiexport.recommend import recommend
-from multiexport.report import load_results, render_html, render_markdown
+from multiexport.report import render_html, render_markdown
 
 from .conftest import REPO, run_cli
 from .fault_backends import ALL
@@ -27,7 +27,7 @@ def results(tmp_path_factory):
     from multiexport.bench import BenchConfig
 
     out = tmp_path_factory.mktemp("rep")
-    res = compare(examples.mlp_dynamic(), out_dir=out, trials=1, batch_sizes=[1, 4, 16],
+    compare(examples.mlp_dynamic(), out_dir=out, trials=1, batch_sizes=[1, 4, 16],
                   bench=BenchConfig(warmup_iters=2, warmup_time=0.0, min_iters=10, bench_time=0.0))
     return out, json.loads((out / "results.json").read_text())
 
