@@ -28,7 +28,15 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from multiexport.backend import Availability, Backend, ExportOptions, Runner, base_versions, bindings, utc_now
+from multiexport.backend import (
+    Availability,
+    Backend,
+    ExportOptions,
+    Runner,
+    base_versions,
+    bindings,
+    utc_now,
+)
 from multiexport.dtypes import parse_dtype
 from multiexport.errors import ArtifactError, ExportError, RunError, leaf_message
 from multiexport.feed import check_feed

@@ -24,7 +24,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from multiexport.backend import Availability, Backend, ExportOptions, Runner, base_versions, bindings, utc_now
+from multiexport.backend import (
+    Availability,
+    Backend,
+    ExportOptions,
+    Runner,
+    base_versions,
+    bindings,
+    utc_now,
+)
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.manifest import Manifest, current_umask
 from multiexport.signature import Signature

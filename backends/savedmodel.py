@@ -22,7 +22,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from multiexport.arrays_io import save_npz
-from multiexport.backend import Availability, Backend, ExportOptions, Runner, base_versions, bindings, utc_now
+from multiexport.backend import (
+    Availability,
+    Backend,
+    ExportOptions,
+    Runner,
+    base_versions,
+    bindings,
+    utc_now,
+)
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.manifest import Manifest
 from multiexport.signature import Leaf, Signature

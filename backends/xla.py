@@ -8,15 +8,21 @@ which leaves became module parameters; the manifest records it per leaf.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-import numpy as np
-
-from multiexport.backend import Availability, Backend, ExportOptions, Runner, base_versions, bindings, utc_now
-from multiexport.errors import ArtifactError, RunError
 from multiexport.arrays_io import save_npz
+from multiexport.backend import (
+    Availability,
+    Backend,
+    ExportOptions,
+    Runner,
+    base_versions,
+    bindings,
+    utc_now,
+)
+from multiexport.errors import ArtifactError, RunError
+from multiexport.jit_runner import JitRunner
 from multiexport.manifest import Manifest, write_bytes_atomic, write_text_atomic
 from multiexport.signature import Signature
 
@@ -153,45 +159,14 @@ class XlaBackend(Backend):
         return XlaRunner(manifest, directory, device, exported, jax_device)
 
 
-class XlaRunner(Runner):
+class XlaRunner(JitRunner):
     """Compiles the deserialized module once per input shape and runs it through PJRT."""
 
     calling_path = "jax.jit(Exported.call) on PJRT; inputs committed to the device with jax.device_put"
 
     def __init__(self, manifest, directory, device, exported, jax_device):
-        import jax
-
-        super().__init__(manifest, directory, device)
+        super().__init__(manifest, directory, device, exported.call, jax_device)
         self.exported = exported
-        self._device = jax_device
-        self._call = jax.jit(exported.call)
-        self._block = jax.block_until_ready  # bound once: the timed call should not pay an import
-
-    def _prepare_impl(self, arrays: list[np.ndarray]) -> list[Any]:
-        import jax
-
-        return [jax.device_put(a, self._device) for a in arrays]
-
-    def _run_impl(self, prepared: list[Any]) -> None:
-        self._block(self._call(*prepared))
-
-    def _fetch_impl(self, prepared: list[Any]) -> Sequence[Any]:
-        return [np.asarray(o) for o in self._call(*prepared)]
-
-    def _compile_impl(self, prepared: list[Any]) -> bool:
-        # jit reuses this executable for the first call with these shapes, so compile is timed once.
-        self._call.lower(*prepared).compile()
-        return True
-
-    def compile_count(self) -> int | None:
-        size = getattr(self._call, "_cache_size", None)  # jax's own count of compiled shapes
-        return size() if callable(size) else None
-
-    def _describe_impl(self) -> dict[str, Any]:
-        import jax
-
-        return {"jax_device": str(self._device), "platform": jax.default_backend(),
-                "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
 def _dist_version(dist: str) -> str:

@@ -18,7 +18,14 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from .errors import ArtifactError, BackendUnavailable, ExportError, MultiexportError, RunError, leaf_message
+from .errors import (
+    ArtifactError,
+    BackendUnavailable,
+    ExportError,
+    MultiexportError,
+    RunError,
+    leaf_message,
+)
 from .feed import check_feed
 from .manifest import MANIFEST_NAME, LeafBinding, Manifest, current_umask
 from .signature import Signature

@@ -108,13 +108,12 @@ def compare(
     every backend; without it the reference is timed in this process before any export.
     """
     from .backend import ExportOptions
+    from .devices import probe_gpu, resolve
     from .feed import check_feed
     from .inputs import Trial, make_trials
     from .manifest import LeafBinding
     from .signature import build_signature
     from .tolerance import check_patterns
-
-    from .devices import probe_gpu, resolve
 
     out = Path(out_dir or Path("multiexport-out") / target.name)
     out.mkdir(parents=True, exist_ok=True)

@@ -8,11 +8,12 @@ inputs widened) for the true value rather than XLA's float32 one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from .backend import Runner, base_versions, bindings, utc_now
+from .backend import base_versions, bindings, utc_now
+from .jit_runner import JitRunner
 from .manifest import Manifest
 from .target import Target
 
@@ -28,7 +29,7 @@ def reference_manifest(sig) -> Manifest:
     )
 
 
-class ReferenceRunner(Runner):
+class ReferenceRunner(JitRunner):
     """jax.jit of the target's flat function, in this process."""
 
     calling_path = "jax.jit(fn) on named leaves; inputs committed with jax.device_put"
@@ -36,29 +37,8 @@ class ReferenceRunner(Runner):
     def __init__(self, target: Target, sig, device: str = "cpu"):
         import jax
 
-        super().__init__(reference_manifest(sig), Path("."), device)
-        self._device = jax.devices("gpu" if device == "gpu" else "cpu")[0]
-        self._call = jax.jit(sig.flat_function(target.fn))
-        self._block = jax.block_until_ready  # bound once: the timed call should not pay an import
-
-    def _prepare_impl(self, arrays: list[np.ndarray]) -> list[Any]:
-        import jax
-
-        return [jax.device_put(a, self._device) for a in arrays]
-
-    def _run_impl(self, prepared: list[Any]) -> None:
-        self._block(self._call(*prepared))
-
-    def _fetch_impl(self, prepared: list[Any]) -> Sequence[Any]:
-        return [np.asarray(o) for o in self._call(*prepared)]
-
-    def _compile_impl(self, prepared: list[Any]) -> bool:
-        self._call.lower(*prepared).compile()
-        return True
-
-    def compile_count(self) -> int | None:
-        size = getattr(self._call, "_cache_size", None)
-        return size() if callable(size) else None
+        jax_device = jax.devices("gpu" if device == "gpu" else "cpu")[0]
+        super().__init__(reference_manifest(sig), Path("."), device, sig.flat_function(target.fn), jax_device)
 
     def flops(self, feed: dict[str, np.ndarray]) -> float | None:
         """FLOPs of one call at this feed's shapes, from XLA's cost analysis (None if XLA cannot say)."""

@@ -43,25 +43,6 @@ class Leaf:
     def shape_str(self) -> str:
         return "(" + ", ".join(str(d) for d in self.shape) + ("," if len(self.shape) == 1 else "") + ")"
 
-    def fingerprint(self, fn: Callable[..., Any]) -> str:
-        """Hash of the leaves' layout, example values and the constants `fn` closes over.
-
-        Two processes that load the same target get the same fingerprint unless the target is not
-        deterministic (e.g. weights drawn without a seed), which would make a parity check between an
-        artifact exported in one and a reference computed in the other meaningless.
-        """
-        import hashlib
-
-        import jax
-
-        h = hashlib.sha256(json.dumps([leaf.to_json() for leaf in self.inputs + self.outputs]).encode())
-        for example in self.examples:
-            h.update(b"-" if example is None else np.ascontiguousarray(example).tobytes())
-        closed = jax.make_jaxpr(self.flat_function(fn))(*self.specs)
-        for const in closed.consts:
-            h.update(np.ascontiguousarray(np.asarray(const)).tobytes())
-        return h.hexdigest()
-
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -118,7 +118,13 @@ def run_main(argv: list[str]) -> int:
     stage = "load"
     try:
         from .arrays_io import load_npz, save_npz
-        from .bench import BenchConfig, BenchResult, bench_sizes, directory_bytes, memory_now
+        from .bench import (
+            BenchConfig,
+            BenchResult,
+            bench_sizes,
+            directory_bytes,
+            memory_now,
+        )
         from .manifest import write_text_atomic
         from .registry import register
 
