@@ -33,6 +33,9 @@ FILES = {
     "hlo_text": "model.hlo.txt",
     "example_inputs": "example_inputs.npz",
 }
+# Past this many bytes of baked constants the text forms (.mlir, .hlo.txt) are skipped: they print every
+# weight in decimal, ~3x the binary size, and take longer to write than the export itself.
+TEXT_LIMIT_BYTES = 16 << 20
 # jax.export promises that a serialized artifact keeps working with JAX releases of the next 6 months.
 COMPATIBILITY_DAYS = 180
 _EXAMPLE_LIMIT_BYTES = 64 << 20
@@ -67,15 +70,24 @@ class XlaBackend(Backend):
         used, params = parameter_binding(exported, len(signature.inputs))
         write_bytes_atomic(out_dir / FILES["exported"], bytes(exported.serialize()))
         write_bytes_atomic(out_dir / FILES["stablehlo_bytecode"], bytes(exported.mlir_module_serialized))
-        write_text_atomic(out_dir / FILES["stablehlo_text"], exported.mlir_module())
-        files = {k: FILES[k] for k in ("exported", "stablehlo_bytecode", "stablehlo_text")}
+        files = {k: FILES[k] for k in ("exported", "stablehlo_bytecode")}
         warnings = list(signature.warnings)
+        baked = signature.weights.get("baked_bytes", 0)
+        text = baked <= TEXT_LIMIT_BYTES
+        if text:
+            write_text_atomic(out_dir / FILES["stablehlo_text"], exported.mlir_module())
+            files["stablehlo_text"] = FILES["stablehlo_text"]
+        else:
+            warnings.append(
+                f"no text forms (model.mlir, model.hlo.txt): {baked / 2**20:.0f} MiB of baked constants would print "
+                "as about 3x that in text (measured: 64 MiB of weights made a 219 MB HLO text); the bytecode "
+                "(model.mlirbc) and the serialized Exported are complete")
 
         multi_platform = len(exported.platforms) > 1
-        if signature.symbolic_dims or multi_platform:
+        if text and (signature.symbolic_dims or multi_platform):
             why = "symbolic dimensions" if signature.symbolic_dims else "several platforms"
             warnings.append(f"no HLO text: HLO has no form for {why}; compile the StableHLO (model.mlirbc) instead")
-        else:
+        elif text:
             lowered = jax.jit(signature.flat_function(fn), keep_unused=options.keep_unused).lower(*signature.specs)
             write_text_atomic(out_dir / FILES["hlo_text"], lowered.as_text(dialect="hlo"))
             files["hlo_text"] = FILES["hlo_text"]
@@ -107,6 +119,8 @@ class XlaBackend(Backend):
             },
             created=created,
             format={
+                # The weights' copies on disk: model.jax_exported embeds the same StableHLO as model.mlirbc.
+                "weight_copies": 2 if baked else 0,
                 "platforms": list(exported.platforms),
                 # The module's positional arguments in order: a platform index comes first when
                 # lowered for several platforms; then the kept leaves.

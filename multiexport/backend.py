@@ -6,6 +6,7 @@ file that fills in `_export_impl`, `_load_impl` and a `Runner` subclass.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import importlib.util
 import os
@@ -178,6 +179,7 @@ class Backend:
         os.chmod(staging, 0o777 & ~current_umask())
         try:
             manifest = self._export_impl(fn, signature, staging, options)
+            manifest = dataclasses.replace(manifest, weights=dict(signature.weights))
             manifest.write(staging)
             _replace_dir(staging, out_dir)
         except MultiexportError:

@@ -239,6 +239,9 @@ def cmd_signature(args) -> int:
         )
     if data["symbolic_dims"]:
         console.print(f"Symbolic dimensions: {', '.join(data['symbolic_dims'])}")
+    w = data["weights"]
+    console.print(f"Weights: {'baked into the artifact as constants' if w['mode'] == 'baked' else 'input leaves'} "
+                  f"(constants {_size(w['baked_bytes'])} in {w['baked_arrays']} arrays; inputs {_size(w['input_bytes'])})")
     for warning in data["warnings"]:
         console.print(f"[yellow]note:[/] {_esc(warning)}")
     return 0

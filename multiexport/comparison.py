@@ -47,6 +47,7 @@ class BackendResult:
     bench: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     export_setup: dict[str, Any] | None = None  # one-time setup the export paid, e.g. jax2onnx's plugin import
+    export_peak_rss_bytes: int | None = None  # of the export worker process
 
 
 @dataclass
@@ -198,10 +199,10 @@ def _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, toleran
     t0 = time.perf_counter()
     try:
         if target_spec is not None:
-            failure, fingerprint = export_in_worker(target_spec, name, out / name, options, timeout)
+            failure, info = export_in_worker(target_spec, name, out / name, options, timeout)
             if failure:
                 return BackendResult(name, failure[0], failure[1])
-            if fingerprint != sig.fingerprint(target.fn):
+            if info["fingerprint"] != sig.fingerprint(target.fn):
                 return BackendResult(name, "nondeterministic-target", (
                     f"Target '{target.name}' | loads with different example values or weights in a fresh process "
                     "(random values without a fixed seed?), expected the same: seed them, or compare from Python "
@@ -216,6 +217,8 @@ def _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, toleran
         binding=_binding(artifact.manifest),
         warnings=list(artifact.manifest.warnings),
     )
+    if target_spec is not None:
+        result.export_peak_rss_bytes = info.get("peak_rss_bytes")
     fmt = artifact.manifest.format
     if fmt.get("one_time_setup_seconds") is not None:
         result.export_setup = {"seconds": fmt["one_time_setup_seconds"], "what": fmt.get("one_time_setup", "")}
@@ -292,10 +295,10 @@ def run_worker(
 
 
 def export_in_worker(target_spec: str, backend: str, artifact_dir: Path, options,
-                     timeout: float) -> tuple[tuple[str, str] | None, str | None]:
+                     timeout: float) -> tuple[tuple[str, str] | None, dict[str, Any] | None]:
     """Export in a fresh process, so a converter that crashes, hangs or patches globals harms nothing else.
 
-    Returns (failure, fingerprint of the target as the worker loaded it).
+    Returns (failure, {seconds, fingerprint of the target as the worker loaded it, peak_rss_bytes}).
     """
     work = Path(tempfile.mkdtemp(prefix="multiexport-export-"))
     try:
@@ -305,7 +308,7 @@ def export_in_worker(target_spec: str, backend: str, artifact_dir: Path, options
         failure = _run_process(cmd + _registrations(), work, timeout)
         if failure:
             return failure, None
-        return None, json.loads((work / "export.json").read_text())["fingerprint"]
+        return None, json.loads((work / "export.json").read_text())
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

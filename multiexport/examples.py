@@ -161,3 +161,71 @@ def mlp_bf16() -> Target:
     base = mlp()
     params, batch = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.bfloat16), base.args)
     return base.replace(args=(params, batch), name="mlp_bf16")
+
+
+class TransformerLM(nn.Module):
+    """A GPT-style stack: token + position embeddings, pre-norm blocks, tied output projection."""
+
+    vocab: int = 512
+    dim: int = 64
+    layers: int = 2
+    heads: int = 4
+    seq: int = 32
+
+    @nn.compact
+    def __call__(self, tokens):
+        embed = nn.Embed(self.vocab, self.dim, name="embed")
+        positions = self.param("positions", nn.initializers.normal(0.02), (self.seq, self.dim))
+        x = embed(tokens) + positions[: tokens.shape[1]]
+        for i in range(self.layers):
+            x = TransformerBlock(heads=self.heads, dim=self.dim, name=f"block_{i}")(x)
+        return embed.attend(nn.LayerNorm(name="final_norm")(x))
+
+
+LM_SIZES = {
+    # about 0.2 M parameters: the size every backend runs in CI, in both weight modes
+    "small": dict(vocab=512, dim=64, layers=2, heads=4, seq=32),
+    # about 350 M parameters (1.4 GB in float32), random weights, no downloads: benchmarks/scale.py
+    "large": dict(vocab=32000, dim=1024, layers=24, heads=16, seq=128),
+}
+
+
+def lm(size: str = "small", weights: str = "inputs", batch: int = 2, seq: int = 16) -> Target:
+    """A transformer LM with seeded random weights, either as input leaves or baked in as constants.
+
+    weights="inputs": `fn(params, batch)`, every weight a named input leaf.
+    weights="baked": `fn(batch)` closes over the weights, which every artifact then carries as constants.
+    """
+    if size not in LM_SIZES or weights not in ("inputs", "baked"):
+        raise ValueError(f"lm | got size={size!r}, weights={weights!r}, expected size in {list(LM_SIZES)} and "
+                         "weights 'inputs' or 'baked'")
+    model = TransformerLM(**LM_SIZES[size])
+    tokens = jax.random.randint(jax.random.key(6), (batch, seq), 0, model.vocab, jnp.int32)
+    params = jax.jit(model.init)(jax.random.key(0), tokens)["params"]
+    name = f"lm_{size}_{weights}"
+    if weights == "baked":
+        def lm_baked(batch):
+            return {"logits": model.apply({"params": params}, batch["tokens"])}
+
+        return Target(lm_baked, args=({"tokens": tokens},), name=name, batch_leaves=("batch.*",))
+
+    def lm_inputs(params, batch):
+        return {"logits": model.apply({"params": params}, batch["tokens"])}
+
+    return Target(lm_inputs, args=(params, {"tokens": tokens}), name=name, batch_leaves=("batch.*",))
+
+
+def lm_small_inputs() -> Target:
+    return lm("small", "inputs")
+
+
+def lm_small_baked() -> Target:
+    return lm("small", "baked")
+
+
+def lm_large_inputs() -> Target:
+    return lm("large", "inputs")
+
+
+def lm_large_baked() -> Target:
+    return lm("large", "baked")

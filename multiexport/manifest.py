@@ -57,6 +57,8 @@ class Manifest:
     created: str
     format: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Where the weights live: baked into the artifact as constants, or taken as input leaves.
+    weights: dict[str, Any] = field(default_factory=dict)
     schema: str = MANIFEST_SCHEMA
 
     @property

@@ -90,11 +90,19 @@ def export_rows(results: dict[str, Any]) -> list[list[str]]:
         setup = r.get("export_setup") or {}
         share = (f"{setup['seconds']:.2f} s ({100 * setup['seconds'] / r['export_seconds']:.0f}%): {setup['what']}"
                  if setup.get("seconds") and r["export_seconds"] else "-")
-        rows.append([name, f"{r['export_seconds']:.2f}", share])
+        rows.append([name, f"{r['export_seconds']:.2f}", share, _mib(r.get("export_peak_rss_bytes"))])
     return rows
 
 
-EXPORT_HEADER = ["backend", "export s (in its worker)", "of which one-time setup"]
+EXPORT_HEADER = ["backend", "export s (in its worker)", "of which one-time setup", "export peak RSS"]
+
+
+def weights_line(results: dict[str, Any]) -> str:
+    w = results["signature"].get("weights") or {}
+    if not w:
+        return ""
+    return (f"Weights: {'baked into the artifacts as constants' if w['mode'] == 'baked' else 'taken as input leaves'} "
+            f"(constants {_bytes(w['baked_bytes'])} in {w['baked_arrays']} arrays; input leaves {_bytes(w['input_bytes'])})")
 
 COLD_HEADER = ["backend", "load s", "compile s", "first call s", "process start to first output s", "peak RSS",
                "artifact size", "calling path"]
@@ -170,6 +178,8 @@ def render_markdown(results: dict[str, Any]) -> str:
     rec = recommend(results)
     rows = summary_rows(results)
     out = [f"# multiexport report: {results['target']}", "", f"**{rec.verdict}**", ""]
+    if weights_line(results):
+        out += [weights_line(results), ""]
     if rec.picks:
         out += ["| batch | fastest faithful | p50 ms | runner-up | runner-up / fastest | significant |", "|---|---|---|---|---|---|"]
         for p in rec.picks:
@@ -265,6 +275,7 @@ def render_html(results: dict[str, Any]) -> str:
         f"<title>multiexport: {html.escape(results['target'])}</title><style>{CSS}</style></head><body>",
         f"<h1>multiexport report: <code>{html.escape(results['target'])}</code></h1>",
         f"<p class='verdict'>{html.escape(rec.verdict)}</p>",
+        f"<p>{html.escape(weights_line(results))}</p>",
     ]
     if rec.caveats:
         parts.append("<h2>Caveats</h2><ul>" + "".join(f"<li>{html.escape(c)}</li>" for c in rec.caveats) + "</ul>")

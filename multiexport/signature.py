@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .dtypes import parse_dtype
 from .errors import SignatureError, TargetError, leaf_message
 from .naming import AliasCollision, assign_aliases, join_name
 from .target import Target
@@ -65,6 +66,8 @@ class Signature:
     symbolic_dims: tuple[str, ...] = ()
     examples: tuple[np.ndarray | None, ...] = ()
     specs: tuple[Any, ...] = ()  # jax.ShapeDtypeStruct per input leaf, symbolic dims included
+    # Where the weights live: closed-over constants baked into every artifact, or input leaves.
+    weights: dict[str, Any] = field(default_factory=dict)
     _rebuild: Callable[[Sequence[Any]], tuple[tuple, dict]] | None = field(default=None, repr=False)
     _out_treedef: Any = field(default=None, repr=False)
 
@@ -130,6 +133,7 @@ class Signature:
             "outputs": [leaf.to_json() for leaf in self.outputs],
             "symbolic_dims": list(self.symbolic_dims),
             "alias_collisions": [c.describe() for c in self.collisions],
+            "weights": dict(self.weights),
             "warnings": list(self.warnings),
         }
 
@@ -166,7 +170,9 @@ def build_signature(target: Target) -> Signature:
         Leaf(n, a, _shape_of(s), np.dtype(s.dtype).name, bool(getattr(s, "weak_type", False)))
         for n, a, s in zip(names, aliases, specs)
     )
-    outputs, out_treedef, out_collisions = _trace_outputs(target, inputs, specs, rebuild)
+    outputs, out_treedef, out_collisions, weights = _trace_outputs(target, inputs, specs, rebuild)
+    weights["input_bytes"] = int(sum(_nbytes(leaf) for leaf in inputs))
+    weights["mode"] = "baked" if weights["baked_bytes"] > weights["input_bytes"] else "inputs"
     collisions += out_collisions
     warnings += [f"alias collision: {c.describe()}" for c in out_collisions]
     return Signature(
@@ -177,6 +183,7 @@ def build_signature(target: Target) -> Signature:
         warnings=tuple(warnings),
         symbolic_dims=tuple(symbols),
         examples=tuple(examples),
+        weights=weights,
         specs=tuple(specs),
         _rebuild=rebuild,
         _out_treedef=out_treedef,
@@ -322,6 +329,12 @@ def _symbolic_specs(names, avals, shape_specs):
     return specs, symbols
 
 
+def _nbytes(leaf: Leaf) -> int:
+    """Bytes of one input leaf, symbolic dimensions counted as 1."""
+    return int(np.prod([d if isinstance(d, int) else 1 for d in leaf.shape], dtype=np.int64)) * np.dtype(
+        parse_dtype(leaf.dtype)).itemsize
+
+
 def _dim_symbols(dim: Any) -> list[str]:
     import re
 
@@ -340,7 +353,7 @@ def _trace_outputs(target: Target, inputs, specs, rebuild):
         return target.fn(*args, **kwargs)
 
     try:
-        out = jax.eval_shape(tree_fn, *specs)
+        closed, out = jax.make_jaxpr(tree_fn, return_shape=True)(*specs)
     except Exception as exc:
         symbolic = [f"{leaf.name}={leaf.shape_str()}" for leaf in inputs if leaf.is_symbolic]
         where = f" with symbolic shapes {', '.join(symbolic)}" if symbolic else ""
@@ -357,4 +370,6 @@ def _trace_outputs(target: Target, inputs, specs, rebuild):
     )
     if not outputs:
         raise TargetError(f"Target '{target.name}' | fn returns no arrays, expected at least one output array")
-    return outputs, out_treedef, collisions
+    baked = [np.asarray(c) for c in closed.consts if hasattr(c, "shape")]
+    weights = {"baked_bytes": int(sum(c.nbytes for c in baked)), "baked_arrays": len(baked)}
+    return outputs, out_treedef, collisions, weights

@@ -85,8 +85,11 @@ def export_main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         platforms = ("cpu", "cuda") if args.device == "gpu" else None
         export(target, args.artifact, args.backend, keep_unused=args.keep_unused, platforms=platforms)
-        write_text_atomic(args.out / "export.json",
-                          json.dumps({"seconds": time.perf_counter() - t0, "fingerprint": fingerprint}))
+        from .bench import memory_now
+
+        write_text_atomic(args.out / "export.json", json.dumps({
+            "seconds": time.perf_counter() - t0, "fingerprint": fingerprint,
+            "peak_rss_bytes": memory_now()["peak_rss_bytes"]}))
     except Exception as exc:
         from .errors import MultiexportError
 
