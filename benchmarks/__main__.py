@@ -19,7 +19,7 @@ from multiexport.bench import BenchConfig
 from multiexport.comparison import compare
 from multiexport.manifest import write_text_atomic
 from multiexport.registry import names as backend_names
-from multiexport.regression import Diff, diff_results, publish
+from multiexport.regression import Diff, aggregate_latency, diff_results, publish
 from multiexport.target import load_target
 
 from .zoo import select
@@ -71,6 +71,7 @@ def matrix(combined: dict) -> str:
 
 
 def diff_zoo(base: dict, current: dict, max_slowdown: float, max_parity_drift: float) -> Diff:
+    """Status and parity gated per model and backend; latency gated per backend over the whole zoo."""
     merged = Diff(max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
     for name, res in current["models"].items():
         if name not in base["models"]:
@@ -79,7 +80,7 @@ def diff_zoo(base: dict, current: dict, max_slowdown: float, max_parity_drift: f
         for c in d.checks:
             c.backend = f"{name}/{c.backend}"
         merged.checks += d.checks
-    return merged
+    return aggregate_latency(merged, max_slowdown, group=lambda backend: backend.split("/", 1)[-1])
 
 
 def main(argv=None) -> int:

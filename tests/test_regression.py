@@ -58,6 +58,16 @@ def test_parity_drift_and_newly_failing_backends_are_flagged():
     assert gone.regressions[0].verdict == "missing"
 
 
+def test_drift_far_inside_the_tolerance_is_not_flagged():
+    def with_rtol(max_rel):
+        r = results_like(max_rel=max_rel)
+        r["backends"]["onnx"]["parity"]["leaves"][0]["tolerance"] = {"rtol": 1e-5, "atol": 4e-6}
+        return r
+
+    assert diff_results(with_rtol(0.0), with_rtol(4e-7)).exit_code == 0  # rounding, a 25th of rtol
+    assert diff_results(with_rtol(0.0), with_rtol(5e-6)).exit_code == 1  # half the tolerance used up: drift
+
+
 def test_large_but_noisy_differences_are_not_flagged():
     # 1.5x slower p50, but the intervals overlap: not established, not flagged
     assert diff_results(results_like(), results_like(p50=1.5, lo=1.0, hi=2.0)).exit_code == 0
