@@ -289,6 +289,7 @@ class SavedModelRunner(Runner):
         self._serving = serving
         self._tf_device = tf_device
         self._bind = _flat_binder(serving)
+        self._captured = serving.captured_inputs  # the variables' handles: fixed for the loaded object
         if self._bind is None:
             self.calling_path = "restored serving_default signature called as signature(**tensors)"
 
@@ -302,13 +303,13 @@ class SavedModelRunner(Runner):
     def _call(self, prepared: Any) -> dict[str, Any]:
         if self._bind is None:
             return self._serving(**prepared)
-        return self._serving._call_flat(prepared, self._serving.captured_inputs)
+        return self._serving._call_flat(prepared, self._captured)
 
     def _run_impl(self, prepared: Any) -> None:
-        import tensorflow as tf
-
         self._call(prepared)
         if self.device == "gpu":  # eager GPU kernels are queued asynchronously: wait for them
+            import tensorflow as tf
+
             tf.test.experimental.sync_devices()
 
     def _fetch_impl(self, prepared: Any) -> Sequence[Any]:
