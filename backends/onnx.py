@@ -31,6 +31,7 @@ from multiexport.backend import (
     Runner,
     base_versions,
     bindings,
+    dist_version,
     utc_now,
 )
 from multiexport.errors import ArtifactError, ExportError, RunError
@@ -108,7 +109,7 @@ class OnnxBackend(Backend):
             files=files,
             versions={
                 **base_versions(),
-                **{d: _dist_version(d) for d in ("jax", "jaxlib", "jax2onnx", "onnx", "onnx-ir", "onnxruntime")},
+                **{d: dist_version(d) for d in ("jax", "jaxlib", "jax2onnx", "onnx", "onnx-ir", "onnxruntime")},
                 "onnx_opset": str(model.opset_imports[""]),
                 "onnx_ir_version": str(model.ir_version),
             },
@@ -411,7 +412,3 @@ def _first_lines(exc: Exception, n: int = 3) -> str:
     return " ".join(lines[:n])
 
 
-def _dist_version(dist: str) -> str:
-    from importlib.metadata import version
-
-    return version(dist)

@@ -19,6 +19,7 @@ from multiexport.backend import (
     Runner,
     base_versions,
     bindings,
+    dist_version,
     utc_now,
 )
 from multiexport.errors import ArtifactError, RunError
@@ -113,7 +114,7 @@ class XlaBackend(Backend):
             versions={
                 **base_versions(),
                 "jax": jax.__version__,
-                "jaxlib": _dist_version("jaxlib"),
+                "jaxlib": dist_version("jaxlib"),
                 "calling_convention_version": str(exported.calling_convention_version),
                 "serialization_version": str(getattr(serialization, "_SERIALIZATION_VERSION", "unknown")),
             },
@@ -183,7 +184,3 @@ class XlaRunner(JitRunner):
         self.exported = exported
 
 
-def _dist_version(dist: str) -> str:
-    from importlib.metadata import version
-
-    return version(dist)

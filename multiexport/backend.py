@@ -262,5 +262,15 @@ def base_versions() -> dict[str, str]:
     return {"multiexport": __version__, "python": platform.python_version(), "numpy": np.__version__}
 
 
+def dist_version(dist: str) -> str:
+    """The installed version of a distribution, or "not installed"."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
 def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()

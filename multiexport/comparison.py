@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .backend import dist_version
 from .bench import BenchConfig
 from .errors import MultiexportError
 from .manifest import write_text_atomic
@@ -143,7 +144,7 @@ def compare(
     progress(f"reference outputs (jax.jit) for {len(trial_list)} trials")
     ref_outputs = [ref_runner(t.feed) for t in trial_list]
     truth = float64_outputs(target, sig, [t.feed for t in trial_list]) if reference == "float64" else None
-    ref_info: dict[str, Any] = {"kind": "jax.jit", "jax_version": _version("jax"), "device": ref_device}
+    ref_info: dict[str, Any] = {"kind": "jax.jit", "jax_version": dist_version("jax"), "device": ref_device}
     if truth is not None:
         ref_info["jax_error_vs_float64"] = _error_vs(ref_outputs, truth)
     if bench:
@@ -405,14 +406,6 @@ def _error_vs(outputs, truth) -> dict[str, float]:
     return worst
 
 
-def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "not installed"
-
 
 def _environment() -> dict[str, Any]:
     cpu = platform.processor()
@@ -427,5 +420,5 @@ def _environment() -> dict[str, Any]:
     return {
         "python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
         "cores": os.cpu_count(), "thread_env": threads,
-        "versions": {d: _version(d) for d in ("jax", "jaxlib", "numpy", "multiexport")},
+        "versions": {d: dist_version(d) for d in ("jax", "jaxlib", "numpy", "multiexport")},
     }
