@@ -21,8 +21,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from multiexport.arrays_io import save_npz
 from multiexport.backend import (
+    EXAMPLE_INPUTS,
     Availability,
     Backend,
     ExportOptions,
@@ -30,6 +30,7 @@ from multiexport.backend import (
     base_versions,
     bindings,
     utc_now,
+    write_example_inputs,
 )
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.manifest import Manifest
@@ -37,8 +38,7 @@ from multiexport.signature import Leaf, Signature
 
 SIGNATURE_KEY = "serving_default"
 LEAF_FUNCTION = "serve_leaves"  # the same function restorable by attribute, positional in leaf order
-FILES = {"saved_model": "saved_model.pb", "example_inputs": "example_inputs.npz"}
-_EXAMPLE_LIMIT_BYTES = 64 << 20
+FILES = {"saved_model": "saved_model.pb", "example_inputs": EXAMPLE_INPUTS}
 # Fragments of converter errors -> ExportError category (first match wins).
 _CATEGORIES = (
     ("custom calls whose targets have no compatibility guarantees", "unsupported-op"),
@@ -135,10 +135,7 @@ class SavedModelBackend(Backend):
         supported = max_supported_call_module_version()
 
         files = dict(FILES)
-        examples = signature.example_feed()
-        if examples and sum(a.nbytes for a in examples.values()) <= _EXAMPLE_LIMIT_BYTES:
-            save_npz(out_dir / FILES["example_inputs"], examples)
-        else:
+        if not write_example_inputs(signature, out_dir):
             del files["example_inputs"]
         warnings = list(signature.warnings)
         problem = version_problem(needed, supported, tf.__version__)

@@ -11,8 +11,8 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Callable
 
-from multiexport.arrays_io import save_npz
 from multiexport.backend import (
+    EXAMPLE_INPUTS,
     Availability,
     Backend,
     ExportOptions,
@@ -21,6 +21,7 @@ from multiexport.backend import (
     bindings,
     dist_version,
     utc_now,
+    write_example_inputs,
 )
 from multiexport.errors import ArtifactError, RunError
 from multiexport.jit_runner import JitRunner
@@ -32,14 +33,13 @@ FILES = {
     "stablehlo_bytecode": "model.mlirbc",
     "stablehlo_text": "model.mlir",
     "hlo_text": "model.hlo.txt",
-    "example_inputs": "example_inputs.npz",
+    "example_inputs": EXAMPLE_INPUTS,
 }
 # Past this many bytes of baked constants the text forms (.mlir, .hlo.txt) are skipped: they print every
 # weight in decimal, ~3x the binary size, and take longer to write than the export itself.
 TEXT_LIMIT_BYTES = 16 << 20
 # jax.export promises that a serialized artifact keeps working with JAX releases of the next 6 months.
 COMPATIBILITY_DAYS = 180
-_EXAMPLE_LIMIT_BYTES = 64 << 20
 
 
 def export_module(fn: Callable[..., Any], signature: Signature, options: ExportOptions = ExportOptions()):
@@ -93,9 +93,7 @@ class XlaBackend(Backend):
             write_text_atomic(out_dir / FILES["hlo_text"], lowered.as_text(dialect="hlo"))
             files["hlo_text"] = FILES["hlo_text"]
 
-        examples = signature.example_feed()
-        if examples and sum(a.nbytes for a in examples.values()) <= _EXAMPLE_LIMIT_BYTES:
-            save_npz(out_dir / FILES["example_inputs"], examples)
+        if write_example_inputs(signature, out_dir):
             files["example_inputs"] = FILES["example_inputs"]
         if exported.ordered_effects:
             warnings.append(f"ordered effects {exported.ordered_effects}: the module takes token arguments first")

@@ -244,6 +244,24 @@ def _replace_dir(staging: Path, out_dir: Path) -> None:
         os.replace(staging, out_dir)
 
 
+EXAMPLE_INPUTS = "example_inputs.npz"
+EXAMPLE_LIMIT_BYTES = 64 << 20  # above this the artifact ships without example values
+
+
+def write_example_inputs(signature: Signature, out_dir: Path) -> str | None:
+    """The target's example values as OUT/example_inputs.npz, so `multiexport run DIR` works as is.
+
+    Returns the file name, or None when there are no (complete) examples or they are too large to ship.
+    """
+    from .arrays_io import save_npz
+
+    examples = signature.example_feed()
+    if not examples or sum(a.nbytes for a in examples.values()) > EXAMPLE_LIMIT_BYTES:
+        return None
+    save_npz(out_dir / EXAMPLE_INPUTS, examples)
+    return EXAMPLE_INPUTS
+
+
 def bindings(leaves, used: Sequence[bool], params: Sequence[int | str | None]) -> list[LeafBinding]:
     """LeafBindings for signature leaves, with each format's used flags and parameter ids."""
     return [

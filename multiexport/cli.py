@@ -206,6 +206,8 @@ def _console():
 
 def cmd_signature(args) -> int:
     from .api import describe
+    from .signature import shape_text
+    from .summary import human_bytes
     from .target import load_target
 
     data = describe(load_target(args.target), keep_unused=args.keep_unused)
@@ -221,13 +223,13 @@ def cmd_signature(args) -> int:
     for row in data["inputs"]:
         used = "[green]yes[/]" if row["used"] else "[red]no[/]"
         param = "-" if row["xla_param"] is None else str(row["xla_param"])
-        table.add_row(row["name"], _shape(row["shape"]), row["dtype"], used, param, row["alias"])
+        table.add_row(row["name"], shape_text(row["shape"]), row["dtype"], used, param, row["alias"])
     console.print(table)
     table = Table(title="outputs")
     for col in ("leaf", "shape", "dtype", "xla result", "alias"):
         table.add_column(col, no_wrap=True)
     for row in data["outputs"]:
-        table.add_row(row["name"], _shape(row["shape"]), row["dtype"], str(row["xla_result"]), row["alias"])
+        table.add_row(row["name"], shape_text(row["shape"]), row["dtype"], str(row["xla_result"]), row["alias"])
     console.print(table)
     dropped = [row["name"] for row in data["inputs"] if not row["used"]]
     n_used = len(data["inputs"]) - len(dropped)
@@ -241,7 +243,7 @@ def cmd_signature(args) -> int:
         console.print(f"Symbolic dimensions: {', '.join(data['symbolic_dims'])}")
     w = data["weights"]
     console.print(f"Weights: {'baked into the artifact as constants' if w['mode'] == 'baked' else 'input leaves'} "
-                  f"(constants {_size(w['baked_bytes'])} in {w['baked_arrays']} arrays; inputs {_size(w['input_bytes'])})")
+                  f"(constants {human_bytes(w['baked_bytes'])} in {w['baked_arrays']} arrays; inputs {human_bytes(w['input_bytes'])})")
     for warning in data["warnings"]:
         console.print(f"[yellow]note:[/] {_esc(warning)}")
     return 0
@@ -249,6 +251,7 @@ def cmd_signature(args) -> int:
 
 def cmd_export(args) -> int:
     from .api import export
+    from .summary import human_bytes
     from .target import load_target
 
     platforms = _split(args.platforms) if args.platforms else None
@@ -260,7 +263,7 @@ def cmd_export(args) -> int:
     console.print(f"[bold]{m.backend}[/] artifact for '{m.target}' written to {artifact.directory}")
     for role, name in m.files.items():
         size = (artifact.directory / name).stat().st_size
-        console.print(f"  {name:<24} {_size(size):>10}  {role}")
+        console.print(f"  {name:<24} {human_bytes(size):>10}  {role}")
     dropped = [leaf.name for leaf in m.unused_inputs]
     console.print(
         f"  parameters: {len(m.used_inputs)} of {len(m.inputs)} input leaves"
@@ -475,20 +478,8 @@ def _esc(text: str) -> str:
     return escape(str(text))
 
 
-def _shape(shape) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
 def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _preview(value) -> str:

@@ -16,12 +16,9 @@ import numpy as np
 from .dtypes import parse_dtype
 from .errors import InputError, leaf_message
 from .manifest import LeafBinding
+from .signature import shape_text
 
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _shape_text(shape) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def check_feed(
@@ -61,13 +58,13 @@ def check_feed(
             raise InputError(leaf_message("Input", leaf.name, value.dtype.name, expected.name))
         if value.ndim != len(leaf.shape):
             raise InputError(
-                leaf_message("Input", leaf.name, f"shape {_shape_text(value.shape)}", f"shape {_shape_text(leaf.shape)}")
+                leaf_message("Input", leaf.name, f"shape {shape_text(value.shape)}", f"shape {shape_text(leaf.shape)}")
             )
         for got, want in zip(value.shape, leaf.shape):
             if isinstance(want, int):
                 if got != want:
                     raise InputError(
-                        leaf_message("Input", leaf.name, f"shape {_shape_text(value.shape)}", f"shape {_shape_text(leaf.shape)}")
+                        leaf_message("Input", leaf.name, f"shape {shape_text(value.shape)}", f"shape {shape_text(leaf.shape)}")
                     )
             elif _SYMBOL.match(want):
                 if want in bound and bound[want] != got:
@@ -75,7 +72,7 @@ def check_feed(
                         leaf_message(
                             "Input",
                             leaf.name,
-                            f"{want}={got} in shape {_shape_text(value.shape)}",
+                            f"{want}={got} in shape {shape_text(value.shape)}",
                             f"{want}={bound[want]} as bound by '{bound_by[want]}'",
                         )
                     )

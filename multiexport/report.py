@@ -14,7 +14,8 @@ from typing import Any
 from .errors import InputError
 from .manifest import write_text_atomic
 from .recommend import recommend
-from .summary import _bytes, _tol, summary_rows
+from .signature import shape_text
+from .summary import _tol, human_bytes, summary_rows
 
 RESULT_COLUMNS = ("backend", "status", "batch", "max rel err", "tolerance", "p50 ms", "p99 ms", "vs jax",
                   "throughput", "cold start s", "size", "native ms")
@@ -49,8 +50,7 @@ def binding_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["input leaf", "shape", "dtype"] + names
     rows = []
     for leaf in results["signature"]["inputs"]:
-        shape = leaf["shape"]
-        row = [leaf["name"], "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")", leaf["dtype"]]
+        row = [leaf["name"], shape_text(leaf["shape"]), leaf["dtype"]]
         for n in names:
             b = next((b for b in results["backends"][n]["binding"] if b["name"] == leaf["name"]), None)
             if b is not None and b["used"]:
@@ -76,7 +76,7 @@ def cold_rows(results: dict[str, Any]) -> list[list[str]]:
             name, f"{bench['load_s']:.3f}", "-" if first.get("compile_s") is None else f"{first['compile_s']:.3f}",
             f"{first['first_call_s']:.4f}",
             _fmt_opt(bench.get("extra", {}).get("process_start_to_first_output_s"), "{:.2f}"),
-            _mib(mem.get("peak_rss_bytes")), "-" if bench.get("artifact_bytes") is None else _bytes(bench["artifact_bytes"]),
+            _mib(mem.get("peak_rss_bytes")), "-" if bench.get("artifact_bytes") is None else human_bytes(bench["artifact_bytes"]),
             bench.get("runner", {}).get("calling_path", ""),
         ])
     return rows
@@ -102,7 +102,7 @@ def weights_line(results: dict[str, Any]) -> str:
     if not w:
         return ""
     return (f"Weights: {'baked into the artifacts as constants' if w['mode'] == 'baked' else 'taken as input leaves'} "
-            f"(constants {_bytes(w['baked_bytes'])} in {w['baked_arrays']} arrays; input leaves {_bytes(w['input_bytes'])})")
+            f"(constants {human_bytes(w['baked_bytes'])} in {w['baked_arrays']} arrays; input leaves {human_bytes(w['input_bytes'])})")
 
 COLD_HEADER = ["backend", "load s", "compile s", "first call s", "process start to first output s", "peak RSS",
                "artifact size", "calling path"]

@@ -23,6 +23,11 @@ from .target import Target
 Dim = int | str
 
 
+def shape_text(shape) -> str:
+    """A shape as Python prints a tuple, symbolic dims by name: `(b, 16)`, `(10,)`, `()`."""
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
 @dataclass(frozen=True)
 class Leaf:
     """One named array leaf of the inputs or outputs.
@@ -42,7 +47,7 @@ class Leaf:
         return any(isinstance(d, str) for d in self.shape)
 
     def shape_str(self) -> str:
-        return "(" + ", ".join(str(d) for d in self.shape) + ("," if len(self.shape) == 1 else "") + ")"
+        return shape_text(self.shape)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -35,7 +35,7 @@ def _rows(name, status, parity, bench, ref_p50, binding, result) -> list[dict[st
         "max rel err": _sci(worst["stats"]["max_rel"]) if worst else "",
         "tolerance": _tol(worst["tolerance"]) if worst else "",
         "dropped leaves": dropped,
-        "size": _bytes(bench.get("artifact_bytes")) if bench else "",
+        "size": human_bytes(bench.get("artifact_bytes")) if bench else "",
     }
     sizes = (bench or {}).get("sizes") or []
     if not sizes:
@@ -91,7 +91,7 @@ def _si(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _bytes(n) -> str:
+def human_bytes(n) -> str:
     if n is None:
         return ""
     for unit in ("B", "KiB", "MiB", "GiB"):
