@@ -154,6 +154,8 @@ def compare(
     results: dict[str, BackendResult] = {}
     res = Results(target.name, sig.to_json(), [t.name for t in trial_list], results, ref_info, _environment(), str(out),
                   device=plan.to_json())
+    # What every export worker must reproduce; hashed once, it covers all the weights a target bakes in.
+    fingerprint = sig.fingerprint(target.fn) if target_spec is not None else None
     try:
         for name in backends:
             if name in plan.excluded:
@@ -161,7 +163,7 @@ def compare(
                 continue
             results[name] = _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, tolerances or {},
                                          ExportOptions.for_device(plan.chosen, keep_unused), plan.chosen, timeout,
-                                         bench, bench_feeds, progress, target_spec)
+                                         bench, bench_feeds, progress, target_spec, fingerprint)
     except KeyboardInterrupt:
         # Keep what finished: write the results and reports so far, then let the caller stop.
         for name in backends:
@@ -183,7 +185,7 @@ def _write(res: "Results", out: Path) -> None:
 
 
 def _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, tolerances, options, device, timeout,
-                 bench, bench_feeds, progress, target_spec) -> BackendResult:
+                 bench, bench_feeds, progress, target_spec, fingerprint) -> BackendResult:
     from .backend import Artifact
     from .manifest import Manifest
     from .parity import check_parity
@@ -203,7 +205,7 @@ def _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, toleran
             failure, info = export_in_worker(target_spec, name, out / name, options, timeout)
             if failure:
                 return BackendResult(name, failure[0], failure[1])
-            if info["fingerprint"] != sig.fingerprint(target.fn):
+            if info["fingerprint"] != fingerprint:
                 return BackendResult(name, "nondeterministic-target", (
                     f"Target '{target.name}' | loads with different example values or weights in a fresh process "
                     "(random values without a fixed seed?), expected the same: seed them, or compare from Python "
