@@ -43,9 +43,13 @@ from multiexport.feed import check_feed
 from multiexport.manifest import Manifest, write_bytes_atomic
 from multiexport.signature import Signature
 
-from .xla import export_module, parameter_binding
+from multiexport.weights import WEIGHTS_FILE, LiftedWeights, embedded, plan
+
+from .xla import export_module, external_tensors, parameter_binding
 
 FILES = {"module": "model.vmfb", "stablehlo_bytecode": "model.mlirbc"}
+LIFTED_SOURCE = "model.mlir"  # with lifted weights the module mixes in IREE's util dialect: text, not VHLO bytecode
+PARAMETER_SCOPE = "model"  # iree-run-module --parameters=model=weights.safetensors
 FUNCTION = "main"
 INPUT_DIR, OUTPUT_DIR = "inputs", "outputs"
 RUN_TOOL, BENCH_TOOL = "iree-run-module", "iree-benchmark-module"
@@ -67,8 +71,11 @@ SHAPE_ASSERTIONS_WHY = (
 
 # -- StableHLO adaptations --------------------------------------------------------------------------------
 
-def prepare_stablehlo(exported) -> tuple[bytes, dict[str, Any]]:
+def prepare_stablehlo(exported, weights: Sequence[str] = ()) -> tuple[bytes, dict[str, Any]]:
     """The Exported's StableHLO adapted for IREE, as portable bytecode, and what was changed.
+
+    With `weights` (names of the lifted weights among the module's trailing arguments), the module is
+    returned as text instead, with those arguments turned into IREE parameters (see `_bind_parameters`).
 
     1. `shape_assertion` custom calls are removed (see SHAPE_ASSERTIONS_WHY).
     2. `dynamic_broadcast_in_dim` ops get `known_nonexpanding_dimensions` for their dynamic operand
@@ -104,8 +111,43 @@ def prepare_stablehlo(exported) -> tuple[bytes, dict[str, Any]]:
                 notes["dynamic_broadcasts_annotated"] += 1
             elif op.name == "stablehlo.dot_general" and _batch_dot_general(op, ir, hlo):
                 notes["dot_generals_batched"] += 1
+        if weights:
+            return _bind_parameters(module, weights, ir).encode(), notes
         version = hlo.get_version_from_compatibility_requirement(hlo.StablehloCompatibilityRequirement.WEEK_4)
         return bytes(jmlir.serialize_portable_artifact(module, version, False)), notes
+
+
+def _bind_parameters(module, weights: Sequence[str], ir) -> str:
+    """The module as text, its trailing `weights` arguments read from IREE parameters instead.
+
+    `main` becomes the private `main_lifted`; a new `main` takes the leaves only, loads each weight from
+    a `util.global` bound to `#stream.parameter.named<"model"::"weight_0000">` and calls it. IREE then
+    reads the values from the parameter file at load (mapped, not copied, where the device allows)
+    instead of carrying them in the .vmfb: `iree-run-module --parameters=model=weights.safetensors`.
+    """
+    main = next(op for op in module.body.operations
+                if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == FUNCTION)
+    ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+    ins, outs = [str(t) for t in ftype.inputs], [str(t) for t in ftype.results]
+    leaves = len(ins) - len(weights)
+    main.attributes["sym_name"] = ir.StringAttr.get(f"{FUNCTION}_lifted")
+    main.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    text = module.operation.get_asm(enable_debug_info=False).rstrip()
+    if not text.endswith("}"):
+        raise ExportError("Backend 'iree' | cannot bind parameters: the module's text does not end its body",
+                          backend="iree", category="converter-error")
+    lines = [f'  util.global private @{w} = #stream.parameter.named<"{PARAMETER_SCOPE}"::"{w}"> : {t}'
+             for w, t in zip(weights, ins[leaves:])]
+    args = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(ins[:leaves]))
+    lines.append(f"  func.func @{FUNCTION}({args}) -> ({', '.join(outs)}) {{")
+    lines += [f"    %w{k} = util.global.load @{w} : {t}" for k, (w, t) in enumerate(zip(weights, ins[leaves:]))]
+    operands = [f"%arg{i}" for i in range(leaves)] + [f"%w{k}" for k in range(len(weights))]
+    results = ", ".join(f"%r#{i}" for i in range(len(outs)))
+    lines.append(f"    %r:{len(outs)} = func.call @{FUNCTION}_lifted({', '.join(operands)}) : "
+                 f"({', '.join(ins)}) -> ({', '.join(outs)})")
+    lines.append(f"    return {results} : {', '.join(outs)}")
+    lines.append("  }")
+    return text[:-1] + "\n".join(lines) + "\n}\n"
 
 
 def _ir_context():
@@ -198,9 +240,12 @@ def _diagnostics(text: str) -> str:
     return found if len(found) <= _MESSAGE_LIMIT else found[:_MESSAGE_LIMIT] + " ..."
 
 
-def _compile(exported, targets: Sequence[str], flags: Sequence[str]) -> tuple[bytes, dict[str, Any], bytes]:
+def _compile(exported, targets: Sequence[str], flags: Sequence[str],
+             lifted: LiftedWeights | None = None, n_leaves: int = 0) -> tuple[bytes, dict[str, Any], bytes]:
     """(StableHLO given to IREE, what prepare_stablehlo changed, .vmfb) for one Exported."""
-    stablehlo, notes = prepare_stablehlo(exported)
+    names = list(lifted.names) if lifted else []
+    weights = [names[i - n_leaves] for i in sorted(exported.module_kept_var_idx) if i >= n_leaves] if lifted else []
+    stablehlo, notes = prepare_stablehlo(exported, weights)
     calls = notes["custom_call_targets"]
     why = (f" (it calls custom call targets {', '.join(calls)}: kernels of the JAX/XLA runtime, which IREE "
            "does not implement)") if calls else ""
@@ -263,22 +308,28 @@ class IreeBackend(Backend):
         # Lowered for cpu whatever the targets: the StableHLO of ordinary ops is the same for every
         # platform, and one module with no platform-index argument serves all IREE targets.
         lowering = ExportOptions(keep_unused=options.keep_unused, platforms=("cpu",))
-        exported = export_module(fn, signature, lowering)
+        lifted = plan(fn, signature, options.external_weights)
+        n = len(signature.inputs)
+        exported = export_module(fn, signature, lowering, lifted)
         sizes, dynamic_error = None, None
         try:
-            stablehlo, notes, vmfb = _compile(exported, targets, flags)
+            stablehlo, notes, vmfb = _compile(exported, targets, flags, lifted, n)
         except ExportError as exc:
             sizes = _example_sizes(signature)
             if sizes is None:
                 raise
             # IREE could not compile the symbolic module: specialise to the example's sizes, and say so.
             dynamic_error = getattr(exc, "diagnostics", str(exc))
-            exported = _export_specialised(fn, signature, options)
-            stablehlo, notes, vmfb = _compile(exported, targets, flags)
+            exported = _export_specialised(fn, signature, options, lifted)
+            stablehlo, notes, vmfb = _compile(exported, targets, flags, lifted, n)
 
+        source = LIFTED_SOURCE if lifted else FILES["stablehlo_bytecode"]
         write_bytes_atomic(out_dir / FILES["module"], vmfb)
-        write_bytes_atomic(out_dir / FILES["stablehlo_bytecode"], stablehlo)
-        files = dict(FILES)
+        write_bytes_atomic(out_dir / source, stablehlo)
+        files = {"module": FILES["module"], "stablehlo_text" if lifted else "stablehlo_bytecode": source}
+        weights = lifted.write(out_dir) if lifted else embedded(signature)
+        if lifted:
+            files["weights"] = WEIGHTS_FILE
         used, params = parameter_binding(exported, len(signature.inputs))
         inputs, outputs = list(signature.inputs), list(signature.outputs)
         if sizes is not None:
@@ -303,7 +354,8 @@ class IreeBackend(Backend):
         if exported.ordered_effects:
             warnings.append(f"ordered effects {exported.ordered_effects}: the module takes token arguments first")
 
-        command = native_command(args, outputs, targets[0])
+        parameters = WEIGHTS_FILE if lifted else None
+        command = native_command(args, outputs, targets[0], parameters=parameters)
         return Manifest(
             backend=self.name,
             target=signature.name,
@@ -314,11 +366,18 @@ class IreeBackend(Backend):
             files=files,
             versions={**base_versions(), "jax": jax.__version__, **_iree_versions()},
             created=utc_now(),
+            weights=weights,
             format={
+                "weights": (
+                    f"baked weights lifted out of the module as IREE parameters (util.global bound to "
+                    f"#stream.parameter.named<\"{PARAMETER_SCOPE}\"::\"weight_NNNN\">), stored in {WEIGHTS_FILE}; "
+                    f"runtimes load them with --parameters={PARAMETER_SCOPE}={WEIGHTS_FILE} (iree.runtime: "
+                    "ParameterIndex + create_io_parameters_module)") if lifted else (
+                    "embedded as constants in the .vmfb" if weights["embedded_bytes"] else "no baked weights"),
                 "target_backends": targets,
                 "drivers": {t: DRIVERS[t] for t in targets},
                 "compile_flags": flags,
-                "compile_command": ["iree-compile", FILES["stablehlo_bytecode"], "--iree-input-type=stablehlo",
+                "compile_command": ["iree-compile", source, "--iree-input-type=stablehlo",
                                     *[f"--iree-hal-target-backends={t}" for t in targets], *flags,
                                     "-o", FILES["module"]],
                 "host_cpu_note": (
@@ -382,13 +441,16 @@ def _example_sizes(signature: Signature) -> dict[str, int] | None:
     return sizes
 
 
-def _export_specialised(fn, signature: Signature, options: ExportOptions):
+def _export_specialised(fn, signature: Signature, options: ExportOptions, lifted: LiftedWeights | None = None):
     """jax.export of the flat function at the example's concrete shapes."""
     import jax
     from jax import export
 
     specs = [jax.ShapeDtypeStruct(np.shape(ex), spec.dtype, weak_type=spec.weak_type)
              for spec, ex in zip(signature.specs, signature.examples)]
+    if lifted is not None:
+        flat = jax.jit(lifted.fn, keep_unused=options.keep_unused)
+        return export.export(flat, platforms=("cpu",))(*specs, *lifted.specs())
     flat = jax.jit(signature.flat_function(fn), keep_unused=options.keep_unused)
     return export.export(flat, platforms=("cpu",))(*specs)
 
@@ -457,9 +519,10 @@ class IreeRunner(Runner):
         except Exception as exc:  # no such driver or device here: IREE's reason is the message
             raise RunError(f"Device '{device}' | IREE driver '{driver}' unavailable: {exc}") from exc
         path = directory / manifest.files["module"]
+        modules = [self._parameters_module(rt, directory, manifest)] if external_tensors(manifest) else []
         try:
             module = rt.VmModule.mmap(self._config.vm_instance, str(path))
-            self._context = rt.SystemContext(vm_modules=[module], config=self._config)
+            self._context = rt.SystemContext(vm_modules=[*modules, module], config=self._config)
         except Exception as exc:
             raise ArtifactError(f"Artifact '{directory}' | IREE cannot load {path.name}: {exc}") from exc
         self._function = module.lookup_function(FUNCTION)
@@ -474,6 +537,22 @@ class IreeRunner(Runner):
             raise ArtifactError(
                 f"Artifact '{directory}' | {path.name} takes {declared} arguments, manifest binds {len(self._arg_positions)}")
         self._invoke = self._context.vm_context.invoke  # bound once: the timed call pays no lookups
+
+    def _parameters_module(self, rt, directory: Path, manifest: Manifest):
+        """The io_parameters module serving the artifact's weights file (memory-mapped) under scope "model"."""
+        path = directory / manifest.files.get("weights", WEIGHTS_FILE)
+        try:
+            index = rt.ParameterIndex()
+            index.load(str(path))
+        except Exception as exc:
+            raise ArtifactError(f"Artifact '{directory}' | IREE cannot read the weights file {path.name}: {exc}") from exc
+        have = {key for key, _ in index.items()}
+        missing = [name for name in external_tensors(manifest) if name not in have]
+        if missing:
+            raise ArtifactError(f"Weight '{missing[0]}' | missing from {path}, expected it (the manifest lists "
+                                f"{len(external_tensors(manifest))} weights)")
+        self._parameter_index = index  # the provider reads through it for the context's lifetime
+        return rt.create_io_parameters_module(self._config.vm_instance, index.create_provider(scope=PARAMETER_SCOPE))
 
     def _prepare_impl(self, arrays: list[np.ndarray]) -> Any:
         rt = self._rt
@@ -559,10 +638,16 @@ def _default_tool_dirs() -> list[str]:
     return dirs + [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
 
 
-def native_command(args, outputs, target: str, tool: str = RUN_TOOL, module: str = FILES["module"]) -> list[str]:
-    """The iree-run-module command line for module arguments `args` and `outputs`, paths relative."""
+def native_command(args, outputs, target: str, tool: str = RUN_TOOL, module: str = FILES["module"],
+                   parameters: str | None = None) -> list[str]:
+    """The iree-run-module command line for module arguments `args` and `outputs`, paths relative.
+
+    parameters: the file holding the module's lifted weights, if any (the IREE parameter scope "model").
+    """
     return [
-        tool, f"--device={DRIVERS[target]}", f"--module={module}", f"--function={FUNCTION}",
+        tool, f"--device={DRIVERS[target]}",
+        *([f"--parameters={PARAMETER_SCOPE}={parameters}"] if parameters else []),
+        f"--module={module}", f"--function={FUNCTION}",
         *[f"--input=@{INPUT_DIR}/{leaf.alias}.npy" for leaf in args],
         *[f"--output=@{OUTPUT_DIR}/{leaf.alias}.npy" for leaf in outputs],
     ]
@@ -660,7 +745,8 @@ def _write_and_command(work: Path, directory: Path, manifest: Manifest, arrays, 
     (work / INPUT_DIR).mkdir()
     for leaf in args:
         np.save(work / INPUT_DIR / f"{leaf.alias}.npy", np.asarray(by_name[leaf.name], order="C"), allow_pickle=False)
-    return native_command(args, manifest.outputs, target, tool, str(directory / manifest.files["module"]))
+    parameters = str(directory / manifest.files["weights"]) if external_tensors(manifest) else None
+    return native_command(args, manifest.outputs, target, tool, str(directory / manifest.files["module"]), parameters)
 
 
 def _run_tool(command: list[str], cwd: Path, timeout: float) -> str:

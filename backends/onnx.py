@@ -85,7 +85,7 @@ class OnnxBackend(Backend):
         first_use, first_use_in_process = jax2onnx_first_use()
         model = self._convert(fn, signature)
         unread = _drop_unread_inputs(model, signature, options.keep_unused)
-        model_bytes, external = self._save(model, out_dir)
+        model_bytes, external = self._save(model, out_dir, options.external_weights)
         _validate(out_dir / MODEL_FILE, self.name)
         export_seconds = time.perf_counter() - t0
 
@@ -99,6 +99,11 @@ class OnnxBackend(Backend):
             warnings.append("bfloat16 leaves: ONNX Runtime's CPU provider has no bfloat16 kernel for most ops "
                             "(Gemm, Einsum, ...), so this artifact may load only on a provider that has them")
         files = {"model": MODEL_FILE, **({"external_data": DATA_FILE} if external else {})}
+        baked = int(signature.weights.get("baked_bytes", 0))
+        weights = ({"storage": "external", "file": DATA_FILE, "file_format": "ONNX external data",
+                    "external_bytes": (out_dir / DATA_FILE).stat().st_size, "embedded_bytes": 0}
+                   if external else {"storage": "embedded" if baked else "none", "external_bytes": 0,
+                                     "embedded_bytes": baked})
         return Manifest(
             backend=self.name,
             target=signature.name,
@@ -114,7 +119,10 @@ class OnnxBackend(Backend):
                 "onnx_ir_version": str(model.ir_version),
             },
             created=utc_now(),
+            weights=weights,
             format={
+                "weights": ("initializers of 1 KiB or more in model.onnx.data (ONNX external data, read by path "
+                            "relative to model.onnx)" if external else "initializers inside model.onnx"),
                 "opset": model.opset_imports[""],
                 "ir_version": model.ir_version,
                 "producer": f"{model.producer_name} {model.producer_version}".strip(),
@@ -159,8 +167,13 @@ class OnnxBackend(Backend):
         _name_values(model, positional, signature)
         return model
 
-    def _save(self, model, out_dir: Path) -> tuple[int, bool]:
+    def _save(self, model, out_dir: Path, policy: str = "auto") -> tuple[int, bool]:
         """Write model.onnx, with its tensors in model.onnx.data when they pass the threshold.
+
+        policy (ExportOptions.external_weights): "auto" moves them only past the threshold (protobuf's
+        2 GiB limit); "always" moves every tensor of 1 KiB or more whatever the total, so a runtime can
+        map the weights instead of parsing them out of the protobuf; "never" keeps them in model.onnx
+        and fails with a size-limit error when they cannot fit.
 
         onnx_ir writes the data file itself: a model past 2 GiB is never built as one protobuf
         message, which Python's protobuf cannot hold or serialize.
@@ -168,7 +181,14 @@ class OnnxBackend(Backend):
         import onnx_ir as ir
         import onnx_ir.passes.common as passes
 
-        external = _tensor_bytes(model) > self.external_data_threshold
+        tensor_bytes = _tensor_bytes(model)
+        external = policy == "always" or tensor_bytes > self.external_data_threshold
+        if external and policy == "never":
+            raise ExportError(
+                f"Backend '{self.name}' | '{model.graph.name or 'model'}' | got {tensor_bytes / 2**30:.2f} GiB of tensors "
+                f"with external weights 'never', expected at most {self.external_data_threshold / 2**30:.2f} GiB in one "
+                "protobuf (ONNX's 2 GB limit): use external weights 'auto' or 'always'",
+                backend=self.name, category="size-limit")
         if external:  # tensors inside Constant nodes become initializers, so they move to the data file too
             passes.LiftConstantsToInitializersPass()(model)
         ir.save(model, out_dir / MODEL_FILE, external_data=DATA_FILE if external else None, size_threshold_bytes=1024)
@@ -293,15 +313,15 @@ def _tensor_bytes(model) -> int:
     """Bytes of every tensor the model file would hold: initializers and tensor attributes, subgraphs included."""
     import onnx_ir as ir
 
-    graphs = [model.graph]
+    graphs = {id(model.graph): model.graph}  # the iterator enters the main graph too: count each graph once
     total = 0
-    for node in ir.traversal.RecursiveGraphIterator(model.graph, enter_graph=graphs.append):
+    for node in ir.traversal.RecursiveGraphIterator(model.graph, enter_graph=lambda g: graphs.setdefault(id(g), g)):
         for attr in node.attributes.values():
             if attr.type == ir.AttributeType.TENSOR:
                 total += attr.value.nbytes
             elif attr.type == ir.AttributeType.TENSORS:
                 total += sum(t.nbytes for t in attr.value)
-    for graph in graphs:
+    for graph in graphs.values():
         total += sum(v.const_value.nbytes for v in graph.initializers.values() if v.const_value is not None)
     return total
 

@@ -27,6 +27,7 @@ from multiexport.errors import ArtifactError, RunError
 from multiexport.jit_runner import JitRunner
 from multiexport.manifest import Manifest, write_bytes_atomic, write_text_atomic
 from multiexport.signature import Signature
+from multiexport.weights import WEIGHTS_FILE, LiftedWeights, embedded, plan, read_safetensors
 
 FILES = {
     "exported": "model.jax_exported",
@@ -42,13 +43,17 @@ TEXT_LIMIT_BYTES = 16 << 20
 COMPATIBILITY_DAYS = 180
 
 
-def export_module(fn: Callable[..., Any], signature: Signature, options: ExportOptions = ExportOptions()):
-    """`jax.export.Exported` of the signature's flat function."""
+def export_module(fn: Callable[..., Any], signature: Signature, options: ExportOptions = ExportOptions(),
+                  lifted: LiftedWeights | None = None):
+    """`jax.export.Exported` of the signature's flat function; with `lifted`, its weights are trailing parameters."""
     import jax
     from jax import export
 
-    flat = jax.jit(signature.flat_function(fn), keep_unused=options.keep_unused)
     kwargs = {"platforms": tuple(options.platforms)} if options.platforms else {}
+    if lifted is not None:
+        flat = jax.jit(lifted.fn, keep_unused=options.keep_unused)
+        return export.export(flat, **kwargs)(*signature.specs, *lifted.specs())
+    flat = jax.jit(signature.flat_function(fn), keep_unused=options.keep_unused)
     return export.export(flat, **kwargs)(*signature.specs)
 
 
@@ -67,13 +72,17 @@ class XlaBackend(Backend):
         import jax
         from jax._src.export import serialization
 
-        exported = export_module(fn, signature, options)
+        lifted = plan(fn, signature, options.external_weights)
+        exported = export_module(fn, signature, options, lifted)
         used, params = parameter_binding(exported, len(signature.inputs))
         write_bytes_atomic(out_dir / FILES["exported"], bytes(exported.serialize()))
         write_bytes_atomic(out_dir / FILES["stablehlo_bytecode"], bytes(exported.mlir_module_serialized))
         files = {k: FILES[k] for k in ("exported", "stablehlo_bytecode")}
+        weights = lifted.write(out_dir) if lifted else embedded(signature)
+        if lifted:
+            files["weights"] = WEIGHTS_FILE
         warnings = list(signature.warnings)
-        baked = signature.weights.get("baked_bytes", 0)
+        baked = weights["embedded_bytes"]
         text = baked <= TEXT_LIMIT_BYTES
         if text:
             write_text_atomic(out_dir / FILES["stablehlo_text"], exported.mlir_module())
@@ -89,7 +98,9 @@ class XlaBackend(Backend):
             why = "symbolic dimensions" if signature.symbolic_dims else "several platforms"
             warnings.append(f"no HLO text: HLO has no form for {why}; compile the StableHLO (model.mlirbc) instead")
         elif text:
-            lowered = jax.jit(signature.flat_function(fn), keep_unused=options.keep_unused).lower(*signature.specs)
+            flat = lifted.fn if lifted else signature.flat_function(fn)
+            specs = [*signature.specs, *(lifted.specs() if lifted else [])]
+            lowered = jax.jit(flat, keep_unused=options.keep_unused).lower(*specs)
             write_text_atomic(out_dir / FILES["hlo_text"], lowered.as_text(dialect="hlo"))
             files["hlo_text"] = FILES["hlo_text"]
 
@@ -98,7 +109,8 @@ class XlaBackend(Backend):
         if exported.ordered_effects:
             warnings.append(f"ordered effects {exported.ordered_effects}: the module takes token arguments first")
 
-        kept_names = [signature.inputs[i].name for i in sorted(exported.module_kept_var_idx)]
+        names = [leaf.name for leaf in signature.inputs] + list(lifted.names if lifted else [])
+        kept_names = [names[i] for i in sorted(exported.module_kept_var_idx)]
         created = utc_now()
         until = dt.datetime.fromisoformat(created) + dt.timedelta(days=COMPATIBILITY_DAYS)
         return Manifest(
@@ -117,9 +129,16 @@ class XlaBackend(Backend):
                 "serialization_version": str(getattr(serialization, "_SERIALIZATION_VERSION", "unknown")),
             },
             created=created,
+            weights=weights,
             format={
-                # The weights' copies on disk: model.jax_exported embeds the same StableHLO as model.mlirbc.
-                "weight_copies": 2 if baked else 0,
+                # The weights' copies on disk: model.jax_exported embeds the same StableHLO as model.mlirbc;
+                # lifted weights are stored once, in weights.safetensors.
+                "weight_copies": 1 if lifted else (2 if baked else 0),
+                "weights": (
+                    f"baked weights lifted to the module's trailing parameters ({', '.join(lifted.names[:3])}"
+                    f"{', ...' if len(lifted.names) > 3 else ''}), stored in {WEIGHTS_FILE}; the runner puts them on "
+                    "the device once at load and passes them to every call") if lifted else (
+                    "embedded as constants in the module" if baked else "no baked weights"),
                 "platforms": list(exported.platforms),
                 # The module's positional arguments in order: a platform index comes first when
                 # lowered for several platforms; then the kept leaves.
@@ -154,10 +173,13 @@ class XlaBackend(Backend):
             exported = export.deserialize(bytearray((directory / manifest.files["exported"]).read_bytes()))
         except Exception as exc:
             raise ArtifactError(f"Artifact '{directory}' | cannot deserialize {manifest.files['exported']}: {exc}") from exc
-        if len(exported.in_avals) != len(manifest.inputs) or len(exported.out_avals) != len(manifest.outputs):
+        tensors = external_tensors(manifest)
+        expected_inputs = len(manifest.inputs) + len(tensors)
+        if len(exported.in_avals) != expected_inputs or len(exported.out_avals) != len(manifest.outputs):
             raise ArtifactError(
                 f"Artifact '{directory}' | module has {len(exported.in_avals)} inputs / {len(exported.out_avals)} outputs, "
-                f"manifest lists {len(manifest.inputs)} / {len(manifest.outputs)}"
+                f"manifest lists {expected_inputs} / {len(manifest.outputs)}"
+                + (f" ({len(manifest.inputs)} leaves + {len(tensors)} lifted weights)" if tensors else "")
             )
         platform = {"cpu": "cpu", "gpu": "cuda"}[device]
         if platform not in exported.platforms:
@@ -169,7 +191,36 @@ class XlaBackend(Backend):
             jax_device = jax.devices("gpu" if device == "gpu" else "cpu")[0]
         except RuntimeError as exc:
             raise RunError(f"Device '{device}' | JAX sees none: {exc}") from exc
-        return XlaRunner(manifest, directory, device, exported, jax_device)
+        weights = load_weights(directory, manifest, jax_device) if tensors else []
+        return XlaRunner(manifest, directory, device, exported, jax_device, weights)
+
+
+def external_tensors(manifest: Manifest) -> list[str]:
+    """Names of the lifted weights an artifact keeps outside its module, in parameter order."""
+    if manifest.weights.get("storage") != "external":
+        return []
+    return [t["name"] for t in manifest.weights.get("tensors", [])]
+
+
+def load_weights(directory: Path, manifest: Manifest, jax_device) -> list[Any]:
+    """The lifted weights on `jax_device`, one tensor at a time from the file's memory map.
+
+    Each tensor is paged in, copied to the device and unmapped before the next, so the host holds the
+    device copy and at most one mapped tensor (on CPU the device copy is host memory too).
+    """
+    import jax
+
+    path = directory / manifest.weights.get("file", WEIGHTS_FILE)
+    names = external_tensors(manifest)
+    out = []
+    for name, expected in zip(names, manifest.weights["tensors"]):
+        array = read_safetensors(path, [name])[name]
+        if list(array.shape) != expected["shape"] or array.dtype.name != expected["dtype"]:
+            raise ArtifactError(f"Weight '{name}' | got {array.dtype.name}{list(array.shape)} in {path.name}, expected "
+                                f"{expected['dtype']}{expected['shape']} (the manifest's)")
+        out.append(jax.block_until_ready(jax.device_put(array, jax_device)))
+        del array
+    return out
 
 
 class XlaRunner(JitRunner):
@@ -177,8 +228,9 @@ class XlaRunner(JitRunner):
 
     calling_path = "jax.jit(Exported.call) on PJRT; inputs committed to the device with jax.device_put"
 
-    def __init__(self, manifest, directory, device, exported, jax_device):
-        super().__init__(manifest, directory, device, exported.call, jax_device)
+    def __init__(self, manifest, directory, device, exported, jax_device, weights=()):
+        # Lifted weights are on the device since load and passed after the leaves.
+        super().__init__(manifest, directory, device, exported.call, jax_device, resident=weights)
         self.exported = exported
 
 

@@ -36,13 +36,15 @@ def export(
     *,
     keep_unused: bool = False,
     platforms: Sequence[str] | None = None,
+    external_weights: str = "auto",
 ) -> Artifact:
     """Export `target` with one backend into `out_dir` (artifact files + manifest.json)."""
     from .registry import get_backend
     from .signature import build_signature
 
     target = as_target(target)
-    options = ExportOptions(keep_unused=keep_unused, platforms=tuple(platforms) if platforms else None)
+    options = ExportOptions(keep_unused=keep_unused, platforms=tuple(platforms) if platforms else None,
+                            external_weights=external_weights)
     return get_backend(backend).export(target.fn, build_signature(target), Path(out_dir), options)
 
 

@@ -48,15 +48,27 @@ class ExportOptions:
 
     keep_unused: make every input leaf a parameter, even those the function never reads.
     platforms: platforms to lower for (XLA: e.g. ("cpu", "cuda")); None means this machine's.
+    external_weights: where baked (closed-over) weights go: "auto" (out of the module into the format's
+        external storage once they reach 16 MiB; ONNX: external data past the 2 GB protobuf limit),
+        "always" (external whatever their size) or "never" (embedded as constants). See weights.py.
     """
 
     keep_unused: bool = False
     platforms: tuple[str, ...] | None = None
+    external_weights: str = "auto"
+
+    def __post_init__(self):
+        from .weights import POLICIES
+
+        if self.external_weights not in POLICIES:
+            raise ExportError(f"Option 'external_weights' | got {self.external_weights!r}, expected one of "
+                              f"{', '.join(POLICIES)}")
 
     @classmethod
-    def for_device(cls, device: str, keep_unused: bool = False) -> "ExportOptions":
+    def for_device(cls, device: str, keep_unused: bool = False, external_weights: str = "auto") -> "ExportOptions":
         """GPU artifacts are lowered for both platforms, so one artifact runs (and is checked) on either."""
-        return cls(keep_unused=keep_unused, platforms=("cpu", "cuda") if device == "gpu" else None)
+        return cls(keep_unused=keep_unused, platforms=("cpu", "cuda") if device == "gpu" else None,
+                   external_weights=external_weights)
 
 
 @dataclass(frozen=True)
@@ -179,7 +191,8 @@ class Backend:
         os.chmod(staging, 0o777 & ~current_umask())
         try:
             manifest = self._export_impl(fn, signature, staging, options)
-            manifest = dataclasses.replace(manifest, weights=dict(signature.weights))
+            # The signature says how the target carries its weights; the backend adds where this artifact keeps them.
+            manifest = dataclasses.replace(manifest, weights={**signature.weights, **manifest.weights})
             manifest.write(staging)
             _replace_dir(staging, out_dir)
         except MultiexportError:

@@ -22,6 +22,13 @@ TARGET_HELP = (
 )
 
 
+EXTERNAL_WEIGHTS_HELP = (
+    "where weights the target closes over go: auto (default: out of the module once they reach 16 MiB — "
+    "XLA/IREE a weights.safetensors beside it, SavedModel tf.Variables; ONNX external data only past its "
+    "2 GB limit), always (external at any size; ONNX: every large initializer in model.onnx.data), "
+    "never (embedded as constants)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="multiexport",
@@ -58,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="xla", help="backend name (default: xla); see 'multiexport backends'")
     p.add_argument("--out", required=True, type=Path, help="artifact directory to write (replaced if it is an artifact)")
     p.add_argument("--keep-unused", action="store_true", help="make every leaf a parameter, even unread ones")
+    p.add_argument("--external-weights", choices=["auto", "always", "never"], default="auto", help=EXTERNAL_WEIGHTS_HELP)
     p.add_argument(
         "--platforms",
         help="XLA/SavedModel: comma-separated platforms to lower for, e.g. cpu,cuda (default: this machine's)",
@@ -120,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="float64: also report each backend's error against the function run in float64 (the true value)",
     )
     p.add_argument("--keep-unused", action="store_true", help="make every leaf a parameter in every format")
+    p.add_argument("--external-weights", choices=["auto", "always", "never"], default="auto", help=EXTERNAL_WEIGHTS_HELP)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before a backend's worker is stopped")
     p.add_argument(
         "--allow-fail", default="", metavar="NAME,NAME",
@@ -242,8 +251,14 @@ def cmd_signature(args) -> int:
     if data["symbolic_dims"]:
         console.print(f"Symbolic dimensions: {', '.join(data['symbolic_dims'])}")
     w = data["weights"]
-    console.print(f"Weights: {'baked into the artifact as constants' if w['mode'] == 'baked' else 'input leaves'} "
+    console.print(f"Weights: {'baked in (closed over)' if w['mode'] == 'baked' else 'input leaves'} "
                   f"(constants {human_bytes(w['baked_bytes'])} in {w['baked_arrays']} arrays; inputs {human_bytes(w['input_bytes'])})")
+    if w["mode"] == "baked":
+        from .weights import AUTO_MIN_BYTES
+
+        where = ("out of the module (XLA/IREE: weights.safetensors, SavedModel: variables/)"
+                 if w["baked_bytes"] >= AUTO_MIN_BYTES else "as constants in the module")
+        console.print(f"Export stores them {where} by default; --external-weights always|never chooses.")
     for warning in data["warnings"]:
         console.print(f"[yellow]note:[/] {_esc(warning)}")
     return 0
@@ -257,7 +272,8 @@ def cmd_export(args) -> int:
     platforms = _split(args.platforms) if args.platforms else None
     if args.device == "gpu":
         platforms = sorted(set(platforms or ["cpu"]) | {"cuda"})
-    artifact = export(load_target(args.target), args.out, args.backend, keep_unused=args.keep_unused, platforms=platforms)
+    artifact = export(load_target(args.target), args.out, args.backend, keep_unused=args.keep_unused, platforms=platforms,
+                      external_weights=args.external_weights)
     m = artifact.manifest
     console = _console()
     console.print(f"[bold]{m.backend}[/] artifact for '{m.target}' written to {artifact.directory}")
@@ -349,7 +365,8 @@ def cmd_compare(args) -> int:
         results = compare(
             target, backends=backends, out_dir=args.out, trials=args.trials, seed=args.seed,
             val_ranges=val_ranges, dim_sizes=dim_sizes, tolerances=tolerances, inputs=inputs,
-            reference=args.reference, keep_unused=args.keep_unused, timeout=args.timeout, device=args.device,
+            reference=args.reference, keep_unused=args.keep_unused, external_weights=args.external_weights,
+            timeout=args.timeout, device=args.device,
             bench=bench, batch_sizes=batch_sizes, target_spec=args.target or "multiexport.examples:seed",
             progress=progress,
         )

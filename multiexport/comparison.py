@@ -49,6 +49,7 @@ class BackendResult:
     warnings: list[str] = field(default_factory=list)
     export_setup: dict[str, Any] | None = None  # one-time setup the export paid, e.g. jax2onnx's plugin import
     export_peak_rss_bytes: int | None = None  # of the export worker process
+    weights: dict[str, Any] | None = None  # where the artifact keeps the weights: storage, file, bytes (manifest)
 
 
 @dataclass
@@ -95,6 +96,7 @@ def compare(
     inputs: Mapping[str, np.ndarray] | None = None,
     reference: str = "jax",
     keep_unused: bool = False,
+    external_weights: str = "auto",
     device: str = "cpu",
     timeout: float = 600.0,
     bench: BenchConfig | None = BenchConfig(),
@@ -144,7 +146,8 @@ def compare(
     progress(f"reference outputs (jax.jit) for {len(trial_list)} trials")
     ref_outputs = [ref_runner(t.feed) for t in trial_list]
     truth = float64_outputs(target, sig, [t.feed for t in trial_list]) if reference == "float64" else None
-    ref_info: dict[str, Any] = {"kind": "jax.jit", "jax_version": dist_version("jax"), "device": ref_device}
+    ref_info: dict[str, Any] = {"kind": "jax.jit", "jax_version": dist_version("jax"), "device": ref_device,
+                                "lifted_weights": ref_runner.lifted_weights}
     if truth is not None:
         ref_info["jax_error_vs_float64"] = _error_vs(ref_outputs, truth)
     if bench:
@@ -162,7 +165,7 @@ def compare(
                 results[name] = BackendResult(name, "no-gpu", plan.excluded[name])
                 continue
             results[name] = _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, tolerances or {},
-                                         ExportOptions.for_device(plan.chosen, keep_unused), plan.chosen, timeout,
+                                         ExportOptions.for_device(plan.chosen, keep_unused, external_weights), plan.chosen, timeout,
                                          bench, bench_feeds, progress, target_spec, fingerprint)
     except KeyboardInterrupt:
         # Keep what finished: write the results and reports so far, then let the caller stop.
@@ -219,6 +222,7 @@ def _one_backend(name, target, sig, trial_list, ref_outputs, truth, out, toleran
         name, "ok", artifact=str(artifact.directory), export_seconds=round(time.perf_counter() - t0, 3),
         binding=_binding(artifact.manifest),
         warnings=list(artifact.manifest.warnings),
+        weights={k: v for k, v in artifact.manifest.weights.items() if k != "tensors"},
     )
     if target_spec is not None:
         result.export_peak_rss_bytes = info.get("peak_rss_bytes")
@@ -307,6 +311,7 @@ def export_in_worker(target_spec: str, backend: str, artifact_dir: Path, options
     try:
         cmd = [sys.executable, "-m", "multiexport.worker", "export", target_spec, backend, str(artifact_dir), str(work)]
         cmd += ["--keep-unused"] if options.keep_unused else []
+        cmd += ["--external-weights", options.external_weights]
         cmd += ["--device", "gpu"] if options.platforms and "cuda" in options.platforms else []
         failure = _run_process(cmd + _registrations(), work, timeout)
         if failure:

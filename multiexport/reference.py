@@ -30,20 +30,37 @@ def reference_manifest(sig) -> Manifest:
 
 
 class ReferenceRunner(JitRunner):
-    """jax.jit of the target's flat function, in this process."""
+    """jax.jit of the target's flat function, in this process.
+
+    A target that bakes in 16 MiB or more of weights is jitted with them lifted to arguments (the same
+    jaxpr, evaluated with the same values): jax.jit would otherwise embed them as constants of the
+    compiled program, which peaked at 7.1x the weights' size for the 1.34 GB LM (benchmarks/scale.py).
+    """
 
     calling_path = "jax.jit(fn) on named leaves; inputs committed with jax.device_put"
 
     def __init__(self, target: Target, sig, device: str = "cpu"):
         import jax
 
+        from .weights import plan
+
         jax_device = jax.devices("gpu" if device == "gpu" else "cpu")[0]
-        super().__init__(reference_manifest(sig), Path("."), device, sig.flat_function(target.fn), jax_device)
+        lifted = plan(target.fn, sig, "auto")
+        if lifted is None:
+            super().__init__(reference_manifest(sig), Path("."), device, sig.flat_function(target.fn), jax_device)
+            self.lifted_weights = 0
+            return
+        weights = [jax.block_until_ready(jax.device_put(a, jax_device)) for a in lifted.arrays]
+        super().__init__(reference_manifest(sig), Path("."), device, lifted.fn, jax_device, resident=weights)
+        self.lifted_weights = len(weights)
+        self.calling_path = (f"jax.jit(fn) on named leaves, its {len(weights)} baked weights passed as arguments "
+                             "(on the device once); inputs committed with jax.device_put")
 
     def flops(self, feed: dict[str, np.ndarray]) -> float | None:
         """FLOPs of one call at this feed's shapes, from XLA's cost analysis (None if XLA cannot say)."""
         try:
-            analysis = self._call.lower(*[feed[leaf.name] for leaf in self.manifest.inputs]).compile().cost_analysis()
+            args = [feed[leaf.name] for leaf in self.manifest.inputs] + self._resident
+            analysis = self._call.lower(*args).compile().cost_analysis()
         except Exception:  # cost analysis is best effort: some backends/platforms do not implement it
             return None
         if isinstance(analysis, (list, tuple)):

@@ -90,18 +90,28 @@ def export_rows(results: dict[str, Any]) -> list[list[str]]:
         setup = r.get("export_setup") or {}
         share = (f"{setup['seconds']:.2f} s ({100 * setup['seconds'] / r['export_seconds']:.0f}%): {setup['what']}"
                  if setup.get("seconds") and r["export_seconds"] else "-")
-        rows.append([name, f"{r['export_seconds']:.2f}", share, _mib(r.get("export_peak_rss_bytes"))])
+        rows.append([name, f"{r['export_seconds']:.2f}", share, _mib(r.get("export_peak_rss_bytes")),
+                     storage_text(r.get("weights") or {})])
     return rows
 
 
-EXPORT_HEADER = ["backend", "export s (in its worker)", "of which one-time setup", "export peak RSS"]
+EXPORT_HEADER = ["backend", "export s (in its worker)", "of which one-time setup", "export peak RSS", "weights stored"]
+
+
+def storage_text(w: dict[str, Any]) -> str:
+    """Where one artifact keeps the weights, e.g. 'external: weights.safetensors (1.2 GiB)'."""
+    if w.get("storage") == "external":
+        return f"external: {w.get('file', '?')} ({human_bytes(w.get('external_bytes', 0))})"
+    if w.get("storage") == "embedded":
+        return f"embedded ({human_bytes(w.get('embedded_bytes', 0))})"
+    return "-"
 
 
 def weights_line(results: dict[str, Any]) -> str:
     w = results["signature"].get("weights") or {}
     if not w:
         return ""
-    return (f"Weights: {'baked into the artifacts as constants' if w['mode'] == 'baked' else 'taken as input leaves'} "
+    return (f"Weights: {'baked in (closed over; where each artifact keeps them: Export time table)' if w['mode'] == 'baked' else 'taken as input leaves'} "
             f"(constants {human_bytes(w['baked_bytes'])} in {w['baked_arrays']} arrays; input leaves {human_bytes(w['input_bytes'])})")
 
 COLD_HEADER = ["backend", "load s", "compile s", "first call s", "process start to first output s", "peak RSS",

@@ -3,6 +3,7 @@
     python -m multiexport.worker ARTIFACT_DIR OUT_DIR [--parity-feeds DIR] [--bench-feeds DIR --bench-config JSON]
     python -m multiexport.worker --reference TARGET OUT_DIR ...
     python -m multiexport.worker export TARGET BACKEND ARTIFACT_DIR OUT_DIR [--keep-unused] [--device gpu]
+        [--external-weights auto|always|never]
     python -m multiexport.worker devices BACKEND DEVICE OUT_JSON
 
 The artifact's worker never sees the original function: what it computes comes from the directory
@@ -64,6 +65,7 @@ def export_main(argv: list[str]) -> int:
     parser.add_argument("artifact", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--keep-unused", action="store_true")
+    parser.add_argument("--external-weights", default="auto")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--register", action="append", default=[], metavar="NAME=module:Class")
     args = parser.parse_args(argv)
@@ -84,7 +86,8 @@ def export_main(argv: list[str]) -> int:
         fingerprint = build_signature(target).fingerprint(target.fn)
         t0 = time.perf_counter()
         platforms = ("cpu", "cuda") if args.device == "gpu" else None
-        export(target, args.artifact, args.backend, keep_unused=args.keep_unused, platforms=platforms)
+        export(target, args.artifact, args.backend, keep_unused=args.keep_unused, platforms=platforms,
+               external_weights=args.external_weights)
         from .bench import memory_now
 
         write_text_atomic(args.out / "export.json", json.dumps({

@@ -94,6 +94,17 @@ def test_seed_binding_and_manifest(built, tmp_path):
     assert kept.format["native_command"][4:6] == ["--input=@inputs/foo_bar.npy", "--input=@inputs/foo_baz.npy"]
 
 
+def assert_manifest_command_reproduces(copy, m, python):
+    """The manifest's command, verbatim, in the copied directory, in a process that inherits nothing:
+    no Python, no environment, only the tool binary and the artifact's files; outputs equal `python`'s."""
+    command = [find_native_tool(RUN_TOOL), *m.format["native_command"][1:]]
+    (copy / "outputs").mkdir()
+    proc = subprocess.run(command, cwd=copy, env={}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for leaf in m.outputs:
+        np.testing.assert_array_equal(np.load(copy / "outputs" / f"{leaf.alias}.npy"), python[leaf.name])
+
+
 @pytest.mark.parametrize("name", ["mlp", "transformer"])
 def test_native_command_reproduces_python_runner_from_a_copied_artifact(built, name, tmp_path):
     _, sig, artifact = built(name)
@@ -102,14 +113,7 @@ def test_native_command_reproduces_python_runner_from_a_copied_artifact(built, n
     m = Manifest.read(copy)
     python = IreeBackend().load(copy)(sig.example_feed())
 
-    # The manifest's command, verbatim, in the copied directory, in a process that inherits nothing:
-    # no Python, no environment, only the tool binary and the artifact's files.
-    command = [find_native_tool(RUN_TOOL), *m.format["native_command"][1:]]
-    (copy / "outputs").mkdir()
-    proc = subprocess.run(command, cwd=copy, env={}, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    for leaf in m.outputs:
-        np.testing.assert_array_equal(np.load(copy / "outputs" / f"{leaf.alias}.npy"), python[leaf.name])
+    assert_manifest_command_reproduces(copy, m, python)
     native = run_native(copy, sig.example_feed())
     for leaf in m.outputs:
         np.testing.assert_array_equal(native[leaf.name], python[leaf.name])
@@ -254,3 +258,33 @@ def test_cuda_without_a_gpu_is_refused_before_compiling(tmp_path):
     with pytest.raises(ExportError, match="Platform 'cuda' \\| got no visible NVIDIA GPU") as info:
         IreeBackend().export(target.fn, build_signature(target), tmp_path / "a", ExportOptions(platforms=("cpu", "cuda")))
     assert info.value.category == "unsupported-platform"
+
+
+def test_lifted_weights_are_iree_parameters_read_from_the_file_by_both_runners(tmp_path):
+    from multiexport.weights import read_safetensors, write_safetensors
+
+    target = examples.lm("small", "baked")
+    sig = build_signature(target)
+    artifact = IreeBackend().export(target.fn, sig, tmp_path / "a", ExportOptions(external_weights="always"))
+    m = artifact.manifest
+    assert m.weights["storage"] == "external" and m.files["weights"] == "weights.safetensors"
+    assert "--parameters=model=weights.safetensors" in m.format["native_command"]
+    assert (artifact.directory / "model.vmfb").stat().st_size < 0.25 * m.weights["external_bytes"]
+    assert "util.global private @weight_0000" in (artifact.directory / "model.mlir").read_text()
+
+    copy = tmp_path / "shipped"
+    shutil.copytree(artifact.directory, copy)
+    feed = sig.example_feed()
+    python = IreeBackend().load(copy)(feed)
+    assert_faithful(python, reference_outputs(target, sig, feed), sig, "python")
+    assert_manifest_command_reproduces(copy, m, python)
+
+    # The values come from the file at load: other weights in it give other outputs, in both runners.
+    path = copy / "weights.safetensors"
+    halved = {k: np.array(v) * np.float32(0.5) for k, v in read_safetensors(path).items()}
+    write_safetensors(path, halved)
+    for got in (IreeBackend().load(copy)(feed), run_native(copy, feed)):
+        assert not np.allclose(got["out.logits"], python["out.logits"])
+    path.write_bytes(path.read_bytes()[:4096])
+    with pytest.raises(ArtifactError, match="weights file weights.safetensors"):
+        IreeBackend().load(copy)

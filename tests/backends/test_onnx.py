@@ -275,3 +275,36 @@ def test_an_invalid_graph_fails_validation_typed(tmp_path):
     with pytest.raises(ExportError) as info:
         _validate(tmp_path / "model.onnx", "onnx")
     assert info.value.category == "invalid-model" and "ghost" in str(info.value)
+
+
+def test_external_weights_always_moves_initializers_and_never_refuses_past_the_limit(tmp_path):
+    target = mlp_with_baked_weights()
+    sig, artifact = export(target, tmp_path / "always", external_weights="always")
+    m, d = artifact.manifest, artifact.directory
+    assert m.files["external_data"] == "model.onnx.data" and m.format["external_data"]
+    assert m.weights["storage"] == "external" and m.weights["external_bytes"] == (d / "model.onnx.data").stat().st_size
+    sizes = [a.size * 4 for a in jax.tree_util.tree_leaves(examples.mlp().args[0])]
+    assert (d / "model.onnx.data").stat().st_size >= sum(s for s in sizes if s >= 1024) > 0  # every one of >= 1 KiB
+    assert_matches_jit(target, sig, OnnxBackend().load(d)(sig.example_feed()), sig.example_feed())
+
+    _, auto = export(target, tmp_path / "auto")  # far below 2 GiB: one protobuf
+    assert "external_data" not in auto.manifest.files and auto.manifest.weights["storage"] == "embedded"
+
+    backend = OnnxBackend()
+    backend.external_data_threshold = 1024  # as if the weights were past 2 GiB
+    with pytest.raises(ExportError) as info:
+        export(target, tmp_path / "never", backend=backend, external_weights="never")
+    assert info.value.category == "size-limit" and "external weights 'never'" in str(info.value)
+    assert not (tmp_path / "never").exists()
+
+
+def test_tensor_bytes_count_each_initializer_once():
+    """What decides external data past 2 GiB: counting the main graph twice moved 1.3 GB models out at half the limit."""
+    from multiexport.backends.onnx import _tensor_bytes
+
+    target = examples.lm("small", "baked")
+    sig = build_signature(target)
+    model = OnnxBackend()._convert(target.fn, sig)
+    initializers = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+    assert initializers >= 0.9 * sig.weights["baked_bytes"]
+    assert initializers <= _tensor_bytes(model) < 1.1 * sig.weights["baked_bytes"]

@@ -20,8 +20,10 @@ from multiexport import ArtifactError, ExportError, RunError, Target
 from multiexport.arrays_io import load_npz, save_npz
 from multiexport.backend import ExportOptions
 from multiexport.backends.savedmodel import SavedModelBackend, max_supported_call_module_version, read_saved_model
-from multiexport.examples import mlp
+from multiexport.examples import lm, mlp
+from multiexport.parity import compare_leaf
 from multiexport.signature import build_signature
+from multiexport.tolerance import default_tolerance
 
 from ..cases import case, feed_for
 from ..conftest import REPO, reference_outputs
@@ -60,10 +62,14 @@ TARGETS = {
     "mlp_dynamic": lambda: mlp(symbolic_batch=True),
     "tricky_names": tricky_names,
     "weak_scalar": weak_scalar,
+    # The small GPT-style LM closing over its 0.5 MB of weights, lifted to tf.Variables or embedded.
+    "lm_lifted": lambda: lm("small", "baked"),
+    "lm_embedded": lambda: lm("small", "baked"),
 }
+OPTIONS = {"lm_lifted": ExportOptions(external_weights="always"), "lm_embedded": ExportOptions(external_weights="never")}
 # Feeds run in the fresh process: (artifact, batch size or None for the example values).
 RUNS = [("seed", None), ("mlp", None), ("mlp", 8), ("mlp_dynamic", 1), ("mlp_dynamic", 13),
-        ("tricky_names", None), ("weak_scalar", None)]
+        ("tricky_names", None), ("weak_scalar", None), ("lm_lifted", None), ("lm_embedded", None)]
 
 FRESH_PROCESS = """
 import json, sys
@@ -88,7 +94,7 @@ def exported(tmp_path_factory):
     for name, make in TARGETS.items():
         target = make()
         sig = build_signature(target)
-        out[name] = (target, sig, backend.export(target.fn, sig, root / name))
+        out[name] = (target, sig, backend.export(target.fn, sig, root / name, OPTIONS.get(name, ExportOptions())))
     return out
 
 
@@ -288,3 +294,124 @@ def test_broken_artifacts_are_artifact_errors(exported, tmp_path):
     pb.unlink()
     with pytest.raises(ArtifactError, match="saved_model file 'saved_model.pb' .* missing"):
         SavedModelBackend().load(directory)
+
+
+def xla_call_modules(directory: Path) -> list[bytes]:
+    """The serialized module of every XlaCallModule op in the artifact's saved_model.pb."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((directory / "saved_model.pb").read_bytes())
+    graph = proto.meta_graphs[0].graph_def
+    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+    return [n.attr["module"].s for n in nodes if n.op == "XlaCallModule"]
+
+
+def test_lifted_weights_are_tf_variables_in_the_checkpoint_not_module_constants(exported):
+    import tensorflow as tf
+
+    artifact = exported["lm_lifted"][2]
+    m, directory = artifact.manifest, artifact.directory
+    w = m.weights
+    assert w["storage"] == "external" and w["file"] == "variables/" and "TF checkpoint" in w["file_format"]
+    assert w["external_bytes"] + w["embedded_bytes"] == w["baked_bytes"]  # every baked byte accounted for
+    assert w["embedded_bytes"] < 0.02 * w["external_bytes"]  # only the small constants (norm scales...) stay
+    assert "tf.Variable" in m.format["weights"]
+    # The signature is the user's: one key per leaf, the weights are no inputs.
+    assert [(leaf.name, leaf.used, leaf.param) for leaf in m.inputs] == [("batch.tokens", True, "batch_tokens")]
+    assert read_saved_model(directory)["inputs"] == ["batch_tokens"]
+
+    # The weights left the graph: the module differs from the embedded one by (at least) their bytes, and
+    # the checkpoint holds them, one variable per lifted tensor with the manifest's shapes.
+    lifted_module, = xla_call_modules(directory)
+    embedded_module, = xla_call_modules(exported["lm_embedded"][2].directory)
+    assert len(embedded_module) - len(lifted_module) >= 0.95 * w["external_bytes"]
+    assert (directory / "saved_model.pb").stat().st_size < 0.25 * w["external_bytes"]
+    assert m.files["variables_index"] == "variables/variables.index"
+    assert (directory / m.files["variables_data"]).stat().st_size >= 0.9 * w["external_bytes"]
+    stored = dict(tf.train.list_variables(str(directory / "variables" / "variables")))
+    shapes = [stored[f"weights/{i}/.ATTRIBUTES/VARIABLE_VALUE"] for i in range(len(w["tensors"]))]
+    assert shapes == [t["shape"] for t in w["tensors"]]
+
+
+def test_never_keeps_the_weights_embedded_once(exported):
+    _, sig, artifact = exported["lm_embedded"]
+    m, directory = artifact.manifest, artifact.directory
+    assert m.weights["storage"] == "embedded" and m.weights["embedded_bytes"] == sig.weights["baked_bytes"]
+    assert m.weights["external_bytes"] == 0 and not any(role.startswith("variables") for role in m.files)
+    assert "constants" in m.format["weights"]
+    # One XlaCallModule (the signature and the serve_leaves attribute share save's trace): the weights are in
+    # saved_model.pb once, so the 2 GB protobuf limit is reached at 2 GB of weights, not 1.
+    modules = xla_call_modules(directory)
+    assert len(modules) == 1 and len(modules[0]) >= sig.weights["baked_bytes"]
+    assert (directory / "saved_model.pb").stat().st_size < 1.5 * sig.weights["baked_bytes"]
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("name", ["lm_lifted", "lm_embedded"])
+def test_lm_weights_lifted_or_embedded_match_jax_jit_in_a_fresh_process(name, exported, fresh_run):
+    got, expected, _ = fresh_run
+    _, sig, _ = exported[name]
+    out, want = got[(name, None)], expected[(name, None)]
+    assert list(out) == [leaf.name for leaf in sig.outputs]
+    for leaf in sig.outputs:
+        verdict = compare_leaf(leaf.name, out[leaf.name], want[leaf.name], leaf.dtype, default_tolerance(leaf.dtype))
+        assert verdict.passed, verdict.reasons
+
+
+def test_restored_variables_hold_the_target_weights_and_feed_the_module(exported):
+    from multiexport.weights import lift_weights
+
+    target, sig, artifact = exported["lm_lifted"]
+    runner = SavedModelBackend().load(artifact.directory)
+    restored = runner._loaded.weights
+    expected = lift_weights(target.fn, sig)
+    assert [v.name.split(":")[0] for v in restored] == list(expected.names)
+    for variable, array in zip(restored, expected.arrays):
+        np.testing.assert_array_equal(variable.numpy(), array)  # the checkpoint holds the exact values
+    feed = sig.example_feed()
+    before = runner(feed)["out.logits"]
+    restored[0].assign(restored[0] * 0.5)  # the token embedding: the module reads the variable, not a copy
+    assert not np.allclose(runner(feed)["out.logits"], before)
+
+
+def test_variable_operands_are_accepted_only_as_the_lifted_weights(tmp_path):
+    import tensorflow as tf
+
+    from multiexport.backends.savedmodel import _leaves_reaching_module, _variables
+    from multiexport.weights import lift_weights
+
+    target = lm("small", "baked")
+    sig = build_signature(target)
+    lifted = lift_weights(target.fn, sig)
+    variables = _variables(tf, lifted)
+    _, concrete = SavedModelBackend()._trace(tf, target.fn, sig, ExportOptions(), lifted, variables)
+    assert _leaves_reaching_module(concrete, sig, variables) == [True]
+    with pytest.raises(ExportError, match="does not come from a signature input"):
+        _leaves_reaching_module(concrete, sig, variables[1:])  # weight_0000 read from an unknown variable
+
+
+def test_prepared_inputs_are_owned_copies_held_once():
+    """tf.constant(array) holds an array's bytes twice (TF 2.21); the runner's tensors hold them once and
+    never alias the caller's array, even a 64-byte aligned one that TF could adopt as is."""
+    import ml_dtypes
+    import tensorflow as tf
+
+    from multiexport.backends.savedmodel import _to_tensor
+
+    def rss_mb():
+        status = Path("/proc/self/status").read_text()
+        return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
+
+    raw = np.ones((16 << 20) + 16, np.float32)  # 64 MB
+    start = (-raw.ctypes.data % 64) // 4
+    array = raw[start:start + (16 << 20)]
+    assert array.ctypes.data % 64 == 0
+    before = rss_mb()
+    tensor = _to_tensor(tf, array, "/CPU:0")
+    held = rss_mb() - before
+    assert 0.9 * 64 <= held < 1.5 * 64, held
+    array[0] = 5
+    assert float(tensor[0]) == 1.0 and tensor.device.endswith("CPU:0")
+    small = np.arange(4).astype(ml_dtypes.float8_e4m3fn)  # no DeepCopy kernel: tf.constant
+    np.testing.assert_array_equal(_to_tensor(tf, small, "/CPU:0").numpy(), small)

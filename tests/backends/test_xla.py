@@ -131,3 +131,29 @@ def test_export_replaces_an_artifact_but_never_other_files(tmp_path):
     with pytest.raises(ArtifactError, match="not an artifact"):
         XlaBackend().export(target.fn, build_signature(target), precious)
     assert (precious / "notes.txt").read_text() == "keep me"
+
+
+def test_lifted_weights_are_module_parameters_fed_from_the_file(tmp_path):
+    from multiexport import examples
+    from multiexport.weights import read_safetensors, write_safetensors
+
+    target = examples.lm("small", "baked")
+    sig = build_signature(target)
+    artifact = XlaBackend().export(target.fn, sig, tmp_path / "a", ExportOptions(external_weights="always"))
+    m = artifact.manifest
+    lifted = [t["name"] for t in m.weights["tensors"]]
+    assert m.weights["storage"] == "external" and m.format["weight_copies"] == 1
+    assert m.format["module_args"] == ["batch.tokens", *lifted]  # the leaf first, then the weights
+    assert [leaf.param for leaf in m.inputs] == [0]
+    assert (artifact.directory / "model.jax_exported").stat().st_size < 0.1 * m.weights["external_bytes"]
+    feed = sig.example_feed()
+    want = reference_outputs(target, sig, feed)
+    runner = XlaBackend().load(artifact.directory)
+    np.testing.assert_array_equal(runner(feed)["out.logits"], want["out.logits"])
+
+    path = artifact.directory / "weights.safetensors"
+    write_safetensors(path, {k: np.array(v) * np.float32(0.5) for k, v in read_safetensors(path).items()})
+    assert not np.allclose(XlaBackend().load(artifact.directory)(feed)["out.logits"], want["out.logits"])
+    path.write_bytes(path.read_bytes()[:4096])
+    with pytest.raises(ArtifactError, match=re.escape("Weight 'weight_0000' | got")):
+        XlaBackend().load(artifact.directory)
