@@ -49,8 +49,8 @@ class ExportOptions:
     keep_unused: make every input leaf a parameter, even those the function never reads.
     platforms: platforms to lower for (XLA: e.g. ("cpu", "cuda")); None means this machine's.
     external_weights: where baked (closed-over) weights go: "auto" (out of the module into the format's
-        external storage once they reach 16 MiB; ONNX: external data past the 2 GB protobuf limit),
-        "always" (external whatever their size) or "never" (embedded as constants). See weights.py.
+        external storage once they reach 16 MiB), "always" (external whatever their size) or "never"
+        (embedded as constants; ONNX refuses past its 2 GB protobuf limit). See weights.py.
     """
 
     keep_unused: bool = False

@@ -23,10 +23,10 @@ TARGET_HELP = (
 
 
 EXTERNAL_WEIGHTS_HELP = (
-    "where weights the target closes over go: auto (default: out of the module once they reach 16 MiB — "
-    "XLA/IREE a weights.safetensors beside it, SavedModel tf.Variables; ONNX external data only past its "
-    "2 GB limit), always (external at any size; ONNX: every large initializer in model.onnx.data), "
-    "never (embedded as constants)")
+    "where weights the target closes over go: auto (default: out of the module once they reach 16 MiB: "
+    "XLA/IREE a weights.safetensors beside it, SavedModel tf.Variables in variables/, ONNX external data in "
+    "model.onnx.data), always (the same at any size), never (embedded as constants; ONNX refuses past its "
+    "2 GB protobuf limit)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -256,7 +256,7 @@ def cmd_signature(args) -> int:
     if w["mode"] == "baked":
         from .weights import AUTO_MIN_BYTES
 
-        where = ("out of the module (XLA/IREE: weights.safetensors, SavedModel: variables/)"
+        where = ("out of the module (XLA/IREE: weights.safetensors, SavedModel: variables/, ONNX: model.onnx.data)"
                  if w["baked_bytes"] >= AUTO_MIN_BYTES else "as constants in the module")
         console.print(f"Export stores them {where} by default; --external-weights always|never chooses.")
     for warning in data["warnings"]:

@@ -277,7 +277,7 @@ def test_an_invalid_graph_fails_validation_typed(tmp_path):
     assert info.value.category == "invalid-model" and "ghost" in str(info.value)
 
 
-def test_external_weights_always_moves_initializers_and_never_refuses_past_the_limit(tmp_path):
+def test_external_weights_always_moves_initializers_and_never_refuses_past_the_limit(tmp_path, monkeypatch):
     target = mlp_with_baked_weights()
     sig, artifact = export(target, tmp_path / "always", external_weights="always")
     m, d = artifact.manifest, artifact.directory
@@ -287,8 +287,13 @@ def test_external_weights_always_moves_initializers_and_never_refuses_past_the_l
     assert (d / "model.onnx.data").stat().st_size >= sum(s for s in sizes if s >= 1024) > 0  # every one of >= 1 KiB
     assert_matches_jit(target, sig, OnnxBackend().load(d)(sig.example_feed()), sig.example_feed())
 
-    _, auto = export(target, tmp_path / "auto")  # far below 2 GiB: one protobuf
+    _, auto = export(target, tmp_path / "auto")  # below 16 MiB: one protobuf
     assert "external_data" not in auto.manifest.files and auto.manifest.weights["storage"] == "embedded"
+    from multiexport.backends import onnx as onnx_backend
+
+    monkeypatch.setattr(onnx_backend, "AUTO_MIN_BYTES", 1024)  # as if the weights were past 16 MiB
+    _, auto = export(target, tmp_path / "auto-large")
+    assert auto.manifest.files["external_data"] == "model.onnx.data" and auto.manifest.weights["storage"] == "external"
 
     backend = OnnxBackend()
     backend.external_data_threshold = 1024  # as if the weights were past 2 GiB
