@@ -10,6 +10,8 @@ always written.
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import platform
@@ -328,22 +330,52 @@ def _registrations() -> list[str]:
 
 
 def _run_process(cmd: list[str], out_dir: Path, timeout: float) -> tuple[str, str] | None:
-    """Run a worker; None on success, else (category, reason) from its error.json, its signal or the clock."""
+    """Run a worker; None on success, else (category, reason) from its error.json, its signal or the clock.
+
+    Whatever interrupts the wait (Ctrl-C included) kills the worker first: a worker left behind would
+    hold on to its memory, and a hung one would never exit.
+    """
+    proc = None
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        with _sigint_deferred():  # a Ctrl-C between fork and Popen's return would orphan the worker
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         return ("timeout", f"worker did not finish within {timeout:g} s")
+    except BaseException:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        raise
     error_file = out_dir / "error.json"
     if error_file.is_file():
         err = json.loads(error_file.read_text())
         return (err["category"], err["message"])
     if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
         if proc.returncode == -9:  # SIGKILL: on Linux almost always the kernel's OOM killer
             return ("out-of-memory", f"worker killed by SIGKILL (the kernel's out-of-memory killer?): {tail}")
         how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited {proc.returncode}"
         return ("crashed", f"worker {how}: {tail}")
     return None
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """SIGINT held back for the block (delivered when it ends), where the main thread can do so."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _bench_feeds(target, sig, trial_list, batch_sizes, seed, val_ranges) -> list[tuple[int | None, dict[str, np.ndarray]]]:

@@ -22,6 +22,10 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    # The parent starts workers with SIGINT held back (comparison._sigint_deferred) and the mask is inherited.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["export"]:
         return export_main(argv[1:])

@@ -124,7 +124,12 @@ def test_ctrl_c_keeps_finished_results_and_says_so(tmp_path):
         if "xla_hang: run" in line:
             break
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # stop it here, so a failure here does not leak into later tests
+        proc.kill()
+        proc.communicate()
+        raise
     assert proc.returncode == 130 and "interrupted" in err
     data = json.loads((tmp_path / "o" / "results.json").read_text())
     assert data["interrupted"] is True
