@@ -117,12 +117,18 @@ def test_ctrl_c_keeps_finished_results_and_says_so(tmp_path):
         register("xla_hang", {ALL['xla_hang']!r})
         target = seed
     """))
-    proc = subprocess.Popen([sys.executable, "-m", "multiexport", "compare", f"{path}:target", "--backends",
-                             "xla,xla_hang", "--out", str(tmp_path / "o"), "--no-bench"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            # As from a terminal: a runner started in the background (`cmd &` in a script)
-                            # passes SIGINT on ignored, and Python then never raises KeyboardInterrupt.
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # As from a terminal: a test runner started in the background (`cmd &` in a script) has SIGINT ignored,
+    # which children inherit, and Python then never raises KeyboardInterrupt. (preexec_fn would fork JAX.)
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "multiexport", "compare", f"{path}:target", "--backends",
+                                 "xla,xla_hang", "--out", str(tmp_path / "o"), "--no-bench"],
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     for line in proc.stderr:
         if "xla_hang: run" in line:
             break
