@@ -37,7 +37,7 @@ from multiexport.backend import (
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.manifest import Manifest, current_umask
 from multiexport.signature import Signature
-from multiexport.weights import AUTO_MIN_BYTES
+from multiexport.weights import AUTO_MIN_BYTES, embedded
 
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -100,11 +100,9 @@ class OnnxBackend(Backend):
             warnings.append("bfloat16 leaves: ONNX Runtime's CPU provider has no bfloat16 kernel for most ops "
                             "(Gemm, Einsum, ...), so this artifact may load only on a provider that has them")
         files = {"model": MODEL_FILE, **({"external_data": DATA_FILE} if external else {})}
-        baked = int(signature.weights.get("baked_bytes", 0))
         weights = ({"storage": "external", "file": DATA_FILE, "file_format": "ONNX external data",
                     "external_bytes": (out_dir / DATA_FILE).stat().st_size, "embedded_bytes": 0}
-                   if external else {"storage": "embedded" if baked else "none", "external_bytes": 0,
-                                     "embedded_bytes": baked})
+                   if external else embedded(signature))
         return Manifest(
             backend=self.name,
             target=signature.name,
