@@ -85,6 +85,50 @@ class WorkerOutput:
     failure: tuple[str, str] | None = None  # (category, reason)
 
 
+_CTRL_C_POLL_S = 0.25
+_ctrl_c_seen = False
+
+
+def _raise_if_ctrl_c() -> None:
+    if _ctrl_c_seen:
+        raise KeyboardInterrupt
+
+
+def _remembers_ctrl_c(fn):
+    """Run `fn` with a SIGINT handler that also records the Ctrl-C, for _run_process to see.
+
+    Python raises KeyboardInterrupt in whatever code runs when the signal arrives; in a destructor
+    (`__del__`, run by the garbage collector at any allocation) it is printed and dropped.
+    """
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        import signal
+        import threading
+
+        global _ctrl_c_seen
+        previous = signal.getsignal(signal.SIGINT)
+        if threading.current_thread() is not threading.main_thread() or not callable(previous):
+            return fn(*args, **kwargs)  # SIGINT ignored, at its default or not ours to handle
+
+        def remember(signum, frame):
+            global _ctrl_c_seen
+            _ctrl_c_seen = True
+            previous(signum, frame)
+
+        _ctrl_c_seen = False
+        signal.signal(signal.SIGINT, remember)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            _ctrl_c_seen = False
+
+    return wrapper
+
+
+@_remembers_ctrl_c
 def compare(
     target: Target,
     *,
@@ -333,13 +377,25 @@ def _run_process(cmd: list[str], out_dir: Path, timeout: float) -> tuple[str, st
     """Run a worker; None on success, else (category, reason) from its error.json, its signal or the clock.
 
     Whatever interrupts the wait (Ctrl-C included) kills the worker first: a worker left behind would
-    hold on to its memory, and a hung one would never exit.
+    hold on to its memory, and a hung one would never exit. The wait polls for a Ctrl-C whose
+    KeyboardInterrupt was swallowed (one raised inside a __del__ is only printed), which once left
+    `compare` waiting on a hung worker for its full timeout.
     """
     proc = None
     try:
+        _raise_if_ctrl_c()
         with _sigint_deferred():  # a Ctrl-C between fork and Popen's return would orphan the worker
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        _, stderr = proc.communicate(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                # communicate() may be retried after a timeout without losing output (documented).
+                _, stderr = proc.communicate(timeout=max(0.0, min(_CTRL_C_POLL_S, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                _raise_if_ctrl_c()
+                if time.monotonic() >= deadline:
+                    raise
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()

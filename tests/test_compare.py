@@ -70,3 +70,49 @@ def test_cli_compare_with_named_inputs_from_npz(tmp_path):
     proc = run_cli("compare", "--backends", "xla", "--out", tmp_path / "o", "--inputs", tmp_path / "in.npz", "--no-bench")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "o" / "results.json").read_text())["trials"] == ["inputs"]
+
+
+def test_a_ctrl_c_swallowed_by_a_destructor_still_stops_the_worker_wait(tmp_path, monkeypatch):
+    """CI once hung here: the KeyboardInterrupt landed in a ZipFile.__del__, was printed and dropped."""
+    import os
+    import signal
+    import sys
+
+    from multiexport.comparison import _remembers_ctrl_c, _run_process
+
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: swallowed.append(info.exc_type))
+
+    class InterruptedWhileCollected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))  # Python code, where the handler runs and raises
+
+    pid_file = tmp_path / "pid"
+    worker = [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+                                    "time.sleep(120)"]
+
+    @_remembers_ctrl_c
+    def body():
+        InterruptedWhileCollected()  # collected at once: the Ctrl-C arrives inside __del__
+        return _run_process(worker, tmp_path, timeout=60)
+
+    # A runner launched in the background (`cmd &`) starts with SIGINT ignored; give it Python's default.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            body()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert swallowed == [KeyboardInterrupt]  # the fault was real: the exception never reached the caller
+    assert not pid_file.exists() or not _alive(int(pid_file.read_text()))
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
