@@ -121,7 +121,8 @@ def _bind_parameters(module, weights: Sequence[str], ir) -> str:
     """The module as text, its trailing `weights` arguments read from IREE parameters instead.
 
     `main` becomes the private `main_lifted`; a new `main` takes the leaves only, loads each weight from
-    a `util.global` bound to `#stream.parameter.named<"model"::"weight_0000">` and calls it. IREE then
+    a `util.global` bound to `#stream.parameter.named<"model"::"params.Dense_0.kernel">` (the weight's
+    name in weights.safetensors) and calls it. IREE then
     reads the values from the parameter file at load (mapped, not copied, where the device allows)
     instead of carrying them in the .vmfb: `iree-run-module --parameters=model=weights.safetensors`.
     """
@@ -136,11 +137,12 @@ def _bind_parameters(module, weights: Sequence[str], ir) -> str:
     if not text.endswith("}"):
         raise ExportError("Backend 'iree' | cannot bind parameters: the module's text does not end its body",
                           backend="iree", category="converter-error")
-    lines = [f'  util.global private @{w} = #stream.parameter.named<"{PARAMETER_SCOPE}"::"{w}"> : {t}'
-             for w, t in zip(weights, ins[leaves:])]
+    # Symbols by position (a weight's name may hold characters MLIR identifiers cannot); keys by name.
+    lines = [f'  util.global private @{FUNCTION}_weight_{k} = #stream.parameter.named<"{PARAMETER_SCOPE}"::"{w}"> : {t}'
+             for k, (w, t) in enumerate(zip(weights, ins[leaves:]))]
     args = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(ins[:leaves]))
     lines.append(f"  func.func @{FUNCTION}({args}) -> ({', '.join(outs)}) {{")
-    lines += [f"    %w{k} = util.global.load @{w} : {t}" for k, (w, t) in enumerate(zip(weights, ins[leaves:]))]
+    lines += [f"    %w{k} = util.global.load @{FUNCTION}_weight_{k} : {t}" for k, t in enumerate(ins[leaves:])]
     operands = [f"%arg{i}" for i in range(leaves)] + [f"%w{k}" for k in range(len(weights))]
     results = ", ".join(f"%r#{i}" for i in range(len(outs)))
     lines.append(f"    %r:{len(outs)} = func.call @{FUNCTION}_lifted({', '.join(operands)}) : "
@@ -370,7 +372,7 @@ class IreeBackend(Backend):
             format={
                 "weights": (
                     f"baked weights lifted out of the module as IREE parameters (util.global bound to "
-                    f"#stream.parameter.named<\"{PARAMETER_SCOPE}\"::\"weight_NNNN\">), stored in {WEIGHTS_FILE}; "
+                    f"#stream.parameter.named<\"{PARAMETER_SCOPE}\"::\"NAME\">, NAME as in the manifest's weights.tensors), stored in {WEIGHTS_FILE}; "
                     f"runtimes load them with --parameters={PARAMETER_SCOPE}={WEIGHTS_FILE} (iree.runtime: "
                     "ParameterIndex + create_io_parameters_module)") if lifted else (
                     "embedded as constants in the .vmfb" if weights["embedded_bytes"] else "no baked weights"),

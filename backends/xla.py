@@ -27,7 +27,7 @@ from multiexport.errors import ArtifactError, RunError
 from multiexport.jit_runner import JitRunner
 from multiexport.manifest import Manifest, write_bytes_atomic, write_text_atomic
 from multiexport.signature import Signature
-from multiexport.weights import WEIGHTS_FILE, LiftedWeights, embedded, plan, read_safetensors
+from multiexport.weights import WEIGHTS_FILE, LiftedWeights, embedded, iter_safetensors, plan
 
 FILES = {
     "exported": "model.jax_exported",
@@ -213,8 +213,7 @@ def load_weights(directory: Path, manifest: Manifest, jax_device) -> list[Any]:
     path = directory / manifest.weights.get("file", WEIGHTS_FILE)
     names = external_tensors(manifest)
     out = []
-    for name, expected in zip(names, manifest.weights["tensors"]):
-        array = read_safetensors(path, [name])[name]
+    for (name, array), expected in zip(iter_safetensors(path, names), manifest.weights["tensors"]):
         if list(array.shape) != expected["shape"] or array.dtype.name != expected["dtype"]:
             raise ArtifactError(f"Weight '{name}' | got {array.dtype.name}{list(array.shape)} in {path.name}, expected "
                                 f"{expected['dtype']}{expected['shape']} (the manifest's)")

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -44,10 +45,11 @@ _NP_DTYPES = {v: k for k, v in _ST_DTYPES.items()}
 class LiftedWeights:
     """The target's large baked constants as trailing parameters of `fn(*leaves, *weights)`."""
 
-    names: tuple[str, ...]
+    names: tuple[str, ...]  # tensor names in the weights file: the closed-over path, sanitized, else weight_NNNN
     arrays: tuple[np.ndarray, ...]  # views of the target's own constants: nothing is copied
     fn: Callable[..., list[Any]]
     kept_bytes: int  # constants small enough to stay in the module
+    sources: tuple[str | None, ...] = ()  # the dotted path of the closed-over array each weight is, if found
 
     @property
     def nbytes(self) -> int:
@@ -71,7 +73,8 @@ class LiftedWeights:
             "file_format": "safetensors",
             "external_bytes": self.nbytes,
             "embedded_bytes": self.kept_bytes,
-            "tensors": [{"name": n, "shape": list(a.shape), "dtype": a.dtype.name} for n, a in zip(self.names, self.arrays)],
+            "tensors": [{"name": n, "source": src, "shape": list(a.shape), "dtype": a.dtype.name}
+                        for n, src, a in zip(self.names, self.sources or [None] * len(self.names), self.arrays)],
         }
 
 
@@ -100,7 +103,9 @@ def lift_weights(fn: Callable[..., Any], signature, min_bytes: int = LIFT_MIN_BY
     if not lift:
         return None
     arrays = tuple(np.asarray(consts[i]) for i in lift)
-    names = tuple(f"weight_{k:04d}" for k in range(len(lift)))
+    known = closed_over_arrays(fn)
+    sources = tuple(known.get(_array_key(consts[i])) for i in lift)
+    names = tensor_names(sources)
     lifted_set = set(lift)
     kept = int(sum(np.asarray(c).nbytes for i, c in enumerate(consts) if i not in lifted_set and hasattr(c, "shape")))
     n, jaxpr = len(signature.inputs), closed.jaxpr
@@ -111,10 +116,113 @@ def lift_weights(fn: Callable[..., Any], signature, min_bytes: int = LIFT_MIN_BY
             values[i] = w
         return jax.core.eval_jaxpr(jaxpr, values, *xs[:n])
 
+    aliases = [leaf.alias for leaf in signature.inputs]
+    params = aliases + _unique([f"weight_{k:04d}" for k in range(len(lift))], taken=aliases)  # identifiers
     lifted.__signature__ = inspect.Signature(
-        [inspect.Parameter(p, inspect.Parameter.POSITIONAL_ONLY) for p in [leaf.alias for leaf in signature.inputs] + list(names)])
+        [inspect.Parameter(p, inspect.Parameter.POSITIONAL_ONLY) for p in params])
     lifted.__name__ = lifted.__qualname__ = signature.name.replace("-", "_") or "fn"
-    return LiftedWeights(names, arrays, lifted, kept)
+    return LiftedWeights(names, arrays, lifted, kept, sources)
+
+
+# -- naming lifted weights by where the target keeps them ----------------------------------------------------
+
+_TENSOR_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
+# Functions of these packages are not searched for closed-over arrays: their globals are not the target's.
+_LIBRARIES = ("jax", "jaxlib", "flax", "numpy", "optax", "equinox", "haiku", "functools", "builtins")
+
+
+def tensor_names(sources: Sequence[str | None]) -> tuple[str, ...]:
+    """A unique tensor name per lifted weight: its source path where known, else `weight_NNNN` by position.
+
+    Kept to `[A-Za-z0-9_.-]`, starting with a letter or digit: valid as a safetensors key, an IREE
+    parameter key and a TF variable name alike. Unique ignoring case (the names may become file names).
+    """
+    bases = []
+    for k, source in enumerate(sources):
+        base = _TENSOR_UNSAFE.sub("_", source) if source else f"weight_{k:04d}"
+        bases.append(base if base[:1].isalnum() else "w" + base)
+    return tuple(_unique(bases))
+
+
+def _unique(names: Sequence[str], taken: Sequence[str] = ()) -> list[str]:
+    seen = {t.lower() for t in taken}
+    out = []
+    for base in names:
+        name, i = base, 2
+        while name.lower() in seen:
+            name, i = f"{base}_{i}", i + 1
+        seen.add(name.lower())
+        out.append(name)
+    return out
+
+
+def _array_key(x: Any) -> Any:
+    """What identifies an array across tracing: its memory for numpy (JAX keeps a view), else the object."""
+    if isinstance(x, np.ndarray):
+        return ("memory", x.__array_interface__["data"][0], x.shape, x.dtype.str, x.strides)
+    return ("object", id(x))
+
+
+def closed_over_arrays(fn: Callable[..., Any], max_depth: int = 4) -> dict[Any, str]:
+    """The arrays `fn` closes over, by `_array_key`, each with its dotted path (`params.Dense_0.kernel`).
+
+    Searched: the function's closure variables and the globals it names, functools.partial arguments
+    (named by the wrapped function's parameters), and functions among those, to `max_depth`. Only the
+    same array (object, or numpy memory) matches a constant of the trace, never an equal value: two
+    zero-initialised biases must not trade names. The first path found for an array names it.
+    """
+    import functools
+    import inspect
+
+    import jax
+
+    from .naming import join_name
+
+    found: dict[Any, str] = {}
+    seen: set[int] = set()
+
+    def add_tree(prefix: str, value: Any) -> None:
+        try:
+            leaves = jax.tree_util.tree_flatten_with_path(value)[0]
+        except Exception:  # a custom pytree whose flatten fails is not ours to name
+            return
+        for path, leaf in leaves:
+            if isinstance(leaf, (np.ndarray, jax.Array)) and not isinstance(leaf, jax.core.Tracer):
+                found.setdefault(_array_key(leaf), join_name(prefix, path))
+
+    def handle(name: str, value: Any, depth: int) -> None:
+        if inspect.isfunction(value) or isinstance(value, functools.partial):
+            visit(value, depth + 1)
+        elif inspect.ismethod(value):  # `model.apply`: the instance may be a pytree of arrays (equinox)
+            add_tree(name, value.__self__)
+            visit(value.__func__, depth + 1)
+        elif not (inspect.ismodule(value) or inspect.isclass(value)):
+            add_tree(name, value)  # a callable pytree (equinox, nnx) holds its arrays as leaves
+
+    def visit(f: Any, depth: int) -> None:
+        if depth > max_depth or id(f) in seen:
+            return
+        seen.add(id(f))
+        if isinstance(f, functools.partial):
+            try:
+                bound = dict(inspect.signature(f.func).bind_partial(*f.args, **f.keywords).arguments)
+            except (TypeError, ValueError):
+                bound = {**{f"args.{i}": a for i, a in enumerate(f.args)}, **f.keywords}
+            for name, value in bound.items():
+                handle(name, value, depth)
+            visit(f.func, depth + 1)
+        elif inspect.ismethod(f):
+            handle("self", f, depth)
+        elif inspect.isfunction(f) and (getattr(f, "__module__", None) or "").split(".")[0] not in _LIBRARIES:
+            try:
+                closure = inspect.getclosurevars(f)
+            except (TypeError, ValueError):
+                return
+            for name, value in {**closure.nonlocals, **closure.globals}.items():
+                handle(name, value, depth)
+
+    visit(fn, 0)
+    return found
 
 
 def plan(fn: Callable[..., Any], signature, policy: str) -> LiftedWeights | None:
@@ -167,9 +275,18 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray], metadata: dict
 
 
 def read_safetensors(path: Path, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """Arrays of the safetensors file at `path` as read-only views of one memory map (nothing is read yet).
+    """Arrays of the safetensors file at `path` as read-only memory maps (nothing is read yet).
 
     The values are paged in when a runtime copies them to its device; dropping the arrays unmaps them.
+    """
+    return dict(iter_safetensors(path, names))
+
+
+def iter_safetensors(path: Path, names: Sequence[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
+    """(name, array) for each of `names` (default: all), each array a read-only map of its own bytes only.
+
+    The header is parsed once; a caller that drops each array before taking the next (a runner copying
+    weights to its device) holds at most one tensor mapped.
     """
     import ml_dtypes  # noqa: F401  (registers bfloat16 and the float8s with numpy)
 
@@ -183,17 +300,18 @@ def read_safetensors(path: Path, names: Sequence[str] | None = None) -> dict[str
             header = json.loads(f.read(length))
     except (OSError, ValueError) as exc:
         raise ArtifactError(f"Artifact '{path.parent}' | cannot read {path.name}: {exc}, expected a safetensors file") from exc
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + length) if size > 8 + length else np.zeros(0, np.uint8)
-    out = {}
+    data_start, data_size = 8 + length, size - 8 - length
     for name in names if names is not None else [k for k in header if k != "__metadata__"]:
         entry = header.get(name)
         if entry is None:
             raise ArtifactError(f"Weight '{name}' | missing from {path}, expected it (the manifest lists it)")
         start, end = entry["data_offsets"]
         dtype = np.dtype(_NP_DTYPES[entry["dtype"]])
-        count = int(np.prod(entry["shape"], dtype=np.int64))
-        if end - start != count * dtype.itemsize or end > data.size:
+        shape = tuple(entry["shape"])
+        count = int(np.prod(shape, dtype=np.int64))
+        if end - start != count * dtype.itemsize or end > data_size:
             raise ArtifactError(f"Weight '{name}' | got {end - start} bytes at {start} in {path.name}, expected "
-                                f"{count * dtype.itemsize} within the file's {data.size} data bytes")
-        out[name] = data[start:end].view(dtype).reshape(entry["shape"])
-    return out
+                                f"{count * dtype.itemsize} within the file's {data_size} data bytes")
+        # mmap cannot map zero bytes
+        yield name, (np.memmap(path, dtype=dtype, mode="r", offset=data_start + start, shape=shape)
+                     if count else np.zeros(shape, dtype))

@@ -19,9 +19,11 @@ from multiexport.target import Target
 from multiexport.weights import (
     AUTO_MIN_BYTES,
     LIFT_MIN_BYTES,
+    iter_safetensors,
     lift_weights,
     read_safetensors,
     should_lift,
+    tensor_names,
     write_safetensors,
 )
 
@@ -108,6 +110,46 @@ def test_lifting_keeps_symbolic_dimensions():
     np.testing.assert_allclose(np.asarray(exported.call(x, w)[0]), np.tanh(x @ w), rtol=1e-5, atol=1e-6)
 
 
+def test_lifted_weights_are_named_by_where_the_target_keeps_them():
+    """The closure's pytree path names each weight, the same array only: equal values never trade names."""
+    import functools
+
+    target = examples.lm("small", "baked")
+    lifted = lift_weights(target.fn, build_signature(target))
+    assert lifted.names[:2] == ("params.embed.embedding", "params.positions")
+    assert all(n == s for n, s in zip(lifted.names, lifted.sources))  # every LM weight is a closure leaf
+    assert lifted.describe()["tensors"][0] == {"name": "params.embed.embedding", "source": "params.embed.embedding",
+                                               "shape": list(lifted.arrays[0].shape), "dtype": "float32"}
+
+    rng = np.random.default_rng(0)
+    zeros_a, zeros_b = np.zeros(512, np.float32), np.zeros(512, np.float32)  # equal values, two arrays
+    table = {"w x": rng.standard_normal((64, 64)).astype(np.float32), "a": zeros_a, "b": zeros_b}
+
+    def apply(variables, x):
+        computed = jnp.asarray(np.full(300, 2.0, np.float32))  # made in the function: no path names it
+        return {"y": x @ variables["w x"] + 3 * jnp.sum(variables["b"]) + jnp.sum(variables["a"]) + computed.sum()}
+
+    fn = functools.partial(apply, table)
+    sig = build_signature(Target(fn, args=(np.ones((2, 64), np.float32),), name="p"))
+    lifted = lift_weights(fn, sig)
+    by_source = dict(zip(lifted.sources, lifted.arrays))
+    assert set(lifted.sources) == {"variables.w x", "variables.a", "variables.b", None}
+    assert np.shares_memory(by_source["variables.b"], zeros_b)
+    assert np.shares_memory(by_source["variables.a"], zeros_a)
+    assert "variables.w_x" in lifted.names and f"weight_{lifted.sources.index(None):04d}" in lifted.names
+    # The names bind the right values: feeding each name's own array reproduces the function.
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    swapped = [zeros_a + 1 if s == "variables.b" else a for s, a in zip(lifted.sources, lifted.arrays)]
+    got = np.asarray(jax.jit(lifted.fn)(x, *swapped)[0])
+    want = np.asarray(jax.jit(lambda x: fn(x)["y"])(x)) + 3 * 512  # b + 1 enters summed, times 3
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+
+
+def test_tensor_names_are_safe_and_unique():
+    assert tensor_names(["a.b", "a b", "a_b", None, "-x", "A.B"]) == (
+        "a.b", "a_b", "a_b_2", "weight_0003", "w-x", "A.B_2")
+
+
 def test_policy_decides_by_the_baked_bytes():
     small = build_signature(examples.lm("small", "baked"))  # ~0.5 MiB baked
     inputs = build_signature(examples.lm("small", "inputs"))  # nothing baked
@@ -134,3 +176,16 @@ def test_reference_lifts_large_baked_weights_and_computes_the_same_numbers(monke
     np.testing.assert_array_equal(lifted(feed)["out.logits"], plain(feed)["out.logits"])
     # XLA folds a few ops on the weights while they are constants (0.2 % of the FLOPs here); the rest is the same.
     assert lifted.flops(feed) == pytest.approx(plain.flops(feed), rel=0.01)
+
+
+def test_each_weight_maps_only_its_own_bytes(tmp_path):
+    """A runner loading weights one at a time holds one tensor mapped, not the whole file."""
+    import mmap
+
+    path = tmp_path / "w.safetensors"
+    tensors = {"a": np.arange(1 << 18, dtype=np.float32), "b": -np.arange(1 << 18, dtype=np.float32)}
+    write_safetensors(path, tensors)
+    for name, array in iter_safetensors(path, ["b", "a"]):
+        np.testing.assert_array_equal(array, tensors[name])
+        assert not array.flags.writeable
+        assert len(array._mmap) <= array.nbytes + mmap.ALLOCATIONGRANULARITY, name

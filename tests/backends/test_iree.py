@@ -270,7 +270,8 @@ def test_lifted_weights_are_iree_parameters_read_from_the_file_by_both_runners(t
     assert m.weights["storage"] == "external" and m.files["weights"] == "weights.safetensors"
     assert "--parameters=model=weights.safetensors" in m.format["native_command"]
     assert (artifact.directory / "model.vmfb").stat().st_size < 0.25 * m.weights["external_bytes"]
-    assert "util.global private @weight_0000" in (artifact.directory / "model.mlir").read_text()
+    assert ('util.global private @main_weight_0 = #stream.parameter.named<"model"::"params.embed.embedding">'
+            in (artifact.directory / "model.mlir").read_text())
 
     copy = tmp_path / "shipped"
     shutil.copytree(artifact.directory, copy)

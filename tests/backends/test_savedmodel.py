@@ -388,7 +388,7 @@ def test_variable_operands_are_accepted_only_as_the_lifted_weights(tmp_path):
     _, concrete = SavedModelBackend()._trace(tf, target.fn, sig, ExportOptions(), lifted, variables)
     assert _leaves_reaching_module(concrete, sig, variables) == [True]
     with pytest.raises(ExportError, match="does not come from a signature input"):
-        _leaves_reaching_module(concrete, sig, variables[1:])  # weight_0000 read from an unknown variable
+        _leaves_reaching_module(concrete, sig, variables[1:])  # the first weight read from an unknown variable
 
 
 def test_prepared_inputs_are_owned_copies_held_once():
