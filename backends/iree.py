@@ -43,7 +43,7 @@ from multiexport.feed import check_feed
 from multiexport.manifest import Manifest, write_bytes_atomic
 from multiexport.signature import Signature
 
-from multiexport.weights import WEIGHTS_FILE, LiftedWeights, embedded, plan
+from multiexport.weights import WEIGHTS_FILE, LiftedWeights, embedded, module_function, plan
 
 from .xla import export_module, external_tensors, parameter_binding
 
@@ -450,11 +450,8 @@ def _export_specialised(fn, signature: Signature, options: ExportOptions, lifted
 
     specs = [jax.ShapeDtypeStruct(np.shape(ex), spec.dtype, weak_type=spec.weak_type)
              for spec, ex in zip(signature.specs, signature.examples)]
-    if lifted is not None:
-        flat = jax.jit(lifted.fn, keep_unused=options.keep_unused)
-        return export.export(flat, platforms=("cpu",))(*specs, *lifted.specs())
-    flat = jax.jit(signature.flat_function(fn), keep_unused=options.keep_unused)
-    return export.export(flat, platforms=("cpu",))(*specs)
+    flat, weight_specs = module_function(fn, signature, lifted)
+    return export.export(jax.jit(flat, keep_unused=options.keep_unused), platforms=("cpu",))(*specs, *weight_specs)
 
 
 def _write_example_inputs(out_dir: Path, signature: Signature, args) -> dict[str, str]:

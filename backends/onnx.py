@@ -37,7 +37,7 @@ from multiexport.backend import (
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.manifest import Manifest, current_umask
 from multiexport.signature import Signature
-from multiexport.weights import AUTO_MIN_BYTES, embedded
+from multiexport.weights import embedded, externalizes
 
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -182,8 +182,7 @@ class OnnxBackend(Backend):
         import onnx_ir.passes.common as passes
 
         tensor_bytes = _tensor_bytes(model)
-        external = (policy == "always" or (policy == "auto" and tensor_bytes >= AUTO_MIN_BYTES)
-                    or tensor_bytes > self.external_data_threshold)
+        external = externalizes(policy, tensor_bytes) or tensor_bytes > self.external_data_threshold
         if external and policy == "never":
             raise ExportError(
                 f"Backend '{self.name}' | '{model.graph.name or 'model'}' | got {tensor_bytes / 2**30:.2f} GiB of tensors "

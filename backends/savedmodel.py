@@ -43,7 +43,7 @@ from multiexport.backend import (
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.manifest import Manifest
 from multiexport.signature import Leaf, Signature
-from multiexport.weights import LiftedWeights, embedded, plan
+from multiexport.weights import LiftedWeights, embedded, module_function, plan
 
 SIGNATURE_KEY = "serving_default"
 LEAF_FUNCTION = "serve_leaves"  # the same function restorable by attribute, positional in leaf order
@@ -227,7 +227,7 @@ class SavedModelBackend(Backend):
             specs = [tf.TensorSpec(_tf_shape(leaf), tf.as_dtype(leaf.dtype), name=leaf.alias) for leaf in signature.inputs]
         except TypeError as exc:
             raise self._error(signature, "has a dtype TensorFlow lacks", exc) from exc
-        flat = signature.flat_function(fn) if lifted is None else lifted.fn
+        flat, _ = module_function(fn, signature, lifted)
         weights = tuple(variables)
         converted = jax2tf.convert(
             jax.jit(_with_weak_types(flat, signature.inputs), keep_unused=options.keep_unused),

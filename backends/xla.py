@@ -27,7 +27,7 @@ from multiexport.errors import ArtifactError, RunError
 from multiexport.jit_runner import JitRunner
 from multiexport.manifest import Manifest, write_bytes_atomic, write_text_atomic
 from multiexport.signature import Signature
-from multiexport.weights import WEIGHTS_FILE, LiftedWeights, embedded, iter_safetensors, plan
+from multiexport.weights import WEIGHTS_FILE, LiftedWeights, embedded, iter_safetensors, module_function, plan
 
 FILES = {
     "exported": "model.jax_exported",
@@ -50,11 +50,8 @@ def export_module(fn: Callable[..., Any], signature: Signature, options: ExportO
     from jax import export
 
     kwargs = {"platforms": tuple(options.platforms)} if options.platforms else {}
-    if lifted is not None:
-        flat = jax.jit(lifted.fn, keep_unused=options.keep_unused)
-        return export.export(flat, **kwargs)(*signature.specs, *lifted.specs())
-    flat = jax.jit(signature.flat_function(fn), keep_unused=options.keep_unused)
-    return export.export(flat, **kwargs)(*signature.specs)
+    flat, weight_specs = module_function(fn, signature, lifted)
+    return export.export(jax.jit(flat, keep_unused=options.keep_unused), **kwargs)(*signature.specs, *weight_specs)
 
 
 def parameter_binding(exported, n_inputs: int) -> tuple[list[bool], list[int | None]]:
@@ -98,9 +95,8 @@ class XlaBackend(Backend):
             why = "symbolic dimensions" if signature.symbolic_dims else "several platforms"
             warnings.append(f"no HLO text: HLO has no form for {why}; compile the StableHLO (model.mlirbc) instead")
         elif text:
-            flat = lifted.fn if lifted else signature.flat_function(fn)
-            specs = [*signature.specs, *(lifted.specs() if lifted else [])]
-            lowered = jax.jit(flat, keep_unused=options.keep_unused).lower(*specs)
+            flat, weight_specs = module_function(fn, signature, lifted)
+            lowered = jax.jit(flat, keep_unused=options.keep_unused).lower(*signature.specs, *weight_specs)
             write_text_atomic(out_dir / FILES["hlo_text"], lowered.as_text(dialect="hlo"))
             files["hlo_text"] = FILES["hlo_text"]
 

@@ -58,11 +58,9 @@ class ExportOptions:
     external_weights: str = "auto"
 
     def __post_init__(self):
-        from .weights import POLICIES
+        from .weights import check_policy
 
-        if self.external_weights not in POLICIES:
-            raise ExportError(f"Option 'external_weights' | got {self.external_weights!r}, expected one of "
-                              f"{', '.join(POLICIES)}")
+        check_policy(self.external_weights)
 
     @classmethod
     def for_device(cls, device: str, keep_unused: bool = False, external_weights: str = "auto") -> "ExportOptions":

@@ -11,7 +11,6 @@ always written.
 from __future__ import annotations
 
 import contextlib
-
 import json
 import os
 import platform

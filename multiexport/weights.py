@@ -49,7 +49,7 @@ class LiftedWeights:
     arrays: tuple[np.ndarray, ...]  # views of the target's own constants: nothing is copied
     fn: Callable[..., list[Any]]
     kept_bytes: int  # constants small enough to stay in the module
-    sources: tuple[str | None, ...] = ()  # the dotted path of the closed-over array each weight is, if found
+    sources: tuple[str | None, ...]  # the dotted path of the closed-over array each weight is, if found
 
     @property
     def nbytes(self) -> int:
@@ -74,16 +74,37 @@ class LiftedWeights:
             "external_bytes": self.nbytes,
             "embedded_bytes": self.kept_bytes,
             "tensors": [{"name": n, "source": src, "shape": list(a.shape), "dtype": a.dtype.name}
-                        for n, src, a in zip(self.names, self.sources or [None] * len(self.names), self.arrays)],
+                        for n, src, a in zip(self.names, self.sources, self.arrays)],
         }
+
+
+def check_policy(policy: str) -> None:
+    """Refuse an `external_weights` value other than auto / always / never."""
+    if policy not in POLICIES:
+        raise ExportError(f"Option 'external_weights' | got {policy!r}, expected one of {', '.join(POLICIES)}")
+
+
+def externalizes(policy: str, nbytes: int) -> bool:
+    """Whether `policy` keeps `nbytes` of weights out of the module: always, or under auto from 16 MiB on."""
+    return policy == "always" or (policy == "auto" and nbytes >= AUTO_MIN_BYTES)
 
 
 def should_lift(policy: str, signature) -> bool:
     """Whether `policy` (auto / always / never) lifts this signature's baked constants."""
-    if policy not in POLICIES:
-        raise ExportError(f"Option 'external_weights' | got {policy!r}, expected one of {', '.join(POLICIES)}")
+    check_policy(policy)
     baked = int(signature.weights.get("baked_bytes", 0))
-    return baked >= LIFT_MIN_BYTES and (policy == "always" or (policy == "auto" and baked >= AUTO_MIN_BYTES))
+    return baked >= LIFT_MIN_BYTES and externalizes(policy, baked)
+
+
+def module_function(fn: Callable[..., Any], signature, lifted: "LiftedWeights | None") -> tuple[Callable[..., Any], list[Any]]:
+    """What a module is lowered from: the function, and the specs of its arguments past the leaves.
+
+    The signature's flat function (no further arguments), or with `lifted` weights the lifted function,
+    which takes them after the leaves.
+    """
+    if lifted is None:
+        return signature.flat_function(fn), []
+    return lifted.fn, lifted.specs()
 
 
 def lift_weights(fn: Callable[..., Any], signature, min_bytes: int = LIFT_MIN_BYTES) -> LiftedWeights | None:

@@ -289,9 +289,9 @@ def test_external_weights_always_moves_initializers_and_never_refuses_past_the_l
 
     _, auto = export(target, tmp_path / "auto")  # below 16 MiB: one protobuf
     assert "external_data" not in auto.manifest.files and auto.manifest.weights["storage"] == "embedded"
-    from multiexport.backends import onnx as onnx_backend
+    from multiexport import weights
 
-    monkeypatch.setattr(onnx_backend, "AUTO_MIN_BYTES", 1024)  # as if the weights were past 16 MiB
+    monkeypatch.setattr(weights, "AUTO_MIN_BYTES", 1024)  # as if the weights were past 16 MiB
     _, auto = export(target, tmp_path / "auto-large")
     assert auto.manifest.files["external_data"] == "model.onnx.data" and auto.manifest.weights["storage"] == "external"
 
