@@ -1,40 +1,31 @@
 """XLA / PJRT through `jax.export`: serialized Exported, StableHLO bytecode and text, HLO text.
 
 The function exported is the signature's flat function of named leaves, so the artifact carries no
-custom pytree and deserializes in any process. `Exported.module_kept_var_idx` is the truth about
-which leaves became module parameters; the manifest records it per leaf.
+custom pytree and deserializes in any process. The module's own `main` is the truth about its
+arguments (`export.stablehlo.module_interface`): each input leaf's `param` is its real position there,
+after a platform index (several platforms) and tokens (ordered effects), and `format.module_args` lists
+every argument. The runner is `jax.jit(Exported.call)` on PJRT, in 64-bit mode when the artifact is.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from multiexport.backend import (
-    EXAMPLE_INPUTS,
-    Availability,
-    Backend,
-    ExportOptions,
-    Runner,
-    base_versions,
-    bindings,
-    dist_version,
-    utc_now,
-    write_example_inputs,
-)
 from multiexport.errors import ArtifactError, RunError
-from multiexport.jit_runner import JitRunner
-from multiexport.manifest import Manifest, write_bytes_atomic, write_text_atomic
-from multiexport.signature import Signature
-from multiexport.weights import WEIGHTS_FILE, LiftedWeights, embedded, iter_safetensors, module_function, plan
+from multiexport.export import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
+from multiexport.export.jit_runner import JitRunner
+from multiexport.export.stablehlo import export_module, leaf_binding, module_attributes, module_interface
+from multiexport.files import write_bytes_atomic, write_text_atomic
+from multiexport.files.safetensors import iter_safetensors
+from multiexport.signature.weights import WEIGHTS_FILE, embedded, module_function, plan
 
 FILES = {
     "exported": "model.jax_exported",
     "stablehlo_bytecode": "model.mlirbc",
     "stablehlo_text": "model.mlir",
     "hlo_text": "model.hlo.txt",
-    "example_inputs": EXAMPLE_INPUTS,
 }
 # Past this many bytes of baked constants the text forms (.mlir, .hlo.txt) are skipped: they print every
 # weight in decimal, ~3x the binary size, and take longer to write than the export itself.
@@ -43,42 +34,29 @@ TEXT_LIMIT_BYTES = 16 << 20
 COMPATIBILITY_DAYS = 180
 
 
-def export_module(fn: Callable[..., Any], signature: Signature, options: ExportOptions = ExportOptions(),
-                  lifted: LiftedWeights | None = None):
-    """`jax.export.Exported` of the signature's flat function; with `lifted`, its weights are trailing parameters."""
-    import jax
-    from jax import export
-
-    kwargs = {"platforms": tuple(options.platforms)} if options.platforms else {}
-    flat, weight_specs = module_function(fn, signature, lifted)
-    return export.export(jax.jit(flat, keep_unused=options.keep_unused), **kwargs)(*signature.specs, *weight_specs)
-
-
-def parameter_binding(exported, n_inputs: int) -> tuple[list[bool], list[int | None]]:
-    """Per input leaf: whether the module reads it, and its parameter index among the module's leaves."""
-    kept = sorted(exported.module_kept_var_idx)
-    index = {leaf: pos for pos, leaf in enumerate(kept)}
-    return [i in index for i in range(n_inputs)], [index.get(i) for i in range(n_inputs)]
-
-
 class XlaBackend(Backend):
     name = "xla"
+    summary = "XLA/PJRT: serialized jax.export.Exported and StableHLO bytecode"
     requires = ("jax", "jaxlib")
+    color = "#1f77b4"
+    order = 10
 
-    def _export_impl(self, fn, signature: Signature, out_dir: Path, options: ExportOptions) -> Manifest:
+    def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
         import jax
-        from jax._src.export import serialization
 
         lifted = plan(fn, signature, options.external_weights)
-        exported = export_module(fn, signature, options, lifted)
-        used, params = parameter_binding(exported, len(signature.inputs))
+        exported = export_module(fn, signature, keep_unused=options.keep_unused, platforms=options.platforms,
+                                 lifted=lifted)
+        leaf_names = [leaf.name for leaf in signature.inputs]
+        args = module_interface(exported, leaf_names, lifted.names if lifted else ())
+        used, params = leaf_binding(args, leaf_names)
         write_bytes_atomic(out_dir / FILES["exported"], bytes(exported.serialize()))
         write_bytes_atomic(out_dir / FILES["stablehlo_bytecode"], bytes(exported.mlir_module_serialized))
         files = {k: FILES[k] for k in ("exported", "stablehlo_bytecode")}
         weights = lifted.write(out_dir) if lifted else embedded(signature)
         if lifted:
             files["weights"] = WEIGHTS_FILE
-        warnings = list(signature.warnings)
+        warnings = []
         baked = weights["embedded_bytes"]
         text = baked <= TEXT_LIMIT_BYTES
         if text:
@@ -89,7 +67,6 @@ class XlaBackend(Backend):
                 f"no text forms (model.mlir, model.hlo.txt): {baked / 2**20:.0f} MiB of baked constants would print "
                 "as about 3x that in text (measured: 64 MiB of weights made a 219 MB HLO text); the bytecode "
                 "(model.mlirbc) and the serialized Exported are complete")
-
         multi_platform = len(exported.platforms) > 1
         if text and (signature.symbolic_dims or multi_platform):
             why = "symbolic dimensions" if signature.symbolic_dims else "several platforms"
@@ -99,33 +76,26 @@ class XlaBackend(Backend):
             lowered = jax.jit(flat, keep_unused=options.keep_unused).lower(*signature.specs, *weight_specs)
             write_text_atomic(out_dir / FILES["hlo_text"], lowered.as_text(dialect="hlo"))
             files["hlo_text"] = FILES["hlo_text"]
-
-        if write_example_inputs(signature, out_dir):
-            files["example_inputs"] = FILES["example_inputs"]
         if exported.ordered_effects:
-            warnings.append(f"ordered effects {exported.ordered_effects}: the module takes token arguments first")
+            warnings.append(f"ordered effects {exported.ordered_effects}: the module takes token arguments "
+                            "(see format.module_args)")
 
-        names = [leaf.name for leaf in signature.inputs] + list(lifted.names if lifted else [])
-        kept_names = [names[i] for i in sorted(exported.module_kept_var_idx)]
-        created = utc_now()
-        until = dt.datetime.fromisoformat(created) + dt.timedelta(days=COMPATIBILITY_DAYS)
-        return Manifest(
-            backend=self.name,
-            target=signature.name,
-            inputs=bindings(signature.inputs, used, params),
-            outputs=bindings(signature.outputs, [True] * len(signature.outputs), range(len(signature.outputs))),
-            keep_unused=options.keep_unused,
-            symbolic_dims=list(signature.symbolic_dims),
-            files=files,
-            versions={
-                **base_versions(),
-                "jax": jax.__version__,
-                "jaxlib": dist_version("jaxlib"),
-                "calling_convention_version": str(exported.calling_convention_version),
-                "serialization_version": str(getattr(serialization, "_SERIALIZATION_VERSION", "unknown")),
+        n = len(signature.inputs)
+        declared = {leaf.name: aval.dtype.name for leaf, aval in zip(signature.inputs, exported.in_avals[:n])}
+        declared.update({leaf.name: aval.dtype.name for leaf, aval in zip(signature.outputs, exported.out_avals)})
+        attributes = module_attributes(exported)
+        until = dt.date.today() + dt.timedelta(days=COMPATIBILITY_DAYS)
+        return FormatResult(
+            files=files, used=used, params=params, output_params=list(range(len(signature.outputs))),
+            versions={"calling_convention_version": str(exported.calling_convention_version),
+                      "serialization_version": _serialization_version()},
+            requires={
+                "calling_convention_version": exported.calling_convention_version,
+                "jax_export_compatible_until": until.isoformat(),
+                "note": (f"jax.export guarantees {COMPATIBILITY_DAYS} days of backward compatibility: JAX/PJRT "
+                         "consumers released before jax_export_compatible_until run the artifact with the same "
+                         "semantics; model.mlirbc is a StableHLO portable artifact for PJRT's 'mlir' format"),
             },
-            created=created,
-            weights=weights,
             format={
                 # The weights' copies on disk: model.jax_exported embeds the same StableHLO as model.mlirbc;
                 # lifted weights are stored once, in weights.safetensors.
@@ -136,19 +106,15 @@ class XlaBackend(Backend):
                     "the device once at load and passes them to every call") if lifted else (
                     "embedded as constants in the module" if baked else "no baked weights"),
                 "platforms": list(exported.platforms),
-                # The module's positional arguments in order: a platform index comes first when
-                # lowered for several platforms; then the kept leaves.
-                "module_args": (["<platform_index: int32 scalar>"] if multi_platform else []) + kept_names,
+                # Every positional argument of the module's main, in order (platform index, tokens, leaves,
+                # weights): what a PJRT caller passes.
+                "module_args": [a.to_json() for a in args],
                 "module_results": [o.name for o in signature.outputs],
                 "nr_devices": exported.nr_devices,
-                "uses_shape_polymorphism": bool(signature.symbolic_dims),
-                "compatible_until": until.date().isoformat(),
-                "compatibility_note": (
-                    f"jax.export guarantees {COMPATIBILITY_DAYS} days of backward compatibility: JAX/PJRT "
-                    "consumers released before this date run the artifact with the same semantics"
-                ),
+                "uses_shape_polymorphism": bool(attributes.get("jax.uses_shape_polymorphism", False)),
+                "module_attributes": attributes,
             },
-            warnings=warnings,
+            warnings=warnings, weights=weights, declared=declared, platforms=list(exported.platforms),
         )
 
     def _gpu_status_impl(self) -> Availability:
@@ -161,14 +127,17 @@ class XlaBackend(Backend):
                                        "install the CUDA plugin: pip install 'multiexport[gpu]'")
         return Availability(True, f"{len(gpus)} GPU(s): {', '.join(d.device_kind for d in gpus)}")
 
-    def _load_impl(self, manifest: Manifest, directory: Path, device: str) -> Runner:
+    def _load_impl(self, manifest: Manifest, directory: Path, options: RunOptions) -> Runner:
         import jax
         from jax import export
 
+        path = manifest.path(directory, "exported")
         try:
-            exported = export.deserialize(bytearray((directory / manifest.files["exported"]).read_bytes()))
+            exported = export.deserialize(bytearray(path.read_bytes()))
         except Exception as exc:
-            raise ArtifactError(f"Artifact '{directory}' | cannot deserialize {manifest.files['exported']}: {exc}") from exc
+            raise ArtifactError(f"Artifact '{directory}' | cannot deserialize {path.name} with jax {jax.__version__} "
+                                f"({type(exc).__name__}: {exc}); it was written by jax "
+                                f"{manifest.versions.get('jax', '?')}") from exc
         tensors = external_tensors(manifest)
         expected_inputs = len(manifest.inputs) + len(tensors)
         if len(exported.in_avals) != expected_inputs or len(exported.out_avals) != len(manifest.outputs):
@@ -177,25 +146,31 @@ class XlaBackend(Backend):
                 f"manifest lists {expected_inputs} / {len(manifest.outputs)}"
                 + (f" ({len(manifest.inputs)} leaves + {len(tensors)} lifted weights)" if tensors else "")
             )
-        platform = {"cpu": "cpu", "gpu": "cuda"}[device]
-        if platform not in exported.platforms:
-            raise RunError(
-                f"Artifact '{directory}' | exported for {', '.join(exported.platforms)}, expected {platform}: "
-                f"re-export with --platforms {','.join([*exported.platforms, platform])}"
-            )
         try:
-            jax_device = jax.devices("gpu" if device == "gpu" else "cpu")[0]
+            jax_device = jax.devices("gpu" if options.device == "gpu" else "cpu")[0]
         except RuntimeError as exc:
-            raise RunError(f"Device '{device}' | JAX sees none: {exc}") from exc
+            raise RunError(f"Device '{options.device}' | JAX sees none: {exc}", category="no-gpu") from exc
         weights = load_weights(directory, manifest, jax_device) if tensors else []
-        return XlaRunner(manifest, directory, device, exported, jax_device, weights)
+        return XlaRunner(manifest, directory, options, exported, jax_device, weights)
+
+
+def _serialization_version() -> str:
+    try:  # a JAX internal, recorded for information only (README, internals table)
+        from jax._src.export import serialization
+
+        return str(getattr(serialization, "_SERIALIZATION_VERSION", "unknown"))
+    except ImportError:
+        return "unknown"
 
 
 def external_tensors(manifest: Manifest) -> list[str]:
     """Names of the lifted weights an artifact keeps outside its module, in parameter order."""
     if manifest.weights.get("storage") != "external":
         return []
-    return [t["name"] for t in manifest.weights.get("tensors", [])]
+    tensors = manifest.weights.get("tensors", [])
+    if not isinstance(tensors, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tensors):
+        raise ArtifactError("Artifact manifest | weights.tensors is malformed, expected a list of {name, shape, dtype}")
+    return [t["name"] for t in tensors]
 
 
 def load_weights(directory: Path, manifest: Manifest, jax_device) -> list[Any]:
@@ -206,13 +181,12 @@ def load_weights(directory: Path, manifest: Manifest, jax_device) -> list[Any]:
     """
     import jax
 
-    path = directory / manifest.weights.get("file", WEIGHTS_FILE)
-    names = external_tensors(manifest)
+    path = manifest.path(directory, "weights")
     out = []
-    for (name, array), expected in zip(iter_safetensors(path, names), manifest.weights["tensors"]):
-        if list(array.shape) != expected["shape"] or array.dtype.name != expected["dtype"]:
+    for (name, array), expected in zip(iter_safetensors(path, external_tensors(manifest)), manifest.weights["tensors"]):
+        if list(array.shape) != expected.get("shape") or array.dtype.name != expected.get("dtype"):
             raise ArtifactError(f"Weight '{name}' | got {array.dtype.name}{list(array.shape)} in {path.name}, expected "
-                                f"{expected['dtype']}{expected['shape']} (the manifest's)")
+                                f"{expected.get('dtype')}{expected.get('shape')} (the manifest's)")
         out.append(jax.block_until_ready(jax.device_put(array, jax_device)))
         del array
     return out
@@ -223,9 +197,11 @@ class XlaRunner(JitRunner):
 
     calling_path = "jax.jit(Exported.call) on PJRT; inputs committed to the device with jax.device_put"
 
-    def __init__(self, manifest, directory, device, exported, jax_device, weights=()):
+    def __init__(self, manifest, directory, options, exported, jax_device, weights=()):
         # Lifted weights are on the device since load and passed after the leaves.
-        super().__init__(manifest, directory, device, exported.call, jax_device, resident=weights)
+        super().__init__(manifest, directory, options, exported.call, jax_device, resident=weights,
+                         x64=bool(manifest.supports.get("x64")))
         self.exported = exported
 
 
+BACKEND = XlaBackend

@@ -15,12 +15,13 @@ import sys
 import time
 from pathlib import Path
 
-from multiexport.bench import BenchConfig
 from multiexport.comparison import compare
-from multiexport.manifest import write_text_atomic
-from multiexport.registry import names as backend_names
-from multiexport.regression import Diff, aggregate_latency, diff_results, publish
-from multiexport.target import load_target
+from multiexport.export.registry import names as backend_names
+from multiexport.files import write_text_atomic
+from multiexport.measure.bench import BenchConfig
+from multiexport.report.regression import Diff, aggregate_latency, diff_results, publish
+from multiexport.results import Results
+from multiexport.signature import load_target
 
 from .zoo import select
 
@@ -33,8 +34,8 @@ def run_zoo(models, backends, out: Path, bench: BenchConfig | None, trials: int)
         t0 = time.perf_counter()
         print(f"[zoo] {model.name}: {model.what}", file=sys.stderr, flush=True)
         results = compare(
-            load_target(model.spec), backends=backends, out_dir=out / model.name, trials=trials,
-            val_ranges=model.val_ranges, batch_sizes=list(model.batch_sizes) or None, bench=bench,
+            load_target(model.spec), backends=tuple(backends), out_dir=out / model.name, trials=trials,
+            val_ranges=model.val_ranges, batch_sizes=tuple(model.batch_sizes) or None, bench=bench,
             target_spec=model.spec, timeout=900,
             progress=lambda msg: print(f"[zoo]   {msg}", file=sys.stderr, flush=True),
         )
@@ -44,30 +45,32 @@ def run_zoo(models, backends, out: Path, bench: BenchConfig | None, trials: int)
 
 
 def matrix(combined: dict) -> str:
-    """Model x backend: status, worst parity error, p50 at the first batch size."""
+    """Model x backend: status, worst error relative to the leaf's scale, p50 at the first measured size."""
+    typed = {name: Results.from_json(res, f"zoo model {name}") for name, res in combined["models"].items()}
     backends: list[str] = []
-    for res in combined["models"].values():
-        backends += [b for b in res["backends"] if b not in backends]
+    for res in typed.values():
+        backends += [b for b in res.backends if b not in backends]
     lines = ["| model | " + " | ".join(backends) + " |", "|---|" + "---|" * len(backends)]
-    for name, res in combined["models"].items():
+    for name, res in typed.items():
         cells = []
         for b in backends:
-            r = res["backends"].get(b)
+            r = res.backends.get(b)
             if r is None:
                 cells.append("-")
                 continue
-            parts = [r["status"] if r["status"] == "ok" else f"**{r['status']}**"]
-            leaves = (r.get("parity") or {}).get("leaves") or []
-            if leaves:
-                parts.append(f"rel {max(float(v['stats']['max_rel']) for v in leaves):.1e}")
-            sizes = (r.get("bench") or {}).get("sizes") or []
-            if sizes:
-                parts.append(f"p50 {sizes[0]['latency']['p50_ms']:.3g} ms")
+            parts = [r.status.value if r.ok else f"**{r.status.value}**"]
+            worst = r.parity.headline() if r.parity else None
+            if worst is not None and worst.stats.compared:
+                parts.append(f"err {worst.stats.err_scale:.1e}")
+            measured = r.bench.measured() if r.bench and r.ok else []
+            if measured:
+                parts.append(f"p50 {measured[0].latency.p50_ms:.3g} ms")
             cells.append(", ".join(parts))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    failures = [f"- {m}/{b}: {r['status']}: {r['reason']}" for m, res in combined["models"].items()
-                for b, r in res["backends"].items() if r["status"] != "ok"]
-    return "\n".join(lines) + ("\n\nFailures, by category:\n" + "\n".join(failures) if failures else "") + "\n"
+    failures = [f"- {m}/{b}: {r.status.value}: {' '.join(r.reason.split())[:300]}" for m, res in typed.items()
+                for b, r in res.backends.items() if not r.ok]
+    return "\n".join(lines) + ("\n\nFailures, by category:\n" + "\n".join(sorted(failures, key=lambda f: f.split(": ")[1]))
+                                if failures else "") + "\n"
 
 
 def diff_zoo(base: dict, current: dict, max_slowdown: float, max_parity_drift: float) -> Diff:
@@ -76,7 +79,9 @@ def diff_zoo(base: dict, current: dict, max_slowdown: float, max_parity_drift: f
     for name, res in current["models"].items():
         if name not in base["models"]:
             continue
-        d = diff_results(base["models"][name], res, max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
+        d = diff_results(Results.from_json(base["models"][name], f"baseline {name}"),
+                         Results.from_json(res, f"current {name}"),
+                         max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
         for c in d.checks:
             c.backend = f"{name}/{c.backend}"
         merged.checks += d.checks

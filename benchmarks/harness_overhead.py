@@ -19,8 +19,8 @@ from pathlib import Path
 
 
 from multiexport import examples
-from multiexport.bench import BenchConfig, time_calls
-from multiexport.registry import get_backend
+from multiexport.measure.bench import BenchConfig, time_calls
+from multiexport.export.registry import get_backend
 from multiexport.signature import build_signature
 
 
@@ -116,7 +116,7 @@ def main() -> None:
                 bare_times, harness_times = [], []
                 for _ in range(args.rounds):
                     bare_times += bare_loop(bare, args.calls)
-                    harness_times += list(time_calls(lambda: runner.run_prepared(prepared), config))
+                    harness_times += list(time_calls(lambda: runner.run_prepared(prepared), config)[0])
                 b, h = statistics.median(bare_times) / 1e3, statistics.median(harness_times) / 1e3
                 print(f"{backend_name:>10} {model:>6} {b:12.2f} {h:15.2f} {h / b:7.3f}")
 

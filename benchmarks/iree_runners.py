@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from multiexport import examples
-from multiexport.backends.iree import BENCH_TOOL, IreeBackend, find_native_tool, native_benchmark
-from multiexport.bench import BenchConfig, summarize, time_calls
+from multiexport.backends.iree import IreeBackend
+from multiexport.backends.iree.native import BENCH_TOOL, find_native_tool, native_benchmark
+from multiexport.measure.bench import BenchConfig, summarize, time_calls
 from multiexport.signature import build_signature
 
 
@@ -37,7 +38,7 @@ def measure(model: str, rounds: int, seconds: float, single_calls: int) -> dict:
         config = BenchConfig(warmup_iters=20, warmup_time=0.05, min_iters=20, bench_time=seconds)
         python_ns, native_calls_ms, native_loop_ms = [], [], []
         for _ in range(rounds):
-            python_ns += list(time_calls(lambda: runner.run_prepared(prepared), config))
+            python_ns += list(time_calls(lambda: runner.run_prepared(prepared), config)[0])
             native_calls_ms += native_benchmark(artifact.directory, feed, repetitions=single_calls,
                                                 single_calls=True)["real_time_ms"]
             native_loop_ms += native_benchmark(artifact.directory, feed, repetitions=1, min_time_s=seconds)["real_time_ms"]

@@ -91,7 +91,7 @@ def main() -> None:
                 for name in names[r % len(names):] + names[: r % len(names)]:
                     samples[name] += per_call_seconds(calls[name], args.calls)
             base = statistics.median(samples["run"])
-            print(f"{model} (intra_op_threads={runner.intra_op_threads}, inter_op_threads={runner.inter_op_threads}, "
+            print(f"{model} (intra_op_threads={runner.describe()['intra_op_threads']}, inter_op_threads={runner.describe()['inter_op_threads']}, "
                   f"{len(samples['run'])} calls per path)")
             for name, s in samples.items():
                 p50 = statistics.median(s)

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from multiexport import examples
-from multiexport.backends.savedmodel import LEAF_FUNCTION, SIGNATURE_KEY, SavedModelBackend, import_tf
+from multiexport.backends.savedmodel import LEAF_FUNCTION, SIGNATURE_KEY, SavedModelBackend, import_tf  # noqa: F401
 from multiexport.signature import build_signature
 
 

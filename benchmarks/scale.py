@@ -23,11 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-from multiexport.bench import BenchConfig
+from multiexport.measure.bench import BenchConfig
 from multiexport.comparison import compare
-from multiexport.registry import names as backend_names
-from multiexport.report import storage_text
-from multiexport.target import load_target
+from multiexport.export.registry import names as backend_names
+from multiexport.report.tables import storage_text
+from multiexport.signature import load_target
 
 
 def main(argv=None) -> int:
@@ -47,34 +47,34 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         print(f"[scale] {spec}: loading", file=sys.stderr, flush=True)
         target = load_target(spec)
-        res = compare(target, backends=backends, out_dir=args.out / mode, trials=1, bench=one_call, target_spec=spec,
+        res = compare(target, backends=tuple(backends), out_dir=args.out / mode, trials=1, bench=one_call, target_spec=spec,
                       timeout=args.timeout, external_weights=policy, progress=lambda m: print(f"[scale]   {m}", file=sys.stderr, flush=True))
-        weights = res.signature["weights"]
-        size = max(weights["baked_bytes"], weights["input_bytes"])
+        weights = res.signature.weights
+        size = max(weights.baked_bytes, weights.input_bytes)
         exports = [r.export_seconds for r in res.backends.values() if r.export_seconds]
         fastest = min(exports) if exports else None
         for name, r in res.backends.items():
-            bench = r.bench or {}
-            run_peak = (bench.get("memory") or {}).get("peak_rss_bytes")
+            bench = r.bench
+            run_peak = bench.memory.get("peak_rss_bytes") if bench else None
             rows.append({
-                "mode": mode, "backend": name, "status": r.status, "reason": r.reason[:160],
+                "mode": mode, "backend": name, "status": r.status.value, "reason": r.reason[:160],
                 "stored": storage_text(r.weights or {}),
                 "weights_bytes": size, "export_s": r.export_seconds,
                 "export_vs_fastest": r.export_seconds / fastest if r.export_seconds and fastest else None,
-                "artifact_bytes": bench.get("artifact_bytes"),
+                "artifact_bytes": bench.artifact_bytes if bench else None,
                 "export_peak_rss_bytes": r.export_peak_rss_bytes, "run_peak_rss_bytes": run_peak,
                 "export_peak_rss_x": r.export_peak_rss_bytes / size if r.export_peak_rss_bytes else None,
                 "run_peak_rss_x": run_peak / size if run_peak else None,
-                "load_s": bench.get("load_s"),
+                "load_s": bench.load_s if bench else None,
             })
-        ref = res.reference.get("bench") or {}
-        ref_peak = (ref.get("memory") or {}).get("peak_rss_bytes")
+        ref = res.reference.bench
+        ref_peak = ref.memory.get("peak_rss_bytes") if ref else None
         rows.append({
-            "mode": mode, "backend": "jax.jit reference" + (" (weights lifted)" if res.reference.get("lifted_weights") else ""),
+            "mode": mode, "backend": "jax.jit reference" + (" (weights lifted)" if res.reference.lifted_weights else ""),
             "status": "ok" if ref else "not benchmarked", "reason": "", "stored": "-", "weights_bytes": size,
             "export_s": None, "export_vs_fastest": None, "artifact_bytes": None, "export_peak_rss_bytes": None,
             "run_peak_rss_bytes": ref_peak, "export_peak_rss_x": None, "run_peak_rss_x": ref_peak / size if ref_peak else None,
-            "load_s": ref.get("load_s"),
+            "load_s": ref.load_s if ref else None,
         })
         print(f"[scale] {spec}: done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from multiexport.examples import MLP
-from multiexport.tolerance import DEFAULTS
+from multiexport.measure.tolerance import DEFAULTS
 
 DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16}
 

@@ -6,7 +6,7 @@ Importing this package imports no JAX or backend library; they load when a funct
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .api import as_target, compare, describe, export, load, signature
 from .errors import (
@@ -14,19 +14,23 @@ from .errors import (
     BackendUnavailable,
     ExportError,
     InputError,
+    InternalError,
+    Interrupted,
     MultiexportError,
     RunError,
     SignatureError,
     TargetError,
     UsageError,
 )
-from .target import Target, load_target
+from .signature import Target, load_target
 
 __all__ = [
     "ArtifactError",
     "BackendUnavailable",
     "ExportError",
     "InputError",
+    "InternalError",
+    "Interrupted",
     "MultiexportError",
     "RunError",
     "SignatureError",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from .backend import Artifact, ExportOptions, Runner
-from .errors import TargetError
-from .target import Target
+from .errors import ArtifactError, BackendUnavailable, TargetError
+from .export.contract import Artifact, ExportOptions, RunOptions, Runner
+from .signature import Target
 
 
 def as_target(target: Target | Callable[..., Any], *args: Any, **kwargs: Any) -> Target:
@@ -37,40 +37,59 @@ def export(
     keep_unused: bool = False,
     platforms: Sequence[str] | None = None,
     external_weights: str = "auto",
+    static_sizes: Mapping[str, Sequence[int]] | None = None,
+    backend_options: Mapping[str, Any] | None = None,
+    check_load: bool = True,
 ) -> Artifact:
-    """Export `target` with one backend into `out_dir` (artifact files + manifest.json)."""
-    from .registry import get_backend
+    """Export `target` with one backend into `out_dir` (artifact files + manifest.json); see ExportOptions."""
+    from .export.registry import get_backend
     from .signature import build_signature
 
     target = as_target(target)
     options = ExportOptions(keep_unused=keep_unused, platforms=tuple(platforms) if platforms else None,
-                            external_weights=external_weights)
-    return get_backend(backend).export(target.fn, build_signature(target), Path(out_dir), options)
+                            external_weights=external_weights,
+                            static_sizes={k: tuple(v) for k, v in (static_sizes or {}).items()},
+                            backend_options=dict(backend_options or {}), check_load=check_load)
+    chosen = get_backend(backend)
+    return chosen.export(target.fn, build_signature(target), Path(out_dir), options)
 
 
-def load(artifact_dir: str | os.PathLike, device: str = "cpu") -> Runner:
-    """A runner for an artifact directory; the backend is read from its manifest."""
-    from .manifest import Manifest
-    from .registry import get_backend
+def load(artifact_dir: str | os.PathLike, device: str = "cpu", *, threads: int | None = None,
+         trust_artifact: bool = False) -> Runner:
+    """A runner for an artifact directory; the backend is read from its manifest.
+
+    trust_artifact: load a format that carries code (a SavedModel) without checking its graph first; only
+    for artifacts you trust like your own code.
+    """
+    from .export.manifest import Manifest
+    from .export.registry import get_backend, names
 
     manifest = Manifest.read(artifact_dir)
-    return get_backend(manifest.backend).load(artifact_dir, device=device)
+    try:
+        backend = get_backend(manifest.backend)
+    except BackendUnavailable:
+        if manifest.backend in names():
+            raise
+        raise ArtifactError(f"Artifact '{artifact_dir}' | its manifest names backend '{manifest.backend}', expected one "
+                            f"of: {', '.join(names())}") from None
+    return backend.load(artifact_dir, RunOptions(device=device, threads=threads, trust_artifact=trust_artifact))
 
 
 def describe(target: Target | Callable[..., Any], *args: Any, keep_unused: bool = False, **kwargs: Any) -> dict[str, Any]:
     """The signature with the XLA binding per leaf, as JSON-ready data (what `multiexport signature` shows).
 
-    Each input row has name, alias, shape, dtype, used (the XLA module reads it) and xla_param (its
-    parameter index, or None when XLA pruned it); the truth comes from `Exported.module_kept_var_idx`.
+    Each input row has name, alias, shape, dtype, used (the XLA module reads it) and xla_param (its argument
+    position in the module, or None when XLA pruned it); the truth comes from the exported module itself.
     """
-    from .backend import ExportOptions
-    from .backends.xla import export_module, parameter_binding
+    from .export.stablehlo import export_module, leaf_binding, module_interface
     from .signature import build_signature
+    from .versions import base_versions
 
     target = as_target(target, *args, **kwargs)
     sig = build_signature(target)
-    exported = export_module(target.fn, sig, ExportOptions(keep_unused=keep_unused))
-    used, params = parameter_binding(exported, len(sig.inputs))
+    exported = export_module(target.fn, sig, keep_unused=keep_unused)
+    names = [leaf.name for leaf in sig.inputs]
+    used, params = leaf_binding(module_interface(exported, names), names)
     data = sig.to_json()
     for row, u, p in zip(data["inputs"], used, params):
         row["used"] = u
@@ -79,16 +98,18 @@ def describe(target: Target | Callable[..., Any], *args: Any, keep_unused: bool 
         row["xla_result"] = i
     data["keep_unused"] = keep_unused
     data["module_kept_var_idx"] = sorted(exported.module_kept_var_idx)
+    data["producer"] = {**base_versions(), "calling_convention_version": exported.calling_convention_version}
     return data
 
 
 def compare(target: Target | Callable[..., Any], *args: Any, backends: Sequence[str] = ("xla",), **options: Any):
-    """Export with each backend, check parity against jax.jit, benchmark; returns `comparison.Results`.
+    """Export with each backend, check parity against jax.jit, benchmark; returns `results.Results`.
 
-    `target` is a Target, or a function followed by its example arguments. Options are those of
-    `multiexport.comparison.compare` (out_dir, trials, tolerances, bench, batch_sizes, ...).
+    `target` is a Target, or a function followed by its example arguments. Options are the fields of
+    `multiexport.comparison.CompareConfig` (out_dir, trials, tolerances, bench, batch_sizes, threads, ...),
+    plus target_spec and progress.
     """
     from .comparison import compare as run_compare
 
     kwargs = options.pop("kwargs", {})
-    return run_compare(as_target(target, *args, **kwargs), backends=backends, **options)
+    return run_compare(as_target(target, *args, **kwargs), backends=tuple(backends), **options)

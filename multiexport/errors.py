@@ -1,74 +1,102 @@
-"""One exception root with typed subclasses.
+"""One exception root with typed subclasses, and a separate class for multiexport's own bugs.
 
-Every error a user can cause carries an exit code so the CLI can turn it into one clear line
-(exit 2 for user mistakes, 3 for a backend that failed) instead of a traceback.
+Every error a user can cause carries an exit code so the CLI turns it into one clear line instead of a
+traceback: 2 for a user mistake (bad target, input, artifact, option), 3 for a backend that failed.
+`InternalError` is deliberately *not* a `MultiexportError`: a bug in multiexport must never be
+mistaken for a verdict about the user's model; the CLI saves its traceback and exits `INTERNAL_EXIT`.
 """
 
 from __future__ import annotations
+
+USAGE_EXIT = 2
+BACKEND_EXIT = 3
+INTERNAL_EXIT = 70  # EX_SOFTWARE (sysexits.h): an internal software error
 
 
 class MultiexportError(Exception):
     """Root of every error multiexport raises on purpose."""
 
-    exit_code = 3
+    exit_code = BACKEND_EXIT
 
 
 class UsageError(MultiexportError):
     """Bad command-line usage or option values."""
 
-    exit_code = 2
+    exit_code = USAGE_EXIT
 
 
 class TargetError(MultiexportError):
     """The target could not be loaded, or its example arguments could not be traced."""
 
-    exit_code = 2
+    exit_code = USAGE_EXIT
 
 
 class SignatureError(MultiexportError):
     """The inputs or outputs cannot be flattened into named array leaves."""
 
-    exit_code = 2
+    exit_code = USAGE_EXIT
 
 
 class InputError(MultiexportError):
-    """A feed given to a runner does not match the artifact's manifest (name, shape, dtype)."""
+    """A feed or file given to multiexport does not match what was expected (name, shape, dtype, format)."""
 
-    exit_code = 2
+    exit_code = USAGE_EXIT
 
 
 class ArtifactError(MultiexportError):
-    """An artifact directory is missing, incomplete or not readable."""
+    """An artifact directory is missing, incomplete, not multiexport's, or its manifest is malformed."""
 
-    exit_code = 2
+    exit_code = USAGE_EXIT
 
 
 class BackendUnavailable(MultiexportError):
     """A backend's libraries are not installed, or the backend name is unknown."""
 
-    exit_code = 3
+    exit_code = BACKEND_EXIT
 
 
-class ExportError(MultiexportError):
+class CategorizedError(MultiexportError):
+    """An error with a status category (`results.Status` value) saying in one word why it happened."""
+
+    default_category = "export-failed"
+
+    def __init__(self, message: str, *, backend: str = "", category: str | None = None):
+        super().__init__(message)
+        self.backend = backend
+        self.category = category or self.default_category
+
+
+class ExportError(CategorizedError):
     """A backend failed to export the function; `category` says why in one word."""
 
-    exit_code = 3
-
-    def __init__(self, message: str, *, backend: str = "", category: str = "export-failed"):
-        super().__init__(message)
-        self.backend = backend
-        self.category = category
+    default_category = "export-failed"
 
 
-class RunError(MultiexportError):
+class RunError(CategorizedError):
     """A runner failed to load or execute an artifact; `category` says why in one word."""
 
-    exit_code = 3
+    default_category = "run-failed"
 
-    def __init__(self, message: str, *, backend: str = "", category: str = "run-failed"):
-        super().__init__(message)
-        self.backend = backend
-        self.category = category
+
+class Interrupted(BaseException):
+    """A signal (SIGINT, SIGTERM, SIGHUP) asked multiexport to stop; finished work is kept.
+
+    A BaseException, like KeyboardInterrupt, so `except Exception` in converter code cannot swallow it.
+    """
+
+    def __init__(self, signum: int):
+        import signal
+
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class InternalError(Exception):
+    """A bug in multiexport itself (an invariant broke), never a verdict about the user's model."""
 
 
 def leaf_message(kind: str, name: str, got: object, expected: object) -> str:

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from .target import Target
+from .signature.target import Target
 
 
 @struct.dataclass

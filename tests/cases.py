@@ -22,12 +22,22 @@ from multiexport import examples
 
 @dataclass(frozen=True)
 class Case:
+    """One target every backend's contract test runs.
+
+    name: the case id. make: builds the Target. used / unused: input leaves the function reads / does not.
+    batch_sizes: for symbolic cases, the concrete sizes to run. tags: what the case exercises.
+    options: ExportOptions fields the case is exported with (e.g. lifted weights).
+    x64: the case needs JAX's 64-bit mode while it is built and exported.
+    """
+
     name: str
     make: Callable[[], Target]
-    used: tuple[str, ...]  # input leaves the function reads, in leaf order
+    used: tuple[str, ...]
     unused: tuple[str, ...] = ()
-    batch_sizes: tuple[int, ...] = ()  # for symbolic cases: concrete sizes to run
+    batch_sizes: tuple[int, ...] = ()
     tags: tuple[str, ...] = field(default_factory=tuple)
+    options: dict = field(default_factory=dict)
+    x64: bool = False
 
 
 @struct.dataclass
@@ -118,6 +128,46 @@ def alias_collision() -> Target:
     return Target(f, args=({"b": np.ones(2, np.float32)}, np.full(2, 3.0, np.float32)), name="alias_collision")
 
 
+def scalar_0d() -> Target:
+    """A 0-d input and output: runners must keep shape () (ONNX's made it (1,))."""
+    return Target(lambda x: jnp.sin(jnp.sin(x)), args=(np.float32(0.3),), name="scalar_0d")
+
+
+def prng_key() -> Target:
+    """A typed PRNG key in the input pytree, as nnx.split of a module with Rngs holds one."""
+    return Target(lambda state, x: x + jax.random.normal(state["key"], x.shape),
+                  args=({"key": jax.random.key(0)}, np.linspace(-1, 1, 6, dtype=np.float32)), name="prng_key")
+
+
+def dotted_keys() -> Target:
+    """{"a.b": x, "a": {"b": y}}: two leaves that must keep two names."""
+    return Target(lambda d: d["a.b"] * 2 + d["a"]["b"],
+                  args=({"a.b": np.arange(3, dtype=np.float32), "a": {"b": np.full(3, 5.0, np.float32)}},),
+                  name="dotted_keys")
+
+
+def float8() -> Target:
+    import ml_dtypes
+
+    return Target(lambda x, s: (x.astype(jnp.float32) * s).astype(ml_dtypes.float8_e4m3fn),
+                  args=(np.array([0.5, 1.0, -2.0, 0.25], ml_dtypes.float8_e4m3fn), np.float32(2.0)), name="float8")
+
+
+def float64() -> Target:
+    """64-bit leaves (built with x64 on): every format runs them in 64 bits or refuses naming the leaf."""
+    return Target(lambda x, n: {"y": x * 2.5 + n, "m": n * 3},
+                  args=(np.linspace(-1, 1, 4).astype(np.float64) + 1e-12, np.arange(4, dtype=np.int64)), name="float64")
+
+
+def top_k() -> Target:
+    return Target(lambda x: jax.lax.top_k(x, 2), args=(np.array([[3.0, 1.0, 2.0, 5.0], [0.5, 4.0, -1.0, 2.0]], np.float32),),
+                  name="top_k")
+
+
+def lifted_weights() -> Target:
+    return examples.lm("small", "baked")
+
+
 CASES: tuple[Case, ...] = (
     Case("seed", examples.seed, used=("foo.baz",), unused=("foo.bar",), tags=("dataclass",)),
     Case("seed_bar", examples.seed_bar, used=("foo.bar",), unused=("foo.baz",), tags=("dataclass",)),
@@ -132,6 +182,16 @@ CASES: tuple[Case, ...] = (
     Case("alias_collision", alias_collision, used=("a.b", "a_b")),
     Case("mlp", examples.mlp, used=tuple(
         f"params.Dense_{i}.{p}" for i in range(3) for p in ("bias", "kernel")) + ("batch.x",), tags=("flax",)),
+    Case("mlp_bf16", examples.mlp_bf16, used=tuple(
+        f"params.Dense_{i}.{p}" for i in range(3) for p in ("bias", "kernel")) + ("batch.x",), tags=("bf16",)),
+    Case("scalar_0d", scalar_0d, used=("x",), tags=("0-d",)),
+    Case("prng_key", prng_key, used=("state.key", "x"), tags=("key",)),
+    Case("dotted_keys", dotted_keys, used=('d."a.b"', "d.a.b"), tags=("names",)),
+    Case("float8", float8, used=("x", "s"), tags=("float8",)),
+    Case("float64", float64, used=("x", "n"), tags=("x64",), x64=True),
+    Case("top_k", top_k, used=("x",), tags=("composite",)),
+    Case("lifted_weights", lifted_weights, used=("batch.tokens",), tags=("weights",),
+         options={"external_weights": "always"}),
 )
 
 CASE_IDS = [c.name for c in CASES]

@@ -38,10 +38,17 @@ def reference_outputs(target, sig, feed: dict[str, np.ndarray]) -> dict[str, np.
     return {leaf.name: np.asarray(o) for leaf, o in zip(sig.outputs, outs)}
 
 
+def run_in_worker(directory, feeds, timeout: float = 300.0):
+    """Run an artifact on feeds in a fresh worker process (as compare does); returns `run.runs.ArtifactRun`."""
+    from multiexport.run.runs import run_artifact
+
+    return run_artifact(["run", str(directory)], list(feeds), [], {}, None, "cpu", 2, timeout)
+
+
 @pytest.fixture
 def fault_backends():
     """Register the fault-injecting backends for one test, then remove them."""
-    from multiexport.registry import register, unregister
+    from multiexport.export.registry import register, unregister
 
     from .fault_backends import ALL
 
@@ -50,3 +57,17 @@ def fault_backends():
     yield list(ALL)
     for name in ALL:
         unregister(name)
+
+
+def tamper(directory, edit) -> None:
+    """Change an artifact's files with `edit(directory)` and update its manifest's inventory, as someone who
+    edits an artifact on purpose would: what multiexport then checks is the content, not the file sizes."""
+    import json
+
+    from multiexport.export.pipeline import inventory
+
+    edit(directory)
+    path = directory / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["inventory"] = inventory(directory)
+    path.write_text(json.dumps(manifest))

@@ -7,6 +7,7 @@ hangs or raises. Registered only inside the tests that use them (see the `fault_
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import jax
@@ -20,19 +21,19 @@ class PerturbedXla(XlaBackend):
 
     name = "xla_perturbed"
 
-    def _export_impl(self, fn, signature, out_dir, options):
+    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
         def perturbed(*args, **kwargs):
             out = fn(*args, **kwargs)
             return jax.tree_util.tree_map(lambda a: a + 1e-3 if jnp.issubdtype(a.dtype, jnp.floating) else a, out)
 
-        return super()._export_impl(perturbed, signature, out_dir, options)
+        return super()._export_impl(perturbed, signature, out_dir, options, resolved, frontend)
 
 
 class _Faulty(XlaBackend):
     fault = ""
 
-    def _load_impl(self, manifest, directory, device):
-        runner = super()._load_impl(manifest, directory, device)
+    def _load_impl(self, manifest, directory, options):
+        runner = super()._load_impl(manifest, directory, options)
         return _FaultyRunner(self.fault, runner)
 
 
@@ -45,9 +46,14 @@ class _FaultyRunner(XlaRunner):
         if self.fault == "abort":
             os.abort()  # SIGABRT, as a native runtime crash would
         if self.fault == "hang":
+            if os.environ.get("MULTIEXPORT_TEST_PID_FILE"):  # so a test can check the worker is gone afterwards
+                with open(os.environ["MULTIEXPORT_TEST_PID_FILE"], "w") as f:
+                    f.write(str(os.getpid()))
             time.sleep(3600)
         if self.fault == "raise":
             raise RuntimeError("runtime refused the inputs")
+        if self.fault == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)  # what `kill -9` does: no memory pressure involved
         if self.fault == "oom":
             import resource
 
@@ -79,13 +85,18 @@ class OomXla(_Faulty):
     fault = "oom"
 
 
+class KilledXla(_Faulty):
+    name = "xla_killed"
+    fault = "killed"
+
+
 class SleepyXla(XlaBackend):
     """XLA plus a real sleep of $MULTIEXPORT_TEST_SLEEP_MS in every timed call: a controlled slowdown."""
 
     name = "xla_sleepy"
 
-    def _load_impl(self, manifest, directory, device):
-        return _SleepyRunner(super()._load_impl(manifest, directory, device))
+    def _load_impl(self, manifest, directory, options):
+        return _SleepyRunner(super()._load_impl(manifest, directory, options))
 
 
 class _SleepyRunner(XlaRunner):
@@ -101,9 +112,9 @@ class _SleepyRunner(XlaRunner):
 class ExportFailingXla(XlaBackend):
     name = "xla_export_fails"
 
-    def _export_impl(self, fn, signature, out_dir, options):
+    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
         raise RuntimeError("this converter does not support the op 'reduce_precision'")
 
 
 ALL = {cls.name: f"tests.fault_backends:{cls.__name__}"
-       for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, SleepyXla, ExportFailingXla)}
+       for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, KilledXla, SleepyXla, ExportFailingXla)}

@@ -16,20 +16,20 @@ import numpy as np
 import pytest
 
 from multiexport import ArtifactError, ExportError, InputError, RunError, Target, examples
-from multiexport.backend import ExportOptions
-from multiexport.backends.iree import (
-    BENCH_TOOL, RUN_TOOL, IreeBackend, compile_flags, compile_vmfb, find_native_tool, native_benchmark, run_native,
-)
-from multiexport.manifest import Manifest
-from multiexport.parity import compare_leaf
+from multiexport.export import ExportOptions
+from multiexport.backends.iree import IreeBackend
+from multiexport.backends.iree.compile import compile_flags, compile_vmfb
+from multiexport.backends.iree.native import BENCH_TOOL, RUN_TOOL, find_native_tool, native_benchmark, run_native
+from multiexport.export.manifest import Manifest
+from multiexport.measure.parity import compare_leaf
 from multiexport.signature import build_signature
-from multiexport.tolerance import default_tolerance
+from multiexport.measure.tolerance import default_tolerance
 
 from ..cases import case, feed_for
-from ..conftest import reference_outputs
+from ..conftest import reference_outputs, tamper
 
 # Every case of tests/cases.py compiles and matches; nothing is declared unsupported.
-KNOWN_UNSUPPORTED: dict[str, str] = {}
+KNOWN_UNSUPPORTED: dict[str, tuple[str, str]] = {}
 
 TARGETS = {
     "seed": examples.seed,
@@ -83,15 +83,15 @@ def test_seed_binding_and_manifest(built, tmp_path):
     assert m.format["module_signature"] == "sync func @main(%input0: tensor<10xi32>) -> (%output0: tensor<i32>)"
     assert m.format["native_command"] == [
         "iree-run-module", "--device=local-task", "--module=model.vmfb", "--function=main",
-        "--input=@inputs/foo_baz.npy", "--output=@outputs/out.npy"]
+        "--input=@inputs/arg0.npy", "--output=@outputs/result0.npy"]  # file names never come from leaf names
     assert m.versions["iree_base_compiler"] == m.versions["iree_base_runtime"] == "3.13.0"
-    assert m.files["example_input:foo.baz"] == "inputs/foo_baz.npy"
-    np.testing.assert_array_equal(np.load(artifact.directory / "inputs/foo_baz.npy"), sig.example_feed()["foo.baz"])
+    assert m.files["native_input_0"] == "inputs/arg0.npy" and m.files["example_inputs"] == "example_inputs.npz"
+    np.testing.assert_array_equal(np.load(artifact.directory / "inputs/arg0.npy"), sig.example_feed()["foo.baz"])
 
     target = examples.seed()
     kept = IreeBackend().export(target.fn, sig, tmp_path / "keep", ExportOptions(keep_unused=True)).manifest
     assert [(leaf.name, leaf.param) for leaf in kept.inputs] == [("foo.bar", 0), ("foo.baz", 1)]
-    assert kept.format["native_command"][4:6] == ["--input=@inputs/foo_bar.npy", "--input=@inputs/foo_baz.npy"]
+    assert kept.format["native_command"][4:6] == ["--input=@inputs/arg0.npy", "--input=@inputs/arg1.npy"]
 
 
 def assert_manifest_command_reproduces(copy, m, python):
@@ -101,8 +101,8 @@ def assert_manifest_command_reproduces(copy, m, python):
     (copy / "outputs").mkdir()
     proc = subprocess.run(command, cwd=copy, env={}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    for leaf in m.outputs:
-        np.testing.assert_array_equal(np.load(copy / "outputs" / f"{leaf.alias}.npy"), python[leaf.name])
+    for k, leaf in enumerate(m.outputs):
+        np.testing.assert_array_equal(np.load(copy / "outputs" / f"result{k}.npy"), python[leaf.name])
 
 
 @pytest.mark.parametrize("name", ["mlp", "transformer"])
@@ -210,7 +210,7 @@ def test_native_benchmark_reports_iree_benchmark_module_figures(built):
     assert result["benchmark"].startswith("BM_main") and result["repetitions"] == 2
     assert len(result["real_time_ms"]) == 2 and all(t > 0 for t in result["real_time_ms"])
     assert min(result["iterations"]) > 0 and result["median_ms"] > 0
-    assert result["command"][0].endswith(BENCH_TOOL) and "--input=@inputs/foo_baz.npy" in result["command"]
+    assert result["command"][0].endswith(BENCH_TOOL) and "--input=@inputs/arg0.npy" in result["command"]
 
 
 def test_prepared_inputs_run_synchronously_and_repeatably(built):
@@ -227,11 +227,11 @@ def test_prepared_inputs_run_synchronously_and_repeatably(built):
 
 def test_broken_artifact_and_wrong_device_are_typed(built, tmp_path):
     _, sig, artifact = built("seed")
-    with pytest.raises(RunError, match="compiled for llvm-cpu, expected cuda"):
-        IreeBackend().load(artifact.directory, device="gpu")
+    with pytest.raises(RunError, match="exported for cpu, expected cuda: re-export with --platforms cpu,cuda"):
+        IreeBackend().load(artifact.directory, "gpu")
     copy = tmp_path / "broken"
     shutil.copytree(artifact.directory, copy)
-    (copy / "model.vmfb").write_bytes((copy / "model.vmfb").read_bytes()[:200])
+    tamper(copy, lambda d: (d / "model.vmfb").write_bytes((d / "model.vmfb").read_bytes()[:200]))
     with pytest.raises(ArtifactError, match="IREE cannot load model.vmfb: .+"):
         IreeBackend().load(copy)
     with pytest.raises(RunError, match=f"Native tool '{RUN_TOOL}' \\| exited [1-9]\\d*: .+"):
@@ -239,6 +239,29 @@ def test_broken_artifact_and_wrong_device_are_typed(built, tmp_path):
     (copy / "manifest.json").write_text((copy / "manifest.json").read_text().replace('"iree"', '"xla"', 1))
     with pytest.raises(ArtifactError, match="got a 'xla' artifact, expected 'iree'"):
         run_native(copy, sig.example_feed())
+
+
+def test_a_hostile_manifest_cannot_make_the_native_runner_write_outside(built, tmp_path):
+    """Aliases were file names: `../../x` wrote outside the artifact. Now files are argK/resultK, and a manifest
+    whose alias or files entry leaves the directory is refused before anything runs."""
+    import json
+
+    _, sig, artifact = built("seed")
+    copy = tmp_path / "art" / "hostile"
+    shutil.copytree(artifact.directory, copy)
+    data = json.loads((copy / "manifest.json").read_text())
+    data["inputs"][1]["alias"] = "../../x"
+    data["outputs"][0]["alias"] = "../../../escaped"
+    (copy / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ArtifactError, match="expected an identifier"):
+        run_native(copy, sig.example_feed())
+    data["inputs"][1]["alias"] = "foo_baz"
+    data["outputs"][0]["alias"] = "out"
+    data["files"]["example_inputs"] = "../../../etc/passwd"
+    (copy / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ArtifactError, match="leaves the directory"):
+        run_native(copy, sig.example_feed())
+    assert not (tmp_path / "x").exists() and not list(tmp_path.rglob("escaped*"))
 
 
 def test_bfloat16_runs_in_python_and_the_native_runner_refuses_it_typed(tmp_path):
@@ -261,7 +284,7 @@ def test_cuda_without_a_gpu_is_refused_before_compiling(tmp_path):
 
 
 def test_lifted_weights_are_iree_parameters_read_from_the_file_by_both_runners(tmp_path):
-    from multiexport.weights import read_safetensors, write_safetensors
+    from multiexport.files.safetensors import read_safetensors, write_safetensors
 
     target = examples.lm("small", "baked")
     sig = build_signature(target)
@@ -289,3 +312,21 @@ def test_lifted_weights_are_iree_parameters_read_from_the_file_by_both_runners(t
     path.write_bytes(path.read_bytes()[:4096])
     with pytest.raises(ArtifactError, match="weights file weights.safetensors"):
         IreeBackend().load(copy)
+
+
+def test_a_float64_target_is_compiled_in_64_bits_not_demoted(tmp_path):
+    """IREE demotes f64 to f32 by default while the manifest said float64: the artifact now keeps 64 bits."""
+    import jax
+
+    from ..cases import float64
+
+    with jax.enable_x64(True):
+        target = float64()
+        sig = build_signature(target)
+        artifact = IreeBackend().export(target.fn, sig, tmp_path / "a")
+        want = reference_outputs(target, sig, sig.example_feed())
+    assert "--iree-input-demote-f64-to-f32=false" in artifact.manifest.format["compile_flags"]
+    assert "f64" in artifact.manifest.format["module_signature"] and "i64" in artifact.manifest.format["module_signature"]
+    got = IreeBackend().load(artifact.directory)(sig.example_feed())
+    assert got["out.y"].dtype == np.float64 and got["out.m"].dtype == np.int64
+    np.testing.assert_array_equal(got["out.y"], want["out.y"])

@@ -17,18 +17,18 @@ import numpy as np
 import pytest
 
 from multiexport import ArtifactError, ExportError, RunError, Target
-from multiexport.arrays_io import load_npz, save_npz
-from multiexport.backend import ExportOptions
+from multiexport.files.npz import load_npz, save_npz
+from multiexport.export import ExportOptions
 from multiexport.backends.savedmodel import SavedModelBackend, max_supported_call_module_version, read_saved_model
 from multiexport.examples import lm, mlp
-from multiexport.parity import compare_leaf
+from multiexport.measure.parity import compare_leaf
 from multiexport.signature import build_signature
-from multiexport.tolerance import default_tolerance
+from multiexport.measure.tolerance import default_tolerance
 
 from ..cases import case, feed_for
-from ..conftest import REPO, reference_outputs
+from ..conftest import REPO, reference_outputs, tamper
 
-KNOWN_UNSUPPORTED: dict[str, str] = {}  # every shared case exports
+KNOWN_UNSUPPORTED: dict[str, tuple[str, str]] = {}  # every shared case exports
 
 
 def tricky_names() -> Target:
@@ -74,7 +74,7 @@ RUNS = [("seed", None), ("mlp", None), ("mlp", 8), ("mlp_dynamic", 1), ("mlp_dyn
 FRESH_PROCESS = """
 import json, sys
 from multiexport import load
-from multiexport.arrays_io import load_npz, save_npz
+from multiexport.files.npz import load_npz, save_npz
 paths = []
 for directory, inputs, out in json.loads(sys.argv[1]):
     runner = load(directory)
@@ -143,17 +143,20 @@ def signature_keys(cli_text: str, kind: str) -> list[str]:
 @pytest.mark.parametrize("name", ["seed", "mlp"])
 def test_saved_model_cli_lists_exactly_the_manifest_aliases(name, exported, cli_show):
     manifest = exported[name][2].manifest
-    assert signature_keys(cli_show[name], "inputs") == sorted(leaf.alias for leaf in manifest.inputs)
+    assert signature_keys(cli_show[name], "inputs") == sorted(l.alias for l in manifest.inputs if l.param is not None)
     assert signature_keys(cli_show[name], "outputs") == sorted(leaf.alias for leaf in manifest.outputs)
-    if name == "seed":  # the pruned leaf is still a key: the signature keeps every leaf
-        assert "inputs['foo_bar']" in cli_show[name] and "XlaCallModule" in cli_show[name]
+    if name == "seed":  # the pruned leaf is dropped here too: a caller feeds exactly what the manifest lists
+        assert "inputs['foo_bar']" not in cli_show[name] and "inputs['foo_baz']" in cli_show[name]
+        assert "XlaCallModule" in cli_show[name]
 
 
 def test_seed_binding_keep_unused_and_versions(exported, tmp_path):
     target, sig, artifact = exported["seed"]
     m = artifact.manifest
     assert [(leaf.name, leaf.used, leaf.param) for leaf in m.inputs] == [("foo.bar", False, None), ("foo.baz", True, "foo_baz")]
-    assert m.format["signature_keys"] == {"foo.bar": "foo_bar", "foo.baz": "foo_baz"}
+    assert m.format["tensor_names"]["inputs"] == {"foo.baz": "serving_default_foo_baz:0"}
+    assert m.format["tensor_names"]["outputs"] == {"out": "StatefulPartitionedCall:0"}
+    assert m.requires["stablehlo_version"] == m.versions["stablehlo_version"] == "1.13.7"
     assert m.files["saved_model"] == "saved_model.pb" and (artifact.directory / "saved_model.pb").is_file()
     import tensorflow as tf
 
@@ -218,7 +221,7 @@ def test_weak_python_scalar_keeps_the_jax_output_dtype(exported, fresh_run):
 
 def test_unconvertible_function_is_a_typed_export_error(tmp_path):
     target = host_callback()
-    with pytest.raises(ExportError, match="jax2tf cannot convert it: NotImplementedError: .*host_callbacks") as err:
+    with pytest.raises(ExportError, match="cannot be exported for TensorFlow: NotImplementedError: .*host_callbacks") as err:
         SavedModelBackend().export(target.fn, build_signature(target), tmp_path / "cb")
     assert err.value.category == "unsupported-op" and err.value.backend == "savedmodel"
     assert not (tmp_path / "cb").exists()
@@ -230,9 +233,10 @@ def test_exporter_tf_too_old_for_the_module_is_a_version_error(exported, tmp_pat
     needed = int(exported["seed"][2].manifest.versions["xla_call_module_version"])
     monkeypatch.setattr(tfxla, "call_module_maximum_supported_version", lambda: needed - 1)
     target = case("seed").make()
-    with pytest.raises(ExportError, match=f"supports up to serialization version {needed - 1}") as err:
+    with pytest.raises(ExportError, match=f"needs XlaCallModule serialization version {needed}, but TensorFlow .* "
+                                          f"supports at most {needed - 1}") as err:
         SavedModelBackend().export(target.fn, build_signature(target), tmp_path / "old")
-    assert err.value.category == "version"
+    assert err.value.category == "version-skew"
 
 
 def test_consumer_tf_too_old_for_the_artifact_is_refused_clearly(exported, tmp_path):
@@ -241,14 +245,18 @@ def test_consumer_tf_too_old_for_the_artifact_is_refused_clearly(exported, tmp_p
     from tensorflow.core.protobuf import saved_model_pb2
 
     directory = shutil.copytree(exported["seed"][2].directory, tmp_path / "newer")
-    proto = saved_model_pb2.SavedModel()
-    proto.ParseFromString((directory / "saved_model.pb").read_bytes())
     newer = max_supported_call_module_version() + 1
-    for function in proto.meta_graphs[0].graph_def.library.function:
-        for node in function.node_def:
-            if node.op == "XlaCallModule":
-                node.attr["version"].i = newer
-    (directory / "saved_model.pb").write_bytes(proto.SerializeToString())
+
+    def bump(d):
+        proto = saved_model_pb2.SavedModel()
+        proto.ParseFromString((d / "saved_model.pb").read_bytes())
+        for function in proto.meta_graphs[0].graph_def.library.function:
+            for node in function.node_def:
+                if node.op == "XlaCallModule":
+                    node.attr["version"].i = newer
+        (d / "saved_model.pb").write_bytes(proto.SerializeToString())
+
+    tamper(directory, bump)
     with pytest.raises(RunError, match=f"needs XlaCallModule serialization version {newer}, but TensorFlow .* "
                                        f"supports at most {newer - 1}: upgrade TensorFlow"):
         SavedModelBackend().load(directory)
@@ -270,7 +278,7 @@ def test_runner_path_agrees_with_the_public_signature_call(exported):
 
 def test_gpu_needs_a_cuda_export_and_a_tf_that_sees_a_gpu(exported, tmp_path):
     with pytest.raises(RunError, match="exported for cpu, expected cuda: re-export with --platforms cpu,cuda"):
-        SavedModelBackend().load(exported["seed"][2].directory, device="gpu")
+        SavedModelBackend().load(exported["seed"][2].directory, "gpu")
     target, sig, _ = exported["seed"]
     both = SavedModelBackend().export(target.fn, sig, tmp_path / "both", ExportOptions(platforms=("cpu", "cuda")))
     assert both.manifest.format["platforms"] == ["cpu", "cuda"]
@@ -280,7 +288,7 @@ def test_gpu_needs_a_cuda_export_and_a_tf_that_sees_a_gpu(exported, tmp_path):
     if tf.config.list_physical_devices("GPU"):
         pytest.skip("this TensorFlow sees a GPU; the no-GPU refusal cannot be shown here")
     with pytest.raises(RunError, match="Device 'gpu' \\| TensorFlow .* sees none"):
-        SavedModelBackend().load(both.directory, device="gpu")
+        SavedModelBackend().load(both.directory, "gpu")
 
 
 def test_broken_artifacts_are_artifact_errors(exported, tmp_path):
@@ -289,6 +297,9 @@ def test_broken_artifacts_are_artifact_errors(exported, tmp_path):
     directory = shutil.copytree(exported["seed"][2].directory, tmp_path / "broken")
     pb = directory / "saved_model.pb"
     pb.write_bytes(pb.read_bytes()[:200])
+    with pytest.raises(ArtifactError, match=r"file 'saved_model.pb' has 200 bytes, expected \d+ \(truncated"):
+        SavedModelBackend().load(directory)
+    tamper(directory, lambda d: None)  # the same truncated file, its size now recorded
     with pytest.raises(ArtifactError, match="unreadable saved_model.pb"):
         SavedModelBackend().load(directory)
     pb.unlink()
@@ -360,7 +371,7 @@ def test_lm_weights_lifted_or_embedded_match_jax_jit_in_a_fresh_process(name, ex
 
 
 def test_restored_variables_hold_the_target_weights_and_feed_the_module(exported):
-    from multiexport.weights import lift_weights
+    from multiexport.signature.weights import lift_weights
 
     target, sig, artifact = exported["lm_lifted"]
     runner = SavedModelBackend().load(artifact.directory)
@@ -375,20 +386,29 @@ def test_restored_variables_hold_the_target_weights_and_feed_the_module(exported
     assert not np.allclose(runner(feed)["out.logits"], before)
 
 
-def test_variable_operands_are_accepted_only_as_the_lifted_weights(tmp_path):
-    import tensorflow as tf
+def test_the_module_is_written_for_the_stablehlo_tensorflow_reads(exported):
+    """jax.export writes for its own window (1.15.0 from jax 0.10.2); TF 2.21 reads 1.13.7: the module in the
+    graph is the one re-serialized for TF, and every leaf the module reads is what jax.export kept."""
+    from multiexport.export.stablehlo import producer_version
 
-    from multiexport.backends.savedmodel import _leaves_reaching_module, _variables
-    from multiexport.weights import lift_weights
+    target, sig, artifact = exported["mlp"]
+    module, = xla_call_modules(artifact.directory)
+    assert producer_version(module) == artifact.manifest.requires["stablehlo_version"] == "1.13.7"
+    assert artifact.manifest.versions["stablehlo_written_by_jax"] in ("1.15.0", "1.18.0")
+    assert all(leaf.used for leaf in artifact.manifest.inputs)
 
-    target = lm("small", "baked")
+
+def test_top_k_now_runs_in_tensorflow_because_its_composite_has_an_older_form(tmp_path):
+    """lax.top_k's composite_v2 is unreadable for TF 2.21 as jax writes it; written for 1.13.7 it runs."""
+    from ..cases import top_k
+
+    target = top_k()
     sig = build_signature(target)
-    lifted = lift_weights(target.fn, sig)
-    variables = _variables(tf, lifted)
-    _, concrete = SavedModelBackend()._trace(tf, target.fn, sig, ExportOptions(), lifted, variables)
-    assert _leaves_reaching_module(concrete, sig, variables) == [True]
-    with pytest.raises(ExportError, match="does not come from a signature input"):
-        _leaves_reaching_module(concrete, sig, variables[1:])  # the first weight read from an unknown variable
+    artifact = SavedModelBackend().export(target.fn, sig, tmp_path / "topk")
+    got = SavedModelBackend().load(artifact.directory)(sig.example_feed())
+    want = reference_outputs(target, sig, sig.example_feed())
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
 
 
 def test_prepared_inputs_are_owned_copies_held_once():
@@ -397,7 +417,7 @@ def test_prepared_inputs_are_owned_copies_held_once():
     import ml_dtypes
     import tensorflow as tf
 
-    from multiexport.backends.savedmodel import _to_tensor
+    from multiexport.backends.savedmodel.runner import _to_tensor
 
     def rss_mb():
         status = Path("/proc/self/status").read_text()

@@ -10,7 +10,7 @@ import pytest
 
 import multiexport
 from multiexport import ArtifactError, InputError, RunError
-from multiexport.backend import ExportOptions
+from multiexport.export import ExportOptions
 from multiexport.backends.xla import XlaBackend
 from multiexport.signature import build_signature
 
@@ -52,8 +52,9 @@ def test_artifact_files_and_manifest_fields(tmp_path):
     assert set(m.files) == {"exported", "stablehlo_bytecode", "stablehlo_text", "hlo_text", "example_inputs"}
     assert m.versions["jax"] == jax.__version__ and int(m.versions["calling_convention_version"]) >= 9
     assert m.format["platforms"] == ["cpu"]
-    assert m.format["module_args"] == [leaf.name for leaf in sig.inputs]
-    assert m.format["compatible_until"] > m.created[:10]
+    assert [a["name"] for a in m.format["module_args"]] == [leaf.name for leaf in sig.inputs]
+    assert {a["kind"] for a in m.format["module_args"]} == {"leaf"}
+    assert m.requires["jax_export_compatible_until"] > m.created[:10]
     hlo = (d / "model.hlo.txt").read_text()
     entry = hlo[hlo.index("ENTRY"):]
     params = re.findall(r"(\w+)\.\d+ = \S+ parameter\((\d+)\)", entry)
@@ -73,9 +74,13 @@ def test_symbolic_artifact_has_no_hlo_and_says_why(tmp_path):
 
 def test_multi_platform_export_records_the_platform_index_argument(tmp_path):
     target, sig, artifact = export("seed", tmp_path, platforms=("cpu", "cuda"))
-    assert artifact.manifest.format["platforms"] == ["cpu", "cuda"]
-    assert artifact.manifest.format["module_args"][0].startswith("<platform_index")
+    m = artifact.manifest
+    assert m.format["platforms"] == ["cpu", "cuda"] and m.supports["platforms"] == ["cpu", "cuda"]
+    assert m.format["module_args"][0]["kind"] == "platform_index"
+    # a leaf's param is its real position in main: the platform index comes first
+    assert m.format["module_args"][1]["name"] == "foo.baz" and m.inputs[1].param == 1
     assert "_platform_index" in (artifact.directory / "model.mlir").read_text()
+    assert m.format["uses_shape_polymorphism"] is True  # what the module itself says (the platform index)
     runner = XlaBackend().load(artifact.directory)
     assert runner(sig.example_feed())["out"] == 45
 
@@ -83,7 +88,7 @@ def test_multi_platform_export_records_the_platform_index_argument(tmp_path):
 def test_cpu_only_artifact_refuses_gpu_with_advice(tmp_path):
     _, _, artifact = export("seed", tmp_path)
     with pytest.raises(RunError, match="exported for cpu, expected cuda: re-export with --platforms cpu,cuda"):
-        XlaBackend().load(artifact.directory, device="gpu")
+        XlaBackend().load(artifact.directory, "gpu")
 
 
 def test_runner_validates_feeds_and_tolerates_missing_dropped_leaves(tmp_path):
@@ -111,7 +116,11 @@ def test_prepared_inputs_run_synchronously_and_repeatably(tmp_path):
 def test_corrupt_or_mismatched_artifacts_are_artifact_errors(tmp_path):
     _, _, artifact = export("seed", tmp_path)
     exported = artifact.directory / "model.jax_exported"
+    size = exported.stat().st_size
     exported.write_bytes(exported.read_bytes()[:100])
+    with pytest.raises(ArtifactError, match=r"file 'model.jax_exported' has 100 bytes, expected \d+ \(truncated"):
+        XlaBackend().load(artifact.directory)
+    exported.write_bytes(b"\x00" * size)  # same size, not a serialized Exported
     with pytest.raises(ArtifactError, match="cannot deserialize model.jax_exported"):
         XlaBackend().load(artifact.directory)
     (artifact.directory / "model.mlirbc").unlink()
@@ -128,14 +137,23 @@ def test_export_replaces_an_artifact_but_never_other_files(tmp_path):
     precious.mkdir()
     (precious / "notes.txt").write_text("keep me")
     target = case("seed").make()
-    with pytest.raises(ArtifactError, match="not an artifact"):
+    with pytest.raises(ArtifactError, match="exists and is not a multiexport artifact"):
         XlaBackend().export(target.fn, build_signature(target), precious)
     assert (precious / "notes.txt").read_text() == "keep me"
+    # a directory that merely holds a file named manifest.json is not an artifact either
+    (precious / "manifest.json").write_text("{}")
+    with pytest.raises(ArtifactError, match="exists and is not a multiexport artifact"):
+        XlaBackend().export(target.fn, build_signature(target), precious)
+    # an artifact a user added a file to is not replaced: the file is not the export's
+    (first.directory / "my-notes.txt").write_text("mine")
+    with pytest.raises(ArtifactError, match=r"holds files its export did not write \(my-notes.txt\)"):
+        XlaBackend().export(target.fn, build_signature(target), first.directory)
+    assert (precious / "notes.txt").read_text() == "keep me" and (first.directory / "my-notes.txt").is_file()
 
 
 def test_lifted_weights_are_module_parameters_fed_from_the_file(tmp_path):
     from multiexport import examples
-    from multiexport.weights import read_safetensors, write_safetensors
+    from multiexport.files.safetensors import read_safetensors, write_safetensors
 
     target = examples.lm("small", "baked")
     sig = build_signature(target)
@@ -143,7 +161,8 @@ def test_lifted_weights_are_module_parameters_fed_from_the_file(tmp_path):
     m = artifact.manifest
     lifted = [t["name"] for t in m.weights["tensors"]]
     assert m.weights["storage"] == "external" and m.format["weight_copies"] == 1
-    assert m.format["module_args"] == ["batch.tokens", *lifted]  # the leaf first, then the weights
+    assert [a["name"] for a in m.format["module_args"]] == ["batch.tokens", *lifted]  # the leaf, then the weights
+    assert [a["kind"] for a in m.format["module_args"]] == ["leaf"] + ["weight"] * len(lifted)
     assert [leaf.param for leaf in m.inputs] == [0]
     assert (artifact.directory / "model.jax_exported").stat().st_size < 0.1 * m.weights["external_bytes"]
     feed = sig.example_feed()

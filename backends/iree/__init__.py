@@ -1,0 +1,240 @@
+"""IREE: the signature's StableHLO compiled ahead of time into a `.vmfb`, run by IREE's own runtimes.
+
+Export lowers the flat function with jax.export (for the cpu platform), adapts the StableHLO where
+IREE 3.13 needs it (`fixups.prepare_stablehlo`), and compiles it with iree.compiler for `llvm-cpu` with
+this host's CPU features and, when asked and a GPU is here, for `cuda`. A 64-bit target keeps its
+64-bit types (IREE would demote them). When IREE cannot compile a symbolic batch the artifact is built
+for the example's sizes only and says so (`supports.dims`), and compare checks it at those sizes only.
+The artifact holds the `.vmfb`, the StableHLO that was compiled (to recompile with other flags), the
+example inputs as `inputs/arg{k}.npy` in argument order, and the exact native command line.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from multiexport.dtypes import parse_dtype
+from multiexport.errors import ExportError, RunError
+from multiexport.export import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
+from multiexport.export.stablehlo import concrete_specs, export_module, leaf_binding, module_interface
+from multiexport.files import write_bytes_atomic
+from multiexport.signature.weights import WEIGHTS_FILE, embedded, plan
+
+from .compile import compile_exported, compile_flags, cuda_arch, targets_for
+from .fixups import FUNCTION, PARAMETER_SCOPE, SHAPE_ASSERTIONS_WHY
+from .native import DEVICE_TARGET, DRIVERS, INPUT_DIR, MODULE, OUTPUT_DIR, input_file, native_command, npy_can_carry
+from .runner import IreeRunner
+
+STABLEHLO = "model.mlirbc"
+LIFTED_SOURCE = "model.mlir"  # with lifted weights the module mixes in IREE's util dialect: text, not VHLO bytecode
+_EXAMPLE_LIMIT_BYTES = 64 << 20
+_ELEMENT = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i1": "bool",
+            "complex<f32>": "complex64", "complex<f64>": "complex128"}
+
+
+class IreeBackend(Backend):
+    name = "iree"
+    summary = "IREE: StableHLO compiled ahead of time to a .vmfb (llvm-cpu, cuda)"
+    requires = ("jax", "iree.compiler", "iree.runtime")
+    extra = "iree"
+    color = "#9467bd"
+    order = 40
+    carries_code = True  # a .vmfb holds compiled machine code
+
+    def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
+        targets, arch = targets_for(options.platforms)
+        flags = compile_flags(targets, arch, x64=signature.x64)
+        # Lowered for cpu whatever the targets: the StableHLO of ordinary ops is the same for every
+        # platform, and one module with no platform-index argument serves all IREE targets.
+        lifted = plan(fn, signature, options.external_weights)
+        n = len(signature.inputs)
+        exported = export_module(fn, signature, keep_unused=options.keep_unused, platforms=("cpu",), lifted=lifted)
+        sizes, dynamic_error = None, None
+        try:
+            stablehlo, notes, vmfb = compile_exported(exported, targets, flags, lifted, n)
+        except ExportError as exc:
+            sizes = _example_sizes(signature)
+            if sizes is None:
+                raise
+            # IREE could not compile the symbolic module: specialise to the example's sizes, and say so.
+            dynamic_error = getattr(exc, "diagnostics", str(exc))
+            exported = export_module(fn, signature, keep_unused=options.keep_unused, platforms=("cpu",),
+                                     lifted=lifted, specs=concrete_specs(signature, sizes))
+            stablehlo, notes, vmfb = compile_exported(exported, targets, flags, lifted, n)
+
+        source = LIFTED_SOURCE if lifted else STABLEHLO
+        write_bytes_atomic(out_dir / MODULE, vmfb)
+        write_bytes_atomic(out_dir / source, stablehlo)
+        files = {"module": MODULE, "stablehlo_text" if lifted else "stablehlo_bytecode": source}
+        weights = lifted.write(out_dir) if lifted else embedded(signature)
+        if lifted:
+            files["weights"] = WEIGHTS_FILE
+        leaf_names = [leaf.name for leaf in signature.inputs]
+        args = module_interface(exported, leaf_names, lifted.names if lifted else ())
+        used, params = leaf_binding(args, leaf_names)
+        arg_leaves = [signature.inputs[leaf_names.index(a.name)] for a in args if a.kind == "leaf"]
+        files.update(_write_npy_inputs(out_dir, signature, arg_leaves, sizes))
+
+        warnings = []
+        if sizes is not None:
+            shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+            warnings.append(
+                f"specialised: IREE could not compile the symbolic module, so this artifact is compiled for "
+                f"{shown} only (every leaf at the example's shape); other sizes are not supported by it. IREE said: "
+                f"{dynamic_error.splitlines()[0][:500]}")
+        if notes["custom_call_targets"]:
+            warnings.append(f"the module calls custom call targets {notes['custom_call_targets']}")
+        opaque = sorted({leaf.dtype for leaf in [*arg_leaves, *signature.outputs] if not npy_can_carry(leaf.dtype)})
+        if opaque:
+            warnings.append(f"{', '.join(opaque)} has no .npy form: the native command needs raw inputs and outputs "
+                            "(--input=SHAPExTYPE=@file.bin, --output=@file.bin); run_native refuses it")
+        declaration = _declaration(vmfb)
+        command = native_command(len(arg_leaves), len(signature.outputs), targets[0],
+                                 parameters=WEIGHTS_FILE if lifted else None)
+        return FormatResult(
+            files=files, used=used, params=params, output_params=list(range(len(signature.outputs))),
+            versions=_iree_versions(),
+            requires={"iree_runtime": _iree_versions()["iree_base_runtime"],
+                      "note": "an IREE runtime of the same release as the compiler (a .vmfb is tied to its IREE "
+                              "version); llvm-cpu code needs this host's CPU features"},
+            format={
+                "weights": (
+                    f"baked weights lifted out of the module as IREE parameters (util.global bound to "
+                    f"#stream.parameter.named<\"{PARAMETER_SCOPE}\"::\"NAME\">, NAME as in the manifest's "
+                    f"weights.tensors), stored in {WEIGHTS_FILE}; runtimes load them with "
+                    f"--parameters={PARAMETER_SCOPE}={WEIGHTS_FILE} (iree.runtime: ParameterIndex + "
+                    "create_io_parameters_module)") if lifted else (
+                    "embedded as constants in the .vmfb" if weights["embedded_bytes"] else "no baked weights"),
+                "target_backends": targets,
+                "drivers": {t: DRIVERS[t] for t in targets},
+                "compile_flags": flags,
+                "compile_command": ["iree-compile", source, "--iree-input-type=stablehlo",
+                                    *[f"--iree-hal-target-backends={t}" for t in targets], *flags, "-o", MODULE],
+                "host_cpu_note": (
+                    "llvm-cpu code uses this host's CPU features (--iree-llvmcpu-target-cpu=host) and may not "
+                    "run on older CPUs; recompile the StableHLO with --iree-llvmcpu-target-cpu=generic to ship "
+                    "to other machines") if "llvm-cpu" in targets else None,
+                "function": FUNCTION,
+                "module_signature": declaration,
+                "module_args": [a.name for a in args if a.kind == "leaf"],
+                "module_results": [leaf.name for leaf in signature.outputs],
+                "native_command": command,
+                "native_command_line": shlex.join(command),
+                "native_command_note": (
+                    f"run in the artifact directory after `mkdir -p {OUTPUT_DIR}`, with the iree-run-module binary of "
+                    f"iree-base-runtime (iree/_runtime_libs/, not the Python wrapper on PATH); {INPUT_DIR}/argK.npy "
+                    f"is module argument K (module_args[K]), {OUTPUT_DIR}/resultK.npy is module_results[K]"),
+                "dynamic": sizes is None and bool(signature.symbolic_dims),
+                "specialised_to": sizes,
+                "dynamic_compile_error": dynamic_error,
+                "stablehlo": {"lowered_for": "cpu", **notes, "shape_assertions_why": SHAPE_ASSERTIONS_WHY},
+            },
+            warnings=warnings, weights=weights, fixed_dims=sizes,
+            platforms=["cpu" if t == "llvm-cpu" else "cuda" for t in targets],
+            declared=_declared(declaration, arg_leaves, signature.outputs),
+        )
+
+    def _gpu_status_impl(self) -> Availability:
+        import iree.runtime as rt
+
+        if "cuda" not in rt.query_available_drivers():
+            return Availability(False, f"this IREE runtime has no cuda driver ({', '.join(rt.query_available_drivers())})")
+        try:
+            devices = rt.get_driver("cuda").query_available_devices()
+        except RuntimeError as exc:  # e.g. libcuda.so missing: IREE's own words
+            return Availability(False, f"IREE's cuda driver: {' '.join(str(exc).split())[:240]}")
+        if not devices:
+            return Availability(False, "IREE's cuda driver sees no device")
+        arch = cuda_arch()
+        if arch is None:
+            return Availability(False, "no nvidia-smi to read the GPU's architecture, which IREE compiles for")
+        return Availability(True, f"{len(devices)} CUDA device(s), compiling for {arch}")
+
+    def _load_impl(self, manifest: Manifest, directory: Path, options: RunOptions) -> Runner:
+        target = DEVICE_TARGET[options.device]
+        compiled = manifest.format.get("target_backends", [])
+        if target not in compiled:
+            raise RunError(
+                f"Artifact '{directory}' | compiled for {', '.join(map(str, compiled))}, expected {target}: re-export "
+                f"with --platforms {','.join(['cpu', 'cuda'] if target == 'cuda' else ['cpu'])} on a machine with that "
+                "device", category="unsupported-platform")
+        return IreeRunner(manifest, directory, options, DRIVERS[target])
+
+
+def _example_sizes(signature) -> dict[str, int] | None:
+    """Symbol -> size in the example values, or None when there are no symbols or no examples to read."""
+    if not signature.symbolic_dims or any(ex is None for ex in signature.examples):
+        return None
+    sizes: dict[str, int] = {}
+    for leaf, example in zip(signature.inputs, signature.examples):
+        for dim, size in zip(leaf.shape, np.shape(example)):
+            if dim in signature.symbolic_dims:  # plain symbols; expressions like 2*b follow from them
+                sizes.setdefault(dim, int(size))
+    return sizes if set(sizes) == set(signature.symbolic_dims) else None
+
+
+def _write_npy_inputs(out_dir: Path, signature, args, sizes) -> dict[str, str]:
+    """The example value of each module argument as inputs/argK.npy, so the native command runs as is."""
+    import io
+
+    examples = dict(zip((leaf.name for leaf in signature.inputs), signature.examples))
+    if any(examples[leaf.name] is None for leaf in args):
+        return {}
+    if sum(np.asarray(examples[leaf.name]).nbytes for leaf in args) > _EXAMPLE_LIMIT_BYTES:
+        return {}
+    files = {}
+    for k, leaf in enumerate(args):
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(examples[leaf.name]), allow_pickle=False)
+        write_bytes_atomic(out_dir / input_file(k), buf.getvalue())
+        files[f"native_input_{k}"] = input_file(k)
+    return files
+
+
+def _declaration(vmfb: bytes) -> str:
+    """The compiled function's ABI declaration, as IREE reflects it (`sync func @main(...)`)."""
+    import iree.runtime as rt
+
+    module = rt.VmModule.copy_buffer(rt.VmInstance(), vmfb)
+    function = module.lookup_function(FUNCTION)
+    return function.reflection.get("iree.abi.declaration", "") if function is not None else ""
+
+
+def _declared(declaration: str, args, outputs) -> dict[str, str]:
+    """Leaf -> dtype as the compiled module declares it (integers by width: IREE's types are signless)."""
+    inputs, _, results = declaration.partition("->")
+    found: dict[str, str] = {}
+    for leaves, text in ((args, inputs), (outputs, results)):
+        types = re.findall(r"tensor<(?:[^<>]*?x)?((?:complex<[a-z0-9]+>)|[a-z]+[0-9]+)>", text)
+        if len(types) != len(leaves):
+            continue  # a declaration we cannot read: no claim either way
+        for leaf, element in zip(leaves, types):
+            if element in _ELEMENT:
+                found[leaf.name] = _ELEMENT[element]
+            elif element.startswith(("i", "si", "ui")):
+                width = int(re.sub(r"\D", "", element))
+                same = parse_dtype(leaf.dtype).itemsize * 8 == width if leaf.dtype != "bool" else False
+                found[leaf.name] = leaf.dtype if same else f"int{width}"
+    return found
+
+
+def _iree_versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    from iree.compiler import version as compiler_version
+    from iree.runtime import version as runtime_version
+
+    return {
+        "iree_base_compiler": version("iree-base-compiler"),
+        "iree_base_runtime": version("iree-base-runtime"),
+        "iree_compiler_build": f"{compiler_version.VERSION} @ {compiler_version.REVISIONS.get('IREE', '')}",
+        "iree_runtime_build": f"{runtime_version.VERSION} @ {runtime_version.REVISIONS.get('IREE', '')}",
+    }
+
+
+BACKEND = IreeBackend

@@ -1,0 +1,146 @@
+"""The Python runner for IREE artifacts: the .vmfb in iree.runtime, lifted weights as IREE parameters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from multiexport.errors import ArtifactError, RunError, leaf_message
+from multiexport.export import Manifest, Runner
+from multiexport.export.contract import observed_threads
+
+from .fixups import FUNCTION, PARAMETER_SCOPE
+from .native import native_benchmark
+
+_THREADS_SET: list[int] = []  # iree.runtime reads its task-topology flag once per process
+
+
+def set_threads(rt, threads: int) -> None:
+    """Size the local-task driver's worker pool before its first device exists (a process-wide flag)."""
+    if not _THREADS_SET:
+        rt.flags.parse_flags(f"--task_topology_max_group_count={threads}")
+        _THREADS_SET.append(threads)
+
+
+def weight_names(manifest: Manifest) -> list[str]:
+    """Names of the lifted weights the artifact keeps outside its module."""
+    if manifest.weights.get("storage") != "external":
+        return []
+    tensors = manifest.weights.get("tensors", [])
+    if not isinstance(tensors, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tensors):
+        raise ArtifactError("Artifact manifest | weights.tensors is malformed, expected a list of {name, shape, dtype}")
+    return [t["name"] for t in tensors]
+
+
+class IreeRunner(Runner):
+    """The .vmfb in iree.runtime: inputs uploaded once as HAL buffer views, the module's sync `main` invoked."""
+
+    calling_path = ("iree.runtime VmContext.invoke of the module's synchronous main on an argument list packed "
+                    "once in prepare (HAL buffer views uploaded there); results stay in device buffers")
+
+    def __init__(self, manifest: Manifest, directory: Path, options, driver: str):
+        import iree.runtime as rt
+
+        super().__init__(manifest, directory, options)
+        self._rt, self._driver = rt, driver
+        if driver == "local-task":
+            set_threads(rt, options.thread_count)
+        try:
+            self._config = rt.Config(driver)
+        except Exception as exc:  # no such driver or device here: IREE's reason is the message
+            raise RunError(f"Device '{options.device}' | IREE driver '{driver}' unavailable: {exc}",
+                           category="no-gpu" if driver == "cuda" else "load-failed") from exc
+        path = manifest.path(directory, "module")
+        modules = [self._parameters_module(rt, directory, manifest)] if weight_names(manifest) else []
+        try:
+            module = rt.VmModule.mmap(self._config.vm_instance, str(path))
+            self._context = rt.SystemContext(vm_modules=[*modules, module], config=self._config)
+        except Exception as exc:
+            raise ArtifactError(f"Artifact '{directory}' | IREE cannot load {path.name}: {exc}") from exc
+        self._function = module.lookup_function(FUNCTION)
+        if self._function is None:
+            raise ArtifactError(f"Artifact '{directory}' | {path.name} has no function '{FUNCTION}'")
+        self.declaration = self._function.reflection.get("iree.abi.declaration", "")
+        # Positions (in manifest input order) of the module's arguments, in argument order.
+        kept = [i for i, leaf in enumerate(manifest.inputs) if leaf.param is not None]
+        self._arg_positions = sorted(kept, key=lambda i: manifest.inputs[i].param)
+        declared = self.declaration.count("%input")
+        if declared != len(self._arg_positions):
+            raise ArtifactError(
+                f"Artifact '{directory}' | {path.name} takes {declared} arguments, manifest binds {len(self._arg_positions)}")
+        self._invoke = self._context.vm_context.invoke  # bound once: the timed call pays no lookups
+
+    def _parameters_module(self, rt, directory: Path, manifest: Manifest):
+        """The io_parameters module serving the artifact's weights file (memory-mapped) under scope "model"."""
+        path = manifest.path(directory, "weights")
+        try:
+            index = rt.ParameterIndex()
+            index.load(str(path))
+        except Exception as exc:
+            raise ArtifactError(f"Artifact '{directory}' | IREE cannot read the weights file {path.name}: {exc}") from exc
+        have = {key for key, _ in index.items()}
+        missing = [name for name in weight_names(manifest) if name not in have]
+        if missing:
+            raise ArtifactError(f"Weight '{missing[0]}' | missing from {path}, expected it (the manifest lists "
+                                f"{len(weight_names(manifest))} weights)")
+        self._parameter_index = index  # the provider reads through it for the context's lifetime
+        return rt.create_io_parameters_module(self._config.vm_instance, index.create_provider(scope=PARAMETER_SCOPE))
+
+    def _prepare_impl(self, arrays: list[np.ndarray]) -> Any:
+        rt = self._rt
+        from iree.runtime.array_interop import map_dtype_to_element_type
+
+        device = self._config.device
+        args = rt.VmVariantList(len(self._arg_positions))
+        views = []
+        for i in self._arg_positions:
+            array = np.asarray(arrays[i], order="C")  # ascontiguousarray would make 0-d arrays 1-d
+            element_type = map_dtype_to_element_type(array.dtype)
+            if element_type is None:
+                raise RunError(leaf_message("Input", self.manifest.inputs[i].name, array.dtype.name,
+                                            "a dtype iree.runtime maps to a HAL element type"))
+            view = device.allocator.allocate_buffer_copy(
+                memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT, device=device,
+                buffer=array, element_type=element_type)
+            views.append(view)  # keep the buffers alive as long as the argument list
+            args.push_ref(view.ref)
+        return args, views
+
+    def _call(self, prepared: Any):
+        results = self._rt.VmVariantList(len(self.manifest.outputs))
+        try:
+            self._invoke(self._function, prepared[0], results)
+        except Exception as exc:
+            raise RunError(f"Artifact '{self.directory}' | IREE failed to run {FUNCTION}: {exc}") from exc
+        return results
+
+    def _run_impl(self, prepared: Any) -> None:
+        # A `sync func` returns once its results are computed: the call is synchronous as it stands.
+        self._call(prepared)
+
+    def _fetch_impl(self, prepared: Any) -> Sequence[Any]:
+        rt = self._rt
+        results = self._call(prepared)
+        out = []
+        for i in range(len(results)):
+            view = results.get_as_object(i, rt.HalBufferView)
+            out.append(np.array(rt.DeviceArray(self._config.device, view, implicit_host_transfer=True).to_host()))
+        return out
+
+    def native_figures(self, feed: Mapping[str, Any], budget_s: float) -> dict[str, Any] | None:
+        """`iree-benchmark-module` on the same artifact and feed: the latency a C/C++ caller gets."""
+        return native_benchmark(self.directory, feed, device=self.device, repetitions=5,
+                                min_time_s=max(0.05, budget_s / 5), threads=self.options.thread_count)
+
+    def compile_count(self) -> int | None:
+        return 0  # compiled ahead of time at export; nothing compiles at run time, whatever the shapes
+
+    def _describe_impl(self) -> dict[str, Any]:
+        return {"driver": self._driver, "module_signature": self.declaration,
+                "target_backends": self.manifest.format.get("target_backends"),
+                "task_topology_max_group_count": _THREADS_SET[0] if _THREADS_SET and self._driver == "local-task" else None,
+                "iree_worker_threads": observed_threads("iree-worker")}
+
+

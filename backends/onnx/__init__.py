@@ -1,0 +1,162 @@
+"""ONNX through jax2onnx, run by ONNX Runtime.
+
+jax2onnx keeps every positional input, read or not: the graph itself says which inputs feed a node, and
+without `keep_unused` the others are removed, so `param` is None exactly for the leaves the artifact does
+not take (as XLA prunes them). The model is validated (onnx.checker full check, strict shape inference)
+in the staging directory before the artifact is published; weights past 16 MiB (`auto`) or any
+(`always`) go to `model.onnx.data` beside it, functions inlined first so none stays behind.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from multiexport.errors import ArtifactError, ExportError, RunError
+from multiexport.export import Availability, Backend, FormatResult, Manifest, Option, RunOptions, Runner
+from multiexport.signature.weights import embedded, externalizes
+from multiexport.versions import dist_version
+
+from .convert import (
+    DATA_FILE,
+    MODEL_FILE,
+    check_no_random_ops,
+    convert,
+    declared_dtypes,
+    drop_unread_inputs,
+    PLUGIN_IMPORT,
+    jax2onnx_first_use,
+    save,
+    tensor_bytes,
+    validate,
+)
+from .runner import OnnxRunner, session_error
+
+# Opset 21 (ONNX 1.16, March 2024) is the newest opset ONNX released with IR version 10, the IR
+# version jax2onnx writes whatever the opset (its "ORT-safe" choice): the pair stays consistent and
+# older deployed runtimes accept it, and it still has Gelu (20) and LayerNormalization (17).
+OPSET = 21
+# Protobuf cannot serialize a message of 2 GiB or more: past this many bytes of tensors they go to
+# model.onnx.data (64 MiB of headroom for the graph itself).
+EXTERNAL_DATA_THRESHOLD_BYTES = 2**31 - 2**26
+
+
+class OnnxBackend(Backend):
+    name = "onnx"
+    summary = "ONNX (jax2onnx) run by ONNX Runtime, inputs named by leaf"
+    requires = ("onnx", "onnx_ir", "onnxruntime", "jax2onnx")
+    extra = "onnx"
+    color = "#2ca02c"
+    order = 30
+    options = (
+        Option("opset", OPSET, int, "ONNX opset to target (jax2onnx writes IR version 10 whatever the opset)",
+               minimum=17),
+        Option("external_data_threshold", EXTERNAL_DATA_THRESHOLD_BYTES, int,
+               "bytes of tensors past which they always go to model.onnx.data (protobuf cannot hold 2 GiB)", minimum=0),
+    )
+
+    def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
+        t0 = time.perf_counter()
+        first_use, first_use_in_process = jax2onnx_first_use()
+        model = convert(fn, signature, resolved["opset"], double=signature.x64)
+        check_no_random_ops(model, signature)
+        unread = drop_unread_inputs(model, signature, options.keep_unused)
+        total = tensor_bytes(model)
+        threshold = resolved["external_data_threshold"]
+        external = externalizes(options.external_weights, total) or total > threshold
+        if external and options.external_weights == "never":
+            raise ExportError(
+                f"Backend '{self.name}' | '{signature.name}' | got {total / 2**30:.2f} GiB of tensors with external "
+                f"weights 'never', expected at most {threshold / 2**30:.2f} GiB in one protobuf (ONNX's 2 GB limit): "
+                "use external weights 'auto' or 'always'", backend=self.name, category="size-limit")
+        model_bytes = save(model, out_dir, external)
+        validate(out_dir / MODEL_FILE, self.name)
+        kept = {v.name for v in model.graph.inputs}
+        used = [options.keep_unused or leaf.name not in unread for leaf in signature.inputs]
+        params = [leaf.name if leaf.name in kept else None for leaf in signature.inputs]
+        warnings = []
+        if unread and options.keep_unused:
+            warnings.append(f"keep_unused: the graph takes but never reads {', '.join(unread)}")
+        if any(leaf.dtype == "bfloat16" for leaf in (*signature.inputs, *signature.outputs)):
+            warnings.append("bfloat16 leaves: ONNX Runtime's CPU provider has no bfloat16 kernel for most ops "
+                            "(Gemm, Einsum, ...), so this artifact may load only on a provider that has them")
+        weights = ({"storage": "external", "file": DATA_FILE, "file_format": "ONNX external data",
+                    "external_bytes": (out_dir / DATA_FILE).stat().st_size, "embedded_bytes": 0}
+                   if external else embedded(signature))
+        opset, ir_version = model.opset_imports[""], model.ir_version
+        return FormatResult(
+            files={"model": MODEL_FILE, **({"external_data": DATA_FILE} if external else {})},
+            used=used, params=params, output_params=[o.name for o in signature.outputs],
+            versions={**{d: dist_version(d) for d in ("jax2onnx", "onnx", "onnx-ir", "onnxruntime")},
+                      "onnx_opset": str(opset), "onnx_ir_version": str(ir_version)},
+            requires={"onnx_opset": opset, "onnx_ir_version": ir_version,
+                      "note": f"an ONNX runtime that implements opset {opset} (default domain) and reads IR version "
+                              f"{ir_version} (ONNX Runtime 1.16 or newer)"},
+            format={
+                "weights": ("initializers of 1 KiB or more in model.onnx.data (ONNX external data, read by path "
+                            "relative to model.onnx)" if external else "initializers inside model.onnx"),
+                "opset": opset, "ir_version": ir_version,
+                "producer": f"{model.producer_name} {model.producer_version}".strip(),
+                "graph_inputs": [v.name for v in model.graph.inputs],
+                "graph_outputs": [v.name for v in model.graph.outputs],
+                # Leaves the graph never reads: dropped from it, or kept as inputs under keep_unused.
+                "unread_inputs": unread,
+                "model_bytes": model_bytes, "tensor_bytes": total, "external_data": external,
+                "double_precision": signature.x64,
+                "validation": "onnx.checker.check_model(full_check=True) + strict shape inference with data propagation",
+                "export_seconds": round(time.perf_counter() - t0, 3),
+                # What jax2onnx's one-time plugin import cost the process when it was paid.
+                "jax2onnx_first_use_seconds_in_process": round(first_use_in_process, 3),
+            },
+            warnings=warnings, weights=weights, declared=declared_dtypes(model),
+            platforms=["cpu", "cuda"],  # an ONNX graph names no platform: the provider decides where it runs
+            setup={"seconds": round(first_use, 3),
+                   "what": f"jax2onnx plugin import, {PLUGIN_IMPORT[0] if PLUGIN_IMPORT else 'all'} (once per process)"},
+        )
+
+    def _gpu_status_impl(self) -> Availability:
+        import onnxruntime as ort
+
+        providers = ort.get_available_providers()
+        if "CUDAExecutionProvider" not in providers:
+            return Availability(False, f"ONNX Runtime {ort.__version__} has no CUDAExecutionProvider "
+                                       f"({', '.join(providers)}): install onnxruntime-gpu ('multiexport[gpu]')")
+        return Availability(True, f"ONNX Runtime {ort.__version__} with CUDAExecutionProvider")
+
+    def _load_impl(self, manifest: Manifest, directory: Path, options: RunOptions) -> Runner:
+        import onnxruntime as ort
+
+        session_options = ort.SessionOptions()
+        session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session_options.intra_op_num_threads = options.thread_count
+        session_options.inter_op_num_threads = 1  # sequential execution: one op at a time, like every runtime here
+        providers = ["CPUExecutionProvider"]
+        if options.device == "gpu":
+            available = ort.get_available_providers()
+            if "CUDAExecutionProvider" not in available:
+                raise RunError(f"Device 'gpu' | ONNX Runtime {ort.__version__} has providers {', '.join(available)}, "
+                               "expected CUDAExecutionProvider (install onnxruntime-gpu)", category="no-gpu")
+            providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        model = manifest.path(directory, "model")
+        if "external_data" in manifest.files:
+            manifest.path(directory, "external_data")  # inside the artifact, like every listed file
+        try:
+            session = ort.InferenceSession(str(model), session_options, providers=providers)
+        except Exception as exc:
+            raise session_error(exc, manifest, directory) from exc
+        if options.device == "gpu" and session.get_providers()[0] != "CUDAExecutionProvider":
+            # ORT falls back to CPU when the CUDA libraries fail to load; never time that as "gpu".
+            raise RunError(f"Device 'gpu' | session runs on {', '.join(session.get_providers())}, "
+                           "expected CUDAExecutionProvider (see ONNX Runtime's log for the CUDA load failure)",
+                           category="no-gpu")
+        want_in = [leaf.param for leaf in manifest.inputs if leaf.param is not None]
+        want_out = [leaf.param for leaf in manifest.outputs]
+        got_in = [i.name for i in session.get_inputs()]
+        got_out = [o.name for o in session.get_outputs()]
+        if got_in != want_in or got_out != want_out:
+            raise ArtifactError(f"Artifact '{directory}' | {MODEL_FILE} has inputs {got_in} and outputs {got_out}, "
+                                f"manifest expects {want_in} and {want_out}")
+        return OnnxRunner(manifest, directory, options, session)
+
+
+BACKEND = OnnxBackend

@@ -1,0 +1,71 @@
+"""`multiexport` command line: signature, export, run, compare, report, diff, backends.
+
+User mistakes (bad target, input, artifact, option) print one line and exit 2; a backend that fails exits
+3; a bug in multiexport itself exits 70 with its traceback saved to a file the message names; a signal
+exits 128+N after writing what finished. `--debug` shows tracebacks. Heavy libraries load only inside the
+command that needs them, so `multiexport --help` works with the core alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from ..errors import INTERNAL_EXIT, Interrupted, MultiexportError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .parser import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from .. import __version__
+
+        print(f"multiexport {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.handler(args) or 0
+    except MultiexportError as exc:
+        if args.debug:
+            raise
+        print(f"multiexport: error: {_one_line(exc)}", file=sys.stderr)
+        return exc.exit_code
+    except Interrupted as exc:
+        print(f"multiexport: {exc}; finished results (if any) were written before stopping", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("multiexport: interrupted; finished results (if any) were written before stopping", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug in multiexport: never a verdict about the model, never a bare traceback
+        if args.debug:
+            raise
+        where = _save_traceback()
+        print(f"multiexport: internal error (a bug in multiexport, not in your model or the format): "
+              f"{type(exc).__name__}: {_one_line(exc)}; traceback saved to {where}; please report it "
+              "(--debug prints it)", file=sys.stderr)
+        return INTERNAL_EXIT
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _save_traceback() -> str:
+    import os
+    import tempfile
+    import time
+    import traceback
+
+    text = traceback.format_exc()
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"multiexport-crash-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".txt")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"multiexport {' '.join(sys.argv[1:])}\n\n{text}")
+        return path
+    except OSError:
+        print(text, file=sys.stderr)
+        return "(could not save it: printed above)"

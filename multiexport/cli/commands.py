@@ -1,0 +1,243 @@
+"""One function per command. Every option is validated (by the API's own dataclasses) before any work."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+
+
+@contextlib.contextmanager
+def target_output_to_stderr():
+    """A target that prints while it is imported or traced must not pollute stdout (JSON, tables, pipes)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+def load_target(spec: str | None):
+    from ..signature import load_target as load
+
+    with target_output_to_stderr():
+        return load(spec)
+
+
+def split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def backend_options(specs: list[str], backends: list[str]) -> dict[str, dict[str, str]]:
+    """`["onnx.opset=21"]` -> {"onnx": {"opset": "21"}} (values validated by each backend's declared options)."""
+    out: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        backend, dot, name = key.partition(".")
+        if not sep or not dot or not backend or not name:
+            raise UsageError(f"Option '--backend-option {spec}' | expected BACKEND.NAME=VALUE, e.g. onnx.opset=21")
+        if backend not in backends:
+            raise UsageError(f"Option '--backend-option {spec}' | names backend '{backend}', expected one of "
+                             f"{', '.join(backends)}")
+        out.setdefault(backend, {})[name] = value
+    return out
+
+
+def cmd_signature(args) -> int:
+    from ..api import describe
+    from .output import print_signature
+
+    target = load_target(args.target)
+    with target_output_to_stderr():
+        data = describe(target, keep_unused=args.keep_unused)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print_signature(data, args.keep_unused)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from ..api import export
+    from ..export.registry import backend_class
+    from ..measure.inputs import parse_dim_sizes
+    from .output import print_export
+
+    backend_class(args.backend)  # an unknown name is a usage error before any work
+    platforms = split(args.platforms) if args.platforms else None
+    if args.device == "gpu":
+        platforms = sorted(set(platforms or ["cpu"]) | {"cuda"})
+    options = backend_options(args.backend_option, [args.backend]).get(args.backend, {})
+    static = parse_dim_sizes(args.static_sizes)
+    target = load_target(args.target)
+    with target_output_to_stderr():
+        artifact = export(target, args.out, args.backend, keep_unused=args.keep_unused, platforms=platforms,
+                          external_weights=args.external_weights, static_sizes=static, backend_options=options)
+    print_export(artifact)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from ..api import load
+    from ..export.manifest import Manifest
+    from ..files.npz import load_npz, save_npz
+    from .output import print_outputs
+
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
+    if args.out is not None and args.out.is_dir():
+        raise UsageError(f"Option '--out' | '{args.out}' is a directory, expected a file name such as out.npz")
+    manifest = Manifest.read(args.artifact)
+    inputs_path = args.inputs
+    if inputs_path is None:
+        if "example_inputs" not in manifest.files:
+            raise UsageError(f"Artifact '{args.artifact}' | has no example_inputs.npz, expected --inputs FILE.npz")
+        inputs_path = manifest.path(args.artifact, "example_inputs")
+    feed = load_npz(inputs_path)
+    runner = load(args.artifact, device=args.device, threads=args.threads, trust_artifact=args.trust_artifact)
+    outputs = runner(feed)
+    if args.out:
+        save_npz(args.out, outputs)
+        print(f"wrote {len(outputs)} outputs to {args.out}: {', '.join(outputs)}")
+        return 0
+    print_outputs(manifest, outputs)
+    return 0
+
+
+def compare_config(args, backends_known: bool = True):
+    """The CompareConfig the options describe (validated there, before anything runs).
+
+    backends_known=False validates every other option first, before the target is imported (a target file
+    may register backends of its own, so names are checked once it is loaded).
+    """
+    from ..comparison import CompareConfig
+    from ..export.registry import names as backend_names
+    from ..files.npz import load_npz
+    from ..measure.bench import BenchConfig
+    from ..measure.inputs import parse_dim_sizes, parse_val_ranges
+    from ..measure.tolerance import parse_tolerances
+
+    batch_sizes = None
+    if args.batch_sizes is not None:
+        try:
+            batch_sizes = tuple(int(x) for x in split(args.batch_sizes))
+        except ValueError:
+            batch_sizes = ()
+        if not batch_sizes:
+            raise UsageError(f"Option '--batch-sizes' | got '{args.batch_sizes}', expected sizes >= 1 such as 1,8,64")
+    bench = None if args.no_bench else BenchConfig(warmup_iters=args.warmup, min_iters=args.min_iters,
+                                                    max_iters=args.max_iters, bench_time=args.bench_time,
+                                                    include_transfers=args.include_transfers)
+    backends = backend_names() if args.backends == "all" else split(args.backends)
+    if not backends_known:
+        if not backends:
+            raise UsageError(f"Option 'backends' | got {args.backends!r}, expected at least one of: {', '.join(backend_names())}")
+        backends = ["xla"]
+    if args.inputs and not hasattr(args, "loaded_inputs"):
+        args.loaded_inputs = load_npz(args.inputs)
+    inputs = getattr(args, "loaded_inputs", None)
+    return CompareConfig(
+        backends=tuple(backends), out_dir=args.out, trials=args.trials, seed=args.seed,
+        val_ranges=parse_val_ranges(args.val_range), dim_sizes=parse_dim_sizes(args.dim_sizes),
+        tolerances=parse_tolerances(args.tol), inputs=inputs, reference=args.reference,
+        keep_unused=args.keep_unused, external_weights=args.external_weights,
+        backend_options=backend_options(args.backend_option, list(backends)) if backends_known else {},
+        device=args.device,
+        threads=args.threads, timeout=args.timeout, bench=bench, batch_sizes=batch_sizes, export_jobs=args.export_jobs)
+
+
+def cmd_compare(args) -> int:
+    import time
+
+    from ..comparison import compare
+    from ..report.regression import check_thresholds
+    from .output import err_console, plain, print_results
+
+    check_thresholds(args.max_slowdown, args.max_parity_drift)
+    compare_config(args, backends_known=False)  # every option but the backend names, before the target loads
+    target = load_target(args.target)
+    config = compare_config(args)
+    allow = split(args.allow_fail)
+    unknown = [b for b in allow if b not in config.backends]
+    if unknown:
+        raise UsageError(f"Option '--allow-fail' | names '{unknown[0]}', expected one of {', '.join(config.backends)}")
+    baseline = None
+    if args.baseline:
+        from ..results import load_results
+
+        baseline = load_results(args.baseline)
+    err = err_console()
+    start = time.perf_counter()
+    status = err.status("starting") if err.is_terminal else None  # a live line on terminals, plain lines in logs
+
+    def progress(message: str) -> None:
+        err.print(plain(f"{time.perf_counter() - start:6.1f}s {message}"))
+        if status is not None:
+            status.update(plain(message))
+
+    if status is not None:
+        status.start()
+    try:
+        with target_output_to_stderr():
+            results = compare(target, config, target_spec=args.target or "multiexport.examples:seed", progress=progress)
+    finally:
+        if status is not None:
+            status.stop()
+    print_results(results)
+    code = results.exit_code_allowing(allow)
+    if baseline is not None:
+        code = max(code, _gate(baseline, results, args))
+    return code
+
+
+def _gate(baseline, current, args) -> int:
+    """Diff against a baseline, print and publish it; returns 1 on a regression."""
+    from ..report.regression import diff_results, publish
+
+    d = diff_results(baseline, current, max_slowdown=args.max_slowdown, max_parity_drift=args.max_parity_drift)
+    print(publish(d, args.junit))
+    return d.exit_code
+
+
+def cmd_diff(args) -> int:
+    from ..report.regression import check_thresholds
+    from ..results import load_results
+
+    check_thresholds(args.max_slowdown, args.max_parity_drift)
+    return _gate(load_results(args.baseline), load_results(args.current), args)
+
+
+def cmd_report(args) -> int:
+    from ..report.render import write_reports
+    from ..results import load_results
+
+    md, page = write_reports(load_results(args.results), args.out or args.results.parent)
+    print(f"wrote {md} and {page}")
+    if args.screenshot:
+        from ..report.screenshot import screenshot
+
+        requests = screenshot(page, args.screenshot)
+        print(f"wrote {args.screenshot}" + (f"; the page requested {requests}" if requests else "; no network requests"))
+    return 0
+
+
+def cmd_backends(args) -> int:
+    from ..errors import MultiexportError
+    from ..export.registry import backend_class, registered
+
+    for name, where in registered().items():
+        try:
+            cls = backend_class(name)
+            status = cls().available()
+            state = "available" if status.ok else f"unavailable: {status.reason}"
+            options: Any = ", ".join(f"{o.name}={o.default!r} ({o.help})" for o in cls.options)
+        except MultiexportError as exc:
+            state, options = f"broken: {exc}", ""
+        print(f"{name:<12} {state}  ({where})")
+        if options:
+            print(f"{'':<12} options: {options}")
+    return 0
+
+
+__all__ = ["Path"]

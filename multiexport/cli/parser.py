@@ -1,0 +1,174 @@
+"""The command line's arguments. Defaults come from the Python API's dataclasses (CompareConfig,
+BenchConfig, ExportOptions), and the format lists in help texts from the backend registry, so the CLI
+and the API cannot drift apart and a new backend needs no edit here."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..comparison import CompareConfig
+from ..measure.bench import BenchConfig
+
+TARGET_HELP = (
+    "what to export: path/to/file.py:attr or package.module:attr, where attr is a multiexport.Target "
+    "or a zero-argument function returning one (attr defaults to 'target'); omitted: the built-in "
+    "seed example, fn(foo) = sum(foo.baz) on a flax.struct dataclass Foo(bar, baz)"
+)
+EXTERNAL_WEIGHTS_HELP = (
+    "where weights the target closes over go: auto (default: out of the module once they reach 16 MiB), "
+    "always (the same at any size), never (embedded as constants; ONNX refuses past its 2 GB protobuf limit)")
+OPTION_HELP = ("a backend's own option, BACKEND.NAME=VALUE, e.g. onnx.opset=21 (repeatable; `multiexport backends` "
+               "lists each backend's options)")
+
+
+def _formats() -> str:
+    from ..export.registry import describe_all
+
+    try:
+        return describe_all()
+    except Exception:  # help must work even when a third-party backend is broken
+        return "see 'multiexport backends'"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import commands
+
+    parser = argparse.ArgumentParser(
+        prog="multiexport",
+        description=("Export one JAX function to several deployment formats with every input and output leaf named "
+                     f"(foo.bar, params.Dense_0.kernel), and see which leaves each format keeps. Formats: {_formats()}."),
+        epilog=("Exit codes: 0 every backend faithful, 1 a parity failure or regression, 2 a user mistake (one line), "
+                "3 a backend failed, 70 a bug in multiexport (traceback saved to a file the message names), "
+                "128+N stopped by signal N. Run 'multiexport COMMAND --help' for a command's options."),
+    )
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks for errors")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("signature", help="show the named input/output leaves and which become XLA parameters",
+                       description=("Flatten TARGET's inputs and outputs into named leaves and show, for the XLA "
+                                    "export, which leaves the module reads (used) and their argument position; unused "
+                                    "leaves are pruned by XLA unless --keep-unused. Prints the producer versions."))
+    p.add_argument("target", nargs="?", help=TARGET_HELP)
+    p.add_argument("--keep-unused", action="store_true", help="make every leaf a module parameter, even unread ones")
+    p.add_argument("--json", action="store_true", help="print the table as JSON (stdout holds only the JSON)")
+    p.set_defaults(handler=commands.cmd_signature)
+
+    p = sub.add_parser("export", help="export TARGET with one backend into an artifact directory",
+                       description=("Write an artifact directory: the model files and a manifest.json mapping every "
+                                    "leaf to its parameter. An existing directory is replaced only when it is an "
+                                    "artifact whose every file its export wrote. The installed runtime of the format "
+                                    f"loads and runs the result before it is kept. Formats: {_formats()}."))
+    p.add_argument("target", nargs="?", help=TARGET_HELP)
+    p.add_argument("--backend", default="xla", help="backend name (default: xla); see 'multiexport backends'")
+    p.add_argument("--out", required=True, type=Path, help="artifact directory to write")
+    p.add_argument("--keep-unused", action="store_true", help="make every leaf a parameter, even unread ones")
+    p.add_argument("--external-weights", choices=["auto", "always", "never"], default="auto", help=EXTERNAL_WEIGHTS_HELP)
+    p.add_argument("--platforms", help="comma-separated platforms to lower for, e.g. cpu,cuda (default: cpu)")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                   help="gpu: build the artifact for the GPU too (XLA/SavedModel lower for cpu,cuda; IREE compiles for cuda)")
+    p.add_argument("--static-sizes", action="append", default=[], metavar="DIM=N,N",
+                   help="also write modules refined to static shapes for these sizes (what PJRT needs), e.g. b=1,8,64")
+    p.add_argument("--backend-option", action="append", default=[], metavar="BACKEND.NAME=VALUE", help=OPTION_HELP)
+    p.set_defaults(handler=commands.cmd_export)
+
+    p = sub.add_parser("run", help="run an artifact directory on named inputs",
+                       description=("Load DIR from disk alone (no original function needed), check the inputs against "
+                                    "its manifest and run it. Inputs and outputs are .npz files keyed by leaf name."))
+    p.add_argument("artifact", type=Path, metavar="DIR", help="artifact directory written by 'multiexport export'")
+    p.add_argument("--inputs", type=Path,
+                   help=".npz of named input arrays (default: the artifact's example_inputs.npz); unused leaves may be omitted")
+    p.add_argument("--out", type=Path, help="write outputs to this .npz file (default: print a table)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"], help="device to run on (default: cpu)")
+    p.add_argument("--threads", type=int, help="intra-op threads for the runtime (default: the usable cores)")
+    p.add_argument("--trust-artifact", action="store_true",
+                   help="load a format that carries code (a SavedModel) without checking its graph first; only for "
+                        "artifacts you trust like your own code")
+    p.set_defaults(handler=commands.cmd_run)
+
+    _compare_parser(sub)
+
+    p = sub.add_parser("report", help="re-render report.md and report.html from a results.json (no backend needed)",
+                       description="Render report.md and report.html from a results.json written by 'multiexport compare'.")
+    p.add_argument("results", type=Path, help="results.json")
+    p.add_argument("--out", type=Path, help="directory for the reports (default: beside results.json)")
+    p.add_argument("--screenshot", type=Path, metavar="PNG", help="also render report.html to this PNG with headless Chromium")
+    p.set_defaults(handler=commands.cmd_report)
+
+    p = sub.add_parser("diff", help="compare two results.json files without running anything; exit 1 on a regression",
+                       description=("Per backend and batch size: a slowdown is flagged when the p50 ratio exceeds "
+                                    "--max-slowdown and the 95% intervals of the two medians do not overlap; a backend "
+                                    "that passed and now fails, or a leaf whose worst error grew more than "
+                                    "--max-parity-drift times, is flagged too; a changed producer or consumer version "
+                                    "is listed as 'changed'."))
+    p.add_argument("baseline", type=Path, help="the earlier results.json")
+    p.add_argument("current", type=Path, help="the new results.json")
+    regression_options(p)
+    p.set_defaults(handler=commands.cmd_diff)
+
+    p = sub.add_parser("backends", help="list backends, whether each is installed, and their options")
+    p.set_defaults(handler=commands.cmd_backends)
+    return parser
+
+
+def _compare_parser(sub) -> None:
+    from . import commands
+
+    d, b = CompareConfig.__dataclass_fields__, BenchConfig()
+    p = sub.add_parser(
+        "compare", help="export TARGET with every backend and check each one's numbers against JAX",
+        description=("Export TARGET with each backend, run every artifact from disk in its own worker process, and "
+                     "compare each named output leaf against jax.jit(fn) with dtype-aware tolerances; time every "
+                     "backend the same way, one at a time. Writes OUT/results.json, report.md, report.html. "
+                     f"Formats: {_formats()}."))
+    p.add_argument("target", nargs="?", help=TARGET_HELP)
+    p.add_argument("--backends", default="all", help="comma-separated backends, or 'all' for every registered one (default)")
+    p.add_argument("--out", type=Path, help="output directory (default: multiexport-out/<target name>)")
+    p.add_argument("--trials", type=int, default=d["trials"].default,
+                   help=f"seeded trials per size setting, besides the example (default: {d['trials'].default})")
+    p.add_argument("--seed", type=int, default=d["seed"].default, help="seed of the trials (default: 0)")
+    p.add_argument("--val-range", action="append", default=[], metavar="LEAF=LOW:HIGH",
+                   help="value range for matching input leaves (glob patterns allowed), e.g. 'batch.tokens=0:1000'")
+    p.add_argument("--dim-sizes", action="append", default=[], metavar="DIM=N,N",
+                   help="concrete sizes for a symbolic dimension, e.g. b=1,8,64 (default: 1,5)")
+    p.add_argument("--tol", action="append", default=[], metavar="LEAF=rtol:R,atol:A[,scale:S]",
+                   help="tolerance override for matching output leaves: pass when |got-ref| <= atol + scale*max|ref| + "
+                        "rtol*|ref|, e.g. 'out.logits=rtol:1e-3,atol:1e-4' (unset keys are 0)")
+    p.add_argument("--inputs", type=Path, help=".npz of named inputs to use instead of generated trials")
+    p.add_argument("--reference", choices=["jax", "float64"], default=d["reference"].default,
+                   help="float64: also report each backend's error against the function run in float64 (the true value)")
+    p.add_argument("--keep-unused", action="store_true", help="make every leaf a parameter in every format")
+    p.add_argument("--external-weights", choices=["auto", "always", "never"], default="auto", help=EXTERNAL_WEIGHTS_HELP)
+    p.add_argument("--backend-option", action="append", default=[], metavar="BACKEND.NAME=VALUE", help=OPTION_HELP)
+    p.add_argument("--timeout", type=float, default=d["timeout"].default,
+                   help=f"seconds before a backend's worker is stopped (default: {d['timeout'].default:g})")
+    p.add_argument("--threads", type=int, help="intra-op threads for every runtime (default: the cores this process may use)")
+    p.add_argument("--export-jobs", type=int, help="exports to run at once (default: as many as cores and memory allow)")
+    p.add_argument("--allow-fail", default="", metavar="NAME,NAME",
+                   help="backends whose export or run failures do not make the exit code 3 (they still show as rows)")
+    regression_options(p)
+    p.add_argument("--baseline", type=Path, metavar="RESULTS_JSON",
+                   help="compare to a previous results.json; exit 1 on a regression (Markdown diff printed)")
+    p.add_argument("--device", choices=["cpu", "gpu", "auto"], default=d["device"].default,
+                   help="cpu (default); gpu: every backend on the GPU, those that cannot use it are reported as 'no-gpu' "
+                        "rows; auto: the GPU when every selected backend sees one, else the CPU")
+    p.add_argument("--include-transfers", action="store_true",
+                   help="time host-to-host calls (input copies to the device and outputs back) instead of device-resident ones")
+    p.add_argument("--no-bench", action="store_true", help="check parity only, measure no latency")
+    p.add_argument("--bench-time", type=float, default=b.bench_time,
+                   help=f"seconds of timed calls per batch size (default: {b.bench_time:g})")
+    p.add_argument("--min-iters", type=int, default=b.min_iters, help=f"at least this many timed calls (default: {b.min_iters})")
+    p.add_argument("--max-iters", type=int, default=b.max_iters,
+                   help=f"at most this many timed calls per size, even before --bench-time (default: {b.max_iters})")
+    p.add_argument("--warmup", type=int, default=b.warmup_iters, help=f"untimed calls before timing (default: {b.warmup_iters})")
+    p.add_argument("--batch-sizes", metavar="N,N",
+                   help="benchmark these sizes of the symbolic batch dimension from the same artifact, e.g. 1,8,64")
+    p.set_defaults(handler=commands.cmd_compare)
+
+
+def regression_options(p) -> None:
+    p.add_argument("--max-slowdown", type=float, default=1.10, help="p50 ratio that counts as a slowdown (default: 1.10)")
+    p.add_argument("--max-parity-drift", type=float, default=10.0,
+                   help="growth factor of a leaf's worst error that counts as drift (default: 10)")
+    p.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML, one test case per backend x check")

@@ -1,0 +1,224 @@
+"""The export pipeline every backend goes through: one place for core policy.
+
+    options -> claimed staging directory -> [the stage it builds on] -> backend._export_impl
+    -> example inputs -> manifest (common fields + the backend's FormatResult) -> dtype audit
+    -> load check with the format's own runtime -> swapped into place
+
+A backend writes only its format's files and reports them; the core writes example_inputs.npz for every
+artifact, builds every manifest's common fields the same way, refuses an artifact whose declared dtypes
+differ from its leaves', and proves the installed consumer can load and run what was written, so an
+artifact a consumer cannot read fails here (`version-skew`), not later as a confusing run failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from ..dtypes import parse_dtype
+from ..errors import ExportError, MultiexportError, leaf_message
+from ..versions import base_versions, utc_now
+from .contract import Artifact, Backend, ExportOptions, FormatResult, RunOptions
+from .manifest import MANIFEST_NAME, LeafBinding, Manifest
+from .outdir import claimed, disk_error
+
+if TYPE_CHECKING:
+    from ..signature import Signature
+
+EXAMPLE_INPUTS = "example_inputs.npz"
+EXAMPLE_LIMIT_BYTES = 64 << 20  # above this the artifact ships without example values
+
+
+def export_artifact(backend: Backend, fn: Callable[..., Any], signature: "Signature", out_dir: Path,
+                    options: ExportOptions) -> Artifact:
+    """Export `fn` with `backend` into `out_dir`: validated options, one manifest, a proven load."""
+    backend.require()
+    resolved = backend.resolve_options(options.backend_options)
+    with claimed(out_dir) as staging:
+        with _frontend(backend, fn, signature, options, staging.parent) as frontend:
+            try:
+                result = backend._export_impl(fn, signature, staging, options, resolved, frontend)
+            except MultiexportError:
+                raise
+            except OSError as exc:
+                error = disk_error(exc, out_dir)
+                if error is exc:
+                    raise _unexpected(backend, exc) from exc
+                raise error from exc
+            except Exception as exc:
+                raise _unexpected(backend, exc) from exc
+        manifest = build_manifest(backend, signature, options, resolved, result, staging)
+        audit_dtypes(backend.name, manifest, result)
+        manifest.write(staging)
+        if options.check_load:
+            notes = load_check(backend, staging, manifest, signature)
+            if notes:
+                manifest = dataclasses.replace(manifest, warnings=[*manifest.warnings, *notes])
+                manifest.write(staging)
+    return Artifact(backend.name, out_dir, Manifest.read(out_dir))
+
+
+def _unexpected(backend: Backend, exc: Exception) -> ExportError:
+    known = backend.classify(exc, "export")
+    if known:
+        return ExportError(f"Backend '{backend.name}' | {known[1]}", backend=backend.name, category=known[0])
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())[:1500]
+    return ExportError(f"Backend '{backend.name}' | export failed: {text}", backend=backend.name)
+
+
+class _frontend:
+    """The stage a backend builds on (`builds_on`), exported into a temporary directory, or None."""
+
+    def __init__(self, backend: Backend, fn, signature, options: ExportOptions, parent: Path):
+        self.backend, self.fn, self.signature, self.options, self.parent = backend, fn, signature, options, parent
+        self.tmp: Path | None = None
+
+    def __enter__(self) -> Artifact | None:
+        if not self.backend.builds_on:
+            return None
+        from .registry import get_backend
+
+        stage = get_backend(self.backend.builds_on)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.backend.name}-stage-", dir=self.parent))
+        stage_options = dataclasses.replace(self.options, backend_options={}, check_load=False)
+        return stage.export(self.fn, self.signature, self.tmp / stage.name, stage_options)
+
+    def __exit__(self, *exc_info) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def build_manifest(backend: Backend, signature: "Signature", options: ExportOptions, resolved: dict[str, Any],
+                   result: FormatResult, staging: Path) -> Manifest:
+    """The manifest: the core's common fields, the backend's facts, and the inventory of what was written."""
+    fixed = result.fixed_dims or {}
+    files = dict(result.files)
+    if _write_example_inputs(signature, staging, fixed):
+        files["example_inputs"] = EXAMPLE_INPUTS
+    dims = {d: ([fixed[d]] if d in fixed else "any") for d in signature.symbolic_dims}
+    fmt = dict(result.format)
+    if result.setup:
+        fmt["setup"] = result.setup
+    return Manifest(
+        backend=backend.name,
+        target=signature.name,
+        inputs=bindings(signature.inputs, result.used, result.params, fixed),
+        outputs=bindings(signature.outputs, [True] * len(signature.outputs), result.output_params, fixed),
+        keep_unused=options.keep_unused,
+        symbolic_dims=[d for d in signature.symbolic_dims if d not in fixed],
+        files=files,
+        versions={**base_versions(), **result.versions},
+        created=utc_now(),
+        inventory=inventory(staging),
+        requires=dict(result.requires),
+        supports={"dims": dims, "platforms": list(result.platforms), "x64": signature.x64},
+        format=fmt,
+        warnings=[*signature.warnings, *result.warnings],
+        weights={**signature.weights, **result.weights},
+        options=resolved,
+        native=result.native,
+    )
+
+
+def bindings(leaves: Sequence[Any], used: Sequence[bool], params: Sequence[int | str | None],
+             fixed: dict[str, int] | None = None) -> list[LeafBinding]:
+    """LeafBindings for signature leaves, with the format's used flags and parameter ids.
+
+    fixed: symbolic dims the artifact was specialised to; those dims are written as their sizes.
+    """
+    from .stablehlo import evaluate_dim
+
+    out = []
+    for leaf, u, p in zip(leaves, used, params, strict=True):
+        shape: list[int | str] = list(leaf.shape)
+        if fixed:
+            shape = [d if isinstance(d, int) or not set(_symbols(d)) <= set(fixed) else evaluate_dim(d, fixed)
+                     for d in shape]
+        out.append(LeafBinding(name=leaf.name, alias=leaf.alias, shape=shape, dtype=leaf.dtype, used=bool(u), param=p,
+                               weak_type=leaf.weak_type, key_impl=leaf.key_impl))
+    return out
+
+
+def _symbols(dim: str) -> list[str]:
+    import re
+
+    return [s for s in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", dim) if s not in ("floordiv", "mod", "max", "min")]
+
+
+def inventory(directory: Path) -> dict[str, int]:
+    """Relative path -> size of every regular file under `directory` (manifest.json aside)."""
+    found = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            full = Path(root) / name
+            rel = full.relative_to(directory).as_posix()
+            if rel != MANIFEST_NAME and full.is_file() and not full.is_symlink():
+                found[rel] = full.stat().st_size
+    return dict(sorted(found.items()))
+
+
+def _write_example_inputs(signature: "Signature", out_dir: Path, fixed: dict[str, int]) -> bool:
+    """The target's example values as example_inputs.npz, so `multiexport run DIR` works as is."""
+    from ..files.npz import save_npz
+
+    examples = signature.example_feed()
+    if len(examples) != len(signature.inputs) or sum(a.nbytes for a in examples.values()) > EXAMPLE_LIMIT_BYTES:
+        return False
+    save_npz(out_dir / EXAMPLE_INPUTS, examples)
+    return True
+
+
+def audit_dtypes(backend: str, manifest: Manifest, result: FormatResult) -> None:
+    """Refuse an artifact whose own declared dtypes differ from the manifest's leaves (no false claims)."""
+    if result.declared is None:
+        return
+    for kind, leaves in (("Input", [leaf for leaf in manifest.inputs if leaf.param is not None]),
+                         ("Output", manifest.outputs)):
+        for leaf in leaves:
+            got = result.declared.get(leaf.name)
+            if got is not None and got != leaf.dtype:
+                raise ExportError(f"Backend '{backend}' | " + leaf_message(
+                    kind, leaf.name, f"{got} in the artifact", f"{leaf.dtype} as the function has it") +
+                    ": the format changed the leaf's dtype, so the artifact is refused", backend=backend,
+                    category="unsupported-dtype")
+
+
+def load_check(backend: Backend, directory: Path, manifest: Manifest, signature: "Signature") -> list[str]:
+    """Load the artifact with the format's own runtime and run it once; a failure is an ExportError.
+
+    Returns notes for the manifest (e.g. that the check was skipped because no platform runs here).
+    """
+    if "cpu" not in manifest.supports.get("platforms", ["cpu"]):
+        return [f"load check skipped: the artifact is for {', '.join(manifest.supports['platforms'])} only"]
+    feed = _check_feed(manifest, signature)
+    try:
+        runner = backend.load(directory, RunOptions(device="cpu", threads=1, trust_artifact=True))
+        runner(feed)
+    except Exception as exc:
+        known = backend.classify(exc, "load")
+        if known:
+            raise ExportError(f"Backend '{backend.name}' | {known[1]}", backend=backend.name, category=known[0]) from exc
+        category = getattr(exc, "category", "load-failed")
+        text = " ".join(str(exc).split())[:1500]
+        raise ExportError(f"Backend '{backend.name}' | the installed runtime cannot load and run the artifact it "
+                          f"just wrote: {type(exc).__name__}: {text}", backend=backend.name,
+                          category=category if category not in ("run-failed", "export-failed") else "load-failed") from exc
+    return []
+
+
+def _check_feed(manifest: Manifest, signature: "Signature") -> dict[str, np.ndarray]:
+    """The example values when they fit the artifact, else zeros at its shapes (symbolic dims at 2)."""
+    examples = signature.example_feed()
+    taken = [leaf for leaf in manifest.inputs if leaf.param is not None]
+    fits = all(leaf.name in examples and len(examples[leaf.name].shape) == len(leaf.shape) and all(
+        isinstance(d, str) or d == n for d, n in zip(leaf.shape, examples[leaf.name].shape)) for leaf in taken)
+    if fits:
+        return {leaf.name: examples[leaf.name] for leaf in taken}
+    return {leaf.name: np.zeros(tuple(d if isinstance(d, int) else 2 for d in leaf.shape), parse_dtype(leaf.dtype))
+            for leaf in taken}

@@ -1,0 +1,190 @@
+"""Shared StableHLO work: the one `jax.export` of a signature, and the truth about its module's interface.
+
+Every StableHLO-based backend (XLA, IREE, and the native PJRT consumer) exports the same flat function
+of named leaves here. `module_interface` reads the exported module's `main` itself, so argument
+positions in manifests are the real ones: a platform-index argument comes first when lowered for several
+platforms, token arguments for ordered effects next, then the leaves jax.export kept
+(`Exported.module_kept_var_idx`) and lifted weights.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from ..signature.weights import LiftedWeights, module_function
+
+
+@dataclass(frozen=True)
+class ModuleArg:
+    """One positional argument of the module's `main`.
+
+    kind: "platform_index" (int32 scalar: the index of the platform in `platforms`), "token" (an
+        ordered-effect token), "leaf" (an input leaf) or "weight" (a lifted weight).
+    name: the leaf or weight name (None for platform_index and tokens).
+    type: the MLIR type as printed (`tensor<?x16xf32>`).
+    """
+
+    kind: str
+    name: str | None
+    type: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "type": self.type}
+
+
+def export_module(fn: Callable[..., Any], signature, *, keep_unused: bool = False,
+                  platforms: Sequence[str] | None = None, lifted: LiftedWeights | None = None,
+                  specs: Sequence[Any] | None = None):
+    """`jax.export.Exported` of the signature's flat function (with `lifted` weights as trailing parameters).
+
+    specs: the input avals to export at (default: the signature's, symbolic dims included); a list of
+        concrete shapes exports a static module for one size.
+    """
+    import jax
+    from jax import export
+
+    kwargs = {"platforms": tuple(platforms)} if platforms else {}
+    flat, weight_specs = module_function(fn, signature, lifted)
+    return export.export(jax.jit(flat, keep_unused=keep_unused), **kwargs)(
+        *(specs if specs is not None else signature.specs), *weight_specs)
+
+
+def concrete_specs(signature, sizes: dict[str, int]) -> list[Any]:
+    """The signature's input avals with every symbolic dimension replaced by its size in `sizes`."""
+    import jax
+
+    out = []
+    for leaf, spec in zip(signature.inputs, signature.specs):
+        if not leaf.is_symbolic:
+            out.append(spec)
+            continue
+        shape = [d if isinstance(d, int) else evaluate_dim(d, sizes) for d in spec.shape]
+        out.append(jax.ShapeDtypeStruct(tuple(shape), spec.dtype, weak_type=bool(getattr(spec, "weak_type", False))))
+    return out
+
+
+_DIM_FUNCTIONS = {"floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "max": max, "min": min}
+
+
+def evaluate_dim(dim: Any, sizes: dict[str, int]) -> int:
+    """A symbolic dimension as jax.export prints it (`b`, `2*b`, `floordiv(b, 2)`) at the given sizes."""
+    import ast
+    import re
+
+    text = str(dim)
+    names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)) - set(_DIM_FUNCTIONS)
+    missing = names - set(sizes)
+    if missing:
+        raise KeyError(f"no size for {', '.join(sorted(missing))}")
+    tree = ast.parse(text, mode="eval")
+    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Call, ast.Name, ast.Load, ast.Constant, ast.Add,
+               ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub)
+    if not all(isinstance(node, allowed) for node in ast.walk(tree)):
+        raise ValueError(f"dimension {text!r} is not an arithmetic expression of symbols")
+    scope = {**_DIM_FUNCTIONS, **{n: int(sizes[n]) for n in names}}
+    return int(eval(compile(tree, "<dim>", "eval"), {"__builtins__": {}}, scope))  # noqa: S307 (checked above)
+
+
+def module_interface(exported, leaf_names: Sequence[str], weight_names: Sequence[str] = ()) -> list[ModuleArg]:
+    """The module's `main` arguments in order, each named, read from the module itself.
+
+    `leaf_names` are the signature's input leaves and `weight_names` the lifted weights after them: the
+    flat function's parameters, of which jax.export keeps `module_kept_var_idx` (in order).
+    """
+    from jax.extend.mlir import ir
+
+    names = list(leaf_names) + list(weight_names)
+    kept = [names[i] for i in sorted(exported.module_kept_var_idx)]
+    n_leaves = len(leaf_names)
+    kinds = ["leaf" if i < n_leaves else "weight" for i in sorted(exported.module_kept_var_idx)]
+    with ir_context():
+        module = ir.Module.parse(exported.mlir_module())
+        main = next(op for op in module.body.operations if op.operation.name == "func.func"
+                    and ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        attrs = ir.ArrayAttr(main.attributes["arg_attrs"]) if "arg_attrs" in main.attributes else None
+        out, data = [], iter(zip(kinds, kept))
+        for i, arg_type in enumerate(ftype.inputs):
+            a = ir.DictAttr(attrs[i]) if attrs is not None else None
+            text = str(arg_type)
+            if a is not None and "jax.global_constant" in a and ir.StringAttr(a["jax.global_constant"]).value == "_platform_index":
+                out.append(ModuleArg("platform_index", None, text))
+            elif "token" in text:
+                out.append(ModuleArg("token", None, text))
+            else:
+                kind, name = next(data)
+                out.append(ModuleArg(kind, name, text))
+    return out
+
+
+def leaf_binding(args: Sequence[ModuleArg], leaf_names: Sequence[str]) -> tuple[list[bool], list[int | None]]:
+    """Per input leaf: whether the module reads it, and its real argument position in `main`."""
+    position = {a.name: i for i, a in enumerate(args) if a.kind == "leaf"}
+    return [n in position for n in leaf_names], [position.get(n) for n in leaf_names]
+
+
+def module_attributes(exported) -> dict[str, Any]:
+    """The module-level attributes a consumer may need (`jax.uses_shape_polymorphism`, replicas, partitions)."""
+    from jax.extend.mlir import ir
+
+    with ir_context():
+        module = ir.Module.parse(exported.mlir_module())
+        found = {}
+        attributes = module.operation.attributes
+        for i in range(len(attributes)):
+            named = attributes[i]
+            name, value = named.name, named.attr
+            text = str(value)
+            number = re.fullmatch(r"(-?\d+) : i\d+", text)
+            found[name] = text == "true" if text in ("true", "false") else int(number.group(1)) if number else text
+    return found
+
+
+def ir_context():
+    """An MLIR context with the dialects JAX's modules use (func, stablehlo, chlo, sdy) loaded.
+
+    jax.extend.mlir exposes the dialects but not such a context, hence JAX's own maker (a JAX internal,
+    listed in the README's internals table; it exists in jax 0.10 through 0.12).
+    """
+    from jax._src.interpreters import mlir
+
+    return mlir.make_ir_context()
+
+
+def producer_version(bytecode: bytes) -> str | None:
+    """The StableHLO version a portable artifact was written for (`1.15.0`), read from its own header.
+
+    MLIR bytecode starts with `ML\\xefR`, a PrefixVarInt bytecode version and a NUL-terminated producer string
+    (`StableHLO_v1.15.0`); None when the bytes are not such an artifact.
+    """
+    if bytecode[:4] != b"ML\xefR" or len(bytecode) < 6:
+        return None
+    width = (bytecode[4] & -bytecode[4]).bit_length()  # PrefixVarInt: the lowest set bit gives the byte count
+    end = bytecode.find(b"\0", 4 + width)
+    producer = bytecode[4 + width:end].decode(errors="replace") if end > 0 else ""
+    return producer.split("_v", 1)[1] if producer.startswith("StableHLO_v") else None
+
+
+def retarget(exported, version: str):
+    """The Exported with its module re-serialized for StableHLO `version` (an older consumer's), same semantics.
+
+    jax.export writes for its own 4-week compatibility window; a consumer built against an older StableHLO
+    (TF 2.21 reads 1.13.7) cannot read ops newer than it, though most have an older form the serializer can
+    downgrade to. A module that cannot be written for `version` raises ValueError (the producer's words).
+    """
+    import dataclasses
+
+    from jax.extend.mlir.dialects import stablehlo as jhlo
+
+    data = jhlo.serialize_portable_artifact_str(exported.mlir_module(), version)
+    return dataclasses.replace(exported, mlir_module_serialized=bytes(data))
+
+
+def jax_stablehlo_versions() -> dict[str, str]:
+    """What this JAX writes: its current StableHLO version and the one jax.export targets (4-week window)."""
+    from jax.extend.mlir.dialects import stablehlo as jhlo
+
+    week4 = jhlo.get_version_from_compatibility_requirement(jhlo.StablehloCompatibilityRequirement.WEEK_4)
+    return {"stablehlo_current": str(jhlo.get_current_version()), "stablehlo_export_target": str(week4)}

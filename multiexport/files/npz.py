@@ -1,0 +1,125 @@
+"""Named arrays on disk: `.npz` files keyed by leaf name (`foo.bar`), written atomically, read defensively.
+
+NumPy stores ml_dtypes arrays (bfloat16, float8_*, int4) as anonymous 1/2-byte voids; their dtype names
+travel in an extra `__dtypes__` entry so they load back as what they were. A file to read is user input:
+each member's header must describe exactly the bytes that follow it (a header claiming 10^12 elements is
+refused before anything is allocated), pickles are never loaded, and every problem is one InputError line
+naming the file and the member.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from ..dtypes import parse_dtype
+from ..errors import InputError
+from .atomic import write_bytes_atomic
+
+DTYPES_KEY = "__dtypes__"
+EXPECTED = "expected an .npz of named arrays (numpy.savez, or `multiexport run --out`)"
+
+
+def save_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
+    """Write `arrays` to `path` as an uncompressed .npz; readers never see a half-written file."""
+    arrays = {name: np.asarray(a) for name, a in arrays.items()}
+    if DTYPES_KEY in arrays:
+        raise InputError(f"Array '{DTYPES_KEY}' | is reserved, expected another name")
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"Output file '{path}' | is a directory, expected a file name such as out.npz")
+    extension = {name: a.dtype.name for name, a in arrays.items() if a.dtype.kind == "V"}
+    stored = {name: (a.view(f"V{a.dtype.itemsize}") if name in extension else a) for name, a in arrays.items()}
+    if extension:
+        stored[DTYPES_KEY] = np.frombuffer(json.dumps(extension).encode(), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **stored)
+    write_bytes_atomic(path, buf.getvalue())
+    return path
+
+
+def load_npz(path: str | Path, what: str = "Inputs file") -> dict[str, np.ndarray]:
+    """Named arrays from an .npz; anything unexpected is an InputError naming the file (and member)."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{what} '{path}' | is a directory, {EXPECTED}")
+    if not path.is_file():
+        raise InputError(f"{what} '{path}' | does not exist, {EXPECTED}")
+    try:
+        if not zipfile.is_zipfile(path):
+            raise InputError(f"{what} '{path}' | is not a zip archive, {EXPECTED}")
+        with zipfile.ZipFile(path) as archive:
+            arrays = _read_members(path, archive, what)
+    except InputError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError) as exc:
+        raise InputError(f"{what} '{path}' | unreadable ({type(exc).__name__}: {exc}), {EXPECTED}") from exc
+    return _apply_dtypes(path, arrays, what)
+
+
+def _read_members(path: Path, archive: zipfile.ZipFile, what: str) -> dict[str, np.ndarray]:
+    arrays: dict[str, np.ndarray] = {}
+    for info in archive.infolist():
+        if info.is_dir():
+            continue
+        name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+        if name in arrays:
+            raise InputError(f"{what} '{path}' | holds '{name}' twice, expected unique names")
+        with archive.open(info) as fh:
+            arrays[name] = _read_array(path, name, fh, info.file_size, what)
+    return arrays
+
+
+def _read_array(path: Path, name: str, fh, size: int, what: str) -> np.ndarray:
+    """One member, its header checked against the member's size before any data is allocated."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(fh)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = fmt.read_array_header_2_0(fh)
+        else:
+            raise ValueError(f"npy format version {version}")
+    except ValueError as exc:
+        raise InputError(f"{what} '{path}' | member '{name}' is not an .npy array ({exc}), {EXPECTED}") from exc
+    if dtype.hasobject:
+        raise InputError(f"{what} '{path}' | member '{name}' holds Python objects (pickled data), expected numbers")
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    header = fh.tell()
+    if count < 0 or count * dtype.itemsize != size - header:
+        raise InputError(f"{what} '{path}' | member '{name}' claims shape {tuple(shape)} of {dtype} "
+                         f"({count * dtype.itemsize} bytes) but holds {size - header} bytes, {EXPECTED}")
+    data = fh.read(count * dtype.itemsize)
+    array = np.frombuffer(data, dtype=dtype, count=count)
+    return array.reshape(shape, order="F" if fortran else "C").copy()
+
+
+def _apply_dtypes(path: Path, arrays: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
+    if DTYPES_KEY not in arrays:
+        return arrays
+    raw = arrays.pop(DTYPES_KEY)
+    try:
+        extension = json.loads(raw.tobytes())
+        if not isinstance(extension, dict):
+            raise ValueError("not a mapping")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{what} '{path}' | entry '{DTYPES_KEY}' is not a JSON mapping of name to dtype ({exc})") from exc
+    for name, dtype_name in extension.items():
+        if name not in arrays:
+            raise InputError(f"{what} '{path}' | entry '{DTYPES_KEY}' names '{name}', which the file does not hold")
+        try:
+            dtype = parse_dtype(str(dtype_name))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{what} '{path}' | entry '{DTYPES_KEY}' gives '{name}' dtype {dtype_name!r}, "
+                             "expected a numpy or ml_dtypes name") from exc
+        array = arrays[name]
+        if array.dtype.kind != "V" or array.dtype.itemsize != dtype.itemsize:
+            raise InputError(f"{what} '{path}' | '{name}' is {array.dtype} but '{DTYPES_KEY}' says {dtype_name}, "
+                             f"expected raw {dtype.itemsize}-byte items")
+        arrays[name] = array.view(dtype)
+    return arrays

@@ -1,0 +1,180 @@
+"""Numerical parity: a backend's outputs against the JAX reference, per named output leaf.
+
+Every leaf of every trial is checked and all statistics kept (no stop at the first failure); the
+result is one `results.ParityVerdict`. Failures name the leaf, the trial and what differs; a NaN/Inf
+mismatch says on which side the non-finite values are and which input leaves were non-finite.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..dtypes import is_complex, is_float, parse_dtype
+from ..results.parity import ExcludedTrial, LeafStats, LeafVerdict, ParityVerdict, Tolerance
+from .tolerance import tolerance_for
+
+_ULP_INTS = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def compare_leaf(name: str, got: Any, expected: np.ndarray, expected_dtype: str, tol: Tolerance, trial: str = "",
+                 inputs_note: str = "") -> LeafVerdict:
+    """Compare one output leaf; every statistic is computed even when an early check fails.
+
+    inputs_note: what the trial's inputs were like, added to NaN/Inf messages ("inputs all finite").
+    """
+    got = np.asarray(got)
+    expected = np.asarray(expected)
+    base = dict(
+        shape_match=got.shape == expected.shape, dtype_match=got.dtype.name == expected_dtype,
+        got_dtype=got.dtype.name, expected_dtype=expected_dtype,
+        got_shape=list(got.shape), expected_shape=list(expected.shape),
+    )
+    where = f" in trial '{trial}'" if trial else ""
+    reasons = []
+    if not base["shape_match"]:
+        reasons.append(f"Output '{name}' | got shape {tuple(got.shape)}, expected {tuple(expected.shape)}{where}")
+        return LeafVerdict(trial, name, False, tol, LeafStats(**base, compared=False), reasons)
+    if not base["dtype_match"]:
+        reasons.append(f"Output '{name}' | got dtype {got.dtype.name}, expected {expected_dtype}{where}")
+    s = LeafStats(**base, **_value_stats(got, expected, expected_dtype, tol))
+    if s.nan_mismatch:
+        side = _side(s.nan_got_only, s.nan_ref_only, "NaN")
+        reasons.append(f"Output '{name}' | NaN pattern differs at {s.nan_mismatch} of {s.count} elements ({side}){where}"
+                       + (f"; {inputs_note}" if inputs_note else ""))
+    if s.inf_mismatch:
+        reasons.append(f"Output '{name}' | Inf pattern differs at {s.inf_mismatch} of {s.count} elements{where}"
+                       + (f"; {inputs_note}" if inputs_note else ""))
+    if s.mismatch_count:
+        at = (f" at {tuple(s.worst_index)} (got {s.worst_got:.7g}, expected {s.worst_expected:.7g})"
+              if s.worst_index is not None and s.worst_got is not None and s.worst_expected is not None else "")
+        bound = ("exact match expected" if tol.rtol == tol.atol == tol.scale == 0
+                 else f"beyond atol {tol.atol:g} + scale {tol.scale:g}*max|ref| + rtol {tol.rtol:g}*|ref|")
+        reasons.append(
+            f"Output '{name}' | {s.mismatch_count} of {s.count} elements {bound}; "
+            f"max err {s.max_abs:.3g} ({s.err_scale:.3g} of the leaf's max |ref|), element-wise rel {s.max_rel:.3g}"
+            f"{at}{where}"
+        )
+    return LeafVerdict(trial, name, not reasons, tol, s, reasons)
+
+
+def _side(got_only: int, ref_only: int, what: str) -> str:
+    parts = []
+    if got_only:
+        parts.append(f"{got_only} {what} in the artifact's output where jax.jit is finite")
+    if ref_only:
+        parts.append(f"{ref_only} {what} in jax.jit's output where the artifact is finite")
+    return ", ".join(parts) or "both non-finite, differently"
+
+
+def _value_stats(got: np.ndarray, expected: np.ndarray, dtype: str, tol: Tolerance) -> dict[str, Any]:
+    dt = parse_dtype(dtype)
+    count = int(expected.size)
+    if count == 0:
+        return {"count": 0}
+    if not (is_float(dt) or is_complex(dt)):
+        g, e = got.astype(np.float64), expected.astype(np.float64)
+        diff = np.abs(g - e)
+        allowance = tol.atol + tol.scale * float(np.max(np.abs(e)))
+        bad = diff > allowance + tol.rtol * np.abs(e)
+        return _error_stats(g, e, diff, bad, tol, allowance) | {"count": count}
+    cast = np.complex128 if dt.kind == "c" else np.float64
+    g, e = got.astype(cast), expected.astype(cast)
+    nan_g, nan_e = np.isnan(g), np.isnan(e)
+    inf_g, inf_e = np.isinf(g), np.isinf(e)
+    nan_mismatch = int(np.sum(nan_g != nan_e))
+    inf_mismatch = int(np.sum((inf_g != inf_e) | (inf_g & inf_e & (g != e))))
+    finite = np.isfinite(g) & np.isfinite(e)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(finite, np.abs(g - e), 0.0)
+    allowance = tol.atol + tol.scale * float(np.max(np.abs(np.where(finite, e, 0.0)), initial=0.0))
+    bad = finite & (diff > allowance + tol.rtol * np.abs(np.where(finite, e, 0.0)))
+    out = _error_stats(g, e, diff, bad, tol, allowance, mask=finite)
+    out.update(count=count, nan_mismatch=nan_mismatch, inf_mismatch=inf_mismatch,
+               nan_got_only=int(np.sum(nan_g & ~nan_e)), nan_ref_only=int(np.sum(nan_e & ~nan_g)))
+    if dt.kind != "c" and got.dtype == expected.dtype == dt and dt.itemsize in _ULP_INTS:
+        out["max_ulp"] = _max_ulp(got, expected, finite)
+    return out
+
+
+def _error_stats(got, ref, diff, bad, tol: Tolerance, allowance: float, mask=None) -> dict[str, Any]:
+    mask = np.ones(diff.shape, bool) if mask is None else mask
+    d = diff[mask]
+    if d.size == 0:
+        return {}
+    absref = np.where(mask, np.abs(ref), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(absref > 0, diff / absref, np.where(diff > 0, np.inf, 0.0))
+        need_rtol = np.where(absref > 0, (diff - allowance) / absref, np.where(diff > allowance, np.inf, 0.0))
+    rel, need_rtol = np.where(mask, rel, 0.0), np.where(mask, need_rtol, 0.0)
+    mismatch = int(np.sum(bad))
+    worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0) if mismatch else diff)), diff.shape)
+    scale = float(absref.max())
+    max_abs = float(d.max())
+    return {
+        "max_abs": max_abs,
+        "max_rel": float(rel.max()),
+        "err_scale": max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf")),
+        "mean_abs": float(d.mean()),
+        "p99_abs": float(np.percentile(d, 99)),
+        "mismatch_count": mismatch,
+        "mismatch_ratio": mismatch / diff.size,
+        "min_atol": float(max(0.0, (diff - tol.rtol * absref)[mask].max())),
+        "min_rtol": float(max(0.0, need_rtol.max())),
+        "worst_index": [int(i) for i in worst],
+        "worst_got": float(np.real(got[worst])),
+        "worst_expected": float(np.real(ref[worst])),
+    }
+
+
+def _max_ulp(got: np.ndarray, expected: np.ndarray, finite: np.ndarray) -> int:
+    """Largest distance in units in the last place, via the monotonic integer order of IEEE floats."""
+    bits = _ULP_INTS[got.dtype.itemsize]
+
+    def ordered(a):
+        i = np.ascontiguousarray(a).view(bits).astype(np.int64)
+        return np.where(i < 0, np.iinfo(bits).min - i, i)
+
+    d = np.abs(ordered(got) - ordered(expected))
+    return int(d[finite].max()) if finite.any() else 0
+
+
+def check_parity(
+    backend: str,
+    got: Sequence[Mapping[str, np.ndarray]],
+    expected: Sequence[Mapping[str, np.ndarray]],
+    outputs: Sequence,
+    trials: Sequence[str],
+    overrides: Mapping[str, Tolerance] | None = None,
+    excluded: Sequence[ExcludedTrial] = (),
+    inputs_notes: Sequence[str] | None = None,
+) -> ParityVerdict:
+    """Compare every output leaf of every trial: `got[i]` and `expected[i]` are trial i's named outputs.
+
+    excluded: trials that are no evidence (already left out of got/expected), recorded in the verdict.
+    """
+    overrides = overrides or {}
+    notes = list(inputs_notes) if inputs_notes is not None else [""] * len(trials)
+    verdicts = []
+    for trial, have, want, note in zip(trials, got, expected, notes, strict=True):
+        for leaf in outputs:
+            tol = tolerance_for(leaf.name, leaf.dtype, overrides)
+            if leaf.name not in have:
+                stats = LeafStats(False, False, "missing", leaf.dtype, [], list(np.shape(want[leaf.name])), compared=False)
+                reason = f"Output '{leaf.name}' | got nothing, expected an array in trial '{trial}'"
+                verdicts.append(LeafVerdict(trial, leaf.name, False, tol, stats, [reason]))
+                continue
+            verdicts.append(compare_leaf(leaf.name, have[leaf.name], want[leaf.name], leaf.dtype, tol, trial, note))
+    return ParityVerdict(backend, all(v.passed for v in verdicts) and bool(verdicts), verdicts, list(trials),
+                         excluded=list(excluded))
+
+
+def inputs_note(feed: Mapping[str, np.ndarray]) -> str:
+    """Which input leaves of a trial hold NaN or Inf (for NaN/Inf mismatch messages)."""
+    bad = []
+    for name, value in feed.items():
+        a = np.asarray(value)
+        if (is_float(a.dtype) or is_complex(a.dtype)) and a.size and not np.isfinite(a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)).all():
+            bad.append(name)
+    return f"non-finite inputs: {', '.join(bad)}" if bad else "inputs all finite"

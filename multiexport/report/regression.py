@@ -1,0 +1,241 @@
+"""Regression gate: compare two results.json files per backend, batch size and check.
+
+A slowdown is flagged only when it is both large (p50 ratio above `max_slowdown`) and statistically
+real: the distribution-free 95% intervals of the two medians do not overlap. Two non-overlapping 95%
+intervals mean a difference significant at well under 5%, and the ratio threshold keeps a real but
+harmless drift (a few percent on a shared machine) from failing a build. Parity regressions: a backend
+that passed and now fails, or a leaf whose worst relative error grew by more than `max_parity_drift`
+times (ignoring growth below `drift_floor` and below a tenth of the leaf's rtol, where a bit-exact 0
+becoming 4e-7 against a tolerance of 1e-5 is rounding moving around, not drift).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+from ..files import write_text_atomic
+from ..results import BackendResult, Results, Status
+from .text import md
+
+
+@dataclass
+class Check:
+    """One comparison between two runs.
+
+    backend: the backend (or model/backend in a zoo). check: "status", "parity LEAF", "latency@BATCH",
+    "version NAME". verdict: ok | regression | improvement | new | missing | changed | slower | faster.
+    detail: one line saying what changed. base, current, ratio: the figures compared.
+    """
+
+    backend: str
+    check: str
+    verdict: str
+    detail: str
+    base: float | str | None = None
+    current: float | str | None = None
+    ratio: float | None = None
+
+
+@dataclass
+class Diff:
+    """All checks between two runs; `regressions` fail the gate (exit 1)."""
+
+    checks: list[Check] = field(default_factory=list)
+    max_slowdown: float = 1.10
+    max_parity_drift: float = 10.0
+
+    @property
+    def regressions(self) -> list[Check]:
+        return [c for c in self.checks if c.verdict in ("regression", "missing")]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressions else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_thresholds(max_slowdown: float, max_parity_drift: float) -> None:
+    """Refuse thresholds that cannot mean anything (validated before any run, from the API too)."""
+    from ..errors import UsageError
+
+    for name, value in (("max_slowdown", max_slowdown), ("max_parity_drift", max_parity_drift)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+            raise UsageError(f"Option '{name}' | got {value!r}, expected a finite number >= 1")
+
+
+def diff_results(base: Results, current: Results, *, max_slowdown: float = 1.10,
+                 max_parity_drift: float = 10.0, drift_floor: float = 1e-7) -> Diff:
+    check_thresholds(max_slowdown, max_parity_drift)
+    out = Diff(max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
+    for name, b in base.backends.items():
+        c = current.backends.get(name)
+        if c is None:
+            out.checks.append(Check(name, "status", "missing", "backend is in the baseline but not in this run",
+                                    b.status.value, None))
+            continue
+        out.checks.append(_status_check(name, b, c))
+        out.checks.extend(_parity_checks(name, b, c, max_parity_drift, drift_floor))
+        out.checks.extend(_latency_checks(name, b, c, max_slowdown))
+        out.checks.extend(_version_checks(name, b, c))
+    for name, c in current.backends.items():
+        if name not in base.backends:
+            out.checks.append(Check(name, "status", "new", "not in the baseline", None, c.status.value))
+    return out
+
+
+def _status_check(name, b: BackendResult, c: BackendResult) -> Check:
+    was, now = b.status.value, c.status.value
+    if was == now:
+        return Check(name, "status", "ok", now, was, now)
+    if b.status is Status.OK:
+        return Check(name, "status", "regression", f"was ok, now {now}: {c.reason}", was, now)
+    if c.status is Status.OK:
+        return Check(name, "status", "improvement", f"was {was}, now ok", was, now)
+    return Check(name, "status", "ok", f"still failing: {now}", was, now)
+
+
+def _version_checks(name, b: BackendResult, c: BackendResult) -> list[Check]:
+    """A producer or consumer version that changed between the runs: flagged (not failed), since it explains
+    a difference (a StableHLO the new consumer cannot read, a faster runtime)."""
+    checks = []
+    for key in sorted(set(b.versions) | set(c.versions)):
+        if key in ("python",):
+            continue
+        was, now = b.versions.get(key), c.versions.get(key)
+        if was != now:
+            checks.append(Check(name, f"version {key}", "changed", f"{key} {was} -> {now}", was, now))
+    for key in sorted(set(b.requires) | set(c.requires)):
+        if key == "note":
+            continue
+        was, now = b.requires.get(key), c.requires.get(key)
+        if was != now:
+            checks.append(Check(name, f"requires {key}", "changed", f"{key} {was} -> {now}", str(was), str(now)))
+    return checks
+
+
+def _worst_rel(parity) -> tuple[dict[str, float], dict[str, float]]:
+    """Per output leaf: the worst headline error (relative to the leaf's scale) over trials, and its rtol."""
+    worst: dict[str, float] = {}
+    rtol: dict[str, float] = {}
+    for v in (parity.leaves if parity else []):
+        value = v.stats.err_scale if v.stats.compared else math.inf
+        worst[v.name] = max(worst.get(v.name, 0.0), value)
+        rtol[v.name] = float(v.tolerance.rtol)
+    return worst, rtol
+
+
+def _parity_checks(name, b, c, factor, floor) -> list[Check]:
+    (base, _), (cur, rtols) = _worst_rel(b.parity), _worst_rel(c.parity)
+    checks = []
+    for leaf, now in cur.items():
+        was = base.get(leaf)
+        if was is None:
+            continue
+        # Growth far inside the tolerance (below a tenth of its rtol) is rounding moving around, not drift.
+        limit = max(was * factor, floor, 0.1 * rtols.get(leaf, 0.0))
+        grew = now > limit if math.isfinite(now) else math.isfinite(was)
+        verdict = "regression" if grew else "ok"
+        ratio = now / was if was > 0 and math.isfinite(now) else None
+        checks.append(Check(name, f"parity {leaf}", verdict, f"max error / scale {was:.3g} -> {now:.3g}", was, now, ratio))
+    return checks
+
+
+def _latency_checks(name, b, c, max_slowdown) -> list[Check]:
+    base = {s.batch: s.latency for s in (b.bench.measured() if b.bench else [])}
+    checks = []
+    for s in (c.bench.measured() if c.bench else []):
+        was = base.get(s.batch)
+        if was is None:
+            continue
+        now = s.latency
+        ratio = now.p50_ms / was.p50_ms if was.p50_ms > 0 else math.inf
+        separated_slower = now.ci95_low_ms > was.ci95_high_ms
+        separated_faster = now.ci95_high_ms < was.ci95_low_ms
+        if ratio > max_slowdown and separated_slower:
+            verdict = "regression"
+        elif ratio < 1 / max_slowdown and separated_faster:
+            verdict = "improvement"
+        else:
+            verdict = "ok"
+        why = "intervals separate" if separated_slower or separated_faster else "intervals overlap"
+        batch = "as exported" if s.batch is None else s.batch
+        checks.append(Check(name, f"latency@{batch}", verdict,
+                            f"p50 {was.p50_ms:.4g} -> {now.p50_ms:.4g} ms ({ratio:.2f}x, {why})",
+                            was.p50_ms, now.p50_ms, ratio))
+    return checks
+
+
+def aggregate_latency(diff: Diff, max_slowdown: float, group=lambda backend: backend) -> Diff:
+    """Gate latency per backend on the geometric mean of its p50 ratios, not on each entry.
+
+    For a suite of many small models a single tiny call can move 3-5x between runs of the same code
+    (thread wake-ups dominate a 10 us call), while a real regression of a runtime or a runner moves
+    every model. Per entry, latency checks stay in the table as information ("slower"/"faster");
+    the gate is one check per backend group: the geometric mean of the ratios above `max_slowdown`,
+    with at least half of the entries slower beyond their intervals.
+    """
+    groups: dict[str, list[Check]] = {}
+    kept = []
+    for c in diff.checks:
+        if c.check.startswith("latency@") and c.ratio is not None and math.isfinite(c.ratio) and c.ratio > 0:
+            groups.setdefault(group(c.backend), []).append(c)
+            if c.verdict == "regression":
+                c.verdict, c.detail = "slower", c.detail + " (gated per backend, below)"
+            elif c.verdict == "improvement":
+                c.verdict = "faster"
+        kept.append(c)
+    for name, checks in groups.items():
+        geo = math.exp(sum(math.log(c.ratio) for c in checks) / len(checks))
+        separated = sum(c.ratio > 1 and "intervals separate" in c.detail for c in checks)
+        flagged = geo > max_slowdown and separated * 2 >= len(checks)
+        kept.append(Check(name, f"latency (geometric mean of {len(checks)})", "regression" if flagged else "ok",
+                          f"p50 ratio {geo:.2f}x over {len(checks)} model x batch entries, {separated} slower beyond "
+                          f"their intervals", None, None, geo))
+    return Diff(kept, diff.max_slowdown, diff.max_parity_drift)
+
+
+def markdown(diff: Diff, title: str = "multiexport regression check") -> str:
+    mark = {"ok": "ok", "regression": "**REGRESSION**", "missing": "**MISSING**", "improvement": "improved", "new": "new",
+            "slower": "slower", "faster": "faster", "changed": "changed"}
+    lines = [f"### {title}", "",
+             f"{len(diff.regressions)} regression(s); slowdown threshold {diff.max_slowdown:g}x with separated 95% "
+             f"intervals; parity drift threshold {diff.max_parity_drift:g}x.", "",
+             "| backend | check | verdict | detail |", "|---|---|---|---|"]
+    for c in diff.checks:
+        lines.append(f"| {md(c.backend)} | {md(c.check)} | {mark.get(c.verdict, md(c.verdict))} | {md(c.detail)} |")
+    return "\n".join(lines) + "\n"
+
+
+def junit(diff: Diff, suite: str = "multiexport") -> str:
+    """JUnit XML: one test case per backend x check; regressions are failures."""
+    cases = []
+    for c in diff.checks:
+        body = ""
+        if c.verdict in ("regression", "missing"):
+            body = f"<failure message={quoteattr(c.detail)}>{escape(c.detail)}</failure>"
+        elif c.verdict == "new":
+            body = f"<skipped message={quoteattr('not in the baseline')}/>"
+        cases.append(f'  <testcase classname={quoteattr(f"{suite}.{c.backend}")} name={quoteattr(c.check)}>{body}</testcase>')
+    failures = sum(c.verdict in ("regression", "missing") for c in diff.checks)
+    skipped = sum(c.verdict == "new" for c in diff.checks)
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name={quoteattr(suite)} tests="{len(diff.checks)}" '
+            f'failures="{failures}" skipped="{skipped}">\n' + "\n".join(cases) + "\n</testsuite>\n")
+
+
+def publish(diff: Diff, junit_path: str | os.PathLike | None = None) -> str:
+    """Write the JUnit file if asked and append the Markdown to $GITHUB_STEP_SUMMARY when set."""
+    text = markdown(diff)
+    if junit_path:
+        write_text_atomic(Path(junit_path), junit(diff))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    return text

@@ -1,0 +1,191 @@
+"""report.md and report.html from results alone: no backend, no JAX needed to re-render.
+
+The HTML is one self-contained file: inline CSS and SVG, a Content-Security-Policy that forbids any
+request, no scripts. Every string from the results is escaped for the medium (report.text).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..files import write_text_atomic
+from ..results import MEANING, Results, Status, load_results
+from . import plots
+from .recommend import recommend
+from .summary import COLUMNS, capped_note, summary_rows
+from .tables import (
+    COLD_HEADER,
+    EXPORT_HEADER,
+    PARITY_HEADER,
+    VERSION_HEADER,
+    binding_table,
+    cold_rows,
+    environment_lines,
+    excluded_lines,
+    export_rows,
+    parity_rows,
+    setup_lines,
+    version_rows,
+    weights_line,
+)
+from .text import esc, md
+
+__all__ = ["load_results", "render_html", "render_markdown", "write_reports"]
+
+
+def write_reports(results: Results, out_dir: str | Path) -> tuple[Path, Path]:
+    out_dir = Path(out_dir)
+    md_path, page = out_dir / "report.md", out_dir / "report.html"
+    write_text_atomic(md_path, render_markdown(results))
+    write_text_atomic(page, render_html(results))
+    return md_path, page
+
+
+def _md_table(header, rows) -> str:
+    lines = ["| " + " | ".join(md(c) for c in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(md(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _statuses(results: Results) -> list[Status]:
+    seen = []
+    for r in results.backends.values():
+        for s in [r.status] + [size.status for size in (r.bench.sizes if r.bench else [])]:
+            if s not in seen and s is not Status.OK:
+                seen.append(s)
+    return seen
+
+
+def render_markdown(results: Results) -> str:
+    rec = recommend(results)
+    rows = summary_rows(results)
+    out = [f"# multiexport report: {md(results.target)}", "", f"**{md(rec.verdict)}**", "", md(weights_line(results)), ""]
+    if rec.picks:
+        out += ["| batch | fastest faithful | p50 ms | runner-up | runner-up / fastest | significant |",
+                "|---|---|---|---|---|---|"]
+        for p in rec.picks:
+            out.append(f"| {'as exported' if p.batch is None else p.batch} | {md(p.backend)} | {p.p50_ms:.4g} | "
+                       f"{md(p.runner_up or '-')} | {'-' if p.ratio_to_runner_up is None else f'{p.ratio_to_runner_up:.2f}x'} | "
+                       f"{'-' if p.significant is None else ('yes' if p.significant else 'no (within noise)')} |")
+        out.append("")
+    if rec.caveats:
+        out += ["## Caveats", ""] + [f"- {md(c)}" for c in rec.caveats] + [""]
+    out += ["## Summary", "", _md_table(COLUMNS, [[r[c] for c in COLUMNS] for r in rows]), ""]
+    if capped_note(results):
+        out += [md(capped_note(results)), ""]
+    statuses = _statuses(results)
+    if statuses:
+        out += ["Statuses: " + "; ".join(f"`{s.value}`: {md(MEANING[s])}" for s in statuses) + ".", ""]
+    header, brow = binding_table(results)
+    out += ["## Which leaves each format takes", "",
+            "Parameter index (XLA, IREE) or input name (SavedModel, ONNX) per input leaf; `dropped`: the format does "
+            "not take the leaf (the function never reads it); `(fed, unread)`: the interface still takes it but the "
+            "module never reads it.", "", _md_table(header, brow), ""]
+    prow = parity_rows(results)
+    if prow:
+        out += ["## Parity per output leaf (worst trial)", "",
+                md(f"Against jax.jit over trials: {', '.join(t.name for t in results.trials)}.") + " `max err / scale` "
+                "is the largest absolute error over the leaf's largest reference magnitude; the element-wise relative "
+                "error beside it is dominated by elements that cancel to about zero.", "", _md_table(PARITY_HEADER, prow), ""]
+        out += [f"- {md(line)}" for line in excluded_lines(results)] + ([""] if excluded_lines(results) else [])
+    for title, head, body in (("Export time", EXPORT_HEADER, export_rows(results)),
+                              ("Cold start and memory", COLD_HEADER, cold_rows(results)),
+                              ("Versions: what produced each artifact and what reads it", VERSION_HEADER,
+                               version_rows(results))):
+        if body:
+            out += [f"## {title}", "", _md_table(head, body), ""]
+    out += ["## Environment", ""] + [f"- {md(line)}" for line in setup_lines(results) + environment_lines(results)] + [""]
+    return "\n".join(out)
+
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f3f3f3}.ok{color:#17702a;font-weight:bold}.bad{color:#b00020;font-weight:bold}.verdict{font-size:1.2em;
+padding:.6em 1em;background:#eef6ee;border-left:4px solid #17702a}.plots{display:flex;flex-wrap:wrap;gap:1em}
+code{background:#f5f5f5;padding:0 3px}.note{color:#555}
+"""
+
+
+def _html_table(header, rows, status_col: int | None = None) -> str:
+    h = "".join(f"<th>{esc(c)}</th>" for c in header)
+    body = []
+    for r in rows:
+        cells = []
+        for i, c in enumerate(r):
+            cls = ""
+            if i == status_col:
+                cls = ' class="ok"' if c in ("ok", "pass", "reference") else ' class="bad"'
+            cells.append(f"<td{cls}>{esc(c)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{h}</tr>{''.join(body)}</table>"
+
+
+def _charts(results: Results) -> list[str]:
+    plots.set_colors({n: r.display.get("color", "") for n, r in results.backends.items()})
+    benches = {"jax": results.reference.bench} if results.reference.bench else {}
+    benches.update({n: r.bench for n, r in results.backends.items() if r.status is Status.OK and r.bench})
+    benches = {n: b for n, b in benches.items() if b.measured()}
+    charts = []
+    if benches:
+        charts.append(plots.latency_cdf({n: b.measured()[0].latency.quantiles_ms for n, b in benches.items()},
+                                        "Latency distribution (first batch size)"))
+        sweep = {n: b.measured() for n, b in benches.items() if len(b.measured()) > 1 and all(s.batch for s in b.measured())}
+        if sweep:
+            charts.append(plots.lines({n: [(s.batch, s.latency.p50_ms) for s in ss] for n, ss in sweep.items()},
+                                      "p50 latency vs batch size", "batch size (log)", "p50 ms (log)"))
+            charts.append(plots.lines({n: [(s.batch, s.throughput_per_s) for s in ss] for n, ss in sweep.items()},
+                                      "Throughput vs batch size", "batch size (log)", "items/s (log)"))
+    errors, tols = {}, {}
+    for name, r in results.backends.items():
+        if r.parity:
+            per: dict[str, float] = {}
+            for v in r.parity.leaves:
+                if v.stats.compared:
+                    per[v.name] = max(per.get(v.name, 0.0), v.stats.err_scale)
+                tols[v.name] = v.tolerance.scale + v.tolerance.rtol
+            errors[name] = per
+    if errors:
+        charts.append(plots.error_bars(errors, tols, "Parity: max error / leaf scale per output leaf"))
+    return charts
+
+
+def render_html(results: Results) -> str:
+    rec = recommend(results)
+    rows = summary_rows(results)
+    header, brow = binding_table(results)
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">",
+        f"<title>multiexport: {esc(results.target)}</title><style>{CSS}</style></head><body>",
+        f"<h1>multiexport report: <code>{esc(results.target)}</code></h1>",
+        f"<p class='verdict'>{esc(rec.verdict)}</p>",
+        f"<p>{esc(weights_line(results))}</p>",
+    ]
+    if rec.caveats:
+        parts.append("<h2>Caveats</h2><ul>" + "".join(f"<li>{esc(c)}</li>" for c in rec.caveats) + "</ul>")
+    parts.append("<h2>Summary</h2>" + _html_table(COLUMNS, [[r[c] for c in COLUMNS] for r in rows], 1))
+    if capped_note(results):
+        parts.append(f"<p class='note'>{esc(capped_note(results))}</p>")
+    statuses = _statuses(results)
+    if statuses:
+        parts.append("<p class='note'>" + "; ".join(f"<code>{esc(s.value)}</code>: {esc(MEANING[s])}" for s in statuses)
+                     + ".</p>")
+    parts.append("<div class='plots'>" + "".join(c for c in _charts(results) if c) + "</div>")
+    parts.append("<h2>Which leaves each format takes</h2><p>Parameter index (XLA, IREE) or input name (SavedModel, "
+                 "ONNX) per input leaf; <em>dropped</em>: the format does not take it.</p>" + _html_table(header, brow))
+    prow = parity_rows(results)
+    if prow:
+        parts.append(f"<h2>Parity per output leaf (worst trial)</h2><p>Against jax.jit over trials: "
+                     f"{esc(', '.join(t.name for t in results.trials))}.</p>" + _html_table(PARITY_HEADER, prow, 2))
+        if excluded_lines(results):
+            parts.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in excluded_lines(results)) + "</ul>")
+    for title, head, body in (("Export time", EXPORT_HEADER, export_rows(results)),
+                              ("Cold start and memory", COLD_HEADER, cold_rows(results)),
+                              ("Versions", VERSION_HEADER, version_rows(results))):
+        if body:
+            parts.append(f"<h2>{esc(title)}</h2>" + _html_table(head, body))
+    parts.append("<h2>Environment</h2><ul>" + "".join(
+        f"<li>{esc(line)}</li>" for line in setup_lines(results) + environment_lines(results)) + "</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

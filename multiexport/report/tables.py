@@ -1,0 +1,188 @@
+"""The tables every report shows, as rows of plain strings (escaped by whichever medium renders them)."""
+
+from __future__ import annotations
+
+from ..results import BackendResult, BenchResult, Results, Status
+from .text import human_bytes, mib, one_line
+
+
+def shape_text(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def binding_table(results: Results) -> tuple[list[str], list[list[str]]]:
+    """Leaf x backend: the parameter each format binds the leaf to, or 'dropped'."""
+    names = [n for n, r in results.backends.items() if r.binding]
+    header = ["input leaf", "shape", "dtype"] + names
+    rows = []
+    for leaf in results.signature.inputs:
+        row = [leaf.name, shape_text(leaf.shape), leaf.dtype]
+        for n in names:
+            b = next((b for b in results.backends[n].binding if b.name == leaf.name), None)
+            if b is not None and b.used:
+                row.append(str(b.param))
+            elif b is not None and b.caller_key:
+                row.append(f"{b.caller_key} (fed, unread)")
+            else:
+                row.append("dropped")
+        rows.append(row)
+    return header, rows
+
+
+COLD_HEADER = ["backend", "load s", "compile s", "first call s", "process start to first output s", "peak RSS",
+               "artifact size", "threads (asked / runtime's report)", "calling path"]
+
+
+# Where each runtime reports the threads it uses (the runner's describe()): TF and ONNX Runtime by API,
+# XLA and IREE by their pools' thread names, OpenVINO/LiteRT by their own keys.
+THREAD_REPORTS = ("intra_op_threads", "xla_eigen_threads", "iree_worker_threads", "inference_num_threads",
+                  "num_threads")
+
+
+def threads_text(runner: dict) -> str:
+    asked = runner.get("threads_requested", "?")
+    seen = next((runner[k] for k in THREAD_REPORTS if runner.get(k) not in (None, "")), None)
+    return f"{asked} / {seen if seen is not None else 'not reported'}"
+
+
+def cold_rows(results: Results) -> list[list[str]]:
+    rows = []
+    entries: list[tuple[str, BenchResult | None]] = [("jax (reference)", results.reference.bench)]
+    entries += [(n, r.bench) for n, r in results.backends.items() if r.status is Status.OK]
+    for name, bench in entries:
+        measured = bench.measured() if bench else []
+        if not measured:
+            continue
+        first = measured[0]
+        runner = bench.runner
+        threads = threads_text(runner)
+        rows.append([
+            name, f"{bench.load_s:.3f}", "-" if first.compile_s is None else f"{first.compile_s:.3f}",
+            "-" if first.first_call_s is None else f"{first.first_call_s:.4f}",
+            _opt(bench.extra.get("process_start_to_first_output_s"), "{:.2f}"),
+            mib(bench.memory.get("peak_rss_bytes")),
+            "-" if bench.artifact_bytes is None else human_bytes(bench.artifact_bytes), str(threads),
+            one_line(runner.get("calling_path", ""), 200),
+        ])
+    return rows
+
+
+EXPORT_HEADER = ["backend", "export s (wall, in its worker)", "export CPU s", "of which one-time setup",
+                 "export peak RSS", "weights stored"]
+
+
+def export_rows(results: Results) -> list[list[str]]:
+    rows = []
+    for name, r in results.backends.items():
+        if r.export_seconds is None:
+            continue
+        setup = r.export_setup or {}
+        seconds = setup.get("seconds") if isinstance(setup, dict) else None
+        share = (f"{seconds:.2f} s ({100 * seconds / r.export_seconds:.0f}%): {setup.get('what', '')}"
+                 if isinstance(seconds, (int, float)) and seconds and r.export_seconds else "-")
+        rows.append([name, f"{r.export_seconds:.2f}", _opt(r.export_cpu_seconds, "{:.2f}"), share,
+                     mib(r.export_peak_rss_bytes), storage_text(r.weights or {})])
+    return rows
+
+
+def storage_text(w: dict) -> str:
+    """Where one artifact keeps the weights, e.g. 'external: weights.safetensors (1.2 GiB)'."""
+    try:
+        if w.get("storage") == "external":
+            return f"external: {w.get('file', '?')} ({human_bytes(w.get('external_bytes', 0))})"
+        if w.get("storage") == "embedded":
+            return f"embedded ({human_bytes(w.get('embedded_bytes', 0))})"
+    except (TypeError, ValueError):
+        return "?"
+    return "-"
+
+
+def weights_line(results: Results) -> str:
+    w = results.signature.weights
+    how = ("baked in (closed over; where each artifact keeps them: Export time table)" if w.mode == "baked"
+           else "taken as input leaves")
+    return (f"Weights: {how} (constants {human_bytes(w.baked_bytes)} in {w.baked_arrays} arrays; input leaves "
+            f"{human_bytes(w.input_bytes)})")
+
+
+PARITY_HEADER = ["backend", "output leaf", "verdict", "max err / scale", "max abs", "elementwise rel", "max ULP",
+                 "mismatch ratio", "min rtol to pass", "tolerance", "worst trial"]
+
+
+def parity_rows(results: Results) -> list[list[str]]:
+    rows = []
+    for name, r in results.backends.items():
+        if not r.parity:
+            continue
+        for leaf, v in r.parity.worst().items():
+            s = v.stats
+            if not s.compared:
+                rows.append([name, leaf, "FAIL", "shape differs", "-", "-", "-", "-", "-", v.tolerance.text(), v.trial])
+                continue
+            rows.append([name, leaf, "pass" if v.passed else "FAIL", f"{s.err_scale:.3g}", f"{s.max_abs:.3g}",
+                         f"{s.max_rel:.3g}", "-" if s.max_ulp is None else str(s.max_ulp), f"{s.mismatch_ratio:.3g}",
+                         f"{s.min_rtol:.3g}", v.tolerance.text(), v.trial])
+    return rows
+
+
+def excluded_lines(results: Results) -> list[str]:
+    seen = {}
+    for r in results.backends.values():
+        for e in (r.parity.excluded if r.parity else []):
+            seen.setdefault(e.trial, e.reason)
+    return [f"trial '{t}' left out: {why}" for t, why in seen.items()]
+
+
+def setup_lines(results: Results) -> list[str]:
+    """Device and timing mode: what the figures mean."""
+    plan = results.device or {}
+    lines = []
+    if plan:
+        lines.append(f"Device: requested {plan.get('requested')}, chosen {plan.get('chosen')}"
+                     + (f" ({plan['note']})" if plan.get("note") else ""))
+        for name, found in (plan.get("found") or {}).items():
+            if isinstance(found, dict):
+                lines.append(f"{name}: {'sees a GPU' if found.get('gpu') else 'no GPU'} ({found.get('reason', '')})")
+    configs = [b.config for b in [results.reference.bench] + [r.bench for r in results.backends.values()] if b]
+    if configs:
+        c = configs[0]
+        mode = ("end to end: host inputs copied to the device and outputs copied back in every timed call"
+                if c.get("include_transfers") else
+                "inputs already on the device, outputs left there; every timed call synchronised")
+        lines.append(f"Timing: {mode}; {c.get('warmup_iters')} warm-up calls, then at least {c.get('min_iters')} calls "
+                     f"and {c.get('bench_time')} s per batch size; each backend in its own worker process, one at a time")
+    threads = results.config.get("threads") if isinstance(results.config, dict) else None
+    lines.append(f"Threads: every runtime got {threads or results.environment.get('usable_cores', '?')} intra-op "
+                 "threads (the runtime's own report is in the cold-start table)")
+    return lines
+
+
+def environment_lines(results: Results) -> list[str]:
+    env = results.environment or {}
+    versions = env.get("versions", {}) if isinstance(env.get("versions"), dict) else {}
+    return [f"CPU: {env.get('cpu', '?')} ({env.get('cores', '?')} cores, {env.get('usable_cores', '?')} usable)",
+            f"Python {env.get('python', '?')} on {env.get('platform', '?')}",
+            ", ".join(f"{k} {v}" for k, v in versions.items())]
+
+
+def version_rows(results: Results) -> list[list[str]]:
+    """Per backend: what produced the artifact and what a consumer needs."""
+    rows = []
+    for name, r in results.backends.items():
+        if not r.versions and not r.requires:
+            continue
+        produced = ", ".join(f"{k} {v}" for k, v in r.versions.items() if k not in ("python", "numpy", "multiexport"))
+        needs = "; ".join(f"{k} {v}" for k, v in r.requires.items() if k != "note")
+        rows.append([name, one_line(produced, 300), one_line(needs, 300), one_line(r.requires.get("note", ""), 300)])
+    return rows
+
+
+VERSION_HEADER = ["backend", "produced by", "needs", "which consumers qualify"]
+
+
+def _opt(v, fmt) -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def failed(row: BackendResult) -> bool:
+    return row.status.is_failure

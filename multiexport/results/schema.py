@@ -1,0 +1,124 @@
+"""Typed results to JSON and back: one converter for every results dataclass, strict on the way in.
+
+`to_data` writes a dataclass as JSON-ready data (non-finite floats as "inf"/"-inf"/"nan", enums by
+value). `from_data` builds the dataclass back from parsed JSON, checking every field against its type
+hint, so a results.json with a wrong type anywhere is one InputError naming the field's path, never a
+KeyError deep inside a report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from enum import Enum
+from typing import Any
+
+from ..errors import InputError
+
+_NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf,
+              "NaN": math.nan}
+
+
+def to_data(obj: Any) -> Any:
+    """A dataclass (or list/dict of them) as JSON-ready data."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): to_data(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_data(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return to_data(obj.item())
+    return obj
+
+
+def from_data(cls: type, data: Any, where: str) -> Any:
+    """`cls` (a dataclass) from parsed JSON, every field checked; InputError naming the path otherwise."""
+    return _convert(cls, data, where)
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(option, value, where)
+            except InputError as exc:
+                errors.append(str(exc))
+        raise InputError(errors[0] if errors else f"{where} | got {_kind(value)}, expected {hint}")
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise InputError(f"{where} | got {_kind(value)}, expected a list")
+        (item,) = typing.get_args(hint)[:1] or (Any,)
+        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise InputError(f"{where} | got {_kind(value)}, expected an object")
+        _, item = typing.get_args(hint) or (str, Any)
+        return {str(k): _convert(item, v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            parse = getattr(hint, "parse", None)
+            if parse is not None and isinstance(value, str):
+                return parse(value)
+            raise InputError(f"{where} | got {value!r}, expected one of {', '.join(e.value for e in hint)}") from None
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise InputError(f"{where} | got {_kind(value)}, expected an object")
+        hints = typing.get_type_hints(hint)
+        kwargs = {}
+        for f in dataclasses.fields(hint):
+            if not f.init:
+                continue
+            if f.name in value:
+                kwargs[f.name] = _convert(hints[f.name], value[f.name], f"{where}.{f.name}")
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise InputError(f"{where} | has no '{f.name}', expected one")
+        return hint(**kwargs)
+    if hint is float:
+        if isinstance(value, str) and value in _NONFINITE:
+            return _NONFINITE[value]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise InputError(f"{where} | got {_kind(value)}, expected a number")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise InputError(f"{where} | got {_kind(value)}, expected an integer")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise InputError(f"{where} | got {_kind(value)}, expected true or false")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise InputError(f"{where} | got {_kind(value)}, expected a string")
+    if hint is type(None):
+        if value is None:
+            return None
+        raise InputError(f"{where} | got {_kind(value)}, expected null")
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return f"{type(value).__name__} {str(value)[:40]!r}" if isinstance(value, (int, float, str)) else type(value).__name__

@@ -1,0 +1,226 @@
+"""The one subprocess supervisor: every process multiexport starts (workers, device probes, native tools,
+the screenshot browser) is spawned, timed out, killed and reaped here.
+
+- Each child runs in a session of its own, so a kill reaches what it started too, and a terminal's
+  Ctrl-C reaches only multiexport, which stops its children itself and keeps what finished.
+- `stop_on_signals` turns SIGINT, SIGTERM and SIGHUP into `Interrupted` in the main thread, and waits
+  poll a flag, since a signal's exception raised inside a destructor is printed and dropped by Python.
+- Output goes to temporary files (no pipe can fill up and hang a child), and each child's CPU time is
+  its own (`wait4`), so overlapping children can be reported honestly.
+- A child killed by SIGKILL is called out of memory only with evidence: the cgroup's `oom_kill` count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+from ..errors import Interrupted
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_POLL_S = 0.25
+_OUTPUT_LIMIT = 1 << 20
+_stop: int | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one child process ended.
+
+    returncode: its exit status (negative: killed by that signal), None if it never started.
+    stdout, stderr: the last MiB of each.
+    timed_out: it ran past its timeout and was killed.
+    start_error: why it could not be started, if it could not.
+    oom_kills: out-of-memory kills in this cgroup while it ran (None when the cgroup cannot say).
+    seconds: wall time; cpu_seconds: the child's own user + system time (its children included).
+    """
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    start_error: str = ""
+    oom_kills: int | None = None
+    seconds: float = 0.0
+    cpu_seconds: float | None = None
+
+    @property
+    def signal(self) -> int | None:
+        return -self.returncode if self.returncode is not None and self.returncode < 0 else None
+
+    def how_it_ended(self) -> str:
+        if self.start_error:
+            return f"could not start ({self.start_error})"
+        if self.timed_out:
+            return "ran past its timeout and was killed"
+        if self.signal:
+            return f"was killed by {_signal_name(self.signal)}"
+        return f"exited {self.returncode}"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def run_command(cmd: Sequence[str], *, timeout: float, cwd: str | os.PathLike | None = None,
+                env: Mapping[str, str] | None = None) -> Outcome:
+    """Run `cmd` to completion or `timeout`; a stop request (signal) kills it and raises Interrupted."""
+    raise_if_stopped()
+    before = oom_kill_count()
+    start = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            with _stop_signals_deferred():  # a signal between fork and Popen's return would orphan the child
+                proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd,
+                                        env=dict(env) if env is not None else None, start_new_session=True)
+        except OSError as exc:
+            return Outcome(None, "", "", start_error=f"{type(exc).__name__}: {exc}")
+        timed_out, cpu = False, None
+        try:
+            code, cpu = _wait(proc, start + timeout)
+        except TimeoutError:
+            timed_out = True
+            code = _kill(proc)
+        except BaseException:
+            _kill(proc)
+            raise
+        after = oom_kill_count()
+        return Outcome(code, _tail(out), _tail(err), timed_out=timed_out,
+                       oom_kills=None if before is None or after is None else after - before,
+                       seconds=time.monotonic() - start, cpu_seconds=cpu)
+
+
+def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int, float | None]:
+    """Wait for `proc` in slices (checking for a stop request), reap it, return (exit code, CPU seconds)."""
+    fd = None
+    try:
+        fd = os.pidfd_open(proc.pid) if hasattr(os, "pidfd_open") else None
+    except OSError:
+        fd = None
+    try:
+        while True:
+            raise_if_stopped()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            if fd is not None:
+                ready, _, _ = select.select([fd], [], [], min(_POLL_S, remaining))
+                if not ready:
+                    continue
+                pid, status, usage = os.wait4(proc.pid, 0)
+            else:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid == 0:
+                    time.sleep(min(0.02, remaining))
+                    continue
+            code = os.waitstatus_to_exitcode(status)
+            proc.returncode = code  # reaped here: Popen must not wait for it again
+            return code, usage.ru_utime + usage.ru_stime
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _kill(proc: subprocess.Popen) -> int:
+    """Kill the child's whole session and reap the child; returns its exit code."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode is None:
+        try:
+            _, status, _ = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:
+            proc.returncode = -signal.SIGKILL
+    return proc.returncode
+
+
+def _tail(fh) -> str:
+    fh.seek(0, os.SEEK_END)
+    size = fh.tell()
+    fh.seek(max(0, size - _OUTPUT_LIMIT))
+    return fh.read().decode(errors="replace")
+
+
+def oom_kill_count() -> int | None:
+    """The kernel's out-of-memory kill count for this process's cgroup (v2 memory.events), if readable."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                events = Path("/sys/fs/cgroup") / line[3:].lstrip("/") / "memory.events"
+                for entry in events.read_text().splitlines():
+                    key, _, value = entry.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+# -- stopping on signals ---------------------------------------------------------------------------------
+
+def raise_if_stopped() -> None:
+    """Raise Interrupted if a stop signal arrived (even one whose exception a destructor swallowed)."""
+    if _stop is not None:
+        raise Interrupted(_stop)
+
+
+def stop_requested() -> int | None:
+    return _stop
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """For the block: SIGINT, SIGTERM and SIGHUP raise Interrupted and are remembered for `raise_if_stopped`.
+
+    Signals the caller ignores (a background job's SIGINT, nohup's SIGHUP) stay ignored; outside the main
+    thread nothing changes.
+    """
+    global _stop
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+
+    def handler(signum, frame):
+        global _stop
+        first = _stop is None
+        _stop = signum
+        if first:
+            raise Interrupted(signum)
+
+    _stop = None
+    for s, old in previous.items():
+        if old is not signal.SIG_IGN:
+            signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            if old is not signal.SIG_IGN:
+                signal.signal(s, old)
+        _stop = None
+
+
+@contextlib.contextmanager
+def _stop_signals_deferred() -> Iterator[None]:
+    """Stop signals held back for the block (delivered when it ends), where the main thread can do so."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOP_SIGNALS))

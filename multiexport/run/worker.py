@@ -1,0 +1,236 @@
+"""Worker process: export a target, or load one artifact from disk (or the jax.jit reference) and run it.
+
+    python -m multiexport.run.worker export TARGET BACKEND ARTIFACT_DIR OUT_DIR [--options JSON]
+    python -m multiexport.run.worker run ARTIFACT_DIR OUT_DIR [--parity-feeds DIR] [--bench-feeds DIR --bench-config JSON]
+    python -m multiexport.run.worker reference TARGET OUT_DIR [--bench-feeds DIR --bench-config JSON]
+    python -m multiexport.run.worker devices BACKEND DEVICE OUT_DIR
+
+The artifact's worker never sees the original function: what it computes comes from the directory alone.
+Cold start is measured first (load, compile, first call), then steady-state latency per batch size, then
+the parity feeds. Results land in OUT_DIR: NNNN.npz outputs per parity feed, bench.json / export.json,
+or error.json ({category, message}) with exit code 3, so the parent can tell a clean error from a crash
+(a signal) or a hang (timeout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    # The parent starts workers with its stop signals held back, and the mask is inherited.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    argv = sys.argv[1:] if argv is None else argv
+    modes = {"export": export_main, "run": run_main, "reference": run_main, "devices": devices_main}
+    if not argv or argv[0] not in modes:
+        print(f"usage: python -m multiexport.run.worker {{{','.join(modes)}}} ...", file=sys.stderr)
+        return 2
+    return modes[argv[0]](argv)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--register", action="append", default=[], metavar="NAME=module:Class",
+                        help="a backend the parent registered at run time")
+
+
+def _register(entries) -> None:
+    from ..export.registry import register
+
+    for entry in entries:
+        name, _, locator = entry.partition("=")
+        register(name, locator)
+
+
+def _fail(out: Path, exc: BaseException, stage: str, backend=None) -> int:
+    """error.json for a failure, typed: the backend's own classification first, then the error's category."""
+    from ..errors import InternalError, MultiexportError
+    from ..files import write_text_atomic
+
+    known = backend.classify(exc, stage) if backend is not None and not isinstance(exc, MultiexportError) else None
+    if known:
+        category, message = known
+    elif isinstance(exc, InternalError):
+        category, message = "internal-error", f"{exc}\n{traceback.format_exc()}"
+    elif isinstance(exc, MemoryError):
+        category, message = "out-of-memory", f"MemoryError while {stage}: {exc}"
+    elif isinstance(exc, MultiexportError):
+        category = getattr(exc, "category", None) or f"{stage}-failed"
+        if category in ("run-failed", "export-failed") and stage != category.split("-")[0]:
+            category = f"{stage}-failed"
+        message = str(exc)
+    else:
+        category, message = f"{stage}-failed", " ".join(f"{type(exc).__name__}: {exc}".split())[:3000]
+    write_text_atomic(out / "error.json", json.dumps({"category": category, "message": message}))
+    return 3
+
+
+def devices_main(argv: list[str]) -> int:
+    """Write status.json {ok, reason} for BACKEND on DEVICE: the runtime's own answer, in this throwaway process."""
+    parser = argparse.ArgumentParser(prog="python -m multiexport.run.worker devices")
+    parser.add_argument("mode")
+    parser.add_argument("backend")
+    parser.add_argument("device")
+    parser.add_argument("out", type=Path)
+    _common(parser)
+    args = parser.parse_args(argv)
+    from ..export.registry import get_backend
+    from ..files import write_text_atomic
+
+    _register(args.register)
+    try:
+        status = get_backend(args.backend).device_status(args.device)
+        data = {"ok": status.ok, "reason": status.reason}
+    except Exception as exc:  # a runtime that fails while probing cannot use the device
+        data = {"ok": False, "reason": f"{type(exc).__name__}: {exc}"}
+    write_text_atomic(args.out / "status.json", json.dumps(data))
+    return 0
+
+
+def export_main(argv: list[str]) -> int:
+    """Export TARGET with BACKEND into ARTIFACT_DIR, isolated from the parent (and from other converters)."""
+    parser = argparse.ArgumentParser(prog="python -m multiexport.run.worker export")
+    parser.add_argument("mode")
+    parser.add_argument("target")
+    parser.add_argument("backend")
+    parser.add_argument("artifact", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--options", default="{}", help="ExportOptions fields as JSON")
+    _common(parser)
+    args = parser.parse_args(argv)
+    backend = None
+    try:
+        from ..export.contract import ExportOptions
+        from ..export.registry import get_backend
+        from ..files import write_text_atomic
+        from ..measure.bench import memory_now
+        from ..signature import build_signature, load_target
+
+        _register(args.register)
+        target = load_target(args.target)
+        signature = build_signature(target)
+        fingerprint = signature.fingerprint(target.fn)
+        fields = json.loads(args.options)
+        if fields.get("platforms"):
+            fields["platforms"] = tuple(fields["platforms"])
+        fields["static_sizes"] = {k: tuple(v) for k, v in fields.get("static_sizes", {}).items()}
+        options = ExportOptions(**fields)
+        backend = get_backend(args.backend)
+        t0, c0 = time.perf_counter(), time.process_time()
+        backend.export(target.fn, signature, args.artifact, options)
+        write_text_atomic(args.out / "export.json", json.dumps({
+            "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
+            "fingerprint": fingerprint, "peak_rss_bytes": memory_now()["peak_rss_bytes"]}))
+    except Exception as exc:
+        return _fail(args.out, exc, "export", backend)
+    return 0
+
+
+def run_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m multiexport.run.worker run|reference")
+    parser.add_argument("mode", choices=["run", "reference"])
+    parser.add_argument("source", help="artifact directory (run) or TARGET (reference)")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--parity-feeds", type=Path)
+    parser.add_argument("--bench-feeds", type=Path, help="directory with index.json [{file, batch}] and .npz feeds")
+    parser.add_argument("--bench-config", default="{}", help="BenchConfig fields as JSON")
+    parser.add_argument("--spawned-at", type=float, help="parent's time.time() when it started this process")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--trust-artifact", action="store_true")
+    _common(parser)
+    args = parser.parse_args(argv)
+    stage, backend = "load", None
+    try:
+        from ..files import write_text_atomic
+        from ..files.npz import load_npz, save_npz
+        from ..measure.bench import BenchConfig, bench_sizes, directory_bytes, memory_now
+        from ..results import BenchResult
+        from ..results.schema import to_data
+
+        _register(args.register)
+        memory_start = memory_now()
+        t0 = time.perf_counter()
+        runner, backend = _load(args)
+        load_s = time.perf_counter() - t0
+        memory_loaded = memory_now()
+
+        if args.bench_feeds:
+            stage = "bench"
+            config = BenchConfig(**json.loads(args.bench_config))
+            index = json.loads((args.bench_feeds / "index.json").read_text())
+            feeds = [(e["batch"], load_npz(args.bench_feeds / e["file"]) if e.get("file") else None) for e in index]
+            unsupported = {e["batch"]: e["reason"] for e in index if e.get("reason")}
+            first_output: dict[str, float] = {}
+            sizes = bench_sizes(runner, feeds, config, on_first_output=lambda: first_output.setdefault("at", time.time()),
+                                unsupported=unsupported)
+            extra = {}
+            if args.spawned_at and "at" in first_output:
+                extra["process_start_to_first_output_s"] = first_output["at"] - args.spawned_at
+            if hasattr(runner, "flops"):
+                for size, (_, feed) in zip(sizes, feeds):
+                    if feed is not None and size.latency is not None:
+                        size.flops = runner.flops(feed)
+                        if size.flops:
+                            size.gflops_per_s = size.flops / (size.latency.p50_ms / 1e3) / 1e9
+            result = BenchResult(
+                load_s=load_s, sizes=sizes,
+                memory={"start_rss_bytes": memory_start["rss_bytes"], "after_load_rss_bytes": memory_loaded["rss_bytes"],
+                        **memory_now()},
+                artifact_bytes=directory_bytes(args.source) if args.mode == "run" else None,
+                runner=runner.describe(), config=config.to_json(), extra=extra,
+            )
+            write_text_atomic(args.out / "bench.json", json.dumps(to_data(result), indent=1))
+
+        if args.parity_feeds:
+            stage = "run"
+            for feed_path in sorted(args.parity_feeds.glob("*.npz")):
+                save_npz(args.out / feed_path.name, runner(load_npz(feed_path)))
+        write_text_atomic(args.out / "run.json", json.dumps({"load_s": load_s, "runner": runner.describe()}))
+    except Exception as exc:  # reported to the parent as data, never as a traceback on its terminal
+        return _fail(args.out, exc, stage, backend)
+    return 0
+
+
+def _load(args):
+    from ..export.contract import RunOptions
+
+    if args.mode == "reference":
+        from ..measure.reference import ReferenceRunner
+        from ..signature import build_signature, load_target
+
+        target = load_target(args.source)
+        return ReferenceRunner(target, build_signature(target), device=args.device, threads=args.threads), None
+    from ..export.manifest import Manifest
+    from ..export.registry import get_backend
+
+    manifest = Manifest.read(args.source)
+    if manifest.supports.get("x64"):  # this process is ours: 64-bit mode on for everything, no per-call cost
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+    backend = get_backend(manifest.backend)
+    options = RunOptions(device=args.device, threads=args.threads, trust_artifact=args.trust_artifact)
+    return backend.load(args.source, options), backend
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment for a worker whose runtimes must use `threads` threads (set before they start).
+
+    XLA's CPU client sizes its Eigen pool from PJRT_NPROC when it is created (measured with jaxlib 0.10.2: the
+    often-quoted XLA_FLAGS intra_op_parallelism_threads is accepted and ignored); TF, ONNX Runtime and IREE
+    take the number in code (RunOptions.threads); OMP_NUM_THREADS covers OpenMP users among them.
+    """
+    return {"PJRT_NPROC": str(threads), "OMP_NUM_THREADS": str(threads)}
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())

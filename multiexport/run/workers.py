@@ -1,0 +1,113 @@
+"""Client side of the worker protocol: start `python -m multiexport.run.worker`, turn how it ended into data.
+
+A worker writes its results into a directory the parent gives it (outputs as .npz, bench.json,
+export.json) or error.json ({category, message}) and exits 3 on a clean error. Anything else is read
+from how the process ended: a signal is `crashed` (SIGSEGV, SIGABRT) or `killed` (SIGKILL without
+evidence), `out-of-memory` only with the kernel's word (the cgroup's oom_kill count), `timeout` past
+the deadline; a worker that exits 0 without its results is `internal-error`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .supervisor import Outcome, run_command
+
+WORKER_MODULE = "multiexport.run.worker"
+
+
+@dataclass
+class WorkerResult:
+    """What a worker left: its output directory (removed by `close`), or why it failed.
+
+    failure: (category, reason) when it did not finish cleanly.
+    data: the worker's result JSON (export.json / bench.json merged), if any.
+    work: the directory it wrote to.
+    cpu_seconds, seconds: the worker's own CPU time and wall time.
+    """
+
+    failure: tuple[str, str] | None
+    work: Path
+    data: dict[str, Any] = field(default_factory=dict)
+    cpu_seconds: float | None = None
+    seconds: float = 0.0
+
+    def close(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def worker_command(*args: str) -> list[str]:
+    from ..export.registry import runtime_registered
+
+    cmd = [sys.executable, "-m", WORKER_MODULE, *args]
+    for name, locator in runtime_registered().items():
+        cmd += ["--register", f"{name}={locator}"]
+    return cmd
+
+
+def start_work_dir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"multiexport-{prefix}-"))
+
+
+def run_worker(args: Sequence[str], work: Path, timeout: float, expect: str | None = None,
+               env: dict[str, str] | None = None) -> WorkerResult:
+    """Run one worker with `args` (its out directory among them: `work`), and read what it left.
+
+    expect: the result file a successful worker must leave (e.g. "export.json"); its absence is a bug.
+    """
+    import os
+
+    outcome = run_command(worker_command(*args), timeout=timeout, env={**os.environ, **(env or {})})
+    failure = classify(outcome, work, timeout)
+    data: dict[str, Any] = {}
+    for name in ("export.json", "bench.json", "run.json"):
+        path = work / name
+        if path.is_file():
+            try:
+                data[name] = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                failure = failure or ("internal-error", f"worker wrote an unreadable {name}: {exc}")
+    if failure is None and expect and expect not in data:
+        failure = ("internal-error", f"worker exited 0 without writing {expect}: {_tail(outcome)}")
+    return WorkerResult(failure, work, data, outcome.cpu_seconds, outcome.seconds)
+
+
+def classify(outcome: Outcome, work: Path, timeout: float) -> tuple[str, str] | None:
+    """(category, reason) for a worker that did not finish cleanly, else None."""
+    error = work / "error.json"
+    if error.is_file():
+        try:
+            err = json.loads(error.read_text())
+            return (str(err["category"]), str(err["message"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return ("internal-error", f"worker wrote an unreadable error.json ({exc}): {_tail(outcome)}")
+    if outcome.start_error:
+        return ("internal-error", f"cannot start a worker: {outcome.start_error}")
+    if outcome.timed_out:
+        return ("timeout", f"worker did not finish within {timeout:g} s and was killed")
+    if outcome.returncode == 0:
+        return None
+    tail = _tail(outcome)
+    if outcome.signal == signal.SIGKILL:
+        if outcome.oom_kills:
+            return ("out-of-memory", f"worker killed by the kernel's out-of-memory killer (the cgroup counted "
+                                     f"{outcome.oom_kills} OOM kill(s) while it ran): {tail}")
+        return ("killed", f"worker killed by SIGKILL, with no sign of running out of memory (the cgroup counted "
+                          f"{'no' if outcome.oom_kills == 0 else 'unknown'} OOM kills): {tail}")
+    if outcome.signal:
+        return ("crashed", f"worker {outcome.how_it_ended()} (native code in the runtime crashed): {tail}")
+    if outcome.returncode == 70:
+        return ("internal-error", f"worker hit a bug in multiexport: {tail}")
+    return ("crashed", f"worker {outcome.how_it_ended()} without an error report: {tail}")
+
+
+def _tail(outcome: Outcome) -> str:
+    lines = [line for line in (outcome.stderr or outcome.stdout).strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else "no output"

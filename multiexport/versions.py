@@ -1,0 +1,30 @@
+"""Versions and timestamps every manifest and results file records."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+
+
+def dist_version(dist: str) -> str:
+    """The installed version of a distribution, or "not installed"."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def base_versions() -> dict[str, str]:
+    """What produced any artifact: multiexport, Python, numpy, and the JAX that traced the function."""
+    import numpy as np
+
+    from . import __version__
+
+    return {"multiexport": __version__, "python": platform.python_version(), "numpy": np.__version__,
+            "jax": dist_version("jax"), "jaxlib": dist_version("jaxlib")}
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()

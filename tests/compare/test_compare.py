@@ -1,0 +1,98 @@
+"""`compare`: parity per backend in worker processes, failures isolated as categorised rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from multiexport import UsageError, examples
+from multiexport.comparison import compare
+from multiexport.results import Status
+
+from ..conftest import run_cli
+
+
+def test_a_numerically_wrong_backend_fails_parity_with_exit_code_1(tmp_path, fault_backends):
+    results = compare(examples.mlp(), backends=["xla", "xla_perturbed"], out_dir=tmp_path, trials=1, bench=None)
+    assert results.backends["xla"].status is Status.OK
+    bad = results.backends["xla_perturbed"]
+    assert bad.status is Status.PARITY_FAILED and "Output 'out.logits'" in bad.reason
+    assert results.exit_code == 1
+
+
+def test_crash_hang_raise_kill_and_export_failure_become_rows_and_others_finish(tmp_path, fault_backends):
+    results = compare(
+        examples.seed(), backends=["xla_crash", "xla_hang", "xla_raise", "xla_oom", "xla_killed", "xla_export_fails",
+                                   "xla"],
+        out_dir=tmp_path, trials=1, timeout=20, bench=None,
+    )
+    rows = {name: (r.status.value, r.reason) for name, r in results.backends.items()}
+    assert rows["xla"][0] == "ok"
+    assert rows["xla_crash"][0] == "crashed" and "SIGABRT" in rows["xla_crash"][1]
+    assert rows["xla_hang"][0] == "timeout" and "20 s" in rows["xla_hang"][1]
+    assert rows["xla_raise"] == ("run-failed", "RuntimeError: runtime refused the inputs")
+    assert rows["xla_oom"][0] == "out-of-memory" and "MemoryError" in rows["xla_oom"][1]
+    # SIGKILL without evidence of memory pressure is `killed`, never a guessed out-of-memory
+    assert rows["xla_killed"][0] == "killed" and "SIGKILL" in rows["xla_killed"][1], rows["xla_killed"]
+    assert rows["xla_export_fails"][0] == "export-failed" and "reduce_precision" in rows["xla_export_fails"][1]
+    assert results.exit_code == 3
+    for name in ("xla_crash", "xla_hang", "xla_raise", "xla_killed"):
+        assert results.backends[name].bench is None  # no latency for a row that failed
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert set(data["backends"]) == set(rows) and data["backends"]["xla"]["parity"]["passed"]
+
+
+def test_an_unknown_backend_name_is_a_usage_error_before_any_work(tmp_path):
+    with pytest.raises(UsageError, match=r"Backend 'nope' \| unknown, expected one of: xla"):
+        compare(examples.seed(), backends=["xla", "nope"], out_dir=tmp_path)
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_cli_compare_on_the_seed_example(tmp_path):
+    proc = run_cli("compare", "--backends", "xla", "--out", tmp_path, "--trials", "1", "--bench-time", "0.05")
+    assert proc.returncode == 0, proc.stderr
+    assert "xla" in proc.stdout and "foo.bar" in proc.stdout  # the dropped leaf is shown
+    assert "xla: export" in proc.stderr  # progress
+    assert "p50 ms" in proc.stdout and "reference" in proc.stdout  # latency beside the jax.jit baseline
+    assert json.loads((tmp_path / "results.json").read_text())["backends"]["xla"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tol", "out.nope=rtol:1"], "Tolerance 'out.nope' | matched no leaf"),
+    (["--tol", "out=rtol:inf"], "expected a finite number >= 0"),
+    (["--tol", "out=atol:nan"], "expected a finite number >= 0"),
+    (["--val-range", "foo.baz=3:1"], "LOW < HIGH"),
+    (["--trials", "0"], "Option 'trials' | got 0, expected an integer >= 1"),
+    (["--seed", "-1"], "Option 'seed' | got -1, expected an integer >= 0"),
+    (["--timeout", "nan"], "Option 'timeout' | got nan"),
+    (["--timeout", "0"], "Option 'timeout' | got 0.0"),
+    (["--timeout", "-5"], "Option 'timeout' | got -5.0"),
+    (["--max-slowdown", "0"], "Option 'max_slowdown' | got 0.0, expected a finite number >= 1"),
+    (["--backends", ""], "Option 'backends' | got '', expected at least one of"),
+    (["--backends", "xla,nope"], "Backend 'nope' | unknown"),
+    (["--threads", "0"], "Option 'threads' | got 0"),
+    (["--dim-sizes", "b=2"], "Dimension 'b' | not symbolic"),
+    (["--batch-sizes", "1,x"], "expected sizes >= 1"),
+    (["--batch-sizes", "1,8"], "expected exactly one"),
+    (["--min-iters", "0"], "Option 'min_iters' | got 0"),
+    (["--bench-time", "-1"], "Option 'bench_time' | got -1.0"),
+    (["--allow-fail", "onnx"], "Option '--allow-fail' | names 'onnx'"),
+    (["--backend-option", "xla.bogus=1"], "Option 'xla.bogus' | unknown"),
+])
+def test_cli_compare_usage_errors_exit_2(args, message, tmp_path):
+    proc = run_cli("compare", "--backends", "xla", "--out", tmp_path, *args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not (tmp_path / "results.json").exists()  # refused before any work
+
+
+def test_cli_compare_with_named_inputs_from_npz(tmp_path):
+    import numpy as np
+
+    from multiexport.files.npz import save_npz
+
+    save_npz(tmp_path / "in.npz", {"foo.bar": np.zeros(10, np.int32), "foo.baz": np.full(10, 2, np.int32)})
+    proc = run_cli("compare", "--backends", "xla", "--out", tmp_path / "o", "--inputs", tmp_path / "in.npz", "--no-bench")
+    assert proc.returncode == 0, proc.stderr
+    assert [t["name"] for t in json.loads((tmp_path / "o" / "results.json").read_text())["trials"]] == ["inputs"]

@@ -1,0 +1,103 @@
+"""The one subprocess supervisor: timeouts, kills that reach a child's children, signals, CPU time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from multiexport import Interrupted
+from multiexport.run.supervisor import oom_kill_count, raise_if_stopped, run_command, stop_on_signals
+from multiexport.run.workers import classify
+
+
+def test_output_exit_code_and_the_childs_own_cpu_time(tmp_path):
+    out = run_command([sys.executable, "-c", "import sys; s=sum(range(3_000_000)); print('hi'); "
+                                             "print('err', file=sys.stderr); sys.exit(4)"], timeout=60)
+    assert out.returncode == 4 and out.stdout.strip() == "hi" and out.stderr.strip() == "err"
+    assert out.cpu_seconds is not None and 0 < out.cpu_seconds < out.seconds + 1
+
+
+def test_a_timeout_kills_the_child_and_what_it_started(tmp_path):
+    pid_file = tmp_path / "grandchild"
+    code = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+    t0 = time.monotonic()
+    out = run_command([sys.executable, "-c", code], timeout=3)
+    assert out.timed_out and time.monotonic() - t0 < 30
+    deadline = time.monotonic() + 10
+    while _alive(int(pid_file.read_text())) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(int(pid_file.read_text())), "the grandchild outlived the kill"
+
+
+def test_a_program_that_cannot_start_is_reported_not_raised():
+    out = run_command(["/nonexistent/program"], timeout=5)
+    assert out.returncode is None and "FileNotFoundError" in out.start_error
+
+
+def test_a_sigkill_without_oom_evidence_is_killed_and_a_segfault_crashed(tmp_path):
+    killed = run_command([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], timeout=30)
+    category, reason = classify(killed, tmp_path, 30)
+    assert category == ("out-of-memory" if killed.oom_kills else "killed") and "SIGKILL" in reason
+    crashed = run_command([sys.executable, "-c", "import ctypes; ctypes.string_at(0)"], timeout=30)
+    assert classify(crashed, tmp_path, 30)[0] == "crashed" and "SIGSEGV" in classify(crashed, tmp_path, 30)[1]
+    count = oom_kill_count()
+    assert count is None or count >= 0
+
+
+def test_a_ctrl_c_swallowed_by_a_destructor_still_stops_the_wait(tmp_path, monkeypatch):
+    """CI once hung here: the KeyboardInterrupt landed in a ZipFile.__del__, was printed and dropped."""
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: swallowed.append(info.exc_type))
+
+    class InterruptedWhileCollected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))  # Python code, where the handler runs and raises
+
+    pid_file = tmp_path / "pid"
+    worker = [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+                                    "time.sleep(120)"]
+    # A runner launched in the background (`cmd &`) starts with SIGINT ignored; give it Python's default.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with stop_on_signals():
+            InterruptedWhileCollected()  # collected at once: the signal arrives inside __del__
+            with pytest.raises(Interrupted) as info:
+                run_command(worker, timeout=60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert swallowed == [Interrupted] and info.value.exit_code == 130  # the fault was real
+    assert not pid_file.exists() or not _alive(int(pid_file.read_text()))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_like_ctrl_c(signum):
+    previous = signal.getsignal(signum)
+    try:
+        with stop_on_signals():
+            with pytest.raises(Interrupted) as info:
+                os.kill(os.getpid(), signum)
+                time.sleep(5)
+            with pytest.raises(Interrupted):
+                raise_if_stopped()  # remembered for waits that a destructor's swallowing would fool
+        assert info.value.exit_code == 128 + signum
+        raise_if_stopped()  # cleared once the block ends
+    finally:
+        signal.signal(signum, previous)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (killed, not yet reaped by its parent) is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
