@@ -16,7 +16,14 @@ from typing import Any
 from multiexport.errors import ArtifactError, RunError
 from multiexport.export import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
 from multiexport.export.jit_runner import JitRunner
-from multiexport.export.stablehlo import export_module, leaf_binding, module_attributes, module_interface
+from multiexport.export.stablehlo import (
+    export_module,
+    exported_header,
+    leaf_binding,
+    module_attributes,
+    module_interface,
+    producer_version,
+)
 from multiexport.files import write_bytes_atomic, write_text_atomic
 from multiexport.files.safetensors import iter_safetensors
 from multiexport.signature.weights import WEIGHTS_FILE, embedded, module_function, plan
@@ -50,7 +57,8 @@ class XlaBackend(Backend):
         leaf_names = [leaf.name for leaf in signature.inputs]
         args = module_interface(exported, leaf_names, lifted.names if lifted else ())
         used, params = leaf_binding(args, leaf_names)
-        write_bytes_atomic(out_dir / FILES["exported"], bytes(exported.serialize()))
+        serialized = bytes(exported.serialize())
+        write_bytes_atomic(out_dir / FILES["exported"], serialized)
         write_bytes_atomic(out_dir / FILES["stablehlo_bytecode"], bytes(exported.mlir_module_serialized))
         files = {k: FILES[k] for k in ("exported", "stablehlo_bytecode")}
         weights = lifted.write(out_dir) if lifted else embedded(signature)
@@ -84,13 +92,17 @@ class XlaBackend(Backend):
         declared = {leaf.name: aval.dtype.name for leaf, aval in zip(signature.inputs, exported.in_avals[:n])}
         declared.update({leaf.name: aval.dtype.name for leaf, aval in zip(signature.outputs, exported.out_avals)})
         attributes = module_attributes(exported)
+        stablehlo = producer_version(bytes(exported.mlir_module_serialized))
         until = dt.date.today() + dt.timedelta(days=COMPATIBILITY_DAYS)
         return FormatResult(
             files=files, used=used, params=params, output_params=list(range(len(signature.outputs))),
             versions={"calling_convention_version": str(exported.calling_convention_version),
-                      "serialization_version": _serialization_version()},
+                      "serialization_version": str(exported_header(serialized)["serialization_version"]),
+                      "stablehlo_version": stablehlo or "unknown"},
             requires={
                 "calling_convention_version": exported.calling_convention_version,
+                "serialization_version": exported_header(serialized)["serialization_version"],
+                "stablehlo_version": stablehlo,
                 "jax_export_compatible_until": until.isoformat(),
                 "note": (f"jax.export guarantees {COMPATIBILITY_DAYS} days of backward compatibility: JAX/PJRT "
                          "consumers released before jax_export_compatible_until run the artifact with the same "
@@ -152,15 +164,6 @@ class XlaBackend(Backend):
             raise RunError(f"Device '{options.device}' | JAX sees none: {exc}", category="no-gpu") from exc
         weights = load_weights(directory, manifest, jax_device) if tensors else []
         return XlaRunner(manifest, directory, options, exported, jax_device, weights)
-
-
-def _serialization_version() -> str:
-    try:  # a JAX internal, recorded for information only (README, internals table)
-        from jax._src.export import serialization
-
-        return str(getattr(serialization, "_SERIALIZATION_VERSION", "unknown"))
-    except ImportError:
-        return "unknown"
 
 
 def external_tensors(manifest: Manifest) -> list[str]:

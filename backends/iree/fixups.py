@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from multiexport.errors import ExportError
-from multiexport.export.stablehlo import ir_context
+from multiexport.export.stablehlo import ir_context, parse_module
 
 FUNCTION = "main"
 PARAMETER_SCOPE = "model"  # iree-run-module --parameters=model=weights.safetensors
@@ -49,8 +49,8 @@ def prepare_stablehlo(exported, weights: Sequence[str] = ()) -> tuple[bytes, dic
 
     notes = {"shape_assertions_removed": 0, "dynamic_broadcasts_annotated": 0, "dot_generals_batched": 0,
              "custom_call_targets": []}
-    with ir_context(), ir.Location.unknown():
-        module = ir.Module.parse(exported.mlir_module())
+    with ir_context() as ctx, ir.Location.unknown():
+        module = parse_module(exported, ctx)
         ops: list[Any] = []
         module.operation.walk(lambda op: (ops.append(op.operation), ir.WalkResult.ADVANCE)[1])
         for op in ops:

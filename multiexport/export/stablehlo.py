@@ -99,8 +99,8 @@ def module_interface(exported, leaf_names: Sequence[str], weight_names: Sequence
     kept = [names[i] for i in sorted(exported.module_kept_var_idx)]
     n_leaves = len(leaf_names)
     kinds = ["leaf" if i < n_leaves else "weight" for i in sorted(exported.module_kept_var_idx)]
-    with ir_context():
-        module = ir.Module.parse(exported.mlir_module())
+    with ir_context() as ctx:
+        module = parse_module(exported, ctx)
         main = next(op for op in module.body.operations if op.operation.name == "func.func"
                     and ir.StringAttr(op.attributes["sym_name"]).value == "main")
         ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
@@ -129,8 +129,8 @@ def module_attributes(exported) -> dict[str, Any]:
     """The module-level attributes a consumer may need (`jax.uses_shape_polymorphism`, replicas, partitions)."""
     from jax.extend.mlir import ir
 
-    with ir_context():
-        module = ir.Module.parse(exported.mlir_module())
+    with ir_context() as ctx:
+        module = parse_module(exported, ctx)
         found = {}
         attributes = module.operation.attributes
         for i in range(len(attributes)):
@@ -143,14 +143,22 @@ def module_attributes(exported) -> dict[str, Any]:
 
 
 def ir_context():
-    """An MLIR context with the dialects JAX's modules use (func, stablehlo, chlo, sdy) loaded.
+    """A fresh MLIR context for JAX's modules, through public APIs only: StableHLO and CHLO registered; the
+    portable artifact's deserializer loads func and VHLO itself (measured on jax 0.10.2 and 0.12.0.1)."""
+    from jax.extend.mlir import ir
+    from jax.extend.mlir.dialects import chlo, stablehlo
 
-    jax.extend.mlir exposes the dialects but not such a context, hence JAX's own maker (a JAX internal,
-    listed in the README's internals table; it exists in jax 0.10 through 0.12).
-    """
-    from jax._src.interpreters import mlir
+    ctx = ir.Context()
+    stablehlo.register_dialect(ctx)
+    chlo.register_dialect(ctx)
+    return ctx
 
-    return mlir.make_ir_context()
+
+def parse_module(exported, ctx):
+    """The Exported's module in `ctx`, from its portable artifact (what every consumer reads)."""
+    from jax.extend import mlir as jmlir
+
+    return jmlir.deserialize_portable_artifact(bytes(exported.mlir_module_serialized), ctx)
 
 
 def producer_version(bytecode: bytes) -> str | None:
@@ -188,3 +196,30 @@ def jax_stablehlo_versions() -> dict[str, str]:
 
     week4 = jhlo.get_version_from_compatibility_requirement(jhlo.StablehloCompatibilityRequirement.WEEK_4)
     return {"stablehlo_current": str(jhlo.get_current_version()), "stablehlo_export_target": str(week4)}
+
+
+def exported_header(data: bytes) -> dict[str, object]:
+    """What a serialized `jax.export.Exported` says about itself, read from its flatbuffer (no JAX internals):
+    `serialization_version` (slot 0) and, from jax 0.12, `jax_version` (slot 26). jax 0.10.2 writes version 3
+    into the file (so older readers accept it) while its module constant says 11: the file is the truth."""
+    import struct
+
+    out: dict[str, object] = {"serialization_version": None, "jax_version": None}
+    try:
+        table = struct.unpack_from("<I", data, 0)[0]
+        vtable = table - struct.unpack_from("<i", data, table)[0]
+        size = struct.unpack_from("<H", data, vtable)[0]
+
+        def field(slot: int) -> int:
+            at = 4 + 2 * slot
+            return struct.unpack_from("<H", data, vtable + at)[0] if at < size else 0
+
+        if (offset := field(0)):
+            out["serialization_version"] = struct.unpack_from("<H", data, table + offset)[0]
+        if (offset := field(26)):
+            start = table + offset + struct.unpack_from("<I", data, table + offset)[0]
+            length = struct.unpack_from("<I", data, start)[0]
+            out["jax_version"] = data[start + 4:start + 4 + length].decode()
+    except (struct.error, UnicodeDecodeError, ValueError):
+        pass
+    return out
