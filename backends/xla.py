@@ -13,7 +13,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from multiexport.errors import ArtifactError, RunError
+from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.export import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
 from multiexport.export.jit_runner import JitRunner
 from multiexport.export.stablehlo import (
@@ -87,11 +87,14 @@ class XlaBackend(Backend):
         if exported.ordered_effects:
             warnings.append(f"ordered effects {exported.ordered_effects}: the module takes token arguments "
                             "(see format.module_args)")
+        attributes = module_attributes(exported)
+        native = native_section(exported, args, signature, options, weights, out_dir, warnings,
+                                bool(attributes.get("jax.uses_shape_polymorphism", False)))
+        files["compile_options"] = native["compile_options"]
 
         n = len(signature.inputs)
         declared = {leaf.name: aval.dtype.name for leaf, aval in zip(signature.inputs, exported.in_avals[:n])}
         declared.update({leaf.name: aval.dtype.name for leaf, aval in zip(signature.outputs, exported.out_avals)})
-        attributes = module_attributes(exported)
         stablehlo = producer_version(bytes(exported.mlir_module_serialized))
         until = dt.date.today() + dt.timedelta(days=COMPATIBILITY_DAYS)
         return FormatResult(
@@ -127,6 +130,7 @@ class XlaBackend(Backend):
                 "module_attributes": attributes,
             },
             warnings=warnings, weights=weights, declared=declared, platforms=list(exported.platforms),
+            native=native,
         )
 
     def _gpu_status_impl(self) -> Availability:
@@ -164,6 +168,56 @@ class XlaBackend(Backend):
             raise RunError(f"Device '{options.device}' | JAX sees none: {exc}", category="no-gpu") from exc
         weights = load_weights(directory, manifest, jax_device) if tensors else []
         return XlaRunner(manifest, directory, options, exported, jax_device, weights)
+
+
+def native_section(exported, args, signature, options, weights, out_dir: Path, warnings: list[str],
+                   polymorphic: bool) -> dict[str, Any]:
+    """The manifest's native section for a PJRT C API consumer, and the files it names.
+
+    PJRT compiles no polymorphic module, so a symbolic export also carries modules refined to static
+    shapes: for `--static-sizes`, else for the example's sizes (what compare runs natively). Sizes the
+    user asked for must refine; the example's may fail (a shape assertion), which is then a warning.
+    """
+    import jax
+
+    from multiexport.native.section import (
+        COMPILE_OPTIONS_FILE,
+        compile_options_proto,
+        refine_static,
+        static_key,
+        static_module,
+        static_size_sets,
+        xla_section,
+    )
+
+    tensors = weights.get("tensors", []) if weights.get("storage") == "external" else []
+    section = xla_section(exported, args, signature.inputs, signature.outputs, weights=tensors,
+                          weights_file=WEIGHTS_FILE, program=FILES["stablehlo_bytecode"],
+                          uses_shape_polymorphism=polymorphic)
+    write_bytes_atomic(out_dir / COMPILE_OPTIONS_FILE, compile_options_proto())
+    combos = static_size_sets(signature.symbolic_dims, options.static_sizes, signature.example_sizes())
+    platform = jax.default_backend()
+    if combos and platform not in [p.lower() for p in exported.platforms]:
+        warnings.append(f"no refined static modules: the module is lowered for {', '.join(exported.platforms)}, and "
+                        f"refining runs it on this machine's {platform}")
+        return section
+    for sizes in combos:
+        try:
+            code, arg_shapes, result_shapes, how = refine_static(exported, sizes)
+            entry = static_module(section, sizes, code, arg_shapes, result_shapes, how, platform)
+        except Exception as exc:  # a shape assertion of the module, or refinement leaving a dynamic shape
+            text = f"static module for {static_key(sizes)} | {' '.join(str(exc).split())[:400]}"
+            if any(symbol in options.static_sizes for symbol in sizes):
+                raise ExportError(f"Backend 'xla' | {text}", backend="xla", category="converter-error") from exc
+            warnings.append(f"no {text}")
+            continue
+        write_bytes_atomic(out_dir / entry["program"], code)
+        section["static_modules"][static_key(sizes)] = entry
+    baked = int(weights.get("embedded_bytes", 0))
+    if baked and len(section["static_modules"]) and baked * len(section["static_modules"]) > TEXT_LIMIT_BYTES:
+        warnings.append(f"each of the {len(section['static_modules'])} refined static modules embeds the "
+                        f"{baked / 2**20:.0f} MiB of baked weights again; --external-weights always stores them once")
+    return section
 
 
 def external_tensors(manifest: Manifest) -> list[str]:

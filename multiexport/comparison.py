@@ -44,6 +44,9 @@ class CompareConfig:
     timeout: seconds before a worker is stopped (> 0). bench: how long to time (None: parity only).
     batch_sizes: sizes of the symbolic batch to time.
     export_jobs: exports run at once (None: as many as cores and memory allow).
+    native: also run every artifact that has a native consumer in it (parity and in-program latency);
+        a symbolic XLA export then carries refined static modules for every size checked or timed.
+    native_plugin: the PJRT plugin for the XLA consumer (None: the installed one, see native.build).
     """
 
     backends: tuple[str, ...] = ("xla",)
@@ -64,6 +67,8 @@ class CompareConfig:
     bench: BenchConfig | None = BenchConfig()
     batch_sizes: tuple[int, ...] | None = None
     export_jobs: int | None = None
+    native: bool = False
+    native_plugin: str | None = None
 
     def __post_init__(self):
         from .export.registry import backend_class, names
@@ -110,6 +115,10 @@ class CompareConfig:
             backend_class(name)().resolve_options(given)
         if self.out_dir is not None:
             object.__setattr__(self, "out_dir", Path(self.out_dir))
+        if not isinstance(self.native, bool):
+            raise UsageError(f"Option 'native' | got {self.native!r}, expected true or false")
+        if self.native_plugin is not None and not self.native:
+            raise UsageError("Option 'native_plugin' | given without native, expected --native as well")
 
     def to_json(self) -> dict[str, Any]:
         skip = {"inputs", "tolerances", "bench", "out_dir"}

@@ -164,6 +164,11 @@ def top_k() -> Target:
                   name="top_k")
 
 
+def many_outputs() -> Target:
+    """Twelve outputs: SavedModel's StatefulPartitionedCall:<i> follows the sorted keys (out.10 is :2)."""
+    return Target(lambda x: [x * k for k in range(12)], args=(np.arange(3, dtype=np.float32),), name="many_outputs")
+
+
 def lifted_weights() -> Target:
     return examples.lm("small", "baked")
 
@@ -190,6 +195,7 @@ CASES: tuple[Case, ...] = (
     Case("float8", float8, used=("x", "s"), tags=("float8",)),
     Case("float64", float64, used=("x", "n"), tags=("x64",), x64=True),
     Case("top_k", top_k, used=("x",), tags=("composite",)),
+    Case("many_outputs", many_outputs, used=("x",), tags=("outputs",)),
     Case("lifted_weights", lifted_weights, used=("batch.tokens",), tags=("weights",),
          options={"external_weights": "always"}),
 )

@@ -23,7 +23,8 @@ BACKENDS = REPO / "backends"
 MAX_LINES = 400
 # What a backend may import from multiexport: the contract, the shared stages, and plain utilities.
 BACKEND_MAY_IMPORT = ("multiexport.errors", "multiexport.dtypes", "multiexport.files", "multiexport.export",
-                      "multiexport.signature", "multiexport.versions", "multiexport.run.supervisor")
+                      "multiexport.signature", "multiexport.versions", "multiexport.run.supervisor",
+                      "multiexport.native")
 HEAVY = ("jax", "jaxlib", "tensorflow", "onnx", "onnxruntime", "jax2onnx", "iree", "flax", "openvino", "ai_edge_litert")
 
 

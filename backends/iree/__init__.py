@@ -6,33 +6,31 @@ this host's CPU features and, when asked and a GPU is here, for `cuda`. A 64-bit
 64-bit types (IREE would demote them). When IREE cannot compile a symbolic batch the artifact is built
 for the example's sizes only and says so (`supports.dims`), and compare checks it at those sizes only.
 The artifact holds the `.vmfb`, the StableHLO that was compiled (to recompile with other flags), the
-example inputs as `inputs/arg{k}.npy` in argument order, and the exact native command line.
+manifest's native section: the argv of IREE's own native tools (example inputs in `inputs/`).
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from multiexport.dtypes import parse_dtype
 from multiexport.errors import ExportError, RunError
 from multiexport.export import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
 from multiexport.export.stablehlo import concrete_specs, export_module, leaf_binding, module_interface
 from multiexport.files import write_bytes_atomic
+from multiexport.native.run import npy_can_carry
+from multiexport.native.section import iree_section
 from multiexport.signature.weights import WEIGHTS_FILE, embedded, plan
 
 from .compile import compile_exported, compile_flags, cuda_arch, targets_for
 from .fixups import FUNCTION, PARAMETER_SCOPE, SHAPE_ASSERTIONS_WHY
-from .native import DEVICE_TARGET, DRIVERS, INPUT_DIR, MODULE, OUTPUT_DIR, input_file, native_command, npy_can_carry
+from .targets import DEVICE_TARGET, DRIVERS, MODULE
 from .runner import IreeRunner
 
 STABLEHLO = "model.mlirbc"
 LIFTED_SOURCE = "model.mlir"  # with lifted weights the module mixes in IREE's util dialect: text, not VHLO bytecode
-_EXAMPLE_LIMIT_BYTES = 64 << 20
 _ELEMENT = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i1": "bool",
             "complex<f32>": "complex64", "complex<f64>": "complex128"}
 
@@ -58,7 +56,7 @@ class IreeBackend(Backend):
         try:
             stablehlo, notes, vmfb = compile_exported(exported, targets, flags, lifted, n)
         except ExportError as exc:
-            sizes = _example_sizes(signature)
+            sizes = signature.example_sizes() or None
             if sizes is None:
                 raise
             # IREE could not compile the symbolic module: specialise to the example's sizes, and say so.
@@ -77,8 +75,12 @@ class IreeBackend(Backend):
         leaf_names = [leaf.name for leaf in signature.inputs]
         args = module_interface(exported, leaf_names, lifted.names if lifted else ())
         used, params = leaf_binding(args, leaf_names)
-        arg_leaves = [signature.inputs[leaf_names.index(a.name)] for a in args if a.kind == "leaf"]
-        files.update(_write_npy_inputs(out_dir, signature, arg_leaves, sizes))
+        arg_index = [leaf_names.index(a.name) for a in args if a.kind == "leaf"]
+        arg_leaves = [signature.inputs[i] for i in arg_index]
+        native = iree_section([(i, _at_sizes(signature.inputs[i], sizes)) for i in arg_index],
+                              [_at_sizes(leaf, sizes) for leaf in signature.outputs], driver=DRIVERS[targets[0]],
+                              module=MODULE, function=FUNCTION,
+                              parameters=f"{PARAMETER_SCOPE}={WEIGHTS_FILE}" if lifted else None)
 
         warnings = []
         if sizes is not None:
@@ -91,11 +93,9 @@ class IreeBackend(Backend):
             warnings.append(f"the module calls custom call targets {notes['custom_call_targets']}")
         opaque = sorted({leaf.dtype for leaf in [*arg_leaves, *signature.outputs] if not npy_can_carry(leaf.dtype)})
         if opaque:
-            warnings.append(f"{', '.join(opaque)} has no .npy form: the native command needs raw inputs and outputs "
-                            "(--input=SHAPExTYPE=@file.bin, --output=@file.bin); run_native refuses it")
+            warnings.append(f"{', '.join(opaque)} has no .npy form: IREE's native tools need raw inputs and outputs "
+                            "(--input=SHAPExTYPE=@file.bin, --output=@file.bin); `multiexport native` refuses it")
         declaration = _declaration(vmfb)
-        command = native_command(len(arg_leaves), len(signature.outputs), targets[0],
-                                 parameters=WEIGHTS_FILE if lifted else None)
         return FormatResult(
             files=files, used=used, params=params, output_params=list(range(len(signature.outputs))),
             versions=_iree_versions(),
@@ -123,12 +123,6 @@ class IreeBackend(Backend):
                 "module_signature": declaration,
                 "module_args": [a.name for a in args if a.kind == "leaf"],
                 "module_results": [leaf.name for leaf in signature.outputs],
-                "native_command": command,
-                "native_command_line": shlex.join(command),
-                "native_command_note": (
-                    f"run in the artifact directory after `mkdir -p {OUTPUT_DIR}`, with the iree-run-module binary of "
-                    f"iree-base-runtime (iree/_runtime_libs/, not the Python wrapper on PATH); {INPUT_DIR}/argK.npy "
-                    f"is module argument K (module_args[K]), {OUTPUT_DIR}/resultK.npy is module_results[K]"),
                 "dynamic": sizes is None and bool(signature.symbolic_dims),
                 "specialised_to": sizes,
                 "dynamic_compile_error": dynamic_error,
@@ -136,7 +130,7 @@ class IreeBackend(Backend):
             },
             warnings=warnings, weights=weights, fixed_dims=sizes,
             platforms=["cpu" if t == "llvm-cpu" else "cuda" for t in targets],
-            declared=_declared(declaration, arg_leaves, signature.outputs),
+            declared=_declared(declaration, arg_leaves, signature.outputs), native=native,
         )
 
     def _gpu_status_impl(self) -> Availability:
@@ -166,34 +160,16 @@ class IreeBackend(Backend):
         return IreeRunner(manifest, directory, options, DRIVERS[target])
 
 
-def _example_sizes(signature) -> dict[str, int] | None:
-    """Symbol -> size in the example values, or None when there are no symbols or no examples to read."""
-    if not signature.symbolic_dims or any(ex is None for ex in signature.examples):
-        return None
-    sizes: dict[str, int] = {}
-    for leaf, example in zip(signature.inputs, signature.examples):
-        for dim, size in zip(leaf.shape, np.shape(example)):
-            if dim in signature.symbolic_dims:  # plain symbols; expressions like 2*b follow from them
-                sizes.setdefault(dim, int(size))
-    return sizes if set(sizes) == set(signature.symbolic_dims) else None
+def _at_sizes(leaf, sizes: dict[str, int] | None):
+    """The leaf with the symbolic dims a specialised build fixed written as their sizes."""
+    import dataclasses
 
+    from multiexport.export.stablehlo import evaluate_dim
 
-def _write_npy_inputs(out_dir: Path, signature, args, sizes) -> dict[str, str]:
-    """The example value of each module argument as inputs/argK.npy, so the native command runs as is."""
-    import io
-
-    examples = dict(zip((leaf.name for leaf in signature.inputs), signature.examples))
-    if any(examples[leaf.name] is None for leaf in args):
-        return {}
-    if sum(np.asarray(examples[leaf.name]).nbytes for leaf in args) > _EXAMPLE_LIMIT_BYTES:
-        return {}
-    files = {}
-    for k, leaf in enumerate(args):
-        buf = io.BytesIO()
-        np.save(buf, np.asarray(examples[leaf.name]), allow_pickle=False)
-        write_bytes_atomic(out_dir / input_file(k), buf.getvalue())
-        files[f"native_input_{k}"] = input_file(k)
-    return files
+    if not sizes or not leaf.is_symbolic:
+        return leaf
+    return dataclasses.replace(leaf, shape=tuple(d if isinstance(d, int) else evaluate_dim(d, sizes)
+                                                 for d in leaf.shape))
 
 
 def _declaration(vmfb: bytes) -> str:

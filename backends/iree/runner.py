@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -12,7 +12,6 @@ from multiexport.export import Manifest, Runner
 from multiexport.export.contract import observed_threads
 
 from .fixups import FUNCTION, PARAMETER_SCOPE
-from .native import native_benchmark
 
 _THREADS_SET: list[int] = []  # iree.runtime reads its task-topology flag once per process
 
@@ -128,11 +127,6 @@ class IreeRunner(Runner):
             view = results.get_as_object(i, rt.HalBufferView)
             out.append(np.array(rt.DeviceArray(self._config.device, view, implicit_host_transfer=True).to_host()))
         return out
-
-    def native_figures(self, feed: Mapping[str, Any], budget_s: float) -> dict[str, Any] | None:
-        """`iree-benchmark-module` on the same artifact and feed: the latency a C/C++ caller gets."""
-        return native_benchmark(self.directory, feed, device=self.device, repetitions=5,
-                                min_time_s=max(0.05, budget_s / 5), threads=self.options.thread_count)
 
     def compile_count(self) -> int | None:
         return 0  # compiled ahead of time at export; nothing compiles at run time, whatever the shapes

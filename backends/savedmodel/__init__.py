@@ -24,6 +24,7 @@ from typing import Any
 
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.export import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
+from multiexport.native.section import savedmodel_section
 from multiexport.signature.weights import embedded, plan
 
 from .convert import (
@@ -114,8 +115,11 @@ class SavedModelBackend(Backend):
             files.update(checkpoint_files(out_dir))
         weights = embedded(signature) if lifted is None else describe_variables(lifted, out_dir)
         by_alias = {leaf.alias: leaf.name for leaf in (*signature.inputs, *signature.outputs)}
+        params = [leaf.alias if d else None for leaf, d in zip(signature.inputs, declared)]
+        native = savedmodel_section(signature.inputs, params, signature.outputs, saved["input_tensors"],
+                                    saved["output_tensors"], signature=SIGNATURE_KEY)
         return FormatResult(
-            files=files, used=used, params=[leaf.alias if d else None for leaf, d in zip(signature.inputs, declared)],
+            files=files, used=used, params=params,
             output_params=[leaf.alias for leaf in signature.outputs],
             versions={"tensorflow": tf.__version__, "xla_call_module_version": str(needed),
                       "xla_call_module_max_supported": str(supported), "stablehlo_written_by_jax": written,
@@ -148,6 +152,7 @@ class SavedModelBackend(Backend):
                 }[weights["storage"]],
             },
             weights=weights, platforms=saved["platforms"], declared=_declared(tf, out_dir, signature, by_alias),
+            native=native,
         )
 
     def _error(self, signature, what: str, exc: Exception) -> ExportError:

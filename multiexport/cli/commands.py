@@ -105,6 +105,44 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_native(args) -> int:
+    from ..export.manifest import Manifest
+    from ..files.npz import load_npz, save_npz
+    from ..native.run import print_command, run
+    from .output import print_outputs
+
+    for name in ("iters", "warmup"):
+        if getattr(args, name) < 0:
+            raise UsageError(f"Option '--{name}' | got {getattr(args, name)}, expected an integer >= 0")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
+    if args.out is not None and args.out.is_dir():
+        raise UsageError(f"Option '--out' | '{args.out}' is a directory, expected a file name such as out.npz")
+    kwargs = {"threads": args.threads, "plugin": args.plugin}
+    if args.print_command:
+        if args.inputs or args.out or args.iters:
+            raise UsageError("Option '--print-command' | got --inputs/--out/--iters too, expected it alone: the line "
+                             "runs on the artifact's example inputs in inputs/ (put your own .npy files there)")
+        print(print_command(args.artifact, **kwargs))
+        return 0
+    manifest = Manifest.read(args.artifact)
+    if args.inputs is None:
+        if "example_inputs" not in manifest.files:
+            raise UsageError(f"Artifact '{args.artifact}' | has no example_inputs.npz, expected --inputs FILE.npz")
+        args.inputs = manifest.path(args.artifact, "example_inputs")
+    result = run(args.artifact, load_npz(args.inputs), iters=args.iters, warmup=args.warmup, **kwargs)
+    if args.out:
+        save_npz(args.out, result.outputs)
+        print(f"wrote {len(result.outputs)} outputs to {args.out}: {', '.join(result.outputs)}")
+    else:
+        print_outputs(manifest, result.outputs)
+    if result.timing:
+        t = result.timing
+        print(f"native {t.get('consumer', '')}: {t.get('calls')} calls, median {t['median_ms']:.4g} ms, "
+              f"p90 {t['p90_ms']:.4g} ms, min {t['min_ms']:.4g} ms (measured inside the program)")
+    return 0
+
+
 def compare_config(args, backends_known: bool = True):
     """The CompareConfig the options describe (validated there, before anything runs).
 
@@ -144,7 +182,8 @@ def compare_config(args, backends_known: bool = True):
         keep_unused=args.keep_unused, external_weights=args.external_weights,
         backend_options=backend_options(args.backend_option, list(backends)) if backends_known else {},
         device=args.device,
-        threads=args.threads, timeout=args.timeout, bench=bench, batch_sizes=batch_sizes, export_jobs=args.export_jobs)
+        threads=args.threads, timeout=args.timeout, bench=bench, batch_sizes=batch_sizes, export_jobs=args.export_jobs,
+        native=args.native, native_plugin=str(args.native_plugin) if args.native_plugin else None)
 
 
 def cmd_compare(args) -> int:

@@ -110,7 +110,7 @@ def print_outputs(manifest, outputs) -> None:
 def print_results(results) -> None:
     from ..report.recommend import recommend
     from ..report.summary import COLUMNS, capped_note, summary_rows
-    from ..report.tables import binding_table
+    from ..report.tables import NATIVE_HEADER, binding_table, native_lines, native_rows
 
     c = console()
     rows = summary_rows(results)
@@ -129,6 +129,16 @@ def print_results(results) -> None:
         for brow in brows:
             btable.add_row(*[plain(cell, "dim" if cell == "dropped" else None) for cell in brow])
         c.print(btable)
+    nrows = native_rows(results)
+    if nrows:
+        ntable = _table("native consumers (no Python): parity against jax.jit, latency measured inside the program",
+                        NATIVE_HEADER)
+        for nrow in nrows:
+            ntable.add_row(*[plain(cell, ("green" if cell == "ok" else "red") if i == 2 else None)
+                             for i, cell in enumerate(nrow)])
+        c.print(ntable)
+        for line in native_lines(results):
+            c.print(plain(line, "dim"))
     for name, r in results.backends.items():
         if r.status.value != "ok":
             c.print(Text.assemble((name, "red"), f": {r.status.value}: {r.reason}"))

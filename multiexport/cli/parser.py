@@ -87,6 +87,27 @@ def build_parser() -> argparse.ArgumentParser:
                         "artifacts you trust like your own code")
     p.set_defaults(handler=commands.cmd_run)
 
+    p = sub.add_parser(
+        "native", help="run an artifact in its native, Python-free consumer (PJRT C API, TF C API, IREE's tools)",
+        description=("Run DIR with a compiled program that reads only the artifact and its manifest: XLA through the "
+                     "PJRT C API (a PJRT CPU plugin: pip install 'multiexport[native]'), a SavedModel through the TF "
+                     "C API, IREE through its own iree-run-module. The C/C++ programs are compiled on first use with "
+                     "the system compiler and cached per machine. Inputs and outputs are .npz files keyed by leaf "
+                     "name. A symbolic XLA artifact runs at the sizes it has refined static modules for "
+                     "('multiexport export --static-sizes')."))
+    p.add_argument("artifact", type=Path, metavar="DIR", help="artifact directory written by 'multiexport export'")
+    p.add_argument("--inputs", type=Path, help=".npz of named inputs (default: the artifact's example inputs)")
+    p.add_argument("--out", type=Path, help="write outputs to this .npz file (default: print a table)")
+    p.add_argument("--print-command", action="store_true",
+                   help="print the shell line that does the same run with no Python (under env -i, from the artifact "
+                        "directory, on its example inputs in inputs/) and exit")
+    p.add_argument("--iters", type=int, default=0, help="also time this many calls inside the program and print them")
+    p.add_argument("--warmup", type=int, default=5, help="untimed calls before --iters (default: 5)")
+    p.add_argument("--threads", type=int, help="intra-op threads for the runtime (default: its own choice)")
+    p.add_argument("--plugin", type=Path, help="the PJRT plugin .so for XLA (default: $MULTIEXPORT_PJRT_PLUGIN, else "
+                                                "the installed one)")
+    p.set_defaults(handler=commands.cmd_native)
+
     _compare_parser(sub)
 
     p = sub.add_parser("report", help="re-render report.md and report.html from a results.json (no backend needed)",
@@ -164,6 +185,10 @@ def _compare_parser(sub) -> None:
     p.add_argument("--warmup", type=int, default=b.warmup_iters, help=f"untimed calls before timing (default: {b.warmup_iters})")
     p.add_argument("--batch-sizes", metavar="N,N",
                    help="benchmark these sizes of the symbolic batch dimension from the same artifact, e.g. 1,8,64")
+    p.add_argument("--native", action="store_true",
+                   help="also run each artifact in its native, Python-free consumer (XLA: PJRT C API, SavedModel: TF C "
+                        "API, IREE: iree-run-module): parity against jax.jit and the latency measured inside the program")
+    p.add_argument("--native-plugin", type=Path, help="the PJRT plugin .so for --native (default: the installed one)")
     p.set_defaults(handler=commands.cmd_compare)
 
 

@@ -143,10 +143,6 @@ class Runner:
         """How many executables the runner has compiled so far, or None when the runtime cannot say."""
         return None
 
-    def native_figures(self, feed: Mapping[str, Any], budget_s: float) -> dict[str, Any] | None:
-        """Latency measured by the runtime's own native tool on this feed (no Python in the loop), if any."""
-        return None
-
     def describe(self) -> dict[str, Any]:
         """How this runner calls its runtime: calling path, device, threads as the runtime reports them."""
         return {"calling_path": self.calling_path, "device": self.device, "threads_requested": self.options.thread_count,

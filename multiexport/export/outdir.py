@@ -1,7 +1,7 @@
 """Output directories multiexport may write: claimed under a lock, staged, and swapped in whole.
 
 An existing directory is replaced only when it is a multiexport artifact whose every file the export
-wrote (its manifest's inventory): a directory that merely contains a file named manifest.json, or an
+wrote (its manifest's inventory, and the outputs its printed native command writes): a directory that merely contains a file named manifest.json, or an
 artifact a user added files to, is refused and left untouched. Two exports into one directory at once
 are refused (a lock held for the whole export), and the new artifact appears only once it is complete.
 """
@@ -38,6 +38,10 @@ def check_replaceable(out_dir: Path) -> None:
         raise ArtifactError(f"Artifact '{out_dir}' | exists and is not a multiexport artifact ({exc}); nothing was "
                             "changed: choose a new or empty directory") from None
     allowed = set(manifest.inventory) | {MANIFEST_NAME}
+    if manifest.native:  # what the printed native command writes in the artifact (outputs/output{j}.npy)
+        from ..native.section import OUTPUT_DIR, output_file
+
+        allowed |= {f"{OUTPUT_DIR}/{output_file(j)}" for j in range(len(manifest.outputs))}
     foreign = []
     for root, dirs, files in os.walk(out_dir, followlinks=False):
         for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:

@@ -101,6 +101,7 @@ def build_manifest(backend: Backend, signature: "Signature", options: ExportOpti
     files = dict(result.files)
     if _write_example_inputs(signature, staging, fixed):
         files["example_inputs"] = EXAMPLE_INPUTS
+    _write_native_inputs(signature, staging, result.native)
     dims = {d: ([fixed[d]] if d in fixed else "any") for d in signature.symbolic_dims}
     fmt = dict(result.format)
     if result.setup:
@@ -172,6 +173,32 @@ def _write_example_inputs(signature: "Signature", out_dir: Path, fixed: dict[str
         return False
     save_npz(out_dir / EXAMPLE_INPUTS, examples)
     return True
+
+
+def _write_native_inputs(signature: "Signature", out_dir: Path, native: dict[str, Any] | None) -> None:
+    """The example value of each leaf the native consumer takes, as inputs/input{i}.npy (the names the
+    native section gives), so the printed native command runs in the artifact directory as it is."""
+    import io
+
+    from ..files import write_bytes_atomic
+    from ..native.section import INPUT_DIR
+
+    if not native:
+        return
+    entries = [a for a in native.get("args", []) if a.get("kind") == "leaf"]
+    values = [signature.examples[a["index"]] for a in entries]
+    if any(v is None for v in values) or sum(np.asarray(v).nbytes for v in values) > EXAMPLE_LIMIT_BYTES:
+        return
+    arrays = [np.asarray(v, order="C") for v in values]  # ascontiguousarray would make 0-d 1-d
+    if any(a.dtype.kind == "V" or a.dtype.name != e["dtype"] for a, e in zip(arrays, entries)):
+        return  # bfloat16 / float8 have no .npy form a native program reads: no examples at all
+    for entry, array in zip(entries, arrays):
+        if entry.get("encoding") == "raw":  # the bytes alone (IREE's tools take a scalar so)
+            write_bytes_atomic(out_dir / INPUT_DIR / entry["file"], array.tobytes())
+            continue
+        buf = io.BytesIO()
+        np.save(buf, array, allow_pickle=False)
+        write_bytes_atomic(out_dir / INPUT_DIR / entry["file"], buf.getvalue())
 
 
 def audit_dtypes(backend: str, manifest: Manifest, result: FormatResult) -> None:

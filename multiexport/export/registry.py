@@ -21,6 +21,7 @@ from .contract import Backend
 ENTRY_POINT_GROUP = "multiexport.backends"
 BUILTIN_PACKAGE = "multiexport.backends"
 _RUNTIME: dict[str, str] = {}
+_BROKEN: dict[str, str] = {}  # built-in module name -> why it failed to import
 
 
 @lru_cache(maxsize=1)
@@ -31,7 +32,12 @@ def builtin() -> dict[str, str]:
     for info in pkgutil.iter_modules(package.__path__):
         if info.name.startswith("_"):
             continue
-        module = importlib.import_module(f"{BUILTIN_PACKAGE}.{info.name}")
+        try:
+            module = importlib.import_module(f"{BUILTIN_PACKAGE}.{info.name}")
+        except Exception as exc:  # one broken backend module must not take the others down: it is listed as broken
+            _BROKEN[info.name] = f"{type(exc).__name__}: {exc}"
+            found.append((1000, info.name, f"{BUILTIN_PACKAGE}.{info.name}:BACKEND"))
+            continue
         cls = getattr(module, "BACKEND", None)
         if isinstance(cls, type) and issubclass(cls, Backend) and cls.name:
             found.append((cls.order, cls.name, f"{module.__name__}:{cls.__name__}"))
@@ -77,6 +83,8 @@ def backend_class(name: str) -> type[Backend]:
     if name not in table:
         raise BackendUnavailable(f"Backend '{name}' | unknown, expected one of {', '.join(table)}")
     module_name, _, attr = table[name].partition(":")
+    if name in _BROKEN and table[name] == f"{BUILTIN_PACKAGE}.{name}:BACKEND":
+        raise BackendUnavailable(f"Backend '{name}' | its module failed to import: {_BROKEN[name]}")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:

@@ -151,16 +151,11 @@ def bench_sizes(
         else:
             stats = summarize(*time_calls(lambda: runner.run_prepared(prepared), config))
         items = batch if batch is not None else 1
-        try:
-            native = runner.native_figures(feed, config.bench_time)
-        except Exception as exc:  # the native tool is extra evidence: its failure must not lose the figures
-            native = {"error": f"{type(exc).__name__}: {exc}"}
         out.append(SizeResult(
             batch=batch, latency=stats, prepare_s=prepare_s, compile_s=compile_s, first_call_s=first_call_s,
             recompiled=None if before is None or after is None else after > before,
             throughput_per_s=items / (stats.p50_ms / 1e3) if stats.p50_ms > 0 else math.inf,
             items="items" if batch is not None else "calls",
-            native=native,
         ))
     return out
 

@@ -77,3 +77,31 @@ def static_batch(sig, batch_leaves: Sequence[str]) -> int | None:
     leading = {leaf.shape[0] for leaf in sig.inputs
                if leaf.shape and any(fnmatch.fnmatchcase(leaf.name, p) for p in batch_leaves)}
     return leading.pop() if len(leading) == 1 and isinstance(next(iter(leading), None), int) else None
+
+
+def sizes_checked(sig, trials: Sequence[Trial], feeds: Sequence[tuple[int | None, dict]]) -> dict[str, tuple[int, ...]]:
+    """Every size of every symbolic dimension a compare checks or times: the static sizes a native XLA
+    consumer needs refined modules for (PJRT compiles no polymorphic module)."""
+    found: dict[str, set[int]] = {d: set() for d in sig.symbolic_dims}
+    for trial in trials:
+        for d, size in trial.dims.items():
+            found.setdefault(d, set()).add(int(size))
+    if len(sig.symbolic_dims) == 1:
+        for batch, _ in feeds:
+            if batch is not None:
+                found[sig.symbolic_dims[0]].add(int(batch))
+    return {d: tuple(sorted(s)) for d, s in found.items() if s}
+
+
+def native_supports(native: Mapping[str, Any] | None, dims: Mapping[str, int]) -> str | None:
+    """None when the native consumer can run at `dims`, else why not (a symbolic XLA artifact has refined
+    static modules for some sizes only)."""
+    from ..native.section import static_key
+
+    if not native or native.get("consumer") != "pjrt_c_api" or not native.get("symbolic_dims"):
+        return None
+    key = static_key({d: dims[d] for d in native["symbolic_dims"] if d in dims})
+    have = sorted((native.get("static_modules") or {}))
+    if key in have:
+        return None
+    return f"no refined static module for {key} (the artifact has {', '.join(have) or 'none'})"

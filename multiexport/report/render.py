@@ -16,6 +16,7 @@ from .summary import COLUMNS, capped_note, summary_rows
 from .tables import (
     COLD_HEADER,
     EXPORT_HEADER,
+    NATIVE_HEADER,
     PARITY_HEADER,
     VERSION_HEADER,
     binding_table,
@@ -23,12 +24,14 @@ from .tables import (
     environment_lines,
     excluded_lines,
     export_rows,
+    native_lines,
+    native_rows,
     parity_rows,
     setup_lines,
     version_rows,
     weights_line,
 )
-from .text import esc, md
+from .text import esc, md, md_code
 
 __all__ = ["load_results", "render_html", "render_markdown", "write_reports"]
 
@@ -54,6 +57,12 @@ def _statuses(results: Results) -> list[Status]:
             if s not in seen and s is not Status.OK:
                 seen.append(s)
     return seen
+
+
+NATIVE_NOTE = ("Each artifact run from disk by a compiled program that reads only the artifact and its manifest "
+               "(XLA: the PJRT C API; SavedModel: the TF C API; IREE: iree-run-module), on the same trials, checked "
+               "against jax.jit with the same tolerances. Its latency is measured inside the program (inputs on the "
+               "device, one call per sample) for as many calls as the Python runner made at that size.")
 
 
 def render_markdown(results: Results) -> str:
@@ -88,6 +97,10 @@ def render_markdown(results: Results) -> str:
                 "is the largest absolute error over the leaf's largest reference magnitude; the element-wise relative "
                 "error beside it is dominated by elements that cancel to about zero.", "", _md_table(PARITY_HEADER, prow), ""]
         out += [f"- {md(line)}" for line in excluded_lines(results)] + ([""] if excluded_lines(results) else [])
+    if native_rows(results):
+        out += ["## Native consumers (no Python)", "", NATIVE_NOTE, "", _md_table(NATIVE_HEADER, native_rows(results)), ""]
+        out += [f"- {md(head)}: {md_code(rest) if head.endswith('command') else md(rest)}"
+                for head, _, rest in (line.partition(": ") for line in native_lines(results))] + [""]
     for title, head, body in (("Export time", EXPORT_HEADER, export_rows(results)),
                               ("Cold start and memory", COLD_HEADER, cold_rows(results)),
                               ("Versions: what produced each artifact and what reads it", VERSION_HEADER,
@@ -180,6 +193,10 @@ def render_html(results: Results) -> str:
                      f"{esc(', '.join(t.name for t in results.trials))}.</p>" + _html_table(PARITY_HEADER, prow, 2))
         if excluded_lines(results):
             parts.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in excluded_lines(results)) + "</ul>")
+    if native_rows(results):
+        parts.append(f"<h2>Native consumers (no Python)</h2><p>{esc(NATIVE_NOTE)}</p>"
+                     + _html_table(NATIVE_HEADER, native_rows(results), 2))
+        parts.append("<ul>" + "".join(f"<li><code>{esc(line)}</code></li>" for line in native_lines(results)) + "</ul>")
     for title, head, body in (("Export time", EXPORT_HEADER, export_rows(results)),
                               ("Cold start and memory", COLD_HEADER, cold_rows(results)),
                               ("Versions", VERSION_HEADER, version_rows(results))):

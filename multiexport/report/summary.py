@@ -38,7 +38,7 @@ def summary_rows(results: Results) -> list[dict[str, Any]]:
     if ref_bench:
         rows += _rows("jax", "reference", ("", "", ""), ref_bench, ref_p50, True)
     for name, r in results.backends.items():
-        rows += _rows(name, r.status.value, headline(r), r.bench, ref_p50, r.status is Status.OK)
+        rows += _rows(name, r.status.value, headline(r), r.bench, ref_p50, r.status is Status.OK, _native_cells(r))
     by_batch: dict[Any, list[dict[str, Any]]] = {}
     for row in rows:
         if row["backend"] != "jax" and row["status"] == "ok" and row["_p50"] is not None:
@@ -48,14 +48,27 @@ def summary_rows(results: Results) -> list[dict[str, Any]]:
     return rows
 
 
-def _rows(name: str, status: str, errors: tuple[str, str, str], bench: BenchResult | None, ref_p50, show_latency: bool):
+def _native_cells(row: BackendResult) -> dict[Any, str]:
+    """batch -> the "native ms" cell: the in-program p50, or the native verdict when it is not ok."""
+    n = row.native
+    if n is None:
+        return {}
+    if n.status is not Status.OK:
+        return {s.batch: n.status.value for s in (row.bench.sizes if row.bench else [])} or {None: n.status.value}
+    return {s.batch: (f"{s.median_ms:.4g}" if s.status is Status.OK and s.median_ms is not None else s.status.value)
+            for s in n.sizes}
+
+
+def _rows(name: str, status: str, errors: tuple[str, str, str], bench: BenchResult | None, ref_p50, show_latency: bool,
+          native: dict[Any, str] | None = None):
+    native = native or {}
     base = {
         "backend": name, "status": status, "max err / scale": errors[0], "elementwise rel": errors[1],
         "tolerance": errors[2], "size": human_bytes(bench.artifact_bytes) if bench else "",
     }
     empty = {"p50 ms": "", "p99 ms": "", "vs jax": "", "throughput": "", "cold start s": "", "native ms": "", "_p50": None}
     if not bench or not bench.sizes or not show_latency:
-        return [{**base, "batch": "", **empty}]
+        return [{**base, "batch": "", **empty, "native ms": next(iter(native.values()), "")}]
     rows = []
     first = True
     for s in bench.sizes:
@@ -75,7 +88,7 @@ def _rows(name: str, status: str, errors: tuple[str, str, str], bench: BenchResu
             "vs jax": ("1.00x" if name == "jax" else (f"{ratio:.2f}x" if ratio is not None else "")),
             "throughput": f"{si(s.throughput_per_s)} {s.items}/s",
             "cold start s": f"{cold:.3g}" if cold is not None else "",
-            "native ms": f"{s.native['median_ms']:.4g}" if (s.native or {}).get("median_ms") else "",
+            "native ms": native.get(s.batch, ""),
             "_p50": lat.p50_ms,
         })
     return rows

@@ -125,6 +125,48 @@ def parity_rows(results: Results) -> list[list[str]]:
     return rows
 
 
+NATIVE_HEADER = ["backend", "native consumer", "status", "max err / scale", "batch", "native p50 ms", "Python p50 ms",
+                 "native speedup", "calls"]
+
+
+def native_rows(results: Results) -> list[list[str]]:
+    """compare --native: each consumer's verdict and, per batch size, its in-program latency beside Python's."""
+    rows = []
+    for name, r in results.backends.items():
+        n = r.native
+        if n is None:
+            continue
+        worst = n.parity.headline() if n.parity else None
+        err = f"{worst.stats.err_scale:.3g}" if worst is not None and worst.stats.compared else ""
+        head = [name, n.consumer, n.status.value, err]
+        if not n.sizes:
+            rows.append(head + ["", "", "", "", ""])
+        for s in n.sizes:
+            batch = "-" if s.batch is None else str(s.batch)
+            if s.status is not Status.OK:
+                rows.append(head + [batch, s.status.value, "", "", ""])
+                continue
+            rows.append(head + [batch, f"{s.median_ms:.4g}", _opt(s.python_p50_ms, "{:.4g}"),
+                                "" if s.speedup is None else f"{s.speedup:.2f}x", str(s.calls)])
+    return rows
+
+
+def native_lines(results: Results) -> list[str]:
+    """The reason behind every native verdict that is not ok, and the command that repeats each run."""
+    lines = []
+    for name, r in results.backends.items():
+        if r.native is None:
+            continue
+        if r.native.reason:
+            lines.append(f"{name} native ({r.native.status.value}): {r.native.reason}")
+        for s in r.native.sizes:
+            if s.reason:
+                lines.append(f"{name} native at batch {'-' if s.batch is None else s.batch} ({s.status.value}): {s.reason}")
+        if r.native.command:
+            lines.append(f"{name} native command: {r.native.command}")
+    return lines
+
+
 def excluded_lines(results: Results) -> list[str]:
     seen = {}
     for r in results.backends.values():

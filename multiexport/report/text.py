@@ -23,6 +23,14 @@ def md(value: object) -> str:
     return "\\" + text if text.startswith(("#", ">")) else text
 
 
+def md_code(value: object) -> str:
+    """`value` as one Markdown code span (a command line): literal inside, a fence longer than any backtick run in it."""
+    text = " ".join(str(value).split())
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    return f"{fence} {text} {fence}" if longest else f"{fence}{text}{fence}"
+
+
 def esc(value: object) -> str:
     """`value` as HTML text."""
     return html.escape(str(value), quote=True)

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from ..errors import InputError
 from .bench import BenchResult, LatencyStats, SizeResult
+from .native import NativeResult, NativeSize
 from .parity import ExcludedTrial, LeafStats, LeafVerdict, ParityVerdict, Tolerance
 from .schema import from_data, to_data
 from .status import MEANING, Status
@@ -22,7 +23,7 @@ RESULTS_SCHEMA = "multiexport.results/2"
 _MAX_RESULTS = 512 << 20
 
 __all__ = ["RESULTS_SCHEMA", "BackendResult", "BenchResult", "ExcludedTrial", "LatencyStats", "LeafStats",
-           "LeafVerdict", "MEANING", "ParityVerdict", "Reference", "Results", "SizeResult", "Status", "Tolerance",
+           "LeafVerdict", "MEANING", "NativeResult", "NativeSize", "ParityVerdict", "Reference", "Results", "SizeResult", "Status", "Tolerance",
            "TrialInfo", "Binding", "LeafData", "SignatureData", "WeightsData", "load_results"]
 
 
@@ -106,7 +107,7 @@ class BackendResult:
     parity: ParityVerdict | None = None
     error_vs_float64: dict[str, float] | None = None
     bench: BenchResult | None = None
-    native: dict[str, Any] | None = None
+    native: NativeResult | None = None
     warnings: list[str] = field(default_factory=list)
     export_setup: dict[str, Any] | None = None
     export_peak_rss_bytes: int | None = None
@@ -182,6 +183,10 @@ class Results:
         rows of `allow_fail` backends do not count (except multiexport's own bugs)."""
         codes = [r.status.exit_code for n, r in self.backends.items()
                  if n not in allow_fail or r.status is Status.INTERNAL_ERROR]
+        # A native consumer asked for (compare --native) is a verdict too; one that is not installed here is not.
+        codes += [r.native.status.exit_code for n, r in self.backends.items() if r.native is not None
+                  and r.native.status is not Status.UNAVAILABLE and (n not in allow_fail or
+                                                                   r.native.status is Status.INTERNAL_ERROR)]
         if not codes:
             return 0
         return 70 if 70 in codes else max(codes)

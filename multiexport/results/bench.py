@@ -48,7 +48,6 @@ class SizeResult:
     throughput_per_s: items (or calls) per second at the median.
     items: "items" when the batch size is known, else "calls".
     flops: FLOPs of one call from XLA's cost analysis; gflops_per_s at the median.
-    native: the runtime's own native benchmark tool on the same feed, where it has one.
     """
 
     batch: int | None
@@ -63,7 +62,6 @@ class SizeResult:
     items: str = "calls"
     flops: float | None = None
     gflops_per_s: float | None = None
-    native: dict[str, Any] | None = None
 
 
 @dataclass

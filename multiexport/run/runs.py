@@ -108,6 +108,10 @@ def check_row(run, row, manifest) -> None:
                                                               " only)" if fixed else ""))
     outcome = run_artifact(["run", str(manifest_dir(row))], [t.feed for t, _ in checked], run.bench_feeds,
                            unsupported, config.bench, run.plan.chosen, run.threads, config.timeout)
+    if config.native:  # independent evidence: run whatever the Python runner's verdict is
+        from .native_check import check_native
+
+        row.native = check_native(run, row, manifest, checked, excluded, outcome.bench)
     if outcome.failure:
         row.status, row.reason = Status.parse(outcome.failure[0]), outcome.failure[1]
         return  # no latency for a row that failed

@@ -183,8 +183,11 @@ class CompareRun:
             return None
         # No load check in the export worker: the run worker loads the artifact next, and the backend classifies
         # a failure there the same way (one root cause, one category), without paying the load twice.
+        from ..measure.plan import sizes_checked
+
+        static = sizes_checked(self.sig, self.trials, self.bench_feeds) if config.native and name == "xla" else {}
         options = ExportOptions.for_device(self.plan.chosen, keep_unused=config.keep_unused,
-                                           external_weights=config.external_weights,
+                                           external_weights=config.external_weights, static_sizes=static,
                                            backend_options=dict(config.backend_options.get(name, {})), check_load=False)
         directory = self.out / name
         self.progress(f"{name}: export" + (" in a worker process" if self.spec else ""))
@@ -193,7 +196,7 @@ class CompareRun:
             work = start_work_dir("export")
             payload = {"keep_unused": options.keep_unused, "platforms": list(options.platforms or []) or None,
                        "external_weights": options.external_weights, "backend_options": dict(options.backend_options),
-                       "check_load": False}
+                       "static_sizes": {d: list(v) for d, v in options.static_sizes.items()}, "check_load": False}
             result = run_worker(["export", self.spec, name, str(directory), str(work), "--options", json.dumps(payload)],
                                 work, config.timeout, expect="export.json")
             result.close()

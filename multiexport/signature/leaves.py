@@ -133,6 +133,18 @@ class Signature:
         """The target's example values by leaf name (leaves given only as shapes are left out)."""
         return {leaf.name: ex for leaf, ex in zip(self.inputs, self.examples) if ex is not None}
 
+    def example_sizes(self) -> dict[str, int] | None:
+        """Symbolic dimension -> its size in the example values, or None when a symbol has no example to read
+        (no symbols: {}). Only plain symbols bind; expressions like `2*b` follow from them."""
+        sizes: dict[str, int] = {}
+        for leaf, example in zip(self.inputs, self.examples):
+            if example is None:
+                continue
+            for dim, size in zip(leaf.shape, np.shape(example)):
+                if dim in self.symbolic_dims:
+                    sizes.setdefault(str(dim), int(size))
+        return sizes if set(sizes) == set(self.symbolic_dims) else None
+
     def fingerprint(self, fn: Callable[..., Any] | None = None) -> str:
         """Hash of the leaves' layout, example values and the constants `fn` closes over.
 

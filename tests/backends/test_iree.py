@@ -7,7 +7,6 @@ module and shared.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 
@@ -19,7 +18,7 @@ from multiexport import ArtifactError, ExportError, InputError, RunError, Target
 from multiexport.export import ExportOptions
 from multiexport.backends.iree import IreeBackend
 from multiexport.backends.iree.compile import compile_flags, compile_vmfb
-from multiexport.backends.iree.native import BENCH_TOOL, RUN_TOOL, find_native_tool, native_benchmark, run_native
+from multiexport.native import run as native
 from multiexport.export.manifest import Manifest
 from multiexport.measure.parity import compare_leaf
 from multiexport.signature import build_signature
@@ -55,6 +54,14 @@ def built(tmp_path_factory):
     return get
 
 
+RUN_TOOL = "iree-run-module"
+
+
+def run_native(directory, feed):
+    """The artifact in IREE's own native iree-run-module, as `multiexport native` runs it."""
+    return native.run(directory, feed).outputs
+
+
 def assert_faithful(got, want, sig, label=""):
     assert list(got) == [leaf.name for leaf in sig.outputs]
     for leaf in sig.outputs:
@@ -81,28 +88,28 @@ def test_seed_binding_and_manifest(built, tmp_path):
     assert m.format["target_backends"] == ["llvm-cpu"]
     assert m.format["compile_flags"] == compile_flags(["llvm-cpu"]) == ["--iree-llvmcpu-target-cpu=host"]
     assert m.format["module_signature"] == "sync func @main(%input0: tensor<10xi32>) -> (%output0: tensor<i32>)"
-    assert m.format["native_command"] == [
-        "iree-run-module", "--device=local-task", "--module=model.vmfb", "--function=main",
-        "--input=@inputs/arg0.npy", "--output=@outputs/result0.npy"]  # file names never come from leaf names
+    assert m.native["run_args"] == [
+        "--device=local-task", "--module=model.vmfb", "--function=main",
+        "--input=@inputs/input1.npy", "--output=@outputs/output0.npy"]  # file names never come from leaf names
     assert m.versions["iree_base_compiler"] == m.versions["iree_base_runtime"] == "3.13.0"
-    assert m.files["native_input_0"] == "inputs/arg0.npy" and m.files["example_inputs"] == "example_inputs.npz"
-    np.testing.assert_array_equal(np.load(artifact.directory / "inputs/arg0.npy"), sig.example_feed()["foo.baz"])
+    assert "inputs/input1.npy" in m.inventory and m.files["example_inputs"] == "example_inputs.npz"
+    np.testing.assert_array_equal(np.load(artifact.directory / "inputs/input1.npy"), sig.example_feed()["foo.baz"])
 
     target = examples.seed()
     kept = IreeBackend().export(target.fn, sig, tmp_path / "keep", ExportOptions(keep_unused=True)).manifest
     assert [(leaf.name, leaf.param) for leaf in kept.inputs] == [("foo.bar", 0), ("foo.baz", 1)]
-    assert kept.format["native_command"][4:6] == ["--input=@inputs/arg0.npy", "--input=@inputs/arg1.npy"]
+    assert kept.native["run_args"][3:5] == ["--input=@inputs/input0.npy", "--input=@inputs/input1.npy"]
 
 
 def assert_manifest_command_reproduces(copy, m, python):
     """The manifest's command, verbatim, in the copied directory, in a process that inherits nothing:
     no Python, no environment, only the tool binary and the artifact's files; outputs equal `python`'s."""
-    command = [find_native_tool(RUN_TOOL), *m.format["native_command"][1:]]
+    command = [str(native._iree_tool(RUN_TOOL)), *m.native["run_args"]]
     (copy / "outputs").mkdir()
     proc = subprocess.run(command, cwd=copy, env={}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for k, leaf in enumerate(m.outputs):
-        np.testing.assert_array_equal(np.load(copy / "outputs" / f"result{k}.npy"), python[leaf.name])
+        np.testing.assert_array_equal(np.load(copy / "outputs" / f"output{k}.npy"), python[leaf.name])
 
 
 @pytest.mark.parametrize("name", ["mlp", "transformer"])
@@ -191,26 +198,23 @@ def test_corrupted_stablehlo_bytecode_is_a_typed_compile_failure(built):
     assert "error" in str(info.value).split("llvm-cpu: ", 1)[1]
 
 
-def test_missing_native_tools_are_typed_run_errors(built, tmp_path):
+def test_missing_native_tools_are_typed_unavailable(built, monkeypatch, tmp_path):
+    from multiexport import BackendUnavailable
+
     _, sig, artifact = built("seed")
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    with pytest.raises(RunError, match=f"Native tool '{RUN_TOOL}' \\| got nothing in {empty}"):
-        run_native(artifact.directory, sig.example_feed(), search_path=str(empty))
-    with pytest.raises(RunError, match=f"Native tool '{BENCH_TOOL}' \\| got nothing in {empty}"):
-        native_benchmark(artifact.directory, sig.example_feed(), search_path=str(empty))
-    # A PATH-like list is searched in order; the wheel's binary is found when its directory is listed.
-    wheel_dir = os.path.dirname(find_native_tool(RUN_TOOL))
-    assert find_native_tool(RUN_TOOL, os.pathsep.join([str(empty), wheel_dir])) == os.path.join(wheel_dir, RUN_TOOL)
+    monkeypatch.setattr(native, "package_dir", lambda module: tmp_path)  # a wheel without its binaries
+    with pytest.raises(BackendUnavailable, match=f"Native tool '{RUN_TOOL}' \\| not found, expected it in the "
+                                                 "iree-base-runtime wheel"):
+        run_native(artifact.directory, sig.example_feed())
 
 
 def test_native_benchmark_reports_iree_benchmark_module_figures(built):
     _, sig, artifact = built("seed")
-    result = native_benchmark(artifact.directory, sig.example_feed(), repetitions=2, min_time_s=0.01)
-    assert result["benchmark"].startswith("BM_main") and result["repetitions"] == 2
-    assert len(result["real_time_ms"]) == 2 and all(t > 0 for t in result["real_time_ms"])
-    assert min(result["iterations"]) > 0 and result["median_ms"] > 0
-    assert result["command"][0].endswith(BENCH_TOOL) and "--input=@inputs/arg0.npy" in result["command"]
+    timed = native.run(artifact.directory, sig.example_feed(), iters=3)
+    assert timed.timing["consumer"] == "iree-benchmark-module" and timed.timing["calls"] == 3
+    assert 0 < timed.timing["min_ms"] <= timed.timing["median_ms"] <= timed.timing["max_ms"]
+    assert timed.command[0].endswith("iree-benchmark-module") and "--input=@" in " ".join(timed.command)
+    assert timed.outputs["out"] == 45
 
 
 def test_prepared_inputs_run_synchronously_and_repeatably(built):
@@ -234,15 +238,15 @@ def test_broken_artifact_and_wrong_device_are_typed(built, tmp_path):
     tamper(copy, lambda d: (d / "model.vmfb").write_bytes((d / "model.vmfb").read_bytes()[:200]))
     with pytest.raises(ArtifactError, match="IREE cannot load model.vmfb: .+"):
         IreeBackend().load(copy)
-    with pytest.raises(RunError, match=f"Native tool '{RUN_TOOL}' \\| exited [1-9]\\d*: .+"):
+    with pytest.raises(RunError, match=f"Native program '{RUN_TOOL}' \\| exited [1-9]\\d*: .+"):
         run_native(copy, sig.example_feed())
     (copy / "manifest.json").write_text((copy / "manifest.json").read_text().replace('"iree"', '"xla"', 1))
-    with pytest.raises(ArtifactError, match="got a 'xla' artifact, expected 'iree'"):
+    with pytest.raises(ArtifactError, match="consumer 'iree_tools', expected 'multiexport.native/1' 'pjrt_c_api'"):
         run_native(copy, sig.example_feed())
 
 
 def test_a_hostile_manifest_cannot_make_the_native_runner_write_outside(built, tmp_path):
-    """Aliases were file names: `../../x` wrote outside the artifact. Now files are argK/resultK, and a manifest
+    """Aliases were file names: `../../x` wrote outside the artifact. Now files are input{i}/output{j}, and a manifest
     whose alias or files entry leaves the directory is refused before anything runs."""
     import json
 
@@ -291,7 +295,7 @@ def test_lifted_weights_are_iree_parameters_read_from_the_file_by_both_runners(t
     artifact = IreeBackend().export(target.fn, sig, tmp_path / "a", ExportOptions(external_weights="always"))
     m = artifact.manifest
     assert m.weights["storage"] == "external" and m.files["weights"] == "weights.safetensors"
-    assert "--parameters=model=weights.safetensors" in m.format["native_command"]
+    assert "--parameters=model=weights.safetensors" in m.native["run_args"]
     assert (artifact.directory / "model.vmfb").stat().st_size < 0.25 * m.weights["external_bytes"]
     assert ('util.global private @main_weight_0 = #stream.parameter.named<"model"::"params.embed.embedding">'
             in (artifact.directory / "model.mlir").read_text())

@@ -1,0 +1,451 @@
+// pjrt_run: runs an XLA artifact of multiexport through the PJRT C API, with no Python.
+//
+// It dlopens a PJRT plugin (e.g. the CPU plugin of the xla-cpu-pjrt wheel), compiles the module the
+// manifest's "native" section names (StableHLO bytecode, format "mlir", with the artifact's serialized
+// CompileOptionsProto), uploads the arguments in the section's order (platform index, leaves from
+// .npy files, lifted weights from weights.safetensors), executes, and writes each result as .npy.
+// A symbolic-batch artifact is run through the refined static module for the sizes its inputs bind,
+// since PJRT cannot compile a polymorphic module. With --iters N it times N calls itself.
+//
+// Everything about the binding comes from manifest.json; see native/README.md for the section.
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pjrt_c_api.h"
+
+extern "C" {
+#include "common/mx_json.h"
+#include "common/mx_npy.h"
+#include "common/mx_util.h"
+}
+
+static const char *USAGE =
+    "usage: pjrt_run --plugin PATH/xla_cpu_pjrt.so [--artifact DIR] [--inputs DIR] [--outputs DIR]\n"
+    "                [--warmup N] [--iters N] [--no-outputs] [--info]\n"
+    "  Runs the XLA artifact in DIR (default .) through the PJRT C API. Inputs: one .npy per leaf\n"
+    "  argument, named as the manifest's native.args[].file, in --inputs (default inputs/); outputs\n"
+    "  are written to --outputs (default outputs/, created). --iters N: time N calls (after --warmup\n"
+    "  untimed ones) and print min/median/p90 per-call wall time as JSON. --info: print the plugin's\n"
+    "  attributes (PJRT API and StableHLO versions) as JSON and exit.\n";
+
+static const PJRT_Api *api = nullptr;
+
+// Dies with the plugin's message if `error` is set; the PJRT_Error is freed first.
+static void check(PJRT_Error *error, const char *what) {
+  if (!error) return;
+  PJRT_Error_Message_Args m{};
+  m.struct_size = PJRT_Error_Message_Args_STRUCT_SIZE;
+  m.error = error;
+  api->PJRT_Error_Message(&m);
+  std::string message(m.message, m.message_size);
+  PJRT_Error_Destroy_Args d{};
+  d.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+  d.error = error;
+  api->PJRT_Error_Destroy(&d);
+  mx_die("%s: %s", what, message.c_str());
+}
+
+static void await_event(PJRT_Event *event, const char *what) {
+  if (!event) return;
+  PJRT_Event_Await_Args a{};
+  a.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
+  a.event = event;
+  check(api->PJRT_Event_Await(&a), what);
+  PJRT_Event_Destroy_Args d{};
+  d.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE;
+  d.event = event;
+  api->PJRT_Event_Destroy(&d);
+}
+
+static void destroy_buffer(PJRT_Buffer *buffer) {
+  PJRT_Buffer_Destroy_Args d{};
+  d.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+  d.buffer = buffer;
+  check(api->PJRT_Buffer_Destroy(&d), "PJRT_Buffer_Destroy");
+}
+
+struct DtypeMap {
+  const char *name;
+  PJRT_Buffer_Type type;
+};
+static const DtypeMap PJRT_TYPES[] = {
+    {"bool", PJRT_Buffer_Type_PRED},      {"int8", PJRT_Buffer_Type_S8},        {"int16", PJRT_Buffer_Type_S16},
+    {"int32", PJRT_Buffer_Type_S32},      {"int64", PJRT_Buffer_Type_S64},      {"uint8", PJRT_Buffer_Type_U8},
+    {"uint16", PJRT_Buffer_Type_U16},     {"uint32", PJRT_Buffer_Type_U32},     {"uint64", PJRT_Buffer_Type_U64},
+    {"float16", PJRT_Buffer_Type_F16},    {"float32", PJRT_Buffer_Type_F32},    {"float64", PJRT_Buffer_Type_F64},
+    {"bfloat16", PJRT_Buffer_Type_BF16},  {"complex64", PJRT_Buffer_Type_C64},  {"complex128", PJRT_Buffer_Type_C128},
+    {"float8_e4m3fn", PJRT_Buffer_Type_F8E4M3FN}, {"float8_e5m2", PJRT_Buffer_Type_F8E5M2},
+};
+
+static PJRT_Buffer_Type pjrt_type(const char *dtype, const char *who) {
+  for (const auto &m : PJRT_TYPES)
+    if (strcmp(m.name, dtype) == 0) return m.type;
+  mx_die("%s | dtype %s has no PJRT buffer type here", who, dtype);
+}
+
+// "1.15.0" -> comparable triple; missing parts count as 0.
+static std::vector<long> version_parts(const std::string &v) {
+  std::vector<long> parts;
+  const char *s = v.c_str();
+  while (*s) {
+    char *end;
+    parts.push_back(strtol(s, &end, 10));
+    s = *end == '.' ? end + 1 : end + strlen(end);
+  }
+  while (parts.size() < 3) parts.push_back(0);
+  return parts;
+}
+
+// The plugin's attributes (xla_version, stablehlo_current_version, stablehlo_minimum_version, ...) as strings.
+static std::map<std::string, std::string> plugin_attributes() {
+  std::map<std::string, std::string> out;
+  PJRT_Plugin_Attributes_Args a{};
+  a.struct_size = PJRT_Plugin_Attributes_Args_STRUCT_SIZE;
+  check(api->PJRT_Plugin_Attributes(&a), "PJRT_Plugin_Attributes");
+  for (size_t i = 0; i < a.num_attributes; i++) {
+    const PJRT_NamedValue &v = a.attributes[i];
+    std::string name(v.name, v.name_size), value;
+    switch (v.type) {
+      case PJRT_NamedValue_kString: value = std::string(v.string_value, v.value_size); break;
+      case PJRT_NamedValue_kInt64: value = std::to_string(v.int64_value); break;
+      case PJRT_NamedValue_kInt64List:
+        for (size_t k = 0; k < v.value_size; k++) value += (k ? "." : "") + std::to_string(v.int64_array_value[k]);
+        break;
+      case PJRT_NamedValue_kBool: value = v.bool_value ? "true" : "false"; break;
+      case PJRT_NamedValue_kFloat: value = std::to_string(v.float_value); break;
+    }
+    out[name] = value;
+  }
+  return out;
+}
+
+// A hint for a failed compile when the module's StableHLO version is outside what the plugin reads.
+// Not a refusal: a newer artifact that uses no newer feature still deserializes (measured: a v1.15.0
+// MLP compiles on a plugin whose current version is 1.13.3).
+static std::string stablehlo_hint(const std::map<std::string, std::string> &attrs, const char *needed) {
+  auto lo = attrs.find("stablehlo_minimum_version"), hi = attrs.find("stablehlo_current_version");
+  if (!needed || lo == attrs.end() || hi == attrs.end()) return "";
+  auto v = version_parts(needed);
+  if (v >= version_parts(lo->second) && v <= version_parts(hi->second)) return "";
+  return std::string(" (the module is StableHLO ") + needed + ", this plugin reads " + lo->second + ".." +
+         hi->second + ": use a plugin built from an XLA at least as new as the exporting jaxlib)";
+}
+
+struct Plugin {
+  PJRT_Client *client = nullptr;
+  PJRT_Device *device = nullptr;
+  std::string platform;
+};
+
+static void load_plugin(const char *path) {
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) mx_die("cannot load PJRT plugin %s: %s", path, dlerror());
+  using GetApi = const PJRT_Api *(*)();
+  auto get = reinterpret_cast<GetApi>(dlsym(handle, "GetPjrtApi"));
+  if (!get) mx_die("%s has no GetPjrtApi: not a PJRT plugin", path);
+  api = get();
+  if (api->pjrt_api_version.major_version != PJRT_API_MAJOR)
+    mx_die("plugin %s speaks PJRT C API %d.%d, this program was built for %d.%d", path,
+           api->pjrt_api_version.major_version, api->pjrt_api_version.minor_version, PJRT_API_MAJOR, PJRT_API_MINOR);
+  PJRT_Plugin_Initialize_Args init{};
+  init.struct_size = PJRT_Plugin_Initialize_Args_STRUCT_SIZE;
+  check(api->PJRT_Plugin_Initialize(&init), "PJRT_Plugin_Initialize");
+}
+
+static Plugin create_client() {
+  Plugin p;
+  PJRT_Client_Create_Args c{};
+  c.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+  check(api->PJRT_Client_Create(&c), "PJRT_Client_Create");
+  p.client = c.client;
+  PJRT_Client_AddressableDevices_Args d{};
+  d.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
+  d.client = p.client;
+  check(api->PJRT_Client_AddressableDevices(&d), "PJRT_Client_AddressableDevices");
+  if (d.num_addressable_devices == 0) mx_die("the PJRT client has no addressable device");
+  p.device = d.addressable_devices[0];  // the artifact is exported for 1 device (nr_devices 1)
+  PJRT_Client_PlatformName_Args n{};
+  n.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE;
+  n.client = p.client;
+  check(api->PJRT_Client_PlatformName(&n), "PJRT_Client_PlatformName");
+  p.platform.assign(n.platform_name, n.platform_name_size);
+  return p;
+}
+
+static PJRT_Buffer *upload(const Plugin &p, const void *data, PJRT_Buffer_Type type, const int64_t *dims, int ndim) {
+  PJRT_Client_BufferFromHostBuffer_Args b{};
+  b.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
+  b.client = p.client;
+  b.data = data;
+  b.type = type;
+  b.dims = dims;
+  b.num_dims = (size_t)ndim;
+  // The runtime copies before the call returns: the host arrays can be freed or reused at once.
+  b.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  b.device = p.device;
+  check(api->PJRT_Client_BufferFromHostBuffer(&b), "PJRT_Client_BufferFromHostBuffer");
+  await_event(b.done_with_host_buffer, "upload");
+  PJRT_Buffer_ReadyEvent_Args r{};
+  r.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
+  r.buffer = b.buffer;
+  check(api->PJRT_Buffer_ReadyEvent(&r), "PJRT_Buffer_ReadyEvent");
+  await_event(r.event, "upload ready");
+  return b.buffer;
+}
+
+// The module binding to run: the main one, or for a symbolic export the static module of the bound sizes.
+static const mx_json *choose_module(const mx_json *native, const mx_sizes &sizes) {
+  const mx_json *symbols = mx_json_get(native, "symbolic_dims");
+  if (mx_json_len(symbols) == 0) return native;
+  char key[512];
+  mx_sizes_key(&sizes, key, sizeof key);
+  const mx_json *statics = mx_json_get(native, "static_modules");
+  const mx_json *chosen = mx_json_get(statics, key);
+  if (!chosen) {
+    std::string have;
+    for (size_t i = 0; i < mx_json_len(statics); i++) have += std::string(i ? ", " : "") + statics->keys[i];
+    mx_die("the inputs bind %s, but the artifact has refined static modules only for: %s (PJRT cannot compile the "
+           "polymorphic module; re-export with --static-sizes including these sizes)",
+           key, have.empty() ? "(none)" : have.c_str());
+  }
+  return chosen;
+}
+
+static size_t num_outputs(PJRT_LoadedExecutable *loaded) {
+  PJRT_LoadedExecutable_GetExecutable_Args g{};
+  g.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
+  g.loaded_executable = loaded;
+  check(api->PJRT_LoadedExecutable_GetExecutable(&g), "PJRT_LoadedExecutable_GetExecutable");
+  PJRT_Executable_NumOutputs_Args n{};
+  n.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
+  n.executable = g.executable;
+  check(api->PJRT_Executable_NumOutputs(&n), "PJRT_Executable_NumOutputs");
+  PJRT_Executable_Destroy_Args d{};
+  d.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
+  d.executable = g.executable;
+  check(api->PJRT_Executable_Destroy(&d), "PJRT_Executable_Destroy");
+  return n.num_outputs;
+}
+
+struct Options {
+  const char *plugin = nullptr;
+  bool info = false;
+};
+
+static int extra_flag(const char *flag, const char *value, void *user) {
+  auto *o = static_cast<Options *>(user);
+  if (strcmp(flag, "--plugin") == 0) { o->plugin = value; return 1; }
+  if (strcmp(flag, "--info") == 0) { o->info = strcmp(value, "0") != 0; return 1; }
+  return 0;
+}
+
+static void print_info(const char *plugin) {
+  auto attrs = plugin_attributes();
+  printf("{\"plugin\": \"%s\", \"pjrt_api_version\": \"%d.%d\"", plugin, api->pjrt_api_version.major_version,
+         api->pjrt_api_version.minor_version);
+  for (const auto &kv : attrs) printf(", \"%s\": \"%s\"", kv.first.c_str(), kv.second.c_str());
+  printf("}\n");
+}
+
+int main(int argc, char **argv) {
+  mx_set_program("pjrt_run");
+  // --info takes no value on the command line: turn it into "--info 1" for the shared parser.
+  std::vector<char *> args(argv, argv + argc);
+  for (size_t i = 0; i < args.size(); i++)
+    if (strcmp(args[i], "--info") == 0) args.insert(args.begin() + (long)i + 1, const_cast<char *>("1"));
+  Options extra;
+  mx_options opts;
+  mx_parse_options((int)args.size(), args.data(), &opts, USAGE, extra_flag, &extra);
+  if (!extra.plugin) mx_die("--plugin PATH is required (the PJRT plugin .so, e.g. xla_cpu_pjrt.so)\n%s", USAGE);
+  load_plugin(extra.plugin);
+  if (extra.info) { print_info(extra.plugin); return 0; }
+
+  const mx_json *native;
+  mx_json *manifest = mx_load_manifest(opts.artifact, &native, "xla");
+  const char *format = mx_json_str(mx_require(native, "format", "native"), "mlir");
+
+  // Read every leaf once, binding the symbolic sizes from the main module's (symbolic) shapes.
+  mx_sizes sizes{};
+  std::map<std::string, mx_npy> leaves;
+  const mx_json *main_args = mx_require(native, "args", "native");
+  for (size_t i = 0; i < mx_json_len(main_args); i++) {
+    const mx_json *a = mx_json_at(main_args, i);
+    if (strcmp(mx_json_str(mx_json_get(a, "kind"), ""), "leaf") != 0) continue;
+    mx_npy array;
+    mx_read_leaf(opts.inputs, a, &sizes, &array);
+    leaves[mx_json_str(mx_json_get(a, "leaf"), "")] = array;
+  }
+  const mx_json *module = choose_module(native, sizes);
+  std::string hint = stablehlo_hint(plugin_attributes(), mx_json_str(mx_json_get(module, "stablehlo_version"), nullptr));
+
+  Plugin p = create_client();
+  std::string program_path = mx_json_str(mx_require(module, "program", "native module"), "");
+  char err[MX_ERR];
+  size_t code_len, options_len = 0;
+  char *dir_program = mx_join(opts.artifact, program_path.c_str());
+  char *code = mx_read_file(dir_program, &code_len, err, sizeof err);
+  if (!code) mx_die("%s", err);
+  char *options = nullptr;
+  const char *options_file = mx_json_str(mx_json_get(native, "compile_options"), nullptr);
+  if (!options_file) mx_die("manifest.json: native has no \"compile_options\" (a CompileOptionsProto file; empty "
+                            "options abort the CPU client)");
+  char *options_path = mx_join(opts.artifact, options_file);
+  options = mx_read_file(options_path, &options_len, err, sizeof err);
+  if (!options) mx_die("%s", err);
+  if (options_len == 0)  // the CPU client aborts the process on it (Check failed: replica_count > 0)
+    mx_die("%s is empty: it must hold a CompileOptionsProto with num_replicas 1, num_partitions 1", options_file);
+
+  PJRT_Program prog{};
+  prog.struct_size = PJRT_Program_STRUCT_SIZE;
+  prog.code = code;
+  prog.code_size = code_len;
+  prog.format = format;
+  prog.format_size = strlen(format);
+  PJRT_Client_Compile_Args cc{};
+  cc.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
+  cc.client = p.client;
+  cc.program = &prog;
+  cc.compile_options = options;
+  cc.compile_options_size = options_len;
+  int64_t t0 = mx_now_ns();
+  check(api->PJRT_Client_Compile(&cc), ("compiling " + program_path + hint).c_str());
+  double compile_ms = (double)(mx_now_ns() - t0) / 1e6;
+
+  // Arguments in the module's order.
+  std::vector<PJRT_Buffer *> inputs;
+  const mx_json *margs = mx_require(module, "args", program_path.c_str());
+  const mx_json *platforms = mx_json_get(module, "platforms");
+  mx_safetensors weights{};
+  bool weights_open = false;
+  for (size_t i = 0; i < mx_json_len(margs); i++) {
+    const mx_json *a = mx_json_at(margs, i);
+    std::string kind = mx_json_str(mx_json_get(a, "kind"), "");
+    if (kind == "platform_index") {
+      // jax.export lowered for several platforms: the first argument picks the branch by index.
+      int32_t index = -1;
+      for (size_t k = 0; k < mx_json_len(platforms); k++)
+        if (p.platform == mx_json_str(mx_json_at(platforms, k), "")) index = (int32_t)k;
+      if (index < 0) mx_die("the module was lowered for other platforms than this plugin's '%s'", p.platform.c_str());
+      inputs.push_back(upload(p, &index, PJRT_Buffer_Type_S32, nullptr, 0));
+    } else if (kind == "leaf") {
+      std::string name = mx_json_str(mx_json_get(a, "leaf"), "");
+      auto it = leaves.find(name);
+      if (it == leaves.end()) mx_die("Input '%s' | the static module takes a leaf the main module does not", name.c_str());
+      const mx_npy &arr = it->second;
+      inputs.push_back(upload(p, arr.data, pjrt_type(mx_json_str(mx_json_get(a, "dtype"), ""), name.c_str()),
+                              arr.shape, arr.ndim));
+    } else if (kind == "weight") {
+      if (!weights_open) {
+        char *path = mx_join(opts.artifact, mx_json_str(mx_require(a, "file", "weight"), ""));
+        mx_safetensors_open(path, &weights);
+        free(path);
+        weights_open = true;
+      }
+      const char *tensor = mx_json_str(mx_require(a, "tensor", "weight"), "");
+      size_t nbytes;
+      void *data = mx_safetensors_read(&weights, tensor, a, &nbytes);
+      const mx_json *shape = mx_json_get(a, "shape");
+      std::vector<int64_t> dims;
+      for (size_t d = 0; d < mx_json_len(shape); d++) dims.push_back(mx_json_int(mx_json_at(shape, d), 0));
+      inputs.push_back(upload(p, data, pjrt_type(mx_json_str(mx_json_get(a, "dtype"), ""), tensor), dims.data(),
+                              (int)dims.size()));
+      free(data);  // uploaded with kImmutableOnlyDuringCall: the device holds its own copy
+    } else if (kind == "token") {
+      mx_die("argument %zu is an effect token: this consumer passes none; run the refined static module "
+             "(static_modules), whose tokens are created inside", i);
+    } else {
+      mx_die("manifest.json: argument %zu has unknown kind '%s'", i, kind.c_str());
+    }
+  }
+  for (auto &kv : leaves) mx_npy_free(&kv.second);
+
+  const mx_json *results = mx_require(module, "results", program_path.c_str());
+  size_t n_out = mx_json_len(results);
+  if (num_outputs(cc.executable) != n_out)
+    mx_die("%s returns %zu results, the manifest lists %zu", program_path.c_str(), num_outputs(cc.executable), n_out);
+  std::vector<PJRT_Buffer *> outputs(n_out, nullptr);
+  PJRT_ExecuteOptions eo{};
+  eo.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  PJRT_Buffer *const *arg_list = inputs.data();
+  PJRT_Buffer **out_list = outputs.data();
+
+  // One synchronous call: execute, then wait until the device is done.
+  auto call = [&]() {
+    PJRT_Event *done = nullptr;
+    PJRT_LoadedExecutable_Execute_Args ex{};
+    ex.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
+    ex.executable = cc.executable;
+    ex.options = &eo;
+    ex.argument_lists = &arg_list;
+    ex.num_devices = 1;
+    ex.num_args = inputs.size();
+    ex.output_lists = &out_list;
+    ex.device_complete_events = &done;
+    check(api->PJRT_LoadedExecutable_Execute(&ex), "PJRT_LoadedExecutable_Execute");
+    await_event(done, "execute");
+  };
+  auto release_outputs = [&]() {
+    for (auto &b : outputs) { if (b) destroy_buffer(b); b = nullptr; }
+  };
+
+  for (int i = 0; i < opts.warmup; i++) { call(); release_outputs(); }
+  std::vector<int64_t> times;
+  for (int i = 0; i < opts.iters; i++) {
+    int64_t start = mx_now_ns();
+    call();
+    times.push_back(mx_now_ns() - start);
+    release_outputs();
+  }
+  call();  // the call whose results are written
+
+  if (!opts.no_outputs) {
+    mx_make_dir(opts.outputs);
+    for (size_t i = 0; i < n_out; i++) {
+      const mx_json *r = mx_json_at(results, i);
+      if (strcmp(mx_json_str(mx_json_get(r, "kind"), "leaf"), "leaf") != 0) continue;
+      const char *name = mx_json_str(mx_json_get(r, "leaf"), "?");
+      PJRT_Buffer_ElementType_Args et{};
+      et.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE;
+      et.buffer = outputs[i];
+      check(api->PJRT_Buffer_ElementType(&et), "PJRT_Buffer_ElementType");
+      if (et.type != pjrt_type(mx_json_str(mx_json_get(r, "dtype"), ""), name))
+        mx_die("Output '%s' | PJRT element type %d differs from the manifest's %s", name, (int)et.type,
+               mx_json_str(mx_json_get(r, "dtype"), ""));
+      PJRT_Buffer_Dimensions_Args dims{};
+      dims.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
+      dims.buffer = outputs[i];
+      check(api->PJRT_Buffer_Dimensions(&dims), "PJRT_Buffer_Dimensions");
+      PJRT_Buffer_ToHostBuffer_Args th{};
+      th.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
+      th.src = outputs[i];
+      check(api->PJRT_Buffer_ToHostBuffer(&th), "PJRT_Buffer_ToHostBuffer (size)");
+      std::vector<char> host(th.dst_size);
+      th.dst = host.data();
+      check(api->PJRT_Buffer_ToHostBuffer(&th), "PJRT_Buffer_ToHostBuffer");
+      await_event(th.event, "download");
+      mx_write_result(opts.outputs, r, (int)dims.num_dims, dims.dims, host.data(), host.size());
+    }
+  }
+  release_outputs();
+
+  if (opts.iters > 0) {
+    char extra_json[512];
+    snprintf(extra_json, sizeof extra_json, "\"program\": \"%s\", \"platform\": \"%s\", \"compile_ms\": %.3f", program_path.c_str(),
+             p.platform.c_str(), compile_ms);
+    mx_print_timing("pjrt_c_api", times.data(), (int)times.size(), opts.warmup, extra_json);
+  }
+  for (auto *b : inputs) destroy_buffer(b);
+  if (weights_open) mx_safetensors_close(&weights);
+  free(code);
+  free(options);
+  free(dir_program);
+  free(options_path);
+  mx_json_free(manifest);
+  return 0;
+}

@@ -1,0 +1,258 @@
+"""Run an artifact in its native consumer: named inputs in, named outputs out, no Python in the program.
+
+`run(dir, feed)` checks the feed against the manifest, writes each leaf argument the `"native"` section
+names as a .npy file, runs the consumer through the one supervisor with an environment holding only
+what `print_command` prints (so the two cannot drift apart), and reads the outputs back by leaf name.
+With `iters`, the program times that many calls itself and `run` returns its figures too.
+
+Consumers: xla -> pjrt_run (PJRT C API), savedmodel -> tf_run (TF C API), iree -> the iree-base-runtime
+wheel's iree-run-module / iree-benchmark-module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import ArtifactError, InputError, RunError, leaf_message
+from ..export.feed import check_feed
+from ..export.manifest import Manifest
+from ..run.supervisor import run_command
+from .build import NativeBuildError, build, find_pjrt_plugin, package_dir
+from .section import INPUT_DIR, OUTPUT_DIR, check_section, iree_section
+
+PROGRAM_FOR = {"xla": "pjrt_run", "savedmodel": "tf_run", "iree": "iree"}
+_MESSAGE_LIMIT = 4000
+BENCHMARK_FILE = "benchmark.json"  # iree-benchmark-module's figures, in the outputs directory
+
+
+@dataclass(frozen=True)
+class NativeRun:
+    """One run of a native consumer.
+
+    outputs: output leaf name -> array, as the program wrote them.
+    timing: the program's own per-call figures when timed (min_ms, median_ms, p90_ms, max_ms, mean_ms,
+        calls), else None.
+    command: the argv that ran (absolute paths), in the artifact directory.
+    """
+
+    outputs: dict[str, np.ndarray]
+    timing: dict[str, Any] | None
+    command: list[str]
+
+
+def consumer_of(backend: str) -> str | None:
+    """The native program of a backend, or None when it has none (ONNX: no ORT C headers here)."""
+    return PROGRAM_FOR.get(backend)
+
+
+def _iree_tool(name: str) -> Path:
+    """IREE's native tool from the iree-base-runtime wheel (the one on PATH is a Python wrapper)."""
+    libs = package_dir("iree._runtime_libs")
+    if libs is None or not (libs / name).is_file():
+        raise NativeBuildError(f"Native tool '{name}' | not found, expected it in the iree-base-runtime wheel's "
+                               "iree/_runtime_libs/: pip install 'multiexport[iree]'")
+    return libs / name
+
+
+def _checked(directory: Path) -> tuple[Manifest, dict[str, Any]]:
+    manifest = Manifest.read(directory)
+    if consumer_of(manifest.backend) is None:
+        raise ArtifactError(f"Artifact '{directory}' | backend '{manifest.backend}' has no native consumer here, "
+                            f"expected one of {', '.join(PROGRAM_FOR)}")
+    native = check_section(manifest, directory)
+    if manifest.backend == "iree":
+        expected = _iree_expected(manifest, native)
+        for key in ("run_args", "benchmark_args"):
+            if native.get(key) != expected[key]:
+                raise ArtifactError(f"Artifact '{directory}' | native.{key} differs from what the manifest's module, "
+                                    "weights and leaves give: refusing to run a command the export did not write")
+    return manifest, native
+
+
+def _iree_expected(manifest: Manifest, native: Mapping[str, Any]) -> dict[str, Any]:
+    by_name = {leaf.name: (i, leaf) for i, leaf in enumerate(manifest.inputs)}
+    args = [by_name[a["leaf"]] for a in native["args"]]
+    driver = next((a.split("=", 1)[1] for a in native.get("run_args", []) if a.startswith("--device=")), "local-task")
+    if driver not in ("local-task", "local-sync", "cuda"):
+        raise ArtifactError(f"Artifact manifest | native IREE driver {driver!r}, expected local-task, local-sync or cuda")
+    weights = manifest.files.get("weights")
+    return iree_section(args, manifest.outputs, driver=driver, module=manifest.files.get("module", ""),
+                        function=str(manifest.format.get("function", "main")),
+                        parameters=f"model={weights}" if weights else None)
+
+
+def command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DIR, outputs_dir: str = OUTPUT_DIR,
+            iters: int = 0, warmup: int = 0, threads: int | None = None,
+            plugin: str | os.PathLike | None = None) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment) of the native run of `artifact_dir`, run with the artifact as working directory.
+
+    inputs_dir / outputs_dir: where the .npy files are and go, relative to the artifact or absolute.
+    iters: time that many calls after `warmup` untimed ones (IREE: iree-benchmark-module, one call per
+    repetition). threads: the runtime's intra-op threads (PJRT_NPROC for XLA's CPU client,
+    TF_NUM_INTRAOP_THREADS for TF, --task_topology_max_group_count for IREE), as compare gives every runtime.
+    """
+    directory = Path(artifact_dir).resolve()
+    manifest, native = _checked(directory)
+    env: dict[str, str] = {}
+    if manifest.backend == "iree":
+        pinned = [f"--task_topology_max_group_count={threads}"] if threads else []
+        if iters:
+            # The figures go to a file: thousands of repetitions print more JSON than a pipe's tail keeps.
+            return [str(_iree_tool(native["tools"]["benchmark"])), *pinned,
+                    *_iree_paths(native["benchmark_args"], inputs_dir, outputs_dir),
+                    f"--benchmark_repetitions={iters}", f"--benchmark_out={outputs_dir}/{BENCHMARK_FILE}",
+                    "--benchmark_out_format=json"], env
+        return [str(_iree_tool(native["tools"]["run"])), *pinned,
+                *_iree_paths(native["run_args"], inputs_dir, outputs_dir)], env
+    argv = [str(build(PROGRAM_FOR[manifest.backend]))]
+    if manifest.backend == "xla":
+        argv += ["--plugin", str(find_pjrt_plugin(plugin))]
+        if threads:
+            env["PJRT_NPROC"] = str(threads)
+    else:
+        env["TF_CPP_MIN_LOG_LEVEL"] = "1"  # read when the library loads: the program cannot set it itself
+        if threads:
+            env.update(TF_NUM_INTRAOP_THREADS=str(threads), TF_NUM_INTEROP_THREADS="1")
+    argv += ["--inputs", inputs_dir, "--outputs", outputs_dir]
+    if iters:
+        argv += ["--warmup", str(warmup), "--iters", str(iters)]
+    return argv, env
+
+
+def _iree_paths(args: list[str], inputs_dir: str, outputs_dir: str) -> list[str]:
+    """The section's argv with inputs/ and outputs/ pointed at the given directories."""
+    out = []
+    for a in args:
+        if a.startswith(f"--input=@{INPUT_DIR}/"):
+            a = f"--input=@{inputs_dir}/" + a[len(f"--input=@{INPUT_DIR}/"):]
+        elif a.startswith(f"--output=@{OUTPUT_DIR}/"):
+            a = f"--output=@{outputs_dir}/" + a[len(f"--output=@{OUTPUT_DIR}/"):]
+        out.append(a)
+    return out
+
+
+def print_command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DIR, outputs_dir: str = OUTPUT_DIR,
+                  **kwargs: Any) -> str:
+    """One shell line that runs the artifact natively without Python: `cd DIR && mkdir -p outputs && env -i ...`.
+
+    By default it reads the example inputs the export wrote to the artifact's inputs/ (file names:
+    native.args[].file) and writes outputs/ there.
+    """
+    directory = Path(artifact_dir).resolve()
+    argv, env = command(directory, inputs_dir=inputs_dir, outputs_dir=outputs_dir, **kwargs)
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    return (f"cd {shlex.quote(str(directory))} && mkdir -p {shlex.quote(outputs_dir)} && "
+            f"env -i {assignments + ' ' if assignments else ''}{shlex.join(argv)}")
+
+
+def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int = 0, warmup: int = 0,
+        threads: int | None = None, plugin: str | os.PathLike | None = None, timeout: float = 600) -> NativeRun:
+    """Run the artifact natively on `feed` (leaf name -> array), checked against the manifest first.
+
+    A symbolic XLA artifact runs the refined static module of the sizes the feed binds; the program
+    refuses sizes the artifact has no module for, naming those it has.
+    """
+    directory = Path(artifact_dir).resolve()
+    manifest, native = _checked(directory)
+    arrays, _ = check_feed(manifest.inputs, feed)
+    for kind, entries in (("Input", native["args"]), ("Output", native["results"])):
+        for entry in entries:
+            if entry.get("kind") == "leaf" and not npy_can_carry(entry["dtype"]):
+                raise RunError(leaf_message(kind, entry["leaf"], entry["dtype"], "a dtype .npy files describe "
+                                            "(numpy writes it as opaque bytes, which the native programs refuse)"),
+                               category="unsupported-dtype")
+    with tempfile.TemporaryDirectory(prefix="multiexport-native-") as work:
+        work_in, work_out = Path(work) / INPUT_DIR, Path(work) / OUTPUT_DIR
+        work_in.mkdir()
+        work_out.mkdir()  # iree-run-module does not create it
+        for entry in native["args"]:
+            if entry.get("kind") != "leaf":
+                continue
+            value = np.asarray(arrays[entry["index"]], order="C")  # 0-d stays 0-d
+            if entry.get("encoding") == "raw":
+                value.tofile(work_in / entry["file"])
+            else:
+                np.save(work_in / entry["file"], value, allow_pickle=False)
+        argv, env = command(directory, inputs_dir=str(work_in), outputs_dir=str(work_out), iters=iters,
+                            warmup=warmup, threads=threads, plugin=plugin)
+        stdout = _run(argv, env, directory, timeout)
+        if iters and manifest.backend == "iree":
+            stdout = (work_out / BENCHMARK_FILE).read_text() if (work_out / BENCHMARK_FILE).is_file() else ""
+        timing = _timing(manifest.backend, stdout) if iters else None
+        if manifest.backend == "iree" and iters:  # the benchmark tool writes no outputs: run once for them
+            run_argv, _ = command(directory, inputs_dir=str(work_in), outputs_dir=str(work_out), threads=threads)
+            _run(run_argv, env, directory, timeout)
+        outputs = {}
+        for entry in native["results"]:
+            if entry.get("kind") == "leaf":
+                outputs[entry["leaf"]] = _load_output(work_out / entry["file"], entry)
+    return NativeRun(outputs, timing, argv)
+
+
+def npy_can_carry(dtype: str) -> bool:
+    """Whether .npy describes `dtype` itself (bfloat16 and the float8s are written as opaque void)."""
+    from ..dtypes import parse_dtype
+
+    return not np.lib.format.dtype_to_descr(parse_dtype(dtype)).lstrip("<>|=").startswith("V")
+
+
+def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> str:
+    name = Path(argv[0]).name
+    outcome = run_command(argv, timeout=timeout, cwd=cwd, env=env)  # env: nothing inherited, as `env -i`
+    if outcome.timed_out:
+        raise RunError(f"Native program '{name}' | ran past {timeout:g} s, expected it to finish", category="timeout")
+    if outcome.start_error:
+        raise RunError(f"Native program '{name}' | {outcome.how_it_ended()}")
+    if outcome.returncode != 0:
+        said = " ".join((outcome.stderr.strip() or outcome.stdout.strip()).split())[-_MESSAGE_LIMIT:]
+        category = "crashed" if outcome.signal else "run-failed"
+        raise RunError(f"Native program '{name}' | {outcome.how_it_ended()}: {said}", category=category)
+    return outcome.stdout
+
+
+def _load_output(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
+    if not path.is_file():
+        raise RunError(f"Output '{entry['leaf']}' | the native program wrote no {path.name}")
+    value = np.load(path, allow_pickle=False)
+    if value.dtype.name != entry["dtype"]:
+        raise RunError(leaf_message("Output", entry["leaf"], value.dtype.name, entry["dtype"]),
+                       category="unsupported-dtype")
+    return value
+
+
+def _timing(backend: str, stdout: str) -> dict[str, Any]:
+    try:
+        if backend != "iree":
+            figures = json.loads(stdout.strip().splitlines()[-1])
+            figures.setdefault("statistic", "wall time of each call, measured inside the program")
+            return figures
+        rows = [r for r in json.loads(stdout)["benchmarks"] if r.get("run_type") == "iteration"]
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+        raise RunError(f"Native program | got unreadable timing output ({exc}), expected JSON") from exc
+    if not rows:
+        raise RunError("Native program 'iree-benchmark-module' | reported no iterations")
+    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+    times = sorted(r["real_time"] * scale[r["time_unit"]] for r in rows)
+    n = len(times)
+    return {"consumer": "iree-benchmark-module", "calls": n, "min_ms": times[0],
+            "median_ms": (times[(n - 1) // 2] + times[n // 2]) / 2, "p90_ms": times[int(0.9 * (n - 1) + 0.5)],
+            "max_ms": times[-1], "mean_ms": sum(times) / n,
+            "statistic": "wall time of single calls (--benchmark_min_time=1x), measured inside the tool"}
+
+
+def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """A named input file for `multiexport native --inputs`, read with the hardened reader."""
+    from ..files.npz import load_npz
+
+    try:
+        return load_npz(Path(path), "Inputs")
+    except FileNotFoundError:
+        raise InputError(f"Inputs '{path}' | no such file, expected a .npz of leaf name -> array") from None

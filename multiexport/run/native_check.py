@@ -1,0 +1,110 @@
+"""`compare --native`: one backend's artifact run from disk by its native, Python-free consumer.
+
+On the same trials as its Python runner (those the consumer can take: a symbolic XLA artifact runs
+the static modules refined for the sizes compare asked the export for), its outputs are checked against
+jax.jit with the same tolerances, and its per-call latency is measured inside the program at each batch
+size the Python runner was timed at, for as many calls. One native failure is that row's native
+verdict; it never touches the Python verdict or the other rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..errors import BackendUnavailable, MultiexportError, RunError
+from ..results import BenchResult, NativeResult, NativeSize, Status
+
+MIN_CALLS, MAX_CALLS, DEFAULT_CALLS = 20, 5000, 200
+
+
+def check_native(run, row, manifest, checked: Sequence[tuple[Any, Any]], excluded, bench: BenchResult | None
+                 ) -> NativeResult | None:
+    """The row's native verdict and latency, or None when its backend has no native consumer."""
+    from ..measure.parity import check_parity, inputs_note
+    from ..measure.plan import native_supports
+    from ..native.run import consumer_of, print_command
+    from ..native.run import run as native_run
+    from ..native.section import CONSUMERS
+
+    if consumer_of(row.backend) is None:
+        return None
+    consumer = CONSUMERS[row.backend]
+    config, directory = run.config, row.artifact
+    if run.plan.chosen != "cpu":
+        return NativeResult(consumer, Status.NO_GPU, "the native consumers run on the CPU (their GPU plugins are "
+                                                     "not built here)")
+    if not manifest.native:
+        return NativeResult(consumer, Status.UNAVAILABLE, "the artifact has no native section (re-export it)")
+    kwargs = {"threads": run.threads, "plugin": config.native_plugin}
+    try:
+        command = print_command(directory, **kwargs)  # builds the program first, so "unavailable" is said once
+    except BackendUnavailable as exc:
+        return NativeResult(consumer, Status.UNAVAILABLE, str(exc))
+    except MultiexportError as exc:
+        return NativeResult(consumer, Status.RUN_FAILED, str(exc))
+    usable = [(t, r) for t, r in checked if native_supports(manifest.native, t.dims) is None]
+    skipped = [f"{t.name} ({native_supports(manifest.native, t.dims)})" for t, _ in checked
+               if native_supports(manifest.native, t.dims) is not None]
+    if not usable:
+        return NativeResult(consumer, Status.SIZE_UNSUPPORTED, "; ".join(skipped) or "no trial to run", command)
+    run.progress(f"{row.backend}: native run ({consumer}) on {len(usable)} trials")
+    outputs = []
+    for trial, _ in usable:
+        try:
+            outputs.append(native_run(directory, trial.feed, timeout=config.timeout, **kwargs).outputs)
+        except MultiexportError as exc:
+            status = Status.parse(getattr(exc, "category", "run-failed")) if isinstance(exc, RunError) else Status.RUN_FAILED
+            return NativeResult(consumer, status, f"trial '{trial.name}': {exc}", command)
+    verdict = check_parity(f"{row.backend} native", outputs, [r for _, r in usable], run.sig.outputs,
+                           [t.name for t, _ in usable], config.tolerances, excluded=excluded,
+                           inputs_notes=[inputs_note(t.feed) for t, _ in usable])
+    notes = [f"not run natively: {', '.join(skipped)}"] if skipped else []
+    result = NativeResult(consumer, Status.OK if verdict.passed else Status.PARITY_FAILED,
+                          "; ".join(notes) if verdict.passed else verdict.summary(), command, verdict)
+    if config.bench and bench is not None:
+        result.sizes = _latency(run, row, manifest, bench, kwargs)
+    return result
+
+
+def _latency(run, row, manifest, bench: BenchResult, kwargs) -> list[NativeSize]:
+    """Per-call latency inside the native program at each size the Python runner was timed at."""
+    from ..measure.plan import native_supports
+    from ..native.run import run as native_run
+
+    config = run.config
+    python = {s.batch: s for s in bench.sizes}
+    sizes = []
+    for batch, feed in run.bench_feeds:
+        size = python.get(batch)
+        if size is None or size.latency is None or size.status is not Status.OK:
+            sizes.append(NativeSize(batch, Status.SIZE_UNSUPPORTED if size is not None and size.status is
+                                    Status.SIZE_UNSUPPORTED else Status.BENCH_FAILED,
+                                    "the Python runner has no latency at this size to set beside it"))
+            continue
+        dims = _dims(run.sig, feed)
+        why = native_supports(manifest.native, dims)
+        if why:
+            sizes.append(NativeSize(batch, Status.SIZE_UNSUPPORTED, why))
+            continue
+        calls = max(MIN_CALLS, min(MAX_CALLS, size.latency.n or DEFAULT_CALLS))
+        run.progress(f"{row.backend}: native latency" + (f" at batch {batch}" if batch is not None else "") +
+                     f" ({calls} calls)")
+        try:
+            timing = native_run(row.artifact, feed, iters=calls, warmup=max(config.bench.warmup_iters, 1),
+                                timeout=config.timeout, **kwargs).timing or {}
+        except MultiexportError as exc:
+            sizes.append(NativeSize(batch, Status.BENCH_FAILED, str(exc)))
+            continue
+        sizes.append(NativeSize(batch, calls=int(timing.get("calls", calls)), min_ms=timing.get("min_ms"),
+                                median_ms=timing.get("median_ms"), p90_ms=timing.get("p90_ms"),
+                                max_ms=timing.get("max_ms"), mean_ms=timing.get("mean_ms"),
+                                python_p50_ms=size.latency.p50_ms))
+    return sizes
+
+
+def _dims(sig, feed) -> dict[str, int]:
+    from ..export.feed import check_feed
+    from ..export.manifest import LeafBinding
+
+    leaves = [LeafBinding(leaf.name, leaf.alias, list(leaf.shape), leaf.dtype) for leaf in sig.inputs]
+    return check_feed(leaves, feed)[1]
