@@ -47,6 +47,11 @@ class CompareConfig:
     native: also run every artifact that has a native consumer in it (parity and in-program latency);
         a symbolic XLA export then carries refined static modules for every size checked or timed.
     native_plugin: the PJRT plugin for the XLA consumer (None: the installed one, see native.build).
+    paired: time every runner loaded at once in interleaved rounds when they fit in memory together, so
+        ratios are measured over the same seconds of machine noise (False: one worker after another).
+    rounds: interleaved rounds per batch size in paired mode (each runner gets bench_time / rounds each).
+    floor: also time the per-call floor of every timed runtime (examples.floor, one add on 8 floats, through
+        the same calling path), so a small model's latency reads as overhead vs compute.
     """
 
     backends: tuple[str, ...] = ("xla",)
@@ -69,6 +74,9 @@ class CompareConfig:
     export_jobs: int | None = None
     native: bool = False
     native_plugin: str | None = None
+    paired: bool = True
+    rounds: int = 5
+    floor: bool = False
 
     def __post_init__(self):
         from .export.registry import backend_class, names
@@ -87,6 +95,12 @@ class CompareConfig:
             raise UsageError(f"Option 'backends' | got {', '.join(backends)}, expected each backend once")
         object.__setattr__(self, "backends", backends)
         _int("trials", self.trials, 1)
+        _int("rounds", self.rounds, 2)
+        if not isinstance(self.floor, bool) or (self.floor and self.bench is None):
+            raise UsageError(f"Option 'floor' | got {self.floor!r} with bench {self.bench!r}, expected a bool, and "
+                             "a benchmark to set the floor beside")
+        if not isinstance(self.paired, bool):
+            raise UsageError(f"Option 'paired' | got {self.paired!r}, expected true or false")
         _int("seed", self.seed, 0)
         if self.threads is not None:
             _int("threads", self.threads, 1)

@@ -58,6 +58,12 @@ class MLP(nn.Module):
         return x
 
 
+def floor() -> Target:
+    """The per-call floor of a runtime: one add on 8 floats, so what a call costs is the calling path alone
+    (compare --floor times it through every runtime beside the model)."""
+    return Target(lambda x: x + 1.0, args=(np.zeros(8, np.float32),), name="floor")
+
+
 def mlp(batch: int = 8, in_features: int = 16, symbolic_batch: bool = False) -> Target:
     """A flax.linen MLP called as `fn(params, batch)`, `batch = {"x": float32[batch, in_features]}`."""
     model = MLP()

@@ -109,6 +109,27 @@ class _SleepyRunner(XlaRunner):
         super()._run_impl(prepared)
 
 
+class DiesWhileTimedXla(XlaBackend):
+    """XLA whose runtime aborts on its 40th timed call: after parity and cold start, during the timed loops."""
+
+    name = "xla_dies_timed"
+
+    def _load_impl(self, manifest, directory, options):
+        return _DyingRunner(super()._load_impl(manifest, directory, options))
+
+
+class _DyingRunner(XlaRunner):
+    def __init__(self, inner):
+        self.__dict__.update(inner.__dict__)
+        self.calls = 0
+
+    def _run_impl(self, prepared):
+        self.calls += 1
+        if self.calls == 40:
+            os.abort()
+        super()._run_impl(prepared)
+
+
 class ExportFailingXla(XlaBackend):
     name = "xla_export_fails"
 
@@ -117,4 +138,5 @@ class ExportFailingXla(XlaBackend):
 
 
 ALL = {cls.name: f"tests.fault_backends:{cls.__name__}"
-       for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, KilledXla, SleepyXla, ExportFailingXla)}
+       for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, KilledXla, SleepyXla, DiesWhileTimedXla,
+                    ExportFailingXla)}

@@ -46,11 +46,29 @@ def compile_vmfb(stablehlo: bytes, targets: Sequence[str], flags: Sequence[str],
         raise error from exc
 
 
+def without_locations(line: str) -> str:
+    """An MLIR diagnostic line with every `loc(...)` (nested parentheses and all) and a leading `<unknown>:0:`
+    removed, wherever they are: MLIR may put the location right after `error:`, before the message."""
+    out, i = [], 0
+    while (j := line.find("loc(", i)) >= 0:
+        out.append(line[i:j])
+        depth, k = 0, j + 3
+        while k < len(line):
+            depth += {"(": 1, ")": -1}.get(line[k], 0)
+            k += 1
+            if depth == 0:
+                break
+        i = k
+    out.append(line[i:])
+    text = " ".join("".join(out).split())
+    return text.removeprefix("<unknown>:0:").replace("error: :", "error:").strip()
+
+
 def _diagnostics(text: str) -> str:
     """IREE's own error lines from a CompilerToolError, without MLIR location suffixes, bounded in length."""
     body = text.split("Diagnostics:", 1)[-1].split("\n\nInvoked with:", 1)[0].strip()
-    errors = [line.strip().split(" loc(", 1)[0] for line in body.splitlines() if "error:" in line]
-    found = "\n".join(errors) if errors else body
+    errors = [without_locations(line) for line in body.splitlines() if "error:" in line]
+    found = "\n".join(e for e in errors if e.rstrip(":").strip()) or body
     return found if len(found) <= _MESSAGE_LIMIT else found[:_MESSAGE_LIMIT] + " ..."
 
 

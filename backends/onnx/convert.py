@@ -253,23 +253,27 @@ def conversion_error(exc: Exception, signature) -> ExportError:
             # e.g. flax.linen.avg_pool(x, (2, 2)): the plugin's stand-in takes window_shape by keyword only
             hint = ("; jax2onnx swaps the library function for a stand-in with a narrower signature, "
                     "so passing its arguments by keyword may avoid this")
-        elif _TRACED.search(text):
-            hint = ("; the plugin needs a value known at conversion time but got a traced input: if weights are "
-                    "input leaves, bake them in (close over them) so the converter sees constants")
+        elif _TRACED.search(text) and "input leaf '" in text:
+            # Only when the message names one of the function's own inputs: then baking it in is the way out.
+            hint = ("; the plugin needs a value known at conversion time but got a traced input leaf: if it is a "
+                    "weight, bake it in (close over it) so the converter sees a constant")
         return ExportError(f"Backend 'onnx' | {what} cannot convert the function: {body}{hint}", backend="onnx",
                            category="unsupported-op")
     return ExportError(f"Backend 'onnx' | jax2onnx failed: {body}", backend="onnx", category="converter-error")
 
 
 def rename_positional(text: str, signature) -> str:
-    """`in_6`, `args[6]`, `xs[6]`, `argument 6` in a converter message -> the leaf's name (`'params.conv.kernel'`)."""
+    """`in_6` (jax2onnx's name for the function's input 6) in a converter message -> the leaf's name
+    (`'params.conv.kernel'`). Other positional names are left alone on purpose: `xs[4]` or `args[4]` inside a
+    scan, a cond or a plugin index that op's own operands, not the function's (measured: nn.scan's `xs[4]` was
+    the input `x`, and renaming it named a weight that had nothing to do with the failure)."""
     names = [leaf.name for leaf in signature.inputs]
 
     def leaf(match: re.Match) -> str:
-        i = int(match.group(2))
-        return f"{match.group(1) or ''}'{names[i]}'" if 0 <= i < len(names) else match.group(0)
+        i = int(match.group(1))
+        return f"input leaf '{names[i]}'" if 0 <= i < len(names) else match.group(0)
 
-    return re.sub(r"(argument )?\b(?:in_|args\[|xs\[|arg)(\d+)\]?", leaf, text)
+    return re.sub(r"\bin_(\d+)\b", leaf, text)
 
 
 def key_lines(text: str, limit: int = 1200) -> str:

@@ -183,7 +183,8 @@ def compare_config(args, backends_known: bool = True):
         backend_options=backend_options(args.backend_option, list(backends)) if backends_known else {},
         device=args.device,
         threads=args.threads, timeout=args.timeout, bench=bench, batch_sizes=batch_sizes, export_jobs=args.export_jobs,
-        native=args.native, native_plugin=str(args.native_plugin) if args.native_plugin else None)
+        native=args.native, native_plugin=str(args.native_plugin) if args.native_plugin else None,
+        paired=not args.sequential, rounds=args.rounds, floor=args.floor)
 
 
 def cmd_compare(args) -> int:

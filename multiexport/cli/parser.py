@@ -185,6 +185,15 @@ def _compare_parser(sub) -> None:
     p.add_argument("--warmup", type=int, default=b.warmup_iters, help=f"untimed calls before timing (default: {b.warmup_iters})")
     p.add_argument("--batch-sizes", metavar="N,N",
                    help="benchmark these sizes of the symbolic batch dimension from the same artifact, e.g. 1,8,64")
+    p.add_argument("--rounds", type=int, default=d["rounds"].default,
+                   help=f"interleaved rounds per batch size when every runner is loaded at once (default: "
+                        f"{d['rounds'].default}); each runner gets --bench-time / rounds per round")
+    p.add_argument("--sequential", action="store_true",
+                   help="time one runner after another instead of all loaded at once in interleaved rounds (the "
+                        "default when they fit in memory together: ratios are then measured over the same seconds)")
+    p.add_argument("--floor", action="store_true",
+                   help="also time each runtime's per-call floor (one add on 8 floats through the same calling path), "
+                        "so a small model's latency reads as overhead vs compute")
     p.add_argument("--native", action="store_true",
                    help="also run each artifact in its native, Python-free consumer (XLA: PJRT C API, SavedModel: TF C "
                         "API, IREE: iree-run-module): parity against jax.jit and the latency measured inside the program")

@@ -193,6 +193,8 @@ class Backend:
     order: position in listings (lower first).
     carries_code: whether an artifact of this format can run code beyond the model's math when loaded
         (a SavedModel graph can hold file-writing ops): artifacts from others must be trusted like code.
+    weight_storage: where the format can keep baked weights: "embedded" in its model file and/or
+        "external" beside it (a .tflite holds its weights inside: external_weights is then a warning).
     """
 
     name: ClassVar[str] = ""
@@ -204,6 +206,7 @@ class Backend:
     color: ClassVar[str] = "#7f7f7f"
     order: ClassVar[int] = 100
     carries_code: ClassVar[bool] = False
+    weight_storage: ClassVar[tuple[str, ...]] = ("embedded", "external")
 
     def available(self) -> Availability:
         missing = [m for m in self.requires if _find_spec(m) is None]

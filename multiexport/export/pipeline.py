@@ -87,7 +87,13 @@ class _frontend:
         stage = get_backend(self.backend.builds_on)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.backend.name}-stage-", dir=self.parent))
         stage_options = dataclasses.replace(self.options, backend_options={}, check_load=False)
-        return stage.export(self.fn, self.signature, self.tmp / stage.name, stage_options)
+        try:
+            return stage.export(self.fn, self.signature, self.tmp / stage.name, stage_options)
+        except ExportError as exc:
+            # The row is the building backend's: say so, keep the stage's own words and category.
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise ExportError(f"Backend '{self.backend.name}' | its {stage.name} stage failed: {exc}",
+                              backend=self.backend.name, category=exc.category) from exc
 
     def __exit__(self, *exc_info) -> None:
         if self.tmp is not None:

@@ -76,9 +76,11 @@ def _value_stats(got: np.ndarray, expected: np.ndarray, dtype: str, tol: Toleran
     if not (is_float(dt) or is_complex(dt)):
         g, e = got.astype(np.float64), expected.astype(np.float64)
         diff = np.abs(g - e)
-        allowance = tol.atol + tol.scale * float(np.max(np.abs(e)))
+        scale_ref = float(np.max(np.abs(e)))
+        allowance = tol.atol + tol.scale * scale_ref
         bad = diff > allowance + tol.rtol * np.abs(e)
-        return _error_stats(g, e, diff, bad, tol, allowance) | {"count": count}
+        return _error_stats(g, e, diff, bad, tol, allowance, scale=scale_ref) | {"count": count, "finite": count,
+                                                                                 "scale_ref": scale_ref}
     cast = np.complex128 if dt.kind == "c" else np.float64
     g, e = got.astype(cast), expected.astype(cast)
     nan_g, nan_e = np.isnan(g), np.isnan(e)
@@ -88,17 +90,48 @@ def _value_stats(got: np.ndarray, expected: np.ndarray, dtype: str, tol: Toleran
     finite = np.isfinite(g) & np.isfinite(e)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.where(finite, np.abs(g - e), 0.0)
-    allowance = tol.atol + tol.scale * float(np.max(np.abs(np.where(finite, e, 0.0)), initial=0.0))
-    bad = finite & (diff > allowance + tol.rtol * np.abs(np.where(finite, e, 0.0)))
-    out = _error_stats(g, e, diff, bad, tol, allowance, mask=finite)
-    out.update(count=count, nan_mismatch=nan_mismatch, inf_mismatch=inf_mismatch,
+    magnitude = np.abs(np.where(finite, e, 0.0))
+    sentinel = sentinels(magnitude)
+    scale_ref = float(np.max(np.where(sentinel, 0.0, magnitude), initial=0.0))
+    allowance = tol.atol + tol.scale * scale_ref
+    bad = finite & (diff > allowance + tol.rtol * magnitude)
+    out = _error_stats(g, e, diff, bad, tol, allowance, mask=finite, scale=scale_ref)
+    out.update(count=count, nan_mismatch=nan_mismatch, inf_mismatch=inf_mismatch, finite=int(finite.sum()),
+               sentinels=int(sentinel.sum()), scale_ref=scale_ref,
                nan_got_only=int(np.sum(nan_g & ~nan_e)), nan_ref_only=int(np.sum(nan_e & ~nan_g)))
     if dt.kind != "c" and got.dtype == expected.dtype == dt and dt.itemsize in _ULP_INTS:
         out["max_ulp"] = _max_ulp(got, expected, finite)
     return out
 
 
-def _error_stats(got, ref, diff, bad, tol: Tolerance, allowance: float, mask=None) -> dict[str, Any]:
+SENTINEL_GAP = 1e3  # a mask constant sits this many times above every other magnitude of the leaf
+SENTINEL_VALUES = 4  # ... and is one of at most this many distinct values
+
+
+def sentinels(magnitude: np.ndarray) -> np.ndarray:
+    """Elements that hold a mask constant: one of the leaf's <= 4 largest distinct magnitudes, with a gap of
+    >= 1e3 below it to every other nonzero magnitude (finfo(float32).min or -1e9 beside logits of order 1).
+
+    They are written by `where`, not computed from the other elements, so they must not set the leaf's
+    scale: with them, the scale term allowed 1.4e33 of error per element of float32 logits (a false pass).
+    A leaf whose large values are many distinct numbers (real data) has none: no gap of 1e3 among them.
+    """
+    none = np.zeros(magnitude.shape, bool)
+    values = magnitude[magnitude > 0]
+    high = float(values.max(initial=0.0))
+    for _ in range(SENTINEL_VALUES):
+        rest = values[values < high]
+        if rest.size == 0:
+            return none
+        below = float(rest.max())
+        if high >= SENTINEL_GAP * below:
+            return magnitude >= high
+        high = below
+    return none
+
+
+def _error_stats(got, ref, diff, bad, tol: Tolerance, allowance: float, mask=None,
+                 scale: float | None = None) -> dict[str, Any]:
     mask = np.ones(diff.shape, bool) if mask is None else mask
     d = diff[mask]
     if d.size == 0:
@@ -110,7 +143,7 @@ def _error_stats(got, ref, diff, bad, tol: Tolerance, allowance: float, mask=Non
     rel, need_rtol = np.where(mask, rel, 0.0), np.where(mask, need_rtol, 0.0)
     mismatch = int(np.sum(bad))
     worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0) if mismatch else diff)), diff.shape)
-    scale = float(absref.max())
+    scale = float(absref.max()) if scale is None else scale
     max_abs = float(d.max())
     return {
         "max_abs": max_abs,
@@ -167,7 +200,24 @@ def check_parity(
                 continue
             verdicts.append(compare_leaf(leaf.name, have[leaf.name], want[leaf.name], leaf.dtype, tol, trial, note))
     return ParityVerdict(backend, all(v.passed for v in verdicts) and bool(verdicts), verdicts, list(trials),
-                         excluded=list(excluded))
+                         excluded=list(excluded), notes=evidence_notes(verdicts, outputs))
+
+
+def evidence_notes(verdicts: Sequence[LeafVerdict], outputs: Sequence) -> list[str]:
+    """Leaves whose check compared no number: NaN/Inf everywhere in every trial (the pattern matched, the
+    values are no evidence), and leaves whose mask constants were kept out of the scale."""
+    notes = []
+    for leaf in outputs:
+        mine = [v for v in verdicts if v.name == leaf.name and v.stats.compared and v.stats.count]
+        if mine and (is_float(parse_dtype(leaf.dtype)) or is_complex(parse_dtype(leaf.dtype))) \
+                and all(v.stats.finite == 0 for v in mine):
+            notes.append(f"Output '{leaf.name}' | no finite value in any trial on either side: only its NaN/Inf "
+                         "pattern was compared, so its parity is no evidence about its numbers")
+        masked = max((v.stats.sentinels for v in mine), default=0)
+        if masked:
+            notes.append(f"Output '{leaf.name}' | {masked} elements hold mask constants (far above every other "
+                         "value): each is checked against its own value, the leaf's scale comes from the rest")
+    return notes
 
 
 def inputs_note(feed: Mapping[str, np.ndarray]) -> str:

@@ -13,6 +13,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..dtypes import is_complex, is_float
+
 from ..export.contract import RunOptions
 from ..export.jit_runner import JitRunner
 from ..export.manifest import Manifest
@@ -105,10 +107,17 @@ def float64_outputs(target: Target, sig, feeds: Sequence[dict[str, np.ndarray]])
     with jax.enable_x64(True):
         jitted = jax.jit(flat)
         for feed in feeds:
-            args = [np.asarray(feed[leaf.name], np.float64) if np.dtype(feed[leaf.name].dtype).kind == "f"
-                    else feed[leaf.name] for leaf in sig.inputs]
+            args = [_widen(feed[leaf.name]) for leaf in sig.inputs]
             outs.append({leaf.name: np.asarray(o) for leaf, o in zip(sig.outputs, jitted(*args))})
     return outs
+
+
+def _widen(value) -> np.ndarray:
+    """A float input in float64 (bfloat16 and float8 included: numpy calls their kind 'V'), complex in complex128."""
+    a = np.asarray(value)
+    if is_complex(a.dtype):
+        return a.astype(np.complex128)
+    return a.astype(np.float64) if is_float(a.dtype) else a
 
 
 def error_vs(outputs, truth) -> dict[str, float]:
@@ -116,10 +125,12 @@ def error_vs(outputs, truth) -> dict[str, float]:
     worst: dict[str, float] = {}
     for got, want in zip(outputs, truth):
         for name, w in want.items():
-            if np.asarray(w).dtype.kind not in "fc":
+            w = np.asarray(w)
+            if not (is_float(w.dtype) or is_complex(w.dtype)) or name not in got:
                 continue
-            g = np.asarray(got[name], np.float64)
-            w = np.asarray(w, np.float64)
+            cast = np.complex128 if is_complex(w.dtype) or is_complex(np.asarray(got[name]).dtype) else np.float64
+            g = np.asarray(got[name]).astype(cast)
+            w = w.astype(cast)
             scale = max(float(np.max(np.abs(w), initial=0.0)), np.finfo(np.float64).tiny)
             worst[name] = max(worst.get(name, 0.0), float(np.max(np.abs(g - w), initial=0.0)) / scale)
     return worst

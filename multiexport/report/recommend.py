@@ -1,7 +1,8 @@
 """Which format to ship: the fastest backend that passed parity at each batch size, and what to watch.
 
-Works from results alone. A lead smaller than the noise (95% intervals of the medians overlap) is called
-a tie, not a win. A size an artifact does not support is no evidence for or against it: the pick at that
+Works from results alone. A lead smaller than the noise is called a tie, not a win: with paired timing,
+when the interval of the ratio measured over the same rounds includes 1; otherwise when the 95%
+intervals of the two medians overlap. A size an artifact does not support is no evidence for or against it: the pick at that
 size is among the artifacts that do, and the caveats say which could not be checked there.
 """
 
@@ -18,7 +19,9 @@ class Pick:
 
     batch: the size (None: as exported). backend, p50_ms: the winner and its median.
     runner_up, ratio_to_runner_up: the next fastest and its median over the winner's.
-    significant: the 95% intervals of the two medians do not overlap (else a tie within noise).
+    ratio_ci95: the ratio's 95% interval when both were timed in the same interleaved rounds (paired).
+    significant: paired: the ratio's interval excludes 1; sequential: the 95% intervals of the two
+        medians do not overlap. Otherwise a tie within noise.
     unsupported: faithful backends whose artifact does not support this size.
     """
 
@@ -28,6 +31,7 @@ class Pick:
     runner_up: str | None = None
     ratio_to_runner_up: float | None = None
     significant: bool | None = None
+    ratio_ci95: tuple[float, float] | None = None
     unsupported: list[str] = field(default_factory=list)
 
 
@@ -58,8 +62,14 @@ def recommend(results: Results) -> Recommendation:
         if len(entries) > 1:
             second_name, second = entries[1]
             pick.runner_up = second_name
-            pick.ratio_to_runner_up = second.p50_ms / best.p50_ms if best.p50_ms > 0 else None
-            pick.significant = best.ci95_high_ms < second.ci95_low_ms
+            paired = results.pairing.ratio(batch, best_name, second_name) if results.pairing else None
+            if paired is not None:  # measured over the same rounds: the ratio's own interval decides
+                pick.ratio_to_runner_up = paired.ratio
+                pick.ratio_ci95 = (paired.ci95_low, paired.ci95_high)
+                pick.significant = paired.significant
+            else:
+                pick.ratio_to_runner_up = second.p50_ms / best.p50_ms if best.p50_ms > 0 else None
+                pick.significant = best.ci95_high_ms < second.ci95_low_ms
         rec.picks.append(pick)
 
     for name, r in results.backends.items():
@@ -72,6 +82,10 @@ def recommend(results: Results) -> Recommendation:
             shown = ", ".join(f"{d}={','.join(map(str, v))}" for d, v in fixed.items())
             rec.caveats.append(f"{name}: {Status.SIZE_UNSUPPORTED.value}: its artifact supports {shown} only; it is "
                                "faithful there and was not checked or timed at other sizes")
+        for note in (r.parity.notes if r.parity else []):
+            rec.caveats.append(f"{name}: {note}")
+        if r.native is not None and r.native.status is not Status.OK:
+            rec.caveats.append(f"{name} native ({r.native.consumer}): {r.native.status.value}: {r.native.reason}")
         for warning in r.warnings:
             rec.caveats.append(f"{name}: {warning}")
     dropped = {n: sorted(r.dropped()) for n, r in results.backends.items() if r.binding}

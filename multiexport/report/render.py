@@ -18,6 +18,7 @@ from .tables import (
     EXPORT_HEADER,
     NATIVE_HEADER,
     PARITY_HEADER,
+    TIMING_HEADER,
     VERSION_HEADER,
     binding_table,
     cold_rows,
@@ -28,6 +29,8 @@ from .tables import (
     native_rows,
     parity_rows,
     setup_lines,
+    timing_line,
+    timing_rows,
     version_rows,
     weights_line,
 )
@@ -73,8 +76,9 @@ def render_markdown(results: Results) -> str:
         out += ["| batch | fastest faithful | p50 ms | runner-up | runner-up / fastest | significant |",
                 "|---|---|---|---|---|---|"]
         for p in rec.picks:
+            ci = f" ({p.ratio_ci95[0]:.2f}-{p.ratio_ci95[1]:.2f})" if p.ratio_ci95 else ""
             out.append(f"| {'as exported' if p.batch is None else p.batch} | {md(p.backend)} | {p.p50_ms:.4g} | "
-                       f"{md(p.runner_up or '-')} | {'-' if p.ratio_to_runner_up is None else f'{p.ratio_to_runner_up:.2f}x'} | "
+                       f"{md(p.runner_up or '-')} | {'-' if p.ratio_to_runner_up is None else f'{p.ratio_to_runner_up:.2f}x'}{ci} | "
                        f"{'-' if p.significant is None else ('yes' if p.significant else 'no (within noise)')} |")
         out.append("")
     if rec.caveats:
@@ -97,6 +101,9 @@ def render_markdown(results: Results) -> str:
                 "is the largest absolute error over the leaf's largest reference magnitude; the element-wise relative "
                 "error beside it is dominated by elements that cancel to about zero.", "", _md_table(PARITY_HEADER, prow), ""]
         out += [f"- {md(line)}" for line in excluded_lines(results)] + ([""] if excluded_lines(results) else [])
+    if timing_rows(results):
+        out += ["## Latency against the fastest, and against the machine's peak", "", md(timing_line(results)), "",
+                _md_table(TIMING_HEADER, timing_rows(results)), ""]
     if native_rows(results):
         out += ["## Native consumers (no Python)", "", NATIVE_NOTE, "", _md_table(NATIVE_HEADER, native_rows(results)), ""]
         out += [f"- {md(head)}: {md_code(rest) if head.endswith('command') else md(rest)}"
@@ -193,6 +200,9 @@ def render_html(results: Results) -> str:
                      f"{esc(', '.join(t.name for t in results.trials))}.</p>" + _html_table(PARITY_HEADER, prow, 2))
         if excluded_lines(results):
             parts.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in excluded_lines(results)) + "</ul>")
+    if timing_rows(results):
+        parts.append(f"<h2>Latency against the fastest, and against the machine's peak</h2><p>{esc(timing_line(results))}"
+                     "</p>" + _html_table(TIMING_HEADER, timing_rows(results)))
     if native_rows(results):
         parts.append(f"<h2>Native consumers (no Python)</h2><p>{esc(NATIVE_NOTE)}</p>"
                      + _html_table(NATIVE_HEADER, native_rows(results), 2))

@@ -125,6 +125,69 @@ def parity_rows(results: Results) -> list[list[str]]:
     return rows
 
 
+TIMING_HEADER = ["batch", "backend", "p50 ms", "x fastest", "95% interval", "lead", "GFLOP/s", "of peak",
+                 "floor ms"]
+
+
+def timing_rows(results: Results) -> list[list[str]]:
+    """Per batch size, every timed runner against the fastest faithful one: the ratio measured over the same
+    interleaved rounds (paired) with its interval, and the compute it achieved against the machine's peak."""
+    rows = []
+    timed = {"jax": results.reference.bench} if results.reference.bench else {}
+    timed.update({n: r.bench for n, r in results.backends.items() if r.status is Status.OK and r.bench})
+    batches: dict = {}
+    for name, bench in timed.items():
+        for size in bench.measured():
+            batches.setdefault(size.batch, []).append((name, size))
+    for batch, entries in batches.items():
+        entries.sort(key=lambda e: e[1].latency.p50_ms)
+        fastest = next((n for n, _ in entries if n != "jax"), entries[0][0])
+        best = dict(entries)[fastest].latency.p50_ms
+        for name, size in entries:
+            ratio = results.pairing.ratio(batch, fastest, name) if results.pairing and name != fastest else None
+            if name == fastest:
+                times, interval, lead = "1.00", "", "fastest faithful" if name != "jax" else ""
+            elif ratio is not None:
+                value = ratio.ratio if ratio.slower == name else 1 / ratio.ratio
+                low, high = (ratio.ci95_low, ratio.ci95_high) if ratio.slower == name else (1 / ratio.ci95_high,
+                                                                                          1 / ratio.ci95_low)
+                times, interval = f"{value:.2f}", f"{low:.2f}-{high:.2f}"
+                lead = "beyond noise" if ratio.significant else "tie (within noise)"
+            else:
+                times, interval, lead = f"{size.latency.p50_ms / best:.2f}", "", "sequential"
+            rows.append(["-" if batch is None else str(batch), name, f"{size.latency.p50_ms:.4g}", times, interval, lead,
+                         _opt(size.gflops_per_s, "{:.3g}"),
+                         "" if size.fraction_of_peak is None else f"{100 * size.fraction_of_peak:.1f}%",
+                         _floor(results, name, size.latency.p50_ms)])
+    return rows
+
+
+def _floor(results: Results, name: str, p50_ms: float) -> str:
+    """The runtime's per-call floor, and the share of this call it accounts for (overhead vs compute)."""
+    floor = results.pairing.floors.get(name) if results.pairing else None
+    if floor is None:
+        return ""
+    return f"{floor:.3g} ({100 * min(floor / p50_ms, 1.0):.0f}% of the call)" if p50_ms > 0 else f"{floor:.3g}"
+
+
+def timing_line(results: Results) -> str:
+    """How latency was measured (paired rounds or one runner after another), and the machine's peak."""
+    p = results.pairing
+    if p is None:
+        return ""
+    text = p.reason or p.mode
+    if p.mode == "paired":
+        text += f"; {p.rounds} interleaved rounds of {p.slice_s:.3g} s per runner per batch size"
+    if p.peak_gflops:
+        text += f"; machine peak {p.peak_gflops:.3g} GFLOP/s ({p.peak_how})"
+    for name, why in p.failures.items():
+        text += f"; {name}: its paired worker failed ({why})"
+    if p.floors:
+        text += ("; floor: the p50 of one add on 8 floats through the same runtime and calling path (what any call "
+                 "costs there), timed the same way in this run")
+    return text
+
+
 NATIVE_HEADER = ["backend", "native consumer", "status", "max err / scale", "batch", "native p50 ms", "Python p50 ms",
                  "native speedup", "calls"]
 

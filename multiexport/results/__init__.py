@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InputError
-from .bench import BenchResult, LatencyStats, SizeResult
+from .bench import BenchResult, LatencyStats, Pairing, Ratio, SizeResult
 from .native import NativeResult, NativeSize
 from .parity import ExcludedTrial, LeafStats, LeafVerdict, ParityVerdict, Tolerance
 from .schema import from_data, to_data
@@ -23,7 +23,7 @@ RESULTS_SCHEMA = "multiexport.results/2"
 _MAX_RESULTS = 512 << 20
 
 __all__ = ["RESULTS_SCHEMA", "BackendResult", "BenchResult", "ExcludedTrial", "LatencyStats", "LeafStats",
-           "LeafVerdict", "MEANING", "NativeResult", "NativeSize", "ParityVerdict", "Reference", "Results", "SizeResult", "Status", "Tolerance",
+           "LeafVerdict", "MEANING", "NativeResult", "NativeSize", "Pairing", "ParityVerdict", "Ratio", "Reference", "Results", "SizeResult", "Status", "Tolerance",
            "TrialInfo", "Binding", "LeafData", "SignatureData", "WeightsData", "load_results"]
 
 
@@ -164,6 +164,7 @@ class Results:
     interrupted: the run was stopped before it finished (rows not reached say so).
     state: "running" while a compare writes it, "finished" or "interrupted" after.
     config: the options the compare ran with.
+    pairing: how latency was measured across runners (paired rounds or sequential), with every ratio.
     """
 
     target: str
@@ -177,6 +178,7 @@ class Results:
     interrupted: bool = False
     state: str = "finished"
     config: dict[str, Any] = field(default_factory=dict)
+    pairing: Pairing | None = None
 
     def exit_code_allowing(self, allow_fail: Sequence[str] = ()) -> int:
         """The worst row's exit code: 0 faithful, 1 parity failed, 2 target at fault, 3 backend failed, 70 bug;

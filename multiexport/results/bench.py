@@ -48,6 +48,8 @@ class SizeResult:
     throughput_per_s: items (or calls) per second at the median.
     items: "items" when the batch size is known, else "calls".
     flops: FLOPs of one call from XLA's cost analysis; gflops_per_s at the median.
+    fraction_of_peak: gflops_per_s over the machine's float32 matmul peak measured in the same run.
+    measured: "paired" (timed in interleaved rounds with every other runner loaded) or "sequential".
     """
 
     batch: int | None
@@ -62,6 +64,8 @@ class SizeResult:
     items: str = "calls"
     flops: float | None = None
     gflops_per_s: float | None = None
+    fraction_of_peak: float | None = None
+    measured: str = "sequential"
 
 
 @dataclass
@@ -90,3 +94,52 @@ class BenchResult:
     def measured(self) -> list[SizeResult]:
         """The sizes with a latency."""
         return [s for s in self.sizes if s.latency is not None and s.status is Status.OK]
+
+
+@dataclass
+class Ratio:
+    """How much slower one runner is than another at one batch size, measured over the same rounds.
+
+    batch: the batch size. faster, slower: the two runners ("jax" is the reference).
+    ratio: slower's p50 over faster's (>= 1), from the medians of the interleaved rounds.
+    ci95_low, ci95_high: a 95% interval of the ratio (bootstrap over rounds, pairs kept together).
+    significant: the interval excludes 1: a lead beyond the noise of this machine, else a tie.
+    """
+
+    batch: int | None
+    faster: str
+    slower: str
+    ratio: float
+    ci95_low: float
+    ci95_high: float
+    significant: bool
+
+
+@dataclass
+class Pairing:
+    """How latency was measured across runners, and the machine's peak for scale.
+
+    mode: "paired" (every runner loaded at once, one worker each, timed in interleaved rounds so a ratio
+        is measured over the same seconds of machine noise) or "sequential" (one worker after another).
+    reason: why this mode (the memory estimate, or the fallback).
+    rounds: interleaved rounds per batch size; slice_s: timed seconds per runner per round.
+    ratios: every pair of runners that were timed, per batch size.
+    peak_gflops: float32 matmul GFLOP/s through XLA in this run (None if not measured); peak_how: what ran.
+    failures: runner -> why its paired worker failed (its sizes are then bench-failed).
+    floors: runner -> p50 ms of the per-call floor (one add on 8 floats through the same runtime and calling
+        path, timed the same way in this run), when asked for (compare --floor).
+    """
+
+    mode: str
+    reason: str = ""
+    rounds: int = 0
+    slice_s: float = 0.0
+    ratios: list[Ratio] = field(default_factory=list)
+    peak_gflops: float | None = None
+    peak_how: str = ""
+    failures: dict[str, str] = field(default_factory=dict)
+    floors: dict[str, float] = field(default_factory=dict)
+
+    def ratio(self, batch, a: str, b: str) -> Ratio | None:
+        """The measured ratio between runners a and b at `batch`, either way round."""
+        return next((r for r in self.ratios if r.batch == batch and {r.faster, r.slower} == {a, b}), None)

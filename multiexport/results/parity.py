@@ -46,6 +46,10 @@ class LeafStats:
     min_atol: smallest absolute allowance (atol + scale*max|ref|) that would pass at the configured rtol.
     min_rtol: smallest rtol that would pass at the configured absolute allowance.
     worst_index, worst_got, worst_expected: the element with the largest failing (else largest) error.
+    finite: elements where both sides are finite (the values actually compared).
+    sentinels: elements holding a few huge constants far above the rest (a mask value such as
+        finfo(float32).min or -1e9): left out of the leaf's scale, each still checked against its own value.
+    scale_ref: the magnitude the scale term and err_scale use: max|ref| over the finite non-sentinel elements.
     """
 
     shape_match: bool
@@ -73,6 +77,9 @@ class LeafStats:
     worst_index: list[int] | None = None
     worst_got: float | None = None
     worst_expected: float | None = None
+    finite: int = 0
+    sentinels: int = 0
+    scale_ref: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,7 @@ class ParityVerdict:
     trials: the trials checked, in order.
     excluded: trials that are no evidence either way, with the reason.
     reference: what the outputs were compared with.
+    notes: facts that limit what the verdict shows (a leaf with no finite value in any trial).
     """
 
     backend: str
@@ -118,6 +126,7 @@ class ParityVerdict:
     trials: list[str]
     excluded: list[ExcludedTrial] = field(default_factory=list)
     reference: str = "jax.jit"
+    notes: list[str] = field(default_factory=list)
 
     @property
     def failures(self) -> list[LeafVerdict]:

@@ -76,7 +76,7 @@ def _latency(run, row, manifest, bench: BenchResult, kwargs) -> list[NativeSize]
     sizes = []
     for batch, feed in run.bench_feeds:
         size = python.get(batch)
-        if size is None or size.latency is None or size.status is not Status.OK:
+        if size is None or size.status is not Status.OK or (size.latency is None and size.first_call_s is None):
             sizes.append(NativeSize(batch, Status.SIZE_UNSUPPORTED if size is not None and size.status is
                                     Status.SIZE_UNSUPPORTED else Status.BENCH_FAILED,
                                     "the Python runner has no latency at this size to set beside it"))
@@ -86,7 +86,10 @@ def _latency(run, row, manifest, bench: BenchResult, kwargs) -> list[NativeSize]
         if why:
             sizes.append(NativeSize(batch, Status.SIZE_UNSUPPORTED, why))
             continue
-        calls = max(MIN_CALLS, min(MAX_CALLS, size.latency.n or DEFAULT_CALLS))
+        # As many calls as fill the configured bench time at the Python runner's speed (its cold-start call in
+        # paired mode, where its steady-state figure comes later): the same budget, not the same count.
+        per_call = max(size.latency.p50_ms if size.latency is not None else 1e3 * (size.first_call_s or 0.0), 1e-3)
+        calls = max(MIN_CALLS, min(MAX_CALLS, int(config.bench.bench_time * 1e3 / per_call) or DEFAULT_CALLS))
         run.progress(f"{row.backend}: native latency" + (f" at batch {batch}" if batch is not None else "") +
                      f" ({calls} calls)")
         try:
@@ -98,7 +101,7 @@ def _latency(run, row, manifest, bench: BenchResult, kwargs) -> list[NativeSize]
         sizes.append(NativeSize(batch, calls=int(timing.get("calls", calls)), min_ms=timing.get("min_ms"),
                                 median_ms=timing.get("median_ms"), p90_ms=timing.get("p90_ms"),
                                 max_ms=timing.get("max_ms"), mean_ms=timing.get("mean_ms"),
-                                python_p50_ms=size.latency.p50_ms))
+                                python_p50_ms=size.latency.p50_ms if size.latency is not None else None))
     return sizes
 
 

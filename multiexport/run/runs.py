@@ -33,7 +33,7 @@ class ArtifactRun:
 
 def run_artifact(source: Sequence[str], feeds: Sequence[dict[str, np.ndarray]],
                  bench_feeds: Sequence[tuple[int | None, dict | None]], unsupported: dict, bench, device: str,
-                 threads: int, timeout: float) -> ArtifactRun:
+                 threads: int, timeout: float, peak: bool = False) -> ArtifactRun:
     """Run a fresh worker (`source` = ["run", DIR] or ["reference", TARGET]) on parity and bench feeds."""
     from .worker import thread_env
 
@@ -59,6 +59,8 @@ def run_artifact(source: Sequence[str], feeds: Sequence[dict[str, np.ndarray]],
                 index.append({"file": f"{i:04d}.npz", "batch": batch})
             (work / "bench" / "index.json").write_text(json.dumps(index))
             cmd += ["--bench-feeds", str(work / "bench"), "--bench-config", json.dumps(bench.to_json())]
+            if peak:
+                cmd.append("--peak")
         cmd += ["--spawned-at", repr(time.time())]  # last, after the feeds are written: cold start starts here
         result = run_worker(cmd, out, timeout, expect="run.json", env=thread_env(threads))
         bench_data = result.data.get("bench.json")
@@ -103,11 +105,19 @@ def check_row(run, row, manifest) -> None:
     unsupported = {b: unsupported_reason(row.backend, fixed) for b, feed in run.bench_feeds
                    if fixed and not _fits(manifest, feed)}
     checked = [(t, r) for t, r in zip(trials, refs) if t.name not in excluded_names]
-    what = f"benchmark and run {len(checked)} trials" if config.bench else f"run {len(checked)} trials"
-    run.progress(f"{row.backend}: {what} in a worker process" + (f" (at {', '.join(f'{d}={s}' for d, s in fixed.items())}"
+    paired = run.servers is not None
+    what = (f"{'cold start' if paired else 'benchmark'} and run {len(checked)} trials" if config.bench
+            else f"run {len(checked)} trials")
+    run.progress(f"{row.backend}: {what} in {'its paired' if paired else 'a'} worker" + (f" (at {', '.join(f'{d}={s}' for d, s in fixed.items())}"
                                                               " only)" if fixed else ""))
-    outcome = run_artifact(["run", str(manifest_dir(row))], [t.feed for t, _ in checked], run.bench_feeds,
-                           unsupported, config.bench, run.plan.chosen, run.threads, config.timeout)
+    if run.servers is not None:  # paired mode: the runner's live worker, loaded once for parity and timing
+        from .paired import serve_artifact
+
+        outcome = serve_artifact(run.servers, row.backend, [t.feed for t, _ in checked], run.bench_feeds, unsupported,
+                                 run.row_bench)
+    else:
+        outcome = run_artifact(["run", str(manifest_dir(row))], [t.feed for t, _ in checked], run.bench_feeds,
+                               unsupported, run.row_bench, run.plan.chosen, run.threads, config.timeout)
     if config.native:  # independent evidence: run whatever the Python runner's verdict is
         from .native_check import check_native
 

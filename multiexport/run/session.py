@@ -21,6 +21,7 @@ from ..export.manifest import Manifest
 from ..files.paths import safe_component
 from ..results import BackendResult, Binding, Reference, Results, SignatureData, Status, TrialInfo
 from ..results.schema import from_data
+from . import timing
 from .rundir import claim_run_dir, mark
 from .supervisor import stop_requested
 
@@ -40,10 +41,22 @@ class CompareRun:
             try:
                 self._prepare()
                 artifacts = self._export_all()
-                self._bench_reference()
-                for name in self.config.backends:
-                    if name in artifacts:
-                        self._run_backend(name, artifacts[name])
+                timing.plan_timing(self, artifacts)
+                try:
+                    if self.servers is not None:
+                        timing.start_servers(self, artifacts)
+                    self._bench_reference()
+                    for name in self.config.backends:
+                        if name in artifacts:
+                            self._run_backend(name, artifacts[name])
+                    if self.servers is not None:
+                        timing.paired_rounds(self)
+                finally:
+                    if self.servers is not None:
+                        self.servers.close()
+                timing.compute_figures(self)
+                if self.config.floor and self.pairing is not None:
+                    timing.floors(self)
             except _Stop:
                 pass
             except (Interrupted, KeyboardInterrupt):
@@ -239,10 +252,18 @@ class CompareRun:
         bench = self.config.bench
         if not bench:
             return
-        self.progress("reference: benchmark jax.jit")
+        paired = self.servers is not None and self.spec is not None
+        self.progress("reference: " + ("cold start of jax.jit" if paired else "benchmark jax.jit"))
+        if paired:
+            from .paired import serve_artifact
+
+            outcome = serve_artifact(self.servers, "jax", [], self.bench_feeds, {}, bench)
+            if outcome.failure is None and outcome.bench is not None:
+                self.reference.bench = outcome.bench
+            return
         if self.spec is not None:
             outcome = run_artifact(["reference", self.spec], [], self.bench_feeds, {}, bench, self.ref_device,
-                                   self.threads, self.config.timeout)
+                                   self.threads, self.config.timeout, peak=True)
             if outcome.failure is None and outcome.bench is not None:
                 self.reference.bench = outcome.bench
                 return
@@ -276,7 +297,8 @@ class CompareRun:
             target=self.target.name, signature=signature, trials=trials, backends=self.rows,
             reference=getattr(self, "reference", Reference()), environment=getattr(self, "environment", {}),
             out_dir=str(self.out), device=self.plan.to_json() if hasattr(self, "plan") else {},
-            interrupted=interrupted, state="interrupted" if interrupted else "finished", config=self.config.to_json())
+            interrupted=interrupted, state="interrupted" if interrupted else "finished", config=self.config.to_json(),
+            pairing=getattr(self, "pairing", None))
         results.write(self.out / "results.json")
         write_reports(results, self.out)
         mark(self.out, results.state)

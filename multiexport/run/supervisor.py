@@ -1,5 +1,5 @@
 """The one subprocess supervisor: every process multiexport starts (workers, device probes, native tools,
-the screenshot browser) is spawned, timed out, killed and reaped here.
+the screenshot browser, paired-benchmark workers) is spawned, timed out, killed and reaped here.
 
 - Each child runs in a session of its own, so a kill reaches what it started too, and a terminal's
   Ctrl-C reaches only multiexport, which stops its children itself and keeps what finished.
@@ -100,6 +100,103 @@ def run_command(cmd: Sequence[str], *, timeout: float, cwd: str | os.PathLike | 
         return Outcome(code, _tail(out), _tail(err), timed_out=timed_out,
                        oom_kills=None if before is None or after is None else after - before,
                        seconds=time.monotonic() - start, cpu_seconds=cpu)
+
+
+class Served:
+    """A long-lived child that answers one JSON line per request on its stdout (a paired-benchmark worker).
+
+    It runs in its own session like every child; a request waits in slices for its answer, so a stop
+    signal or a timeout kills the child (and what it started) instead of hanging; a child that dies
+    mid-request ends the request with its `outcome()`. `close()` asks it to quit and reaps it.
+    """
+
+    def __init__(self, cmd: Sequence[str], *, env: Mapping[str, str] | None = None):
+        raise_if_stopped()
+        self._err = tempfile.TemporaryFile()
+        self._buffer = b""
+        self.timed_out = False
+        self._oom_before = oom_kill_count()
+        with _stop_signals_deferred():
+            self.proc = subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                                         env=dict(env) if env is not None else None, start_new_session=True)
+
+    def request(self, message: Mapping[str, object], timeout: float) -> dict:
+        """Send `message`, return the child's one-line JSON answer; raises ServedExit if the child is gone."""
+        import json
+
+        raise_if_stopped()
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise ServedExit(self.outcome()) from None
+        return self.read_answer(timeout)
+
+    def read_answer(self, timeout: float) -> dict:
+        """The child's next JSON line (e.g. the one it writes when it is ready)."""
+        import json
+
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            raise_if_stopped()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.timed_out = True
+                self.kill()
+                raise ServedExit(self.outcome())
+            ready, _, _ = select.select([fd], [], [], min(_POLL_S, remaining))
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise ServedExit(self.outcome())
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            return json.loads(line)
+        except ValueError:
+            self.kill()
+            raise ServedExit(self.outcome(f"answered {line[:200]!r}, expected one JSON line")) from None
+
+    def outcome(self, note: str = "") -> Outcome:
+        """How the child ended (reaped here; killed first if it is still running)."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._err.seek(0)
+        after = oom_kill_count()
+        return Outcome(self.proc.returncode, note, _tail(self._err), timed_out=self.timed_out,
+                       oom_kills=None if self._oom_before is None or after is None else after - self._oom_before)
+
+    def kill(self) -> None:
+        _kill(self.proc)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ask the child to quit; kill it if it does not within `timeout`."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ServedExit, Interrupted, OSError):
+                self.request({"cmd": "quit"}, timeout)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+        self._err.close()
+
+
+class ServedExit(Exception):
+    """A served child ended (crashed, was killed, timed out) while a request was open."""
+
+    def __init__(self, outcome: Outcome):
+        super().__init__(outcome.how_it_ended())
+        self.outcome = outcome
 
 
 def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int, float | None]:

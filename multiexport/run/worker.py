@@ -4,6 +4,7 @@
     python -m multiexport.run.worker run ARTIFACT_DIR OUT_DIR [--parity-feeds DIR] [--bench-feeds DIR --bench-config JSON]
     python -m multiexport.run.worker reference TARGET OUT_DIR [--bench-feeds DIR --bench-config JSON]
     python -m multiexport.run.worker devices BACKEND DEVICE OUT_DIR
+    python -m multiexport.run.worker serve run|reference SOURCE OUT_DIR --bench-feeds DIR   (see run.serve)
 
 The artifact's worker never sees the original function: what it computes comes from the directory alone.
 Cold start is measured first (load, compile, first call), then steady-state latency per batch size, then
@@ -29,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     # The parent starts workers with its stop signals held back, and the mask is inherited.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     argv = sys.argv[1:] if argv is None else argv
-    modes = {"export": export_main, "run": run_main, "reference": run_main, "devices": devices_main}
+    from .serve import serve_main
+
+    modes = {"export": export_main, "run": run_main, "reference": run_main, "devices": devices_main, "serve": serve_main}
     if not argv or argv[0] not in modes:
         print(f"usage: python -m multiexport.run.worker {{{','.join(modes)}}} ...", file=sys.stderr)
         return 2
@@ -145,6 +148,7 @@ def run_main(argv: list[str]) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--trust-artifact", action="store_true")
+    parser.add_argument("--peak", action="store_true", help="also measure the machine's float32 matmul peak")
     _common(parser)
     args = parser.parse_args(argv)
     stage, backend = "load", None
@@ -180,6 +184,11 @@ def run_main(argv: list[str]) -> int:
                         size.flops = runner.flops(feed)
                         if size.flops:
                             size.gflops_per_s = size.flops / (size.latency.p50_ms / 1e3) / 1e9
+            if args.peak:
+                from .serve import peak_gflops
+
+                measured = peak_gflops()
+                extra.update(peak_gflops=measured["gflops"], peak_how=measured["how"])
             result = BenchResult(
                 load_s=load_s, sizes=sizes,
                 memory={"start_rss_bytes": memory_start["rss_bytes"], "after_load_rss_bytes": memory_loaded["rss_bytes"],

@@ -88,6 +88,11 @@ def classify(outcome: Outcome, work: Path, timeout: float) -> tuple[str, str] | 
             return (str(err["category"]), str(err["message"]))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             return ("internal-error", f"worker wrote an unreadable error.json ({exc}): {_tail(outcome)}")
+    return classify_outcome(outcome, timeout)
+
+
+def classify_outcome(outcome: Outcome, timeout: float) -> tuple[str, str] | None:
+    """(category, reason) from how a worker process ended alone (no error report of its own)."""
     if outcome.start_error:
         return ("internal-error", f"cannot start a worker: {outcome.start_error}")
     if outcome.timed_out:

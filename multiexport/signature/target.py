@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,6 +129,17 @@ def _import_module(spec: str, module_part: str):
     try:
         return importlib.import_module(module_part)
     except ModuleNotFoundError as exc:
+        top = module_part.split(".")[0]
+        cwd = os.getcwd()
+        # `python -m multiexport` imports from the working directory, the console script does not: a module
+        # the user can see where they stand must resolve the same way from both (appended: never shadows).
+        here = (Path(cwd) / top).is_dir() or (Path(cwd) / f"{top}.py").is_file()
+        if exc.name == top and cwd not in sys.path and here:
+            sys.path.append(cwd)
+            try:
+                return importlib.import_module(module_part)
+            except ModuleNotFoundError as again:
+                exc = again
         raise TargetError(f"Target '{spec}' | module '{module_part}' not found ({exc})") from exc
     except SystemExit as exc:
         raise TargetError(f"Target '{spec}' | importing '{module_part}' called sys.exit({exc.code!r}), expected a "

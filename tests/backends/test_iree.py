@@ -334,3 +334,13 @@ def test_a_float64_target_is_compiled_in_64_bits_not_demoted(tmp_path):
     got = IreeBackend().load(artifact.directory)(sig.example_feed())
     assert got["out.y"].dtype == np.float64 and got["out.m"].dtype == np.int64
     np.testing.assert_array_equal(got["out.y"], want["out.y"])
+
+
+def test_a_diagnostic_whose_location_comes_first_keeps_its_message():
+    """MLIR may print `error: loc(...): message`: the message was cut at the location, leaving `<unknown>:0: error:`."""
+    from multiexport.backends.iree.compile import _diagnostics
+
+    text = ("Diagnostics:\n<unknown>:0: error: loc(callsite(\"jit(f)/reshape\"(\"model.py\":3:4) at \"main\")): failed "
+            "to legalize operation 'stablehlo.dynamic_reshape'\n<unknown>:0: note: see current operation\n\n"
+            "Invoked with:\n iree-compile ...")
+    assert _diagnostics(text) == "error: failed to legalize operation 'stablehlo.dynamic_reshape'"

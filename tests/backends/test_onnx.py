@@ -399,3 +399,18 @@ def test_the_selective_plugin_import_writes_the_same_onnx_as_jax2onnx_own(spec, 
     assert (tmp_path / "fast" / "model.onnx").read_bytes() == (tmp_path / "full" / "model.onnx").read_bytes()
     how = {d: json.loads((tmp_path / d / "manifest.json").read_text())["format"]["setup"]["what"] for d in ("fast", "full")}
     assert "selective" in how["fast"] and "all" in how["full"]
+
+
+def test_converter_messages_name_the_functions_own_inputs_and_leave_an_ops_operands_alone():
+    """`xs[4]` inside nn.scan indexes the scan's own operands: renaming it named an unrelated weight (a false lead)."""
+    from multiexport.backends.onnx.convert import conversion_error, rename_positional
+
+    sig = build_signature(examples.mlp())
+    names = [leaf.name for leaf in sig.inputs]
+    text = rename_positional("TracerArrayConversionError: in_6 is traced; scan body xs[4], args[2]; in_99", sig)
+    assert f"input leaf '{names[6]}'" in text and "xs[4]" in text and "args[2]" in text and "in_99" in text
+    error = conversion_error(NotImplementedError("ConvPlugin: in_0 is a Tracer, expected a concrete value"), sig)
+    assert error.category == "unsupported-op" and f"input leaf '{names[0]}'" in str(error)
+    assert "bake it in" in str(error)
+    scan = conversion_error(NotImplementedError("ScanPlugin: xs[4] is a Tracer"), sig)
+    assert scan.category == "unsupported-op" and "bake" not in str(scan)  # no way out that does not apply

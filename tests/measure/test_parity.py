@@ -16,7 +16,7 @@ from multiexport.measure.parity import check_parity, compare_leaf
 from multiexport.results import ParityVerdict
 from multiexport.results.schema import from_data, to_data
 from multiexport.signature import build_signature
-from multiexport.measure.tolerance import DEFAULTS, EXACT, Tolerance
+from multiexport.measure.tolerance import DEFAULTS, EXACT, Tolerance, default_tolerance
 
 from ..conftest import reference_outputs, run_in_worker
 
@@ -274,3 +274,43 @@ def test_the_headline_error_is_relative_to_the_leafs_scale_not_a_cancelled_eleme
     got = np.array([1000.0, 2e-6], np.float32)  # rounding at an element that cancels to ~0
     v = compare_leaf("out", got, ref, "float32", F32)
     assert v.passed and v.stats.max_rel == pytest.approx(1.0) and v.stats.err_scale < 1e-8
+
+
+@pytest.mark.parametrize("mask", [np.finfo(np.float32).min, -1e9, -1e4])
+def test_a_mask_constant_does_not_make_the_scale_term_vacuous(mask):
+    """finfo.min beside logits of order 1 allowed 1.4e33 of error per element: every unmasked logit off by 1e30
+    passed. Mask constants are left out of the scale and checked against their own value."""
+    ref = np.random.default_rng(0).normal(size=(4, 100)).astype(np.float32)
+    ref[:, 50:] = mask
+    tol = default_tolerance("float32")
+    assert compare_leaf("out.masked", ref.copy(), ref, "float32", tol).passed
+    for error in (1e30, 1e-3):
+        got = ref.copy()
+        got[:, :50] += np.float32(error)
+        verdict = compare_leaf("out.masked", got, ref, "float32", tol)
+        assert not verdict.passed and verdict.stats.sentinels == 200, (mask, error, verdict.stats)
+        assert verdict.stats.scale_ref < 10
+    got = ref.copy()
+    got[:, 50:] = np.float32(mask) * 0.5  # a different mask value is a different output, too
+    assert not compare_leaf("out.masked", got, ref, "float32", tol).passed
+
+
+def test_large_values_that_are_real_data_keep_the_leafs_scale():
+    """Many distinct large magnitudes are data, not a mask: the scale term still accepts rounding at an element
+    that cancels beside them."""
+    ref = np.concatenate([np.linspace(1e4, 2e4, 50), [1e-3]]).astype(np.float32)
+    got = ref.copy()
+    got[-1] += np.float32(0.05)  # 2.5e-6 of the leaf's scale: rounding at a cancelled element
+    verdict = compare_leaf("out", got, ref, "float32", default_tolerance("float32"))
+    assert verdict.passed and verdict.stats.sentinels == 0
+
+
+def test_a_leaf_with_no_finite_value_in_any_trial_is_said_to_be_no_evidence():
+    from multiexport.measure.parity import check_parity
+    from multiexport.signature.leaves import Leaf
+
+    nan = {"out": np.full(3, np.nan, np.float32)}
+    verdict = check_parity("x", [nan, nan], [nan, nan], [Leaf("out", "out", (3,), "float32")], ["a", "b"])
+    assert verdict.passed
+    assert verdict.notes == ["Output 'out' | no finite value in any trial on either side: only its NaN/Inf pattern "
+                             "was compared, so its parity is no evidence about its numbers"]

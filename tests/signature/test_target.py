@@ -107,3 +107,27 @@ def test_a_target_file_that_calls_sys_exit_is_a_target_error_not_an_exit(tmp_pat
 def test_target_fields_are_validated(field, value, message):
     with pytest.raises(TargetError, match=message):
         Target(lambda x: x, args=(1.0,), **{field: value})
+
+
+def test_a_module_in_the_working_directory_resolves_from_the_console_script(tmp_path):
+    """`python -m multiexport` imports from the working directory and the `multiexport` script did not: the same
+    TARGET must resolve from both."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    write(tmp_path / "mypkg", "models.py", """
+        import numpy as np
+        from multiexport import Target
+        def double():
+            return Target(lambda x: x * 2, args=(np.ones(3, np.float32),), name="double")
+    """)
+    script = shutil.which("multiexport", path=str(Path(sys.executable).parent))
+    assert script is not None
+    proc = subprocess.run([script, "signature", "mypkg.models:double", "--json"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert '"name": "double"' in proc.stdout or '"target": "double"' in proc.stdout

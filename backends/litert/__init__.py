@@ -1,0 +1,247 @@
+"""LiteRT (TFLite): the SavedModel stage converted by TensorFlow's TFLite converter, run by ai_edge_litert.
+
+Built on the SavedModel backend's export (`builds_on`): the core writes that stage into a temporary
+directory and this backend converts its `serving_default` signature with
+`tf.lite.TFLiteConverter.from_saved_model(dir, signature_keys=["serving_default"])` into
+`model.tflite`. The signature's keys are the leaves' aliases, in and out (`foo_baz`, `out_logits`), so a
+LiteRT caller finds every tensor by name through the signature; the raw tensor order is neither leaf
+order nor sorted. Leaves the SavedModel dropped are not signature inputs; a symbolic batch stays a -1
+in `shape_signature` and is resized by the interpreter.
+
+Only TFLite builtin ops are allowed (`target_spec.supported_ops = [TFLITE_BUILTINS]`, stated in the
+manifest): an op that is not a builtin fails the export as `unsupported-op` naming it. The
+`select_tf_ops` option converts with SELECT_TF_OPS too, and says so; the ai_edge_litert interpreter
+cannot run such (flex) ops, so the load check then refuses the artifact unless none were needed.
+
+The SavedModel stage writes its module for the StableHLO the installed TensorFlow reads and checks it
+with TensorFlow's reader, which is the converter's too: skew between the producing JAX and this
+TensorFlow therefore fails in that stage (`version-skew`), and the pre-check here (every XlaCallModule
+module read by the converter's StableHLO reader) catches a SavedModel not written for it, naming the
+module's StableHLO version (its bytecode header) and the converter's. The interpreter runs on the CPU
+with XNNPACK as the default delegate and `num_threads` always passed (LiteRT's default is 1).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from multiexport.errors import ArtifactError, RunError
+from multiexport.export import Backend, FormatResult, Manifest, Option, RunOptions, Runner
+from multiexport.signature.weights import embedded
+from multiexport.versions import dist_version
+
+from .convert import (
+    MODEL_FILE,
+    NEEDS_CUSTOM_OPS,
+    NEEDS_FLEX_OPS,
+    SIGNATURE_KEY,
+    ConversionFailed,
+    check_modules,
+    convert,
+    model_metadata,
+    op_names,
+)
+from .runner import FLEX, LiteRTRunner, open_interpreter, signature_of
+
+# Leaf dtypes TFLite builtins have no general kernels for: a legalization failure with one of these
+# leaves is a dtype gap (bf16/f16 matmuls, f64 arithmetic, float8 casts, uint8 adds), not a missing op.
+NARROW = ("bfloat16", "float16", "float64", "uint8", "uint16", "uint64", "int4", "uint4", "complex")
+_ILLEGAL = re.compile(r"failed to legalize operation '([\w.]+)' that was explicitly marked illegal")
+_VHLO = re.compile(r"'vhlo\.(\w+?)_v\d+' op is not part of the vhlo support yet")
+_UNREGISTERED = re.compile(r"unregistered operation '([\w.]+)'")
+_SKEW = ("'tf.XlaCallModule' op is neither a custom op nor a flex op", "failed to deserialize portable artifact")
+
+
+class LiteRTBackend(Backend):
+    name = "litert"
+    summary = "LiteRT .tflite (TFLite converter from the SavedModel), TFLite builtins only, run by ai_edge_litert"
+    requires = ("ai_edge_litert", "tensorflow")  # TensorFlow: the converter
+    extra = "litert"
+    builds_on = "savedmodel"
+    weight_storage = ("embedded",)  # a .tflite keeps its tensors in its own flatbuffer
+    color = "#e377c2"
+    order = 50
+    options = (
+        Option("select_tf_ops", False, bool,
+               "also allow SELECT_TF_OPS (TensorFlow kernels via the Flex delegate): the ai_edge_litert "
+               "interpreter cannot run them, so only a runtime with Flex linked in can use such a model"),
+    )
+
+    def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
+        import tensorflow as tf
+
+        source = frontend.directory
+        try:
+            stablehlo = check_modules(source)
+            blob, ops = convert(source, resolved["select_tf_ops"])
+        except ConversionFailed as exc:  # classify() names a dtype gap by the leaves' dtypes
+            exc.leaf_dtypes = sorted({leaf.dtype for leaf in (*signature.inputs, *signature.outputs)})
+            raise
+        (out_dir / MODEL_FILE).write_bytes(blob)
+        meta = model_metadata(blob)
+        used_ops = op_names(blob)
+        front = {leaf.name: leaf for leaf in frontend.manifest.inputs}
+        params = [front[leaf.name].param for leaf in signature.inputs]
+        used = [front[leaf.name].used for leaf in signature.inputs]
+        output_params = [leaf.alias for leaf in signature.outputs]
+        interpreter = open_interpreter(str(out_dir / MODEL_FILE), 1)
+        sig = signature_of(interpreter)
+        want = {"inputs": sorted(p for p in params if p is not None), "outputs": sorted(output_params)}
+        got = {role: sorted(sig[role]) if sig else None for role in ("inputs", "outputs")}
+        if sig is None or got != want:
+            raise ConversionFailed("convert", f"the converted model's {SIGNATURE_KEY} signature has {got}, expected "
+                                   f"the leaves' aliases {want}", [], None, stablehlo["converter_stablehlo"])
+        by_alias = {leaf.alias: leaf.name for leaf in (*signature.inputs, *signature.outputs)}
+        tensors = {role: {by_alias[k]: _tensor(interpreter, i) for k, i in sig[role].items()} for role in sig}
+        declared = {name: t["dtype"] for role in tensors.values() for name, t in role.items()}
+        partitions = _partitions(interpreter)
+        flex = [op for op in used_ops if op.startswith("custom:Flex")]
+        warnings = []
+        if flex:
+            warnings.append(f"the model uses TensorFlow (flex) ops {', '.join(flex)}: a LiteRT runtime with the Flex "
+                            "delegate linked in can run it; the ai_edge_litert interpreter cannot")
+        if signature.symbolic_dims:
+            warnings.append("symbolic dimensions: LiteRT runs them through shape arithmetic that splits the graph into "
+                            "several XNNPACK partitions, slower than a model converted at static sizes (measured 12-14x "
+                            "on the transformer block)")
+        if options.external_weights == "always" and signature.weights.get("baked_bytes"):
+            warnings.append("external weights 'always': a .tflite keeps its weights as buffers inside model.tflite, "
+                            "so they are embedded there (the SavedModel stage's variables are frozen by the converter)")
+        min_runtime = meta.get("min_runtime_version")
+        front_versions = frontend.manifest.versions
+        return FormatResult(
+            files={"model": MODEL_FILE}, used=used, params=params, output_params=output_params,
+            versions={"ai_edge_litert": dist_version("ai-edge-litert"), "tensorflow": tf.__version__,
+                      "tensorflow_git": tf.version.GIT_VERSION,
+                      "converter_stablehlo": stablehlo["converter_stablehlo"],
+                      "module_stablehlo": ",".join(stablehlo["module_stablehlo"]),
+                      "stablehlo_written_by_jax": front_versions.get("stablehlo_written_by_jax", "unknown"),
+                      **({"tflite_min_runtime_version": min_runtime} if min_runtime else {})},
+            requires={"tflite_min_runtime_version": min_runtime, "tflite_schema_version": meta["schema_version"],
+                      "ops": ops,
+                      "note": (f"a LiteRT/TFLite runtime {min_runtime or '(version not recorded)'} or newer with the "
+                               "builtin op resolver" + (" and the Flex delegate" if flex else " (no Flex delegate)"))},
+            format={
+                "signature": SIGNATURE_KEY,
+                "supported_ops": ops,
+                "select_tf_ops": resolved["select_tf_ops"],
+                "converter": f"tf.lite.TFLiteConverter.from_saved_model(dir, signature_keys=['{SIGNATURE_KEY}']) "
+                             f"from TensorFlow {tf.__version__}, from the SavedModel stage of this export",
+                "signature_keys": "the leaves' aliases, in and out; map names through the signature, never by the "
+                                  "raw tensor order",
+                "tensors": tensors,
+                "ops": used_ops,
+                "flex_ops": flex,
+                "stablehlo": {**stablehlo, "written_by_jax": front_versions.get("stablehlo_written_by_jax"),
+                              "check": "every XlaCallModule module read by the converter's own StableHLO reader"},
+                "model_bytes": len(blob),
+                "metadata": meta,
+                "delegate": "XNNPACK, the default delegate of the builtin op resolver (OpResolverType.AUTO), on the CPU",
+                "xnnpack_partitions": partitions,
+                "weights": "constant buffers inside model.tflite (the converter freezes the SavedModel's variables)",
+            },
+            warnings=warnings, weights=embedded(signature), declared=declared, platforms=["cpu"],
+        )
+
+    def classify(self, exc: BaseException, stage: str) -> tuple[str, str] | None:
+        if isinstance(exc, ConversionFailed):
+            return _classify_conversion(exc)
+        if isinstance(exc, RunError) and exc.category != RunError.default_category:
+            return None  # the runner already named it (flex ops, a kernel that cannot prepare)
+        text = " ".join(str(exc).split())
+        if any(s in text for s in _SKEW):
+            from .convert import converter_stablehlo
+
+            return ("version-skew", f"the TFLite converter (StableHLO {converter_stablehlo()}) cannot read the "
+                    f"SavedModel's module: {text[:600]}")
+        if FLEX in text:
+            return ("unsupported-op", "the converted model needs TensorFlow (flex) ops, and the ai_edge_litert "
+                    f"interpreter cannot run flex ops (SELECT_TF_OPS was enabled): {text[:600]}")
+        return None
+
+    def _load_impl(self, manifest: Manifest, directory: Path, options: RunOptions) -> Runner:
+        if options.device != "cpu":
+            raise RunError(f"Device '{options.device}' | the ai_edge_litert interpreter runs on the CPU here "
+                           "(its GPU accelerator is WebGPU/OpenCL, not CUDA)", category="no-gpu")
+        model = manifest.path(directory, "model")
+        try:
+            interpreter = open_interpreter(str(model), options.thread_count)
+        except (RuntimeError, ValueError) as exc:
+            raise ArtifactError(f"Artifact '{directory}' | LiteRT cannot load {manifest.files['model']}: "
+                                f"{' '.join(str(exc).split())[:800]}") from exc
+        sig = signature_of(interpreter)
+        want_in = sorted(str(leaf.param) for leaf in manifest.inputs if leaf.param is not None)
+        want_out = sorted(str(leaf.param) for leaf in manifest.outputs)
+        if sig is None or sorted(sig["inputs"]) != want_in or sorted(sig["outputs"]) != want_out:
+            got = "no serving_default signature" if sig is None else f"inputs {sorted(sig['inputs'])} and outputs " \
+                                                                      f"{sorted(sig['outputs'])}"
+            raise ArtifactError(f"Artifact '{directory}' | {manifest.files['model']} has {got}, manifest expects "
+                                f"{want_in} and {want_out}")
+        return LiteRTRunner(manifest, directory, options, interpreter, sig)
+
+
+def _tensor(interpreter, index: int) -> dict[str, Any]:
+    details = interpreter._get_tensor_details(index, 0)
+    return {"index": int(index), "name": details["name"], "dtype": _dtype_name(details["dtype"]),
+            "shape_signature": [int(d) for d in details["shape_signature"]]}
+
+
+def _partitions(interpreter) -> int | None:
+    """XNNPACK partitions (DELEGATE nodes) at the model's own shapes; None when the tensors cannot be allocated
+    (the load check then says why)."""
+    try:
+        interpreter.allocate_tensors()
+    except (RuntimeError, ValueError):
+        return None
+    return sum(op["op_name"] == "DELEGATE" for op in interpreter._get_ops_details())
+
+
+def _dtype_name(dtype: Any) -> str:
+    import numpy as np
+
+    return np.dtype(dtype).name
+
+
+def _classify_conversion(exc: ConversionFailed) -> tuple[str, str]:
+    text = exc.text
+    versions = f"the module is StableHLO {exc.producer or 'of unknown version'}, the converter reads StableHLO {exc.consumer}"
+    if exc.kind == "version-skew" or any(s in text for s in _SKEW):
+        unknown = sorted(set(_UNREGISTERED.findall(text)))
+        detail = f" and has {', '.join(unknown)}, which it does not know" if unknown else ""
+        return ("version-skew", f"version skew: {versions}{detail} ({_first(text)}): convert with a TensorFlow whose "
+                "StableHLO reads the module, or export from the SavedModel backend with the TensorFlow that converts "
+                "(it writes the module for that TensorFlow's StableHLO)")
+    flex = sorted({op for code, op in exc.errors if code == NEEDS_FLEX_OPS})
+    if flex:
+        return ("unsupported-op", f"{', '.join(flex)} is not a TFLite builtin op (ERROR_NEEDS_FLEX_OPS). Converting "
+                "with SELECT_TF_OPS (option litert.select_tf_ops) would keep it as a TensorFlow kernel, which the "
+                "ai_edge_litert interpreter cannot run (it needs the Flex delegate linked in): not enabled")
+    vhlo = _VHLO.search(text)
+    if vhlo:
+        return ("unsupported-op", f"the TFLite converter has no lowering for stablehlo.{vhlo.group(1)} "
+                f"({_first(text)})")
+    illegal = sorted(set(_ILLEGAL.findall(text)))
+    if illegal:
+        narrow = sorted({d for d in exc.leaf_dtypes if d.startswith(NARROW) or d.startswith("float8")})
+        if narrow:
+            return ("unsupported-dtype", f"TFLite builtins have no {'/'.join(narrow)} kernel for {', '.join(illegal)} "
+                    f"(failed to legalize {', '.join(illegal)})")
+        return ("unsupported-op", f"TFLite has no builtin kernel for {', '.join(illegal)} with these operand types "
+                "(failed to legalize)")
+    custom = sorted({op for code, op in exc.errors if code == NEEDS_CUSTOM_OPS})
+    if custom:
+        return ("unsupported-op", f"{', '.join(custom)} is left as a custom op the LiteRT runtime does not have")
+    if re.search(r"\b2 ?GB\b", text):
+        return ("size-limit", f"a .tflite flatbuffer holds at most 2 GB: {_first(text)}")
+    return ("converter-error", f"the TFLite converter failed: {_first(text)}")
+
+
+def _first(text: str) -> str:
+    """The converter's first MLIR error message, else the text's start."""
+    found = re.search(r"error: (.+?)(?:\n|$| \S+:\d+:\d+: note:)", text)
+    return " ".join((found.group(1) if found else text).split())[:600]
+
+
+BACKEND = LiteRTBackend

@@ -1,0 +1,172 @@
+"""SavedModel -> .tflite with TensorFlow's TFLite converter, and the facts a consumer needs from the file.
+
+The converter reads the SavedModel's `XlaCallModule` module with TensorFlow's own StableHLO reader and
+legalizes it to TFLite builtins. Its real diagnostics (the op it cannot read or lower) are MLIR
+messages printed on the C++ stderr (fd 2), not put in the Python exception, so every call that can
+fail runs with fd 2 captured and the diagnostics travel in `ConversionFailed` to `classify`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from multiexport.export.stablehlo import producer_version
+
+SIGNATURE_KEY = "serving_default"
+MODEL_FILE = "model.tflite"
+# ConverterErrorData.ErrorCode (tensorflow/compiler/mlir/lite/metrics/converter_error_data.proto).
+NEEDS_FLEX_OPS, NEEDS_CUSTOM_OPS = 1, 2
+
+
+class ConversionFailed(Exception):
+    """The converter (or TensorFlow's StableHLO reader before it) refused the SavedModel.
+
+    kind: "version-skew" when the module cannot be read, else "convert".
+    text: the exception's text followed by the MLIR diagnostics captured from fd 2.
+    errors: (ConverterErrorData error_code, operator name) pairs the converter reported.
+    producer, consumer: the module's StableHLO version (from its bytecode header) and the one the
+        converter reads.
+    leaf_dtypes: the function's leaf dtypes (set by the backend), which tell a dtype gap from a missing op.
+    """
+
+    def __init__(self, kind: str, text: str, errors: list[tuple[int, str]], producer: str | None, consumer: str):
+        super().__init__(" ".join(text.split())[:3000])
+        self.kind, self.text, self.errors, self.producer, self.consumer = kind, text, errors, producer, consumer
+        self.leaf_dtypes: list[str] = []  # the function's leaf dtypes, set by the backend (a dtype gap or an op gap)
+
+
+@contextlib.contextmanager
+def captured_stderr() -> Iterator[dict[str, str]]:
+    """fd 2 into a temporary file for the duration; box["text"] holds what was written, afterwards."""
+    box = {"text": ""}
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield box
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            box["text"] = sink.read().decode(errors="replace")
+
+
+def diagnostics(text: str, limit: int = 6) -> list[str]:
+    """The distinct MLIR `error:` / `note: in bytecode ...` lines of a captured stderr, locations dropped."""
+    found: list[str] = []
+    for line in text.splitlines():
+        match = re.search(r"(?:error|note): (.*)", line)
+        if match:
+            message = match.group(1).strip()
+            if message and message not in found and ("error" in line or "produced by" in message):
+                found.append(message[:300])
+    return found[:limit]
+
+
+def converter_stablehlo() -> str:
+    """The StableHLO version the installed converter (TensorFlow's StableHLO reader) reads."""
+    from tensorflow.compiler.mlir.stablehlo import stablehlo as tfhlo
+
+    return str(tfhlo.get_current_version())
+
+
+def call_modules(saved_model_dir: Path) -> list[bytes]:
+    """The serialized StableHLO modules of every XlaCallModule op in saved_model.pb (graph and functions)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((saved_model_dir / "saved_model.pb").read_bytes())
+    modules = []
+    for graph in proto.meta_graphs:
+        nodes = list(graph.graph_def.node) + [n for f in graph.graph_def.library.function for n in f.node_def]
+        modules += [bytes(n.attr["module"].s) for n in nodes if n.op == "XlaCallModule"]
+    return modules
+
+
+def check_modules(saved_model_dir: Path) -> dict[str, Any]:
+    """Read every module with the converter's own StableHLO reader; ConversionFailed("version-skew") if one fails.
+
+    Version numbers alone would say skew where there is none (most modules newer than the reader still
+    read), so the reader decides; the versions are what the message names. Returns the facts.
+    """
+    from tensorflow.compiler.mlir.stablehlo import stablehlo as tfhlo
+
+    consumer = converter_stablehlo()
+    producers = []
+    for module in call_modules(saved_model_dir):
+        producer = producer_version(module)
+        producers.append(producer)
+        with captured_stderr() as err:
+            try:
+                tfhlo.deserialize_portable_artifact_str(module)
+                continue
+            except Exception as exc:  # the reader's words are on fd 2; the exception says only "failed"
+                failure = exc
+        composites = sorted({c.decode() for c in re.findall(rb"chlo\.[a-z_]+", module)})
+        text = f"{type(failure).__name__}: {failure}\n" + "\n".join(diagnostics(err["text"]))
+        if composites:
+            text += f"\ncomposites in the module: {', '.join(composites)}"
+        raise ConversionFailed("version-skew", text, [], producer, consumer) from failure
+    return {"module_stablehlo": sorted({p or "unknown" for p in producers}), "converter_stablehlo": consumer,
+            "xla_call_modules": len(producers)}
+
+
+def convert(saved_model_dir: Path, select_tf_ops: bool) -> tuple[bytes, list[str]]:
+    """(the .tflite bytes, the ops sets used) converted from the SavedModel's serving_default signature."""
+    import tensorflow as tf
+
+    ops = [tf.lite.OpsSet.TFLITE_BUILTINS] + ([tf.lite.OpsSet.SELECT_TF_OPS] if select_tf_ops else [])
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir), signature_keys=[SIGNATURE_KEY])
+    converter.target_spec.supported_ops = ops
+    with captured_stderr() as err:
+        try:
+            blob = converter.convert()
+            failure = None
+        except Exception as exc:  # tensorflow.lite.python.convert_phase.ConverterError, mostly
+            failure = exc
+    if failure is not None:
+        errors = [(int(e.error_code), str(e.operator.name)) for e in getattr(failure, "errors", None) or []]
+        modules = call_modules(saved_model_dir)
+        producer = producer_version(modules[0]) if modules else None
+        text = f"{type(failure).__name__}: {failure}\n" + "\n".join(diagnostics(err["text"]))
+        raise ConversionFailed("convert", text, errors, producer, converter_stablehlo()) from failure
+    return bytes(blob), [o.name for o in ops]
+
+
+def model_metadata(blob: bytes) -> dict[str, Any]:
+    """What the .tflite flatbuffer says about itself: schema version, description, min_runtime_version."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAsModel(blob, 0)
+    found: dict[str, Any] = {"schema_version": model.Version(),
+                             "description": (model.Description() or b"").decode(errors="replace")}
+    for i in range(model.MetadataLength()):
+        entry = model.Metadata(i)
+        if entry.Name() == b"min_runtime_version":
+            raw = bytes(model.Buffers(entry.Buffer()).DataAsNumpy())
+            found["min_runtime_version"] = raw.rstrip(b"\0").decode(errors="replace")
+    found["subgraphs"] = model.SubgraphsLength()
+    return found
+
+
+def op_names(blob: bytes) -> list[str]:
+    """The distinct operator codes the model uses (builtins by name, custom ops by their custom code)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAsModel(blob, 0)
+    names = {value: key for key, value in vars(schema.BuiltinOperator).items() if not key.startswith("_")}
+    found = set()
+    for i in range(model.OperatorCodesLength()):
+        code = model.OperatorCodes(i)
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        custom = code.CustomCode()
+        found.add(f"custom:{custom.decode()}" if custom else names.get(builtin, str(builtin)))
+    return sorted(found)

@@ -1,0 +1,120 @@
+"""Paired latency: how rounds are laid out, and what ratios between runners the rounds support.
+
+Runners timed one after another see different seconds of a shared machine's noise, so a ratio of two
+medians can carry a load spike of one and not the other. In paired mode every runner is loaded at once
+(one worker each, idle while another is timed) and each batch size is timed in rounds: every round
+gives each runner one slice, in an order that rotates, so a ratio is measured over the same stretch of
+time. A ratio is that of the pooled medians; its 95% interval comes from a bootstrap that resamples
+whole rounds, the same ones for both runners, keeping each round's pair together.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..results.bench import Ratio
+
+BOOTSTRAP = 1000
+SUBSAMPLE = 512
+PER_WORKER_BYTES = 768 << 20  # a runtime's own footprint (TF loaded: ~700 MB RSS measured), besides the artifact
+
+
+def round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:
+    """The order runners are timed in, per round: rotated each round, reversed every other one, so no runner
+    always follows the same neighbour or sits at the same place."""
+    names = list(names)
+    orders = []
+    for r in range(rounds):
+        k = r % len(names) if names else 0
+        order = names[k:] + names[:k]
+        orders.append(order[::-1] if r % 2 else order)
+    return orders
+
+
+def pooled_medians(rounds: Sequence[np.ndarray], counts: np.ndarray, cap: int = SUBSAMPLE) -> np.ndarray:
+    """Median of the pooled samples for each bootstrap resample of the rounds.
+
+    counts: (resamples, rounds) how often each round was drawn. Each round is thinned to at most `cap`
+    evenly spaced order statistics (its distribution kept, each weighted by the samples it stands for),
+    so a thousand resamples cost one weighted cumulative sum.
+    """
+    values, owner, weight = [], [], []
+    for k, r in enumerate(rounds):
+        kept = np.sort(np.asarray(r, np.float64))[np.linspace(0, len(r) - 1, min(len(r), cap)).astype(int)]
+        values.append(kept)
+        owner.append(np.full(len(kept), k))
+        weight.append(np.full(len(kept), len(r) / len(kept)))
+    v, o, w = np.concatenate(values), np.concatenate(owner), np.concatenate(weight)
+    order = np.argsort(v, kind="stable")
+    v, o, w = v[order], o[order], w[order]
+    cum = np.cumsum(counts[:, o] * w, axis=1)  # (resamples, elements)
+    at = (cum >= cum[:, -1:] / 2).argmax(axis=1)
+    return v[at]
+
+
+def all_ratios(samples: Mapping[str, Sequence[np.ndarray]], batch, seed: int = 0) -> list[Ratio]:
+    """Every pair of runners at one batch size: the ratio of the slower's pooled p50 to the faster's, with a
+    95% interval from a bootstrap that resamples whole rounds, the same rounds for every runner, so each
+    round's pair stays together and noise both saw in a round cancels in the ratio.
+
+    samples: runner -> its samples per round (rounds in the same order for every runner).
+    """
+    names = sorted(samples)
+    n_rounds = {len(samples[n]) for n in names}
+    if len(n_rounds) != 1 or not next(iter(n_rounds)):
+        raise ValueError(f"ratios: got rounds {sorted(n_rounds)}, expected the same number >= 1 for every runner")
+    rounds = n_rounds.pop()
+    picks = np.random.default_rng(seed).integers(0, rounds, size=(BOOTSTRAP, rounds))
+    counts = np.stack([np.bincount(row, minlength=rounds) for row in picks]).astype(np.float64)
+    point = {n: float(np.median(np.concatenate(samples[n]))) for n in names}
+    boot = {n: pooled_medians(samples[n], counts) for n in names}
+    out = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            faster, slower = (a, b) if point[a] <= point[b] else (b, a)
+            ratio = boot[slower] / boot[faster]
+            low, high = (float(x) for x in np.percentile(ratio, [2.5, 97.5]))
+            out.append(Ratio(batch=batch, faster=faster, slower=slower, ratio=point[slower] / point[faster],
+                             ci95_low=low, ci95_high=high, significant=bool(low > 1.0)))
+    return out
+
+
+def fits_in_memory(artifact_bytes: Mapping[str, int], available_bytes: int | None) -> tuple[bool, str]:
+    """Whether every runner can be loaded at once: each worker's footprint (runtime + ~3x its artifact, as
+    measured for weights in host and device copies), summed, within 60% of the memory available now."""
+    need = sum(PER_WORKER_BYTES + 3 * int(b) for b in artifact_bytes.values())
+    if available_bytes is None:
+        return True, f"paired: {len(artifact_bytes)} runners (available memory unknown)"
+    budget = int(0.6 * available_bytes)
+    gib = 2**30
+    if need > budget:
+        return False, (f"sequential: loading all {len(artifact_bytes)} runners at once would need about "
+                       f"{need / gib:.1f} GiB, more than 60% of the {available_bytes / gib:.1f} GiB available")
+    return True, (f"paired: all {len(artifact_bytes)} runners loaded at once need about {need / gib:.1f} GiB of the "
+                  f"{available_bytes / gib:.1f} GiB available")
+
+
+def available_memory() -> int | None:
+    """Memory available to new processes now (MemAvailable), or None when the system cannot say."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import os
+
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+
+
+def slice_plan(bench_time: float, min_iters: int, max_iters: int, rounds: int) -> tuple[float, int, int]:
+    """(seconds, min calls, max calls) of one slice: the configured totals spread over the rounds."""
+    rounds = max(1, rounds)
+    return bench_time / rounds, max(3, math.ceil(min_iters / rounds)), max(3, max_iters // rounds)

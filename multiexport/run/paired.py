@@ -1,0 +1,235 @@
+"""Paired latency for a compare: every faithful runner loaded at once, timed in interleaved rounds.
+
+Each runner gets one `serve` worker (run.serve) that loads it once and gives, on request, its parity
+outputs and its cold start (each size prepared, compiled, called once, warmed), then waits. For each
+batch size, each round asks every runner in turn (the order rotating) for one slice of timed calls;
+only one worker runs at a time, the others block on a read. Pooled slices give
+each runner's latency; per-round medians give every ratio with its interval (measure.pairing). A worker
+that fails is that runner's bench failure only, and the others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ..files.npz import save_npz
+from ..results import Pairing
+from .supervisor import Served, ServedExit
+from .workers import start_work_dir, worker_command
+
+if TYPE_CHECKING:
+    from .runs import ArtifactRun
+
+READY_TIMEOUT_S = 900.0  # load, or prepare + compile + warm-up of every size
+
+
+@dataclass
+class Timed:
+    """What the rounds gave one runner: per size, its samples (ns), per-round medians (ms), how loops ended."""
+
+    samples: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    medians: dict[int, list[float]] = field(default_factory=dict)
+    capped: dict[int, bool] = field(default_factory=dict)
+
+
+class Servers:
+    """One `serve` worker per runner, all alive for the compare's timed phase (run.serve's protocol).
+
+    A runner whose worker fails (at load, parity, prepare or a slice) is recorded in `failures` with its
+    category and reason, its worker is gone, and every other runner goes on.
+    """
+
+    def __init__(self, device: str, threads: int, timeout: float):
+        self.device, self.threads, self.timeout = device, threads, timeout
+        self.work = start_work_dir("paired")
+        self.alive: dict[str, Served] = {}
+        self.failures: dict[str, tuple[str, str]] = {}
+        self.ready: dict[str, dict] = {}
+        self.dirs: dict[str, Path] = {}
+        self.spawned: dict[str, float] = {}
+
+    def start(self, name: str, source: Sequence[str]) -> None:
+        import time
+
+        from .worker import thread_env
+
+        out = self.work / f"runner-{len(self.dirs):02d}"
+        out.mkdir()
+        self.dirs[name] = out
+        cmd = worker_command("serve", *source, str(out), "--device", self.device, "--threads", str(self.threads))
+        self.spawned[name] = time.time()
+        self.alive[name] = Served(cmd, env={**os.environ, **thread_env(self.threads)})
+        answer = self.ask(name, None, READY_TIMEOUT_S)
+        if answer is not None:
+            self.ready[name] = answer
+
+    def ask(self, name: str, message: dict | None, timeout: float) -> dict | None:
+        """The runner's answer, or None when its worker failed (then `failures[name]` says why)."""
+        from .workers import classify_outcome
+
+        server = self.alive.get(name)
+        if server is None:
+            return None
+        try:
+            answer = server.read_answer(timeout) if message is None else server.request(message, timeout)
+        except ServedExit as exc:
+            self.failures[name] = classify_outcome(exc.outcome, timeout) or (
+                "internal-error", f"the worker exited while a request was open: {exc.outcome.stderr[-500:]}")
+            self.alive.pop(name).close()
+            return None
+        if "error" in answer:
+            error = answer["error"]
+            self.failures[name] = (str(error.get("category", "run-failed")), str(error.get("message", "")))
+            self.alive.pop(name).close()
+            return None
+        return answer
+
+    def close(self) -> None:
+        for server in self.alive.values():
+            server.close()
+        self.alive.clear()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def serve_artifact(servers: Servers, name: str, feeds: Sequence[dict[str, np.ndarray]],
+                   bench_feeds: Sequence[tuple[int | None, dict | None]], unsupported: dict, bench) -> "ArtifactRun":
+    """Parity outputs and cold start from the runner's live worker: what `runs.run_artifact` gives in
+    sequential mode, without loading the runner a second time."""
+    from ..files.npz import load_npz
+    from ..results import BenchResult
+    from ..results.schema import from_data
+    from .runs import ArtifactRun
+
+    if name not in servers.alive:
+        failure = servers.failures.get(name, ("internal-error", "no paired worker was started"))
+        return ArtifactRun([], None, failure, {})
+    work, parsed = servers.dirs[name], None
+    if bench and bench_feeds:
+        (work / "bench").mkdir(exist_ok=True)
+        index = []
+        for i, (batch, feed) in enumerate(bench_feeds):
+            if batch in unsupported or feed is None:
+                index.append({"file": None, "batch": batch, "reason": unsupported.get(batch, "not supported")})
+                continue
+            save_npz(work / "bench" / f"{i:04d}.npz", feed)
+            index.append({"file": f"{i:04d}.npz", "batch": batch})
+        (work / "bench" / "index.json").write_text(json.dumps(index))
+        answer = servers.ask(name, {"cmd": "prepare", "bench_feeds": str(work / "bench"), "config": bench.to_json(),
+                                    "spawned_at": servers.spawned[name]}, READY_TIMEOUT_S)
+        if answer is None:
+            return ArtifactRun([], None, servers.failures[name], {})
+        parsed = from_data(BenchResult, answer["bench"], "paired bench")
+    outputs = []
+    if feeds:
+        (work / "feeds").mkdir(exist_ok=True)
+        (work / "outputs").mkdir(exist_ok=True)
+        for i, feed in enumerate(feeds):
+            save_npz(work / "feeds" / f"{i:04d}.npz", feed)
+        if servers.ask(name, {"cmd": "parity", "feeds": str(work / "feeds"), "out": str(work / "outputs")},
+                       servers.timeout) is None:
+            return ArtifactRun([], None, servers.failures[name], {})
+        outputs = [load_npz(work / "outputs" / f"{i:04d}.npz", "Worker output") for i in range(len(feeds))]
+    return ArtifactRun(outputs, parsed, None, servers.ready.get(name, {}).get("runner", {}))
+
+
+def run_rounds(servers: Servers, names: Sequence[str], feeds: Sequence[tuple[int | None, dict | None]],
+               unsupported: dict[str, set[int]], bench, rounds: int, progress) -> tuple[dict[str, Timed], dict]:
+    """Time every runner in `names` on every size it supports, in interleaved rounds; then the peak.
+
+    unsupported: name -> indices of sizes it has no prepared feed for. Returns (per runner what was timed,
+    the peak measurement or {}); failures land in `servers.failures`.
+    """
+    from ..measure.pairing import round_orders, slice_plan
+
+    timed = {n: Timed() for n in names if n in servers.alive}
+    seconds, min_calls, max_calls = slice_plan(bench.bench_time, bench.min_iters, bench.max_iters, rounds)
+    for i, (batch, feed) in enumerate(feeds):
+        here = [n for n in timed if feed is not None and i not in unsupported.get(n, set()) and n in servers.alive]
+        if len(here) == 0:
+            continue
+        progress(f"paired benchmark: {len(here)} runners, {rounds} interleaved rounds"
+                 + (f" at batch {batch}" if batch is not None else ""))
+        for order in round_orders(here, rounds):
+            for name in order:
+                answer = servers.ask(name, {"cmd": "time", "size": i, "seconds": seconds, "min_calls": min_calls,
+                                            "max_calls": max_calls}, seconds * 20 + servers.timeout)
+                if answer is None:
+                    continue
+                samples = np.load(answer["file"])
+                t = timed[name]
+                t.samples.setdefault(i, []).append(samples)
+                t.medians.setdefault(i, []).append(float(np.median(samples)) / 1e6)
+                t.capped[i] = t.capped.get(i, False) or answer.get("stopped") == "max_iters"
+    peak = (servers.ask("jax", {"cmd": "peak"}, servers.timeout) or {}) if "jax" in servers.alive else {}
+    return {n: t for n, t in timed.items() if n not in servers.failures}, peak
+
+
+def pairing_result(mode: str, reason: str, timed: dict[str, Timed], feeds, rounds: int, bench,
+                   failures: dict[str, tuple[str, str]], peak: dict) -> Pairing:
+    """The Pairing record: every ratio at every size, the peak, and the failures."""
+    from ..measure.pairing import all_ratios, slice_plan
+
+    ratios = []
+    for i, (batch, _) in enumerate(feeds):
+        complete = {n: t.samples[i] for n, t in timed.items() if len(t.samples.get(i, [])) == rounds}
+        if len(complete) > 1:
+            ratios += all_ratios(complete, batch)
+    return Pairing(mode=mode, reason=reason, rounds=rounds, slice_s=slice_plan(bench.bench_time, bench.min_iters,
+                                                                               bench.max_iters, rounds)[0],
+                   ratios=ratios, peak_gflops=peak.get("gflops"), peak_how=peak.get("how", ""),
+                   failures={n: f"{c}: {r}" for n, (c, r) in failures.items()})
+
+
+def directory_bytes(path: str | os.PathLike) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def apply(pairing: Pairing, timed: dict[str, Timed], benches: dict, natives: dict) -> None:
+    """Write what the rounds measured into each runner's BenchResult (benches: name -> BenchResult), mark the
+    sizes of runners whose worker failed as bench-failed, and set every figure that depends on latency."""
+    from ..measure.bench import summarize
+    from ..results import Status
+
+    for name, t in timed.items():
+        bench = benches.get(name)
+        if bench is None:
+            continue
+        for i, size in enumerate(bench.sizes):
+            if i not in t.samples or size.status is not Status.OK:
+                continue
+            size.latency = summarize(np.concatenate(t.samples[i]), "max_iters" if t.capped.get(i) else "time")
+            size.measured = "paired"
+            size.throughput_per_s = ((size.batch or 1) / (size.latency.p50_ms / 1e3) if size.latency.p50_ms > 0
+                                     else None)
+    for name, why in pairing.failures.items():
+        bench = benches.get(name)
+        for size in (bench.sizes if bench else []):
+            if size.status is Status.OK:
+                size.latency, size.status, size.reason = None, Status.BENCH_FAILED, f"paired benchmark worker: {why}"
+    for name, native in natives.items():  # the Python figure beside each native one is the paired one now
+        bench = benches.get(name)
+        python = {s.batch: s for s in (bench.sizes if bench else [])}
+        for ns in (native.sizes if native else []):
+            s = python.get(ns.batch)
+            ns.python_p50_ms = s.latency.p50_ms if s is not None and s.latency is not None else None
+
+
+def set_compute_figures(benches: dict, reference, peak_gflops: float | None) -> None:
+    """GFLOP/s of every runner at every size from the reference's FLOP count (the same function everywhere),
+    and its fraction of the machine's peak measured in the same run."""
+    flops = {s.batch: s.flops for s in (reference.sizes if reference else []) if s.flops}
+    for bench in benches.values():
+        for size in (bench.sizes if bench else []):
+            if size.latency is None or size.latency.p50_ms <= 0:
+                continue
+            size.flops = size.flops or flops.get(size.batch)
+            if size.flops:
+                size.gflops_per_s = size.flops / (size.latency.p50_ms / 1e3) / 1e9
+                size.fraction_of_peak = size.gflops_per_s / peak_gflops if peak_gflops else None

@@ -1,0 +1,181 @@
+"""The paired-mode worker: one runner loaded once, then asked for parity, cold start and timed slices.
+
+    python -m multiexport.run.worker serve run ARTIFACT_DIR OUT_DIR [--device --threads --trust-artifact]
+    python -m multiexport.run.worker serve reference TARGET OUT_DIR [...]
+
+It loads its runner and answers `{"ready": true, "load_s", "memory", "runner"}`, then reads one JSON
+request per line on stdin and answers one JSON line:
+
+    {"cmd": "parity", "feeds": DIR, "out": DIR}        outputs of each DIR/NNNN.npz as OUT/NNNN.npz
+    {"cmd": "prepare", "bench_feeds": DIR, "config": {...}, "spawned_at": T}
+                                                       each size prepared on the device, compiled, first call
+                                                       and warm-up: the BenchResult of cold start
+    {"cmd": "time", "size": I, "seconds": S, "min_calls": N, "max_calls": M}   samples in OUT/slice-*.npy
+    {"cmd": "peak"}                                    float32 matmul GFLOP/s through XLA here
+    {"cmd": "quit"}
+
+A failure is answered as {"error": {category, message}} (the same categories as the run worker's) and
+the worker exits. The protocol has its own file descriptor: what a runtime prints to stdout goes to
+stderr. Between requests the worker blocks on a read, so it does not disturb the one being timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+PEAK_N = 1024  # float32 matmul side for the peak: 2 GFLOP per call, compute-bound on any CPU
+RE_WARM_CALLS = 2  # untimed calls at the start of a slice: the other runners ran in between
+
+
+def serve_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m multiexport.run.worker serve")
+    parser.add_argument("serve")
+    parser.add_argument("mode", choices=["run", "reference"])
+    parser.add_argument("source")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--trust-artifact", action="store_true")
+    parser.add_argument("--register", action="append", default=[])
+    args = parser.parse_args(argv)
+    # The protocol keeps the real stdout; fd 1 becomes stderr, so a runtime's prints cannot corrupt it.
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    from ..measure.bench import memory_now
+    from .worker import _load, _register
+
+    state: dict = {"stage": "load", "backend": None, "slices": 0, "out": args.out}
+    try:
+        _register(args.register)
+        start = memory_now()
+        t0 = time.perf_counter()
+        state["runner"], state["backend"] = _load(args)
+        state["load_s"] = time.perf_counter() - t0
+        state["memory"] = {"start_rss_bytes": start["rss_bytes"], "after_load_rss_bytes": memory_now()["rss_bytes"]}
+        state["artifact_bytes"] = _bytes(args.source) if args.mode == "run" else None
+        _answer(protocol, {"ready": True, "load_s": state["load_s"], "runner": state["runner"].describe()})
+        for line in sys.stdin:
+            request = json.loads(line)
+            command = request.get("cmd")
+            if command == "quit":
+                return 0
+            handler = {"parity": _parity, "prepare": _prepare, "time": _time, "peak": lambda s, r: peak_gflops()}
+            if command not in handler:
+                raise ValueError(f"unknown request {line.strip()!r}")
+            _answer(protocol, handler[command](state, request))
+    except Exception as exc:
+        from .worker import _fail
+
+        _fail(args.out, exc, state["stage"], state["backend"])
+        _answer(protocol, {"error": json.loads((args.out / "error.json").read_text())})
+        return 3
+    return 0
+
+
+def _parity(state: dict, request: dict) -> dict:
+    from ..files.npz import load_npz, save_npz
+
+    state["stage"] = "run"
+    out = Path(request["out"])
+    for path in sorted(Path(request["feeds"]).glob("*.npz")):
+        save_npz(out / path.name, state["runner"](load_npz(path)))
+    return {"ok": True}
+
+
+def _prepare(state: dict, request: dict) -> dict:
+    """Cold start per size (prepare, compile, first call), then warm-up; the prepared inputs stay resident."""
+    from ..files.npz import load_npz
+    from ..measure.bench import BenchConfig, memory_now, time_calls
+    from ..results import BenchResult, SizeResult, Status
+    from ..results.schema import to_data
+
+    state["stage"] = "bench"
+    runner = state["runner"]
+    config = BenchConfig(**request["config"])
+    directory = Path(request["bench_feeds"])
+    state["prepared"], sizes, first_output = [], [], None
+    for entry in json.loads((directory / "index.json").read_text()):
+        if not entry.get("file"):
+            state["prepared"].append(None)
+            sizes.append(SizeResult(batch=entry["batch"], status=Status.SIZE_UNSUPPORTED, reason=entry.get("reason", "")))
+            continue
+        feed = load_npz(directory / entry["file"])
+        before = runner.compile_count()
+        t0 = time.perf_counter()
+        prepared = runner.prepare(feed)
+        prepare_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        compiled = runner.compile(prepared)
+        compile_s = time.perf_counter() - t0 if compiled else None
+        t0 = time.perf_counter()
+        runner.run_prepared(prepared)
+        first_call_s = time.perf_counter() - t0
+        first_output = first_output or time.time()
+        after = runner.compile_count()
+        time_calls(lambda: runner.run_prepared(prepared), BenchConfig(
+            warmup_iters=config.warmup_iters, warmup_time=config.warmup_time, min_iters=1, bench_time=0.0,
+            max_iters=max(config.warmup_iters, 1)))
+        flops = runner.flops(feed) if hasattr(runner, "flops") else None
+        state["prepared"].append(prepared)
+        sizes.append(SizeResult(batch=entry["batch"], prepare_s=prepare_s, compile_s=compile_s, first_call_s=first_call_s,
+                                recompiled=None if before is None or after is None else after > before,
+                                items="items" if entry["batch"] is not None else "calls", flops=flops))
+    extra = {}
+    if request.get("spawned_at") and first_output:
+        extra["process_start_to_first_output_s"] = first_output - float(request["spawned_at"])
+    result = BenchResult(load_s=state["load_s"], sizes=sizes, memory={**state["memory"], **memory_now()},
+                         artifact_bytes=state["artifact_bytes"], runner=runner.describe(), config=config.to_json(),
+                         process="worker (paired)", extra=extra)
+    return {"bench": to_data(result)}
+
+
+def _time(state: dict, request: dict) -> dict:
+    import numpy as np
+
+    from ..measure.bench import BenchConfig, time_calls
+
+    state["stage"] = "bench"
+    prepared = state["prepared"][int(request["size"])]
+    if prepared is None:
+        raise ValueError(f"asked to time size {request['size']}, which has no feed")
+    runner = state["runner"]
+    config = BenchConfig(warmup_iters=RE_WARM_CALLS, warmup_time=0.0, min_iters=int(request["min_calls"]),
+                         bench_time=float(request["seconds"]), max_iters=int(request["max_calls"]))
+    times, stopped = time_calls(lambda: runner.run_prepared(prepared), config)
+    state["slices"] += 1
+    path = state["out"] / f"slice-{state['slices']:05d}.npy"
+    np.save(path, times)
+    return {"file": str(path), "n": int(times.size), "stopped": stopped}
+
+
+def peak_gflops() -> dict:
+    """The machine's float32 matmul throughput through XLA here: what compute-bound models are measured against."""
+    import jax
+    import numpy as np
+
+    from ..measure.bench import BenchConfig, time_calls
+
+    a = jax.device_put(np.random.default_rng(0).standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
+    f = jax.jit(lambda x: x @ x)
+    jax.block_until_ready(f(a))
+    times, _ = time_calls(lambda: jax.block_until_ready(f(a)),
+                          BenchConfig(warmup_iters=2, warmup_time=0.0, min_iters=5, bench_time=0.5, max_iters=200))
+    best = float(np.min(times)) / 1e9
+    return {"gflops": 2 * PEAK_N**3 / best / 1e9,
+            "how": f"float32 {PEAK_N}x{PEAK_N} matmul through XLA (jax.jit) on {a.devices().pop().platform}, "
+                   f"best of {times.size} calls"}
+
+
+def _bytes(path: str) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def _answer(protocol, message: dict) -> None:
+    protocol.write(json.dumps(message) + "\n")
+    protocol.flush()

@@ -1,0 +1,54 @@
+"""Paired timing as statistics: round orders, ratios with intervals over whole rounds, the memory rule."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from multiexport.measure.pairing import all_ratios, fits_in_memory, round_orders, slice_plan
+
+
+def _rounds(rng, median, noise_by_round, n=2000):
+    return [rng.lognormal(np.log(median), 0.05, n) * k for k in noise_by_round]
+
+
+def test_noise_both_runners_saw_cancels_in_the_ratio():
+    """Two equal runners, one round three times slower for both (a load spike): a tie, ratio about 1."""
+    rng = np.random.default_rng(0)
+    spike = [1, 3, 1, 1, 1]
+    (r,) = all_ratios({"a": _rounds(rng, 1.0, spike), "b": _rounds(rng, 1.0, spike)}, batch=8)
+    assert not r.significant and r.ci95_low <= 1.0 <= r.ci95_high and abs(r.ratio - 1) < 0.02
+    assert r.batch == 8
+
+
+def test_a_real_difference_is_beyond_noise_and_bracketed():
+    rng = np.random.default_rng(1)
+    rounds = [1, 1.3, 1, 0.9, 1.1]
+    (r,) = all_ratios({"fast": _rounds(rng, 1.0, rounds), "slow": _rounds(rng, 2.0, rounds)}, batch=None)
+    assert (r.faster, r.slower) == ("fast", "slow") and r.significant
+    assert r.ci95_low <= 2.0 <= r.ci95_high * 1.01 and 1.9 < r.ratio < 2.1
+
+
+def test_every_pair_once_with_the_faster_first():
+    rng = np.random.default_rng(2)
+    ratios = all_ratios({n: _rounds(rng, m, [1] * 4) for n, m in (("a", 3.0), ("b", 1.0), ("c", 2.0))}, batch=1)
+    assert {(r.faster, r.slower) for r in ratios} == {("b", "a"), ("c", "a"), ("b", "c")}
+    assert all(r.ratio >= 1 for r in ratios)
+
+
+def test_rounds_rotate_and_alternate_direction():
+    orders = round_orders(["a", "b", "c"], 6)
+    assert orders[0] == ["a", "b", "c"] and orders[1] == ["b", "c", "a"][::-1]
+    for position in range(3):  # over a full cycle every runner takes every place
+        assert {order[position] for order in orders} == {"a", "b", "c"}
+    assert all(sorted(order) == ["a", "b", "c"] for order in orders)
+
+
+def test_runners_that_do_not_fit_in_memory_are_timed_one_after_another():
+    ok, why = fits_in_memory({"xla": 10 << 20, "onnx": 10 << 20}, 16 << 30)
+    assert ok and why.startswith("paired: all 2 runners")
+    ok, why = fits_in_memory({"xla": 6 << 30, "onnx": 6 << 30}, 16 << 30)
+    assert not ok and why.startswith("sequential: loading all 2 runners at once would need about")
+
+
+def test_a_slice_spreads_the_configured_time_over_the_rounds():
+    assert slice_plan(1.0, 20, 100_000, 5) == (0.2, 4, 20_000)
