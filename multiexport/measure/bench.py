@@ -129,20 +129,10 @@ def bench_sizes(
         if batch in unsupported or feed is None:
             out.append(SizeResult(batch=batch, status=Status.SIZE_UNSUPPORTED, reason=unsupported.get(batch, "")))
             continue
-        before = runner.compile_count()
-        t0 = time.perf_counter()
-        prepared = runner.prepare(feed)
-        prepare_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        compiled = runner.compile(prepared)
-        compile_s = time.perf_counter() - t0 if compiled else None
-        t0 = time.perf_counter()
-        runner.run_prepared(prepared)
-        first_call_s = time.perf_counter() - t0
+        prepared, size = cold_start(runner, feed, batch)
         if on_first_output is not None:
             on_first_output()
             on_first_output = None
-        after = runner.compile_count()
         if config.include_transfers:
             from ..export.feed import check_feed
 
@@ -151,13 +141,29 @@ def bench_sizes(
         else:
             stats = summarize(*time_calls(lambda: runner.run_prepared(prepared), config))
         items = batch if batch is not None else 1
-        out.append(SizeResult(
-            batch=batch, latency=stats, prepare_s=prepare_s, compile_s=compile_s, first_call_s=first_call_s,
-            recompiled=None if before is None or after is None else after > before,
-            throughput_per_s=items / (stats.p50_ms / 1e3) if stats.p50_ms > 0 else math.inf,
-            items="items" if batch is not None else "calls",
-        ))
+        size.latency = stats
+        size.throughput_per_s = items / (stats.p50_ms / 1e3) if stats.p50_ms > 0 else math.inf
+        out.append(size)
     return out
+
+
+def cold_start(runner: Any, feed: dict[str, np.ndarray], batch: int | None) -> tuple[Any, SizeResult]:
+    """Prepare `feed` on the device, compile for it (if the runner compiles lazily) and make the first call:
+    the prepared inputs, and a SizeResult holding those three times and whether this size compiled anew."""
+    before = runner.compile_count()
+    t0 = time.perf_counter()
+    prepared = runner.prepare(feed)
+    prepare_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    compiled = runner.compile(prepared)
+    compile_s = time.perf_counter() - t0 if compiled else None
+    t0 = time.perf_counter()
+    runner.run_prepared(prepared)
+    first_call_s = time.perf_counter() - t0
+    after = runner.compile_count()
+    return prepared, SizeResult(batch=batch, prepare_s=prepare_s, compile_s=compile_s, first_call_s=first_call_s,
+                                recompiled=None if before is None or after is None else after > before,
+                                items="items" if batch is not None else "calls")
 
 
 def memory_now() -> dict[str, int]:

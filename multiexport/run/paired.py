@@ -105,22 +105,14 @@ def serve_artifact(servers: Servers, name: str, feeds: Sequence[dict[str, np.nda
     from ..files.npz import load_npz
     from ..results import BenchResult
     from ..results.schema import from_data
-    from .runs import ArtifactRun
+    from .runs import ArtifactRun, write_bench_feeds
 
     if name not in servers.alive:
         failure = servers.failures.get(name, ("internal-error", "no paired worker was started"))
         return ArtifactRun([], None, failure, {})
     work, parsed = servers.dirs[name], None
     if bench and bench_feeds:
-        (work / "bench").mkdir(exist_ok=True)
-        index = []
-        for i, (batch, feed) in enumerate(bench_feeds):
-            if batch in unsupported or feed is None:
-                index.append({"file": None, "batch": batch, "reason": unsupported.get(batch, "not supported")})
-                continue
-            save_npz(work / "bench" / f"{i:04d}.npz", feed)
-            index.append({"file": f"{i:04d}.npz", "batch": batch})
-        (work / "bench" / "index.json").write_text(json.dumps(index))
+        write_bench_feeds(work / "bench", bench_feeds, unsupported)
         answer = servers.ask(name, {"cmd": "prepare", "bench_feeds": str(work / "bench"), "config": bench.to_json(),
                                     "spawned_at": servers.spawned[name]}, READY_TIMEOUT_S)
         if answer is None:

@@ -49,15 +49,7 @@ def run_artifact(source: Sequence[str], feeds: Sequence[dict[str, np.ndarray]],
                 save_npz(work / "feeds" / f"{i:04d}.npz", feed)
             cmd += ["--parity-feeds", str(work / "feeds")]
         if bench and bench_feeds:
-            (work / "bench").mkdir()
-            index = []
-            for i, (batch, feed) in enumerate(bench_feeds):
-                if batch in unsupported or feed is None:
-                    index.append({"file": None, "batch": batch, "reason": unsupported.get(batch, "not supported")})
-                    continue
-                save_npz(work / "bench" / f"{i:04d}.npz", feed)
-                index.append({"file": f"{i:04d}.npz", "batch": batch})
-            (work / "bench" / "index.json").write_text(json.dumps(index))
+            write_bench_feeds(work / "bench", bench_feeds, unsupported)
             cmd += ["--bench-feeds", str(work / "bench"), "--bench-config", json.dumps(bench.to_json())]
             if peak:
                 cmd.append("--peak")
@@ -73,6 +65,19 @@ def run_artifact(source: Sequence[str], feeds: Sequence[dict[str, np.ndarray]],
         import shutil
 
         shutil.rmtree(work, ignore_errors=True)
+
+
+def write_bench_feeds(directory, bench_feeds: Sequence[tuple[int | None, dict | None]], unsupported: dict) -> None:
+    """The feeds to time as DIR/NNNN.npz and DIR/index.json [{file, batch}, or {file: null, batch, reason}]."""
+    directory.mkdir(exist_ok=True)
+    index = []
+    for i, (batch, feed) in enumerate(bench_feeds):
+        if batch in unsupported or feed is None:
+            index.append({"file": None, "batch": batch, "reason": unsupported.get(batch, "not supported")})
+            continue
+        save_npz(directory / f"{i:04d}.npz", feed)
+        index.append({"file": f"{i:04d}.npz", "batch": batch})
+    (directory / "index.json").write_text(json.dumps(index))
 
 
 def check_row(run, row, manifest) -> None:

@@ -91,7 +91,7 @@ def _parity(state: dict, request: dict) -> dict:
 def _prepare(state: dict, request: dict) -> dict:
     """Cold start per size (prepare, compile, first call), then warm-up; the prepared inputs stay resident."""
     from ..files.npz import load_npz
-    from ..measure.bench import BenchConfig, memory_now, time_calls
+    from ..measure.bench import BenchConfig, cold_start, memory_now, time_calls
     from ..results import BenchResult, SizeResult, Status
     from ..results.schema import to_data
 
@@ -106,26 +106,14 @@ def _prepare(state: dict, request: dict) -> dict:
             sizes.append(SizeResult(batch=entry["batch"], status=Status.SIZE_UNSUPPORTED, reason=entry.get("reason", "")))
             continue
         feed = load_npz(directory / entry["file"])
-        before = runner.compile_count()
-        t0 = time.perf_counter()
-        prepared = runner.prepare(feed)
-        prepare_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        compiled = runner.compile(prepared)
-        compile_s = time.perf_counter() - t0 if compiled else None
-        t0 = time.perf_counter()
-        runner.run_prepared(prepared)
-        first_call_s = time.perf_counter() - t0
+        prepared, size = cold_start(runner, feed, entry["batch"])
         first_output = first_output or time.time()
-        after = runner.compile_count()
         time_calls(lambda: runner.run_prepared(prepared), BenchConfig(
             warmup_iters=config.warmup_iters, warmup_time=config.warmup_time, min_iters=1, bench_time=0.0,
             max_iters=max(config.warmup_iters, 1)))
-        flops = runner.flops(feed) if hasattr(runner, "flops") else None
+        size.flops = runner.flops(feed) if hasattr(runner, "flops") else None
         state["prepared"].append(prepared)
-        sizes.append(SizeResult(batch=entry["batch"], prepare_s=prepare_s, compile_s=compile_s, first_call_s=first_call_s,
-                                recompiled=None if before is None or after is None else after > before,
-                                items="items" if entry["batch"] is not None else "calls", flops=flops))
+        sizes.append(size)
     extra = {}
     if request.get("spawned_at") and first_output:
         extra["process_start_to_first_output_s"] = first_output - float(request["spawned_at"])
