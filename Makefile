@@ -1,14 +1,27 @@
 # make demo: set up .venv, then run `multiexport compare` on the built-in seed example.
 # make test: set up .venv, then run the whole test suite.
 # Both need only Python 3.11 and make; the pinned set is installed from constraints.txt.
+# make test-newest: the version-sensitive tests and the seed compare on the newest set (Python 3.12,
+# constraints-py312.txt) in .venv-py312; make lint: ruff and mypy; make lock: refresh both locks.
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= all,test
+EXTRAS ?= all,test,lint
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The newest leg: Python 3.12 (jax >= 0.11 needs it), found by running each candidate (a pyenv shim on
+# PATH may exist and still not run). Set PYTHON_NEWEST=/path/to/python3.12 to choose one.
+VENV_NEWEST  ?= .venv-py312
+BIN_NEWEST   := $(VENV_NEWEST)/bin
+STAMP_NEWEST := $(VENV_NEWEST)/.installed
+FIND_NEWEST  := bash .ci/find-python312.sh
+# What the newest leg runs: everything that depends on the JAX, TF, ONNX and IREE versions (the case
+# registry through every backend from disk, the backends' own tests, the JAX compatibility checks).
+# The rest of the suite and the zoo baseline are calibrated on the pinned set. NEWEST_TESTS=tests: all.
+NEWEST_TESTS ?= tests/export/test_contract.py tests/backends tests/test_jax_compat.py
 
-.PHONY: setup demo test test-fast zoo zoo-check zoo-baseline lock clean
+.PHONY: setup demo test test-fast zoo zoo-check zoo-baseline setup-newest test-newest lint \
+	lock lock-pinned lock-newest clean
 
 setup: $(STAMP)
 
@@ -50,13 +63,52 @@ zoo-baseline: $(STAMP)
 	$(BIN)/python -m benchmarks --quick --out multiexport-out/zoo-baseline
 	mkdir -p benchmarks/baselines && cp multiexport-out/zoo-baseline/zoo-results.json benchmarks/baselines/quick.json
 
-# Re-resolve the pinned set (after changing a pin in pyproject.toml) and write constraints.txt.
+# The newest set in .venv-py312, from constraints-py312.txt.
+setup-newest: $(STAMP_NEWEST)
+
+$(STAMP_NEWEST): pyproject.toml constraints-py312.txt
+	@if ! $(BIN_NEWEST)/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then \
+	  py=$$($(FIND_NEWEST)) || { echo "make setup-newest: no Python 3.12 for $(VENV_NEWEST)"; exit 2; }; \
+	  rm -rf $(VENV_NEWEST) && echo "$$py -m venv $(VENV_NEWEST)" && $$py -m venv $(VENV_NEWEST); \
+	fi
+	$(BIN_NEWEST)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN_NEWEST)/python -m pip install --quiet -c constraints-py312.txt -e ".[$(EXTRAS)]"
+	@touch $@
+
+# The version-sensitive tests on the newest set, then the seed through every backend.
+test-newest: $(STAMP_NEWEST)
+	$(BIN_NEWEST)/python -c 'import jax, sys; print(f"newest leg: Python {sys.version.split()[0]}, jax {jax.__version__}")'
+	$(BIN_NEWEST)/python -m pytest $(NEWEST_TESTS) $(PYTEST_ARGS)
+	$(BIN_NEWEST)/multiexport compare --out multiexport-out/seed-py312
+
+# ruff (rules and why: [tool.ruff] in pyproject.toml) and mypy ([tool.mypy]) on the pinned set.
+lint: $(STAMP)
+	$(BIN)/ruff check multiexport backends tests benchmarks
+	$(BIN)/mypy
+
+# Re-resolve both locks from pyproject.toml's ranges (after changing a range), with no JAX pre-pinned:
+# Python picks the JAX line. 3.11 resolves jax 0.10.2 (the newest for 3.11) into constraints.txt; 3.12
+# resolves the newest releases into constraints-py312.txt. Each lock is what a fresh install there gets.
 lock:
+	@$(FIND_NEWEST) >/dev/null || { echo "make lock: no Python 3.12, so constraints-py312.txt cannot be refreshed" \
+	  "(set PYTHON_NEWEST=..., or run 'make lock-pinned' for constraints.txt alone)"; exit 2; }
+	$(MAKE) lock-pinned lock-newest
+
+lock-pinned:
+	@command -v $(PYTHON) >/dev/null || { echo "make lock-pinned: $(PYTHON) not found (set PYTHON=...)"; exit 2; }
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/python -m pip install --quiet --upgrade "pip>=24"
-	.venv-lock/bin/python -m pip install --quiet -e ".[all,test]"
+	.venv-lock/bin/python -m pip install --quiet -e ".[all,test,lint]"
 	.venv-lock/bin/python -m pip freeze --exclude-editable | grep -v '^-e' | sort -f > constraints.txt
 	rm -rf .venv-lock
 
+lock-newest:
+	@py=$$($(FIND_NEWEST)) || { echo "make lock-newest: no Python 3.12, so constraints-py312.txt is unchanged"; exit 2; }; \
+	  rm -rf .venv-lock-py312 && $$py -m venv .venv-lock-py312
+	.venv-lock-py312/bin/python -m pip install --quiet --upgrade "pip>=24"
+	.venv-lock-py312/bin/python -m pip install --quiet -e ".[all,test,lint]"
+	.venv-lock-py312/bin/python -m pip freeze --exclude-editable | grep -v '^-e' | sort -f > constraints-py312.txt
+	rm -rf .venv-lock-py312
+
 clean:
-	rm -rf $(VENV) multiexport-out .pytest_cache
+	rm -rf $(VENV) $(VENV_NEWEST) .venv-lock .venv-lock-py312 multiexport-out .pytest_cache

@@ -17,10 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from multiexport import examples
-from multiexport.measure.bench import BenchConfig, time_calls
 from multiexport.export.registry import get_backend
+from multiexport.measure.bench import BenchConfig, time_calls
 from multiexport.signature import build_signature
 
 

@@ -23,9 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from multiexport.measure.bench import BenchConfig
 from multiexport.comparison import compare
 from multiexport.export.registry import names as backend_names
+from multiexport.measure.bench import BenchConfig
 from multiexport.report.tables import storage_text
 from multiexport.signature import load_target
 

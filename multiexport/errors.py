@@ -70,6 +70,8 @@ class ExportError(CategorizedError):
     """A backend failed to export the function; `category` says why in one word."""
 
     default_category = "export-failed"
+    # declared only: set where a compiler's own words are known (IREE's compile), read with getattr
+    diagnostics: str
 
 
 class RunError(CategorizedError):

@@ -7,9 +7,12 @@ command needs a target.
 
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from .signature.target import Target
@@ -188,7 +191,7 @@ class TransformerLM(nn.Module):
         return embed.attend(nn.LayerNorm(name="final_norm")(x))
 
 
-LM_SIZES = {
+LM_SIZES: dict[str, dict[str, Any]] = {  # TransformerLM's fields
     # about 0.2 M parameters: the size every backend runs in CI, in both weight modes
     "small": dict(vocab=512, dim=64, layers=2, heads=4, seq=32),
     # about 350 M parameters (1.4 GB in float32), random weights, no downloads: benchmarks/scale.py

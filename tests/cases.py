@@ -16,8 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from multiexport import Target
-from multiexport import examples
+from multiexport import Target, examples
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 from multiexport.dtypes import parse_dtype
 from multiexport.errors import ExportError, RunError
@@ -26,8 +25,8 @@ from multiexport.signature.weights import WEIGHTS_FILE, embedded, plan
 
 from .compile import compile_exported, compile_flags, cuda_arch, targets_for
 from .fixups import FUNCTION, PARAMETER_SCOPE, SHAPE_ASSERTIONS_WHY
-from .targets import DEVICE_TARGET, DRIVERS, MODULE
 from .runner import IreeRunner
+from .targets import DEVICE_TARGET, DRIVERS, MODULE
 
 STABLEHLO = "model.mlirbc"
 LIFTED_SOURCE = "model.mlir"  # with lifted weights the module mixes in IREE's util dialect: text, not VHLO bytecode
@@ -84,6 +83,7 @@ class IreeBackend(Backend):
 
         warnings = []
         if sizes is not None:
+            assert dynamic_error is not None  # set with sizes, when the symbolic module failed
             shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
             warnings.append(
                 f"specialised: IREE could not compile the symbolic module, so this artifact is compiled for "

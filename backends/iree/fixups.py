@@ -47,12 +47,17 @@ def prepare_stablehlo(exported, weights: Sequence[str] = ()) -> tuple[bytes, dic
     from jax.extend.mlir import ir
     from jax.extend.mlir.dialects import stablehlo as hlo
 
-    notes = {"shape_assertions_removed": 0, "dynamic_broadcasts_annotated": 0, "dot_generals_batched": 0,
+    notes: dict[str, Any] = {"shape_assertions_removed": 0, "dynamic_broadcasts_annotated": 0, "dot_generals_batched": 0,
              "custom_call_targets": []}
     with ir_context() as ctx, ir.Location.unknown():
         module = parse_module(exported, ctx)
         ops: list[Any] = []
-        module.operation.walk(lambda op: (ops.append(op.operation), ir.WalkResult.ADVANCE)[1])
+
+        def collect(op):
+            ops.append(op.operation)
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(collect)
         for op in ops:
             if op.name == "stablehlo.custom_call":
                 target = ir.StringAttr(op.attributes["call_target_name"]).value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -64,7 +64,7 @@ class IreeRunner(Runner):
         self.declaration = self._function.reflection.get("iree.abi.declaration", "")
         # Positions (in manifest input order) of the module's arguments, in argument order.
         kept = [i for i, leaf in enumerate(manifest.inputs) if leaf.param is not None]
-        self._arg_positions = sorted(kept, key=lambda i: manifest.inputs[i].param)
+        self._arg_positions = sorted(kept, key=lambda i: cast(int, manifest.inputs[i].param))  # IREE: an index
         declared = self.declaration.count("%input")
         if declared != len(self._arg_positions):
             raise ArtifactError(

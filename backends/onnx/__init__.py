@@ -20,11 +20,13 @@ from multiexport.versions import dist_version
 from .convert import (
     DATA_FILE,
     MODEL_FILE,
+    PLUGIN_IMPORT,
+    STALE_SHAPE,
     check_no_random_ops,
     convert,
     declared_dtypes,
+    drop_intermediate_shapes,
     drop_unread_inputs,
-    PLUGIN_IMPORT,
     jax2onnx_first_use,
     save,
     tensor_bytes,
@@ -70,11 +72,25 @@ class OnnxBackend(Backend):
                 f"weights 'never', expected at most {threshold / 2**30:.2f} GiB in one protobuf (ONNX's 2 GB limit): "
                 "use external weights 'auto' or 'always'", backend=self.name, category="size-limit")
         model_bytes = save(model, out_dir, external)
-        validate(out_dir / MODEL_FILE, self.name)
+        repaired = None
+        try:
+            validate(out_dir / MODEL_FILE, self.name)
+        except ExportError as exc:
+            if STALE_SHAPE not in str(exc):
+                raise
+            # The converter's own optional shape hints are wrong, not the graph: drop them and check again.
+            # A graph that is still invalid fails here; one that validates is judged by parity like any other.
+            cleared = drop_intermediate_shapes(model)
+            model_bytes = save(model, out_dir, external)
+            validate(out_dir / MODEL_FILE, self.name)
+            repaired = (f"jax2onnx wrote intermediate shape annotations that ONNX shape inference contradicts "
+                        f"({STALE_SHAPE}); removed all {cleared} intermediate annotations (optional hints; "
+                        "interface shapes kept) and the file validates")
+        kept = {v.name for v in model.graph.inputs}
         kept = {v.name for v in model.graph.inputs}
         used = [options.keep_unused or leaf.name not in unread for leaf in signature.inputs]
         params = [leaf.name if leaf.name in kept else None for leaf in signature.inputs]
-        warnings = []
+        warnings = [repaired] if repaired else []
         if unread and options.keep_unused:
             warnings.append(f"keep_unused: the graph takes but never reads {', '.join(unread)}")
         if any(leaf.dtype == "bfloat16" for leaf in (*signature.inputs, *signature.outputs)):
@@ -104,6 +120,7 @@ class OnnxBackend(Backend):
                 "model_bytes": model_bytes, "tensor_bytes": total, "external_data": external,
                 "double_precision": signature.x64,
                 "validation": "onnx.checker.check_model(full_check=True) + strict shape inference with data propagation",
+                "repaired": repaired,
                 "export_seconds": round(time.perf_counter() - t0, 3),
                 # What jax2onnx's one-time plugin import cost the process when it was paid.
                 "jax2onnx_first_use_seconds_in_process": round(first_use_in_process, 3),

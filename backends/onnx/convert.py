@@ -108,10 +108,14 @@ def tensor_bytes(model) -> int:
 
     total = 0
     roots = [model.graph, *model.functions.values()]
-    graphs = {}
+    graphs: dict[int, ir.Graph | ir.Function | ir.GraphView] = {}  # by identity
+
+    def enter(graph: ir.Graph | ir.Function | ir.GraphView) -> None:
+        graphs.setdefault(id(graph), graph)
+
     for root in roots:
         graphs.setdefault(id(root), root)
-        for node in ir.traversal.RecursiveGraphIterator(root, enter_graph=lambda g: graphs.setdefault(id(g), g)):
+        for node in ir.traversal.RecursiveGraphIterator(root, enter_graph=enter):
             for attr in node.attributes.values():
                 if attr.type == ir.AttributeType.TENSOR:
                     total += attr.value.nbytes
@@ -201,10 +205,10 @@ def name_values(model, positional: list, signature) -> None:
                           "distinct ONNX value names", backend="onnx", category="unsupported-signature")
     existing = ir.convenience.create_value_mapping(graph)  # subgraphs included
     renamed, wanted = {id(v) for v in values}, set(targets)
-    blockers = [v for name, v in existing.items() if name in wanted and id(v) not in renamed]
+    blockers = {name: v for name, v in existing.items() if name in wanted and id(v) not in renamed}  # name: v.name
     taken = set(existing) | wanted
     if blockers:
-        ir.convenience.rename_values(blockers, [_fresh_name(v.name, taken) for v in blockers])
+        ir.convenience.rename_values(list(blockers.values()), [_fresh_name(name, taken) for name in blockers])
     ir.convenience.rename_values(values, targets)
 
 
@@ -228,6 +232,31 @@ def validate(path: Path, backend: str) -> None:
     except Exception as exc:
         raise ExportError(f"Backend '{backend}' | {path.name} fails ONNX validation: {type(exc).__name__}: "
                           f"{first_lines(exc)}", backend=backend, category="invalid-model") from exc
+
+
+# onnx.checker's words for a value_info shape that its own inference contradicts.
+STALE_SHAPE = "Inferred shape and existing shape differ"
+
+
+def drop_intermediate_shapes(model) -> int:
+    """Clear the shape annotations of every value that is neither a graph input nor a graph output.
+
+    Those annotations (value_info) are optional hints; a consumer infers shapes itself. jax2onnx 0.17's
+    layout pass can leave a stale one (an NHWC shape on a value it made NCHW), which makes a correct graph
+    fail onnx.checker. The interface shapes, which the manifest states, are kept. Returns how many were cleared.
+    """
+    import onnx_ir as ir
+
+    interface = {id(v) for v in (*model.graph.inputs, *model.graph.outputs)}
+    graphs = [model.graph, *model.functions.values()]
+    cleared = 0
+    for graph in graphs:
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            for value in node.outputs:
+                if id(value) not in interface and value.shape is not None:
+                    value.shape = None
+                    cleared += 1
+    return cleared
 
 
 # jax2onnx's words for "this op/plugin cannot handle what it met", and the one category they all get.

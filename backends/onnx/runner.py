@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -49,12 +49,13 @@ class OnnxRunner(Runner):
     def _prepare_impl(self, arrays: list[np.ndarray]) -> Prepared:
         import onnxruntime as ort
 
-        values = {}
+        values: dict[str, Any] = {}
         for leaf, a in zip(self.manifest.inputs, arrays):
             if leaf.param is None:
                 continue
             try:  # np.require keeps 0-d arrays 0-d (np.ascontiguousarray makes them shape (1,))
-                values[leaf.param] = ort.OrtValue.ortvalue_from_numpy(np.require(a, requirements="C"), self._ort_device, 0)
+                # an ONNX value name: load checked the params against the session's input names
+                values[cast(str, leaf.param)] = ort.OrtValue.ortvalue_from_numpy(np.require(a, requirements="C"), self._ort_device, 0)
             except Exception as exc:
                 raise _dtype_or_run_error(exc, self.directory, f"input '{leaf.name}' ({leaf.dtype})") from exc
         binding = self.session.io_binding()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import Any
 
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.export import Availability, Backend, FormatResult, Manifest, RunOptions, Runner

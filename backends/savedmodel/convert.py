@@ -77,7 +77,7 @@ def serving_function(tf, exported, signature, variables: Sequence[Any], declared
         disabled_checks=[str(c) for c in exported.disabled_safety_checks], function_list=[],
         has_token_input_output=False)
     if exported.calling_convention_version >= 10:
-        attrs["use_shardy_partitioner"] = bool(jax.config.jax_use_shardy_partitioner)
+        attrs["use_shardy_partitioner"] = bool(jax.config.values["jax_use_shardy_partitioner"])
     out_keys = [leaf.alias for leaf in signature.outputs]
     weights = list(variables)
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
 from multiexport.export import Runner
-
 
 SIGNATURE_KEY = "serving_default"
 
@@ -71,7 +70,8 @@ class SavedModelRunner(Runner):
 
     def _fetch_impl(self, prepared: Any) -> Sequence[Any]:
         outputs = self._call(prepared)
-        return [outputs[leaf.param].numpy() for leaf in self.manifest.outputs]
+        # an output's param is its key in the serving signature's outputs (a name)
+        return [outputs[cast(str, leaf.param)].numpy() for leaf in self.manifest.outputs]
 
     def _describe_impl(self) -> dict[str, Any]:
         import tensorflow as tf

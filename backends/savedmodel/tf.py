@@ -100,9 +100,12 @@ def check_graph(directory: Path) -> None:
     for node in graph.graph_def.node:
         if node.op not in COMPUTE_OPS:
             problems.append(f"{node.op} (node {node.name})")
+    save_fn, restore_fn = _saver_functions(graph)
     for function in graph.graph_def.library.function:
         name = function.signature.name
-        allowed = SAVE_OPS if _SAVE_FN.match(name) else RESTORE_OPS if _RESTORE_FN.match(name) else COMPUTE_OPS
+        # Checkpoint ops only in the two functions the saver itself calls: a name alone proves nothing
+        # (a load-time initializer can be renamed __inference__traced_save_N).
+        allowed = SAVE_OPS if name == save_fn else RESTORE_OPS if name == restore_fn else COMPUTE_OPS
         for node in function.node_def:
             if node.op not in allowed:
                 problems.append(f"{node.op} (in function {name})")
@@ -116,6 +119,19 @@ def check_graph(directory: Path) -> None:
             f"Artifact '{directory}' | its SavedModel graph holds ops multiexport never exports: {shown}. A SavedModel "
             "is a program (it can read and write files when loaded), so it was not loaded; if you trust it like "
             "your own code, pass --trust-artifact")
+
+
+def _saver_functions(graph) -> tuple[str | None, str | None]:
+    """The functions the SaverDef's save and restore nodes call, when they carry TF's saver names and the
+    object graph does not also list them as callable (functions listed there can run at load time)."""
+    calls = {n.name: n.attr["f"].func.name for n in graph.graph_def.node if "f" in n.attr}
+    callable_at_load = set(graph.object_graph_def.concrete_functions)
+    saver = graph.saver_def
+    save = calls.get(saver.save_tensor_name.partition(":")[0])
+    restore = calls.get(saver.restore_op_name.partition(":")[0])
+    save = save if save and _SAVE_FN.match(save) and save not in callable_at_load else None
+    restore = restore if restore and _RESTORE_FN.match(restore) and restore not in callable_at_load else None
+    return save, restore
 
 
 def version_problem(needed: int, supported: int, tf_version: str) -> str | None:

@@ -40,14 +40,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("multiexport: interrupted; finished results (if any) were written before stopping", file=sys.stderr)
         return 130
-    except Exception as exc:  # a bug in multiexport: never a verdict about the model, never a bare traceback
-        if args.debug:
-            raise
-        where = _save_traceback()
-        print(f"multiexport: internal error (a bug in multiexport, not in your model or the format): "
-              f"{type(exc).__name__}: {_one_line(exc)}; traceback saved to {where}; please report it "
-              "(--debug prints it)", file=sys.stderr)
-        return INTERNAL_EXIT
+    except OSError as exc:
+        from ..export.outdir import path_error
+
+        mapped = path_error(exc)
+        if args.debug or not isinstance(mapped, MultiexportError):
+            return _internal(args, exc)
+        print(f"multiexport: error: {_one_line(mapped)}", file=sys.stderr)
+        return mapped.exit_code
+    except Exception as exc:
+        return _internal(args, exc)
+
+
+def _internal(args, exc: BaseException) -> int:
+    """A bug in multiexport: never a verdict about the model, never a bare traceback. Called while `exc`
+    is being handled, so its traceback is the current one."""
+    if args.debug:
+        raise exc
+    where = _save_traceback()
+    print(f"multiexport: internal error (a bug in multiexport, not in your model or the format): "
+          f"{type(exc).__name__}: {_one_line(exc)}; traceback saved to {where}; please report it "
+          "(--debug prints it)", file=sys.stderr)
+    return INTERNAL_EXIT
 
 
 def _one_line(exc: BaseException) -> str:

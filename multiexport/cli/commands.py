@@ -252,7 +252,7 @@ def cmd_report(args) -> int:
     from ..report.render import write_reports
     from ..results import load_results
 
-    md, page = write_reports(load_results(args.results), args.out or args.results.parent)
+    md, page = write_reports(load_results(args.results), args.out or args.results.parent, source=args.results)
     print(f"wrote {md} and {page}")
     if args.screenshot:
         from ..report.screenshot import screenshot

@@ -141,7 +141,8 @@ def _compare_parser(sub) -> None:
         "compare", help="export TARGET with every backend and check each one's numbers against JAX",
         description=("Export TARGET with each backend, run every artifact from disk in its own worker process, and "
                      "compare each named output leaf against jax.jit(fn) with dtype-aware tolerances; time every "
-                     "backend the same way, one at a time. Writes OUT/results.json, report.md, report.html. "
+                     "backend the same way, with the same threads, all loaded at once and timed in interleaved rounds "
+                     "(ratios with 95% intervals; --sequential when they do not fit in memory). Writes OUT/results.json, report.md, report.html. "
                      f"Formats: {_formats()}."))
     p.add_argument("target", nargs="?", help=TARGET_HELP)
     p.add_argument("--backends", default="all", help="comma-separated backends, or 'all' for every registered one (default)")

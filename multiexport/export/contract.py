@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 from .options import (  # noqa: F401  (re-exported: the contract's vocabulary)
     DEVICES,
-    PLATFORM_OF_DEVICE,
     PLATFORMS,
+    PLATFORM_OF_DEVICE,
     ExportOptions,
     Option,
     RunOptions,
@@ -75,7 +75,7 @@ class FormatResult:
 
     files: dict[str, str]
     used: list[bool]
-    params: list[int | str | None]
+    params: Sequence[int | str | None]
     output_params: list[int | str]
     versions: dict[str, str] = field(default_factory=dict)
     requires: dict[str, Any] = field(default_factory=dict)
@@ -105,7 +105,7 @@ class Runner:
     `run_prepared` is the timed call and is synchronous; `__call__` does both and returns named outputs.
     """
 
-    calling_path: ClassVar[str] = ""
+    calling_path: str = ""  # a class default that a runner may override per instance (its fallback path)
 
     def __init__(self, manifest: "Manifest", directory: Path, options: RunOptions):
         self.manifest = manifest

@@ -15,8 +15,8 @@ import numpy as np
 
 from ..dtypes import parse_dtype
 from ..errors import InputError, leaf_message
-from .manifest import LeafBinding
 from ..signature.leaves import shape_text
+from .manifest import LeafBinding
 
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -84,9 +84,9 @@ def check_feed(
 
     # Dropped leaves the caller left out: zeros of the right shape, never read by the module.
     filled = []
-    for leaf, value in zip(inputs, arrays):
-        if value is None:
+    for leaf, given in zip(inputs, arrays):
+        if given is None:
             shape = tuple(d if isinstance(d, int) else bound.get(d, 1) for d in leaf.shape)
-            value = np.zeros(shape, parse_dtype(leaf.dtype))
-        filled.append(value)
+            given = np.zeros(shape, parse_dtype(leaf.dtype))
+        filled.append(given)
     return filled, bound

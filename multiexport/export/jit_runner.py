@@ -19,7 +19,7 @@ def enable_x64_if_needed(needed: bool) -> Callable[[Callable[..., Any]], Callabl
     """
     import jax
 
-    if not needed or jax.config.jax_enable_x64:
+    if not needed or jax.config.read("jax_enable_x64"):
         return lambda call: call
 
     def wrap(call):

@@ -30,7 +30,7 @@ class Option:
 
     name: str
     default: Any
-    kind: type
+    kind: type[Any]
     help: str
     choices: tuple[Any, ...] = ()
     minimum: float | None = None

@@ -22,7 +22,10 @@ from ..files import current_umask
 from .manifest import MANIFEST_NAME, Manifest
 
 _DISK_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EROFS: "the file system is read-only",
-                errno.EACCES: "permission denied", errno.EPERM: "permission denied", errno.EDQUOT: "disk quota exceeded"}
+                errno.EACCES: "permission denied", errno.EPERM: "permission denied", errno.EDQUOT: "disk quota exceeded",
+                # A path through a file ("out.txt/dir"), or a name the file system refuses: the user's path.
+                errno.EEXIST: "a file is in the way", errno.ENOTDIR: "a part of the path is a file, not a directory",
+                errno.EISDIR: "it is a directory", errno.ENAMETOOLONG: "the name is too long"}
 
 
 def check_replaceable(out_dir: Path) -> None:
@@ -70,10 +73,18 @@ def claimed(out_dir: Path) -> Iterator[Path]:
     with _lock(parent / f".{out_dir.name}.multiexport-lock", out_dir):
         try:
             staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=parent))
-            os.chmod(staging, 0o777 & ~current_umask())
         except OSError as exc:
             raise disk_error(exc, parent) from exc
         try:
+            try:
+                os.chmod(staging, 0o777 & ~current_umask())
+                # A full or read-only file system is found now, before minutes of export, not when the artifact
+                # is written (a full tmpfs still creates directories and empty files: write real bytes).
+                probe = staging / ".write-check"
+                probe.write_bytes(b"\0" * 4096)
+                probe.unlink()
+            except OSError as exc:
+                raise disk_error(exc, parent) from exc
             yield staging
             check_replaceable(out_dir)  # still ours to replace after the (long) export
             _swap_in(staging, out_dir)
@@ -83,13 +94,24 @@ def claimed(out_dir: Path) -> Iterator[Path]:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def disk_error(exc: OSError, where: Path) -> Exception:
-    """A file-system failure (full, read-only, no permission) as one line naming the place; others as is."""
+def disk_error(exc: OSError, where: Path | str) -> Exception:
+    """A file-system failure (full, read-only, no permission, a file in the path) as one line naming the
+    place; others as is."""
     why = _DISK_ERRORS.get(exc.errno or 0)
     if why is None:
         return exc
     return ArtifactError(f"Output '{where}' | cannot be written: {why} ({exc.strerror}), expected a writable "
                          "directory with room for the artifact")
+
+
+def path_error(exc: OSError) -> Exception:
+    """An OSError that reached the command line, as one line when it is about the user's path (see
+    _DISK_ERRORS) and names it; anything else stays as it is (a bug)."""
+    why = _DISK_ERRORS.get(exc.errno or 0)
+    if why is None or not exc.filename:
+        return exc
+    return ArtifactError(f"Path '{exc.filename}' | cannot be used: {why} ({exc.strerror}), expected a path "
+                         "multiexport can read or write")
 
 
 def _swap_in(staging: Path, out_dir: Path) -> None:

@@ -45,7 +45,7 @@ def export_module(fn: Callable[..., Any], signature, *, keep_unused: bool = Fals
     import jax
     from jax import export
 
-    kwargs = {"platforms": tuple(platforms)} if platforms else {}
+    kwargs: dict[str, Any] = {"platforms": tuple(platforms)} if platforms else {}
     flat, weight_specs = module_function(fn, signature, lifted)
     return export.export(jax.jit(flat, keep_unused=keep_unused), **kwargs)(
         *(specs if specs is not None else signature.specs), *weight_specs)
@@ -127,7 +127,6 @@ def leaf_binding(args: Sequence[ModuleArg], leaf_names: Sequence[str]) -> tuple[
 
 def module_attributes(exported) -> dict[str, Any]:
     """The module-level attributes a consumer may need (`jax.uses_shape_polymorphism`, replicas, partitions)."""
-    from jax.extend.mlir import ir
 
     with ir_context() as ctx:
         module = parse_module(exported, ctx)

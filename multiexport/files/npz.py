@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import tokenize
 import zipfile
 from pathlib import Path
 
@@ -32,14 +33,29 @@ def save_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
     path = Path(path)
     if path.is_dir():
         raise InputError(f"Output file '{path}' | is a directory, expected a file name such as out.npz")
-    extension = {name: a.dtype.name for name, a in arrays.items() if a.dtype.kind == "V"}
+    extension = {name: a.dtype.name for name, a in arrays.items() if _is_extension(a.dtype)}
     stored = {name: (a.view(f"V{a.dtype.itemsize}") if name in extension else a) for name, a in arrays.items()}
     if extension:
         stored[DTYPES_KEY] = np.frombuffer(json.dumps(extension).encode(), dtype=np.uint8)
+    # The archive is written member by member, as np.savez does, but without passing names as keyword
+    # arguments (a leaf named `file` would collide with savez's own parameter).
     buf = io.BytesIO()
-    np.savez(buf, **stored)
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in stored.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                np.lib.format.write_array(fh, np.ascontiguousarray(array) if array.ndim else array,
+                                          allow_pickle=False)
     write_bytes_atomic(path, buf.getvalue())
     return path
+
+
+def _is_extension(dtype: np.dtype) -> bool:
+    """A dtype numpy cannot name from its own header (bfloat16, float8_*, int4: ml_dtypes types, some of
+    which even claim a float descr such as '<f1' that numpy cannot read back)."""
+    try:
+        return np.dtype(dtype.str) != dtype
+    except TypeError:
+        return True
 
 
 def load_npz(path: str | Path, what: str = "Inputs file") -> dict[str, np.ndarray]:
@@ -64,6 +80,8 @@ def load_npz(path: str | Path, what: str = "Inputs file") -> dict[str, np.ndarra
 def _read_members(path: Path, archive: zipfile.ZipFile, what: str) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {}
     for info in archive.infolist():
+        if not info.filename:  # zipfile cuts a name at its first NUL: a NUL-led name is empty
+            raise InputError(f"{what} '{path}' | holds a member with an empty or NUL-led name, expected array names")
         if info.is_dir():
             continue
         name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
@@ -85,8 +103,9 @@ def _read_array(path: Path, name: str, fh, size: int, what: str) -> np.ndarray:
             shape, fortran, dtype = fmt.read_array_header_2_0(fh)
         else:
             raise ValueError(f"npy format version {version}")
-    except ValueError as exc:
-        raise InputError(f"{what} '{path}' | member '{name}' is not an .npy array ({exc}), {EXPECTED}") from exc
+    except (ValueError, SyntaxError, tokenize.TokenError) as exc:  # numpy tokenizes the header as Python
+        raise InputError(f"{what} '{path}' | member '{name}' is not an .npy array ({type(exc).__name__}: {exc}), "
+                         f"{EXPECTED}") from exc
     if dtype.hasobject:
         raise InputError(f"{what} '{path}' | member '{name}' holds Python objects (pickled data), expected numbers")
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1

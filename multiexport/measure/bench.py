@@ -70,7 +70,7 @@ def time_calls(call: Callable[[], None], config: BenchConfig) -> tuple[np.ndarra
         done += 1
         if done >= config.max_iters:
             break
-    times = []
+    times: list[int] = []
     start = clock()
     while len(times) < config.max_iters and (len(times) < config.min_iters or clock() - start < config.bench_time * 1e9):
         t0 = clock()

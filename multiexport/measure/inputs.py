@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -46,6 +46,8 @@ def parse_val_ranges(specs: Sequence[str]) -> dict[str, tuple[float, float]]:
     for spec in specs:
         pattern, sep, body = spec.partition("=")
         low, sep2, high = body.partition(":")
+        lo: float | None
+        hi: float | None
         try:
             lo, hi = float(low), float(high)
         except ValueError:
@@ -76,7 +78,7 @@ def check_value_ranges(ranges: Mapping[str, object]) -> dict[str, tuple[float, f
     out = {}
     for pattern, bounds in ranges.items():
         try:
-            lo, hi = (float(b) for b in bounds)  # type: ignore[union-attr]
+            lo, hi = (float(b) for b in cast(Iterable[Any], bounds))  # anything else raises TypeError: below
         except (TypeError, ValueError):
             raise UsageError(f"Value range '{pattern}' | got {bounds!r}, expected (low, high)") from None
         if not np.isfinite([lo, hi]).all() or not lo < hi:
@@ -124,6 +126,8 @@ def _resample(rng, example: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 def _perturbed(rng, example: np.ndarray, shape: tuple[int, ...], dt: np.dtype) -> tuple[np.ndarray, str]:
     base = _resample(rng, example, shape)
+    lo: float  # ints in the integer branch
+    hi: float
     if dt == np.bool_:
         return rng.integers(0, 2, size=shape).astype(bool), "random bools"
     if is_integer(dt):
@@ -218,7 +222,7 @@ def _range_for(name: str, ranges: Mapping[str, tuple[float, float]]):
 
 
 def _bound_dims(inputs, feed) -> dict[str, int]:
-    dims = {}
+    dims: dict[str, int] = {}
     for leaf in inputs:
         for d, n in zip(leaf.shape, np.shape(feed[leaf.name])):
             if isinstance(d, str):

@@ -106,6 +106,8 @@ def _value_stats(got: np.ndarray, expected: np.ndarray, dtype: str, tol: Toleran
 
 SENTINEL_GAP = 1e3  # a mask constant sits this many times above every other magnitude of the leaf
 SENTINEL_VALUES = 4  # ... and is one of at most this many distinct values
+# The smallest magnitude a mask constant has (flax and most attention code use -1e4 or larger).
+SENTINEL_MIN = 1e4
 
 
 def sentinels(magnitude: np.ndarray) -> np.ndarray:
@@ -115,6 +117,8 @@ def sentinels(magnitude: np.ndarray) -> np.ndarray:
     They are written by `where`, not computed from the other elements, so they must not set the leaf's
     scale: with them, the scale term allowed 1.4e33 of error per element of float32 logits (a false pass).
     A leaf whose large values are many distinct numbers (real data) has none: no gap of 1e3 among them.
+    Only magnitudes of at least 1e4 count (masks use -1e4, -1e9, -1e30, finfo.min): a real 1000 beside
+    values of 1e-6 is data and keeps setting the scale.
     """
     none = np.zeros(magnitude.shape, bool)
     values = magnitude[magnitude > 0]
@@ -124,7 +128,7 @@ def sentinels(magnitude: np.ndarray) -> np.ndarray:
         if rest.size == 0:
             return none
         below = float(rest.max())
-        if high >= SENTINEL_GAP * below:
+        if high >= SENTINEL_GAP * below and high >= SENTINEL_MIN:
             return magnitude >= high
         high = below
     return none

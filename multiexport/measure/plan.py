@@ -101,7 +101,7 @@ def native_supports(native: Mapping[str, Any] | None, dims: Mapping[str, int]) -
     if not native or native.get("consumer") != "pjrt_c_api" or not native.get("symbolic_dims"):
         return None
     key = static_key({d: dims[d] for d in native["symbolic_dims"] if d in dims})
-    have = sorted((native.get("static_modules") or {}))
+    have = sorted(native.get("static_modules") or {})
     if key in have:
         return None
     return f"no refined static module for {key} (the artifact has {', '.join(have) or 'none'})"

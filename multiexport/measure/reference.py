@@ -14,7 +14,6 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..dtypes import is_complex, is_float
-
 from ..export.contract import RunOptions
 from ..export.jit_runner import JitRunner
 from ..export.manifest import Manifest

@@ -21,7 +21,6 @@ from typing import Mapping, Sequence
 from ..errors import UsageError
 from ..results.parity import Tolerance
 
-
 # Measured on the benchmark models (benchmarks/tolerance_calibration.py, figures in its docstring).
 DEFAULTS: dict[str, Tolerance] = {
     "float64": Tolerance(rtol=1e-12, atol=1e-13, scale=1e-13),

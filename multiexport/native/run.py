@@ -201,7 +201,9 @@ def npy_can_carry(dtype: str) -> bool:
     """Whether .npy describes `dtype` itself (bfloat16 and the float8s are written as opaque void)."""
     from ..dtypes import parse_dtype
 
-    return not np.lib.format.dtype_to_descr(parse_dtype(dtype)).lstrip("<>|=").startswith("V")
+    descr = np.lib.format.dtype_to_descr(parse_dtype(dtype))
+    assert isinstance(descr, str)  # a list only for structured dtypes, which parse_dtype never gives
+    return not descr.lstrip("<>|=").startswith("V")
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> str:

@@ -199,9 +199,10 @@ def refine_static(exported, sizes: Mapping[str, int]) -> tuple[bytes, list[list[
         return exported.call(*full)
 
     x64 = any(s.dtype.itemsize == 8 for s in specs) or any(a.dtype.itemsize == 8 for a in exported.out_avals)
-    with jax.enable_x64(x64 or bool(jax.config.jax_enable_x64)):
+    with jax.enable_x64(x64 or bool(jax.config.read("jax_enable_x64"))):
         lowered = jax.jit(call_kept, keep_unused=True).lower(*[specs[i] for i in kept])
         module = lowered.compiler_ir("stablehlo")
+        assert module is not None  # None only where the backend offers no StableHLO, which everything below needs
         try:
             from jax._src.interpreters import mlir as jax_mlir  # private: JAX's refinement pass, no public API
 

@@ -45,6 +45,10 @@ def _fmt(v: float) -> str:
 class _Frame:
     def __init__(self, title: str, xlabel: str, ylabel: str, xr, yr, xlog: bool, ylog: bool, xticks: bool = True):
         self.xlog, self.ylog, self.xticks = xlog, ylog, xticks
+        self.x0: float
+        self.x1: float
+        self.y0: float
+        self.y1: float
         self.x0, self.x1 = (math.log10(xr[0]), math.log10(xr[1])) if xlog else xr
         self.y0, self.y1 = (math.log10(yr[0]), math.log10(yr[1])) if ylog else yr
         if self.x1 == self.x0:

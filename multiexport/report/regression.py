@@ -192,8 +192,10 @@ def aggregate_latency(diff: Diff, max_slowdown: float, group=lambda backend: bac
                 c.verdict = "faster"
         kept.append(c)
     for name, checks in groups.items():
-        geo = math.exp(sum(math.log(c.ratio) for c in checks) / len(checks))
-        separated = sum(c.ratio > 1 and "intervals separate" in c.detail for c in checks)
+        # every check here has a ratio: only those with a finite ratio > 0 were grouped, above
+        ratios = [c.ratio for c in checks if c.ratio is not None]
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(checks))
+        separated = sum(r > 1 and "intervals separate" in c.detail for c, r in zip(checks, ratios))
         flagged = geo > max_slowdown and separated * 2 >= len(checks)
         kept.append(Check(name, f"latency (geometric mean of {len(checks)})", "regression" if flagged else "ok",
                           f"p50 ratio {geo:.2f}x over {len(checks)} model x batch entries, {separated} slower beyond "

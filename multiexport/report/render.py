@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..files import write_text_atomic
-from ..results import MEANING, Results, Status, load_results
+from ..results import MEANING, LatencyStats, Results, SizeResult, Status, load_results
 from . import plots
 from .recommend import recommend
 from .summary import COLUMNS, capped_note, summary_rows
@@ -39,11 +39,30 @@ from .text import esc, md, md_code
 __all__ = ["load_results", "render_html", "render_markdown", "write_reports"]
 
 
-def write_reports(results: Results, out_dir: str | Path) -> tuple[Path, Path]:
+def write_reports(results: Results, out_dir: str | Path, source: str | Path | None = None) -> tuple[Path, Path]:
+    """Render both reports, then write them (a failed rendering writes neither).
+
+    source: the results.json `results` were read from, when they come from a file rather than from this
+        process's compare. Such a file passed the schema's type checks but may still hold values no compare
+        writes (a negative tolerance, a list where a mapping goes); the report cannot draw those, and that
+        is one InputError naming the file rather than a crash.
+    """
+    from ..errors import InputError, MultiexportError
+
     out_dir = Path(out_dir)
     md_path, page = out_dir / "report.md", out_dir / "report.html"
-    write_text_atomic(md_path, render_markdown(results))
-    write_text_atomic(page, render_html(results))
+    try:
+        markdown, html = render_markdown(results), render_html(results)
+    except MultiexportError:
+        raise
+    except Exception as exc:
+        if source is None:
+            raise
+        raise InputError(f"Results '{source}' | holds values the report cannot draw ({type(exc).__name__}: {exc}) "
+                         "although they have the right types; expected a results.json written by `multiexport "
+                         "compare` (if this one is unchanged from such a run, it is a bug: please report it)") from exc
+    write_text_atomic(md_path, markdown)
+    write_text_atomic(page, html)
     return md_path, page
 
 
@@ -54,7 +73,7 @@ def _md_table(header, rows) -> str:
 
 
 def _statuses(results: Results) -> list[Status]:
-    seen = []
+    seen: list[Status] = []
     for r in results.backends.values():
         for s in [r.status] + [size.status for size in (r.bench.sizes if r.bench else [])]:
             if s not in seen and s is not Status.OK:
@@ -141,6 +160,17 @@ def _html_table(header, rows, status_col: int | None = None) -> str:
     return f"<table><tr>{h}</tr>{''.join(body)}</table>"
 
 
+def _latency(size: SizeResult) -> LatencyStats:
+    assert size.latency is not None  # the charts draw measured() sizes only, which all have a latency
+    return size.latency
+
+
+def _point(x: float | None, y: float | None) -> tuple[float, float]:
+    # the sweep keeps sizes with a batch only, and a measured size has its throughput
+    assert x is not None and y is not None
+    return x, y
+
+
 def _charts(results: Results) -> list[str]:
     plots.set_colors({n: r.display.get("color", "") for n, r in results.backends.items()})
     benches = {"jax": results.reference.bench} if results.reference.bench else {}
@@ -148,13 +178,13 @@ def _charts(results: Results) -> list[str]:
     benches = {n: b for n, b in benches.items() if b.measured()}
     charts = []
     if benches:
-        charts.append(plots.latency_cdf({n: b.measured()[0].latency.quantiles_ms for n, b in benches.items()},
+        charts.append(plots.latency_cdf({n: _latency(b.measured()[0]).quantiles_ms for n, b in benches.items()},
                                         "Latency distribution (first batch size)"))
         sweep = {n: b.measured() for n, b in benches.items() if len(b.measured()) > 1 and all(s.batch for s in b.measured())}
         if sweep:
-            charts.append(plots.lines({n: [(s.batch, s.latency.p50_ms) for s in ss] for n, ss in sweep.items()},
+            charts.append(plots.lines({n: [_point(s.batch, _latency(s).p50_ms) for s in ss] for n, ss in sweep.items()},
                                       "p50 latency vs batch size", "batch size (log)", "p50 ms (log)"))
-            charts.append(plots.lines({n: [(s.batch, s.throughput_per_s) for s in ss] for n, ss in sweep.items()},
+            charts.append(plots.lines({n: [_point(s.batch, s.throughput_per_s) for s in ss] for n, ss in sweep.items()},
                                       "Throughput vs batch size", "batch size (log)", "items/s (log)"))
     errors, tols = {}, {}
     for name, r in results.backends.items():

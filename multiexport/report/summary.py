@@ -33,7 +33,8 @@ def headline(row: BackendResult) -> tuple[str, str, str]:
 def summary_rows(results: Results) -> list[dict[str, Any]]:
     """Rows of formatted cells; the fastest faithful backend at each batch size gets `fastest: True`."""
     ref_bench = results.reference.bench
-    ref_p50 = {s.batch: s.latency.p50_ms for s in (ref_bench.measured() if ref_bench else [])}
+    ref_p50 = {s.batch: s.latency.p50_ms for s in (ref_bench.measured() if ref_bench else [])
+               if s.latency is not None}  # always true for measured(); narrows the type
     rows = []
     if ref_bench:
         rows += _rows("jax", "reference", ("", "", ""), ref_bench, ref_p50, True)
@@ -69,7 +70,7 @@ def _rows(name: str, status: str, errors: tuple[str, str, str], bench: BenchResu
     empty = {"p50 ms": "", "p99 ms": "", "vs jax": "", "throughput": "", "cold start s": "", "native ms": "", "_p50": None}
     if not bench or not bench.sizes or not show_latency:
         return [{**base, "batch": "", **empty, "native ms": next(iter(native.values()), "")}]
-    rows = []
+    rows: list[dict[str, Any]] = []
     first = True
     for s in bench.sizes:
         batch = "-" if s.batch is None else str(s.batch)

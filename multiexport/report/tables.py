@@ -53,6 +53,7 @@ def cold_rows(results: Results) -> list[list[str]]:
         measured = bench.measured() if bench else []
         if not measured:
             continue
+        assert bench is not None  # measured is non-empty only when bench is
         first = measured[0]
         runner = bench.runner
         threads = threads_text(runner)
@@ -231,7 +232,7 @@ def native_lines(results: Results) -> list[str]:
 
 
 def excluded_lines(results: Results) -> list[str]:
-    seen = {}
+    seen: dict[str, str] = {}
     for r in results.backends.values():
         for e in (r.parity.excluded if r.parity else []):
             seen.setdefault(e.trial, e.reason)

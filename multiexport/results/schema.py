@@ -90,7 +90,8 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
                 kwargs[f.name] = _convert(hints[f.name], value[f.name], f"{where}.{f.name}")
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise InputError(f"{where} | has no '{f.name}', expected one")
-        return hint(**kwargs)
+        # is_dataclass() narrows to "instance or class"; a type hint here is always the class
+        return typing.cast("type[Any]", hint)(**kwargs)
     if hint is float:
         if isinstance(value, str) and value in _NONFINITE:
             return _NONFINITE[value]

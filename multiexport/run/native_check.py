@@ -22,8 +22,7 @@ def check_native(run, row, manifest, checked: Sequence[tuple[Any, Any]], exclude
     """The row's native verdict and latency, or None when its backend has no native consumer."""
     from ..measure.parity import check_parity, inputs_note
     from ..measure.plan import native_supports
-    from ..native.run import consumer_of, print_command
-    from ..native.run import run as native_run
+    from ..native.run import consumer_of, print_command, run as native_run
     from ..native.section import CONSUMERS
 
     if consumer_of(row.backend) is None:

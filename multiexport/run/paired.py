@@ -10,7 +10,6 @@ that fails is that runner's bench failure only, and the others go on.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass, field

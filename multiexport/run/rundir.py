@@ -1,7 +1,7 @@
 """A compare's output directory: claimed before any work, stale results removed, the run's state marked.
 
-The directory must be new, empty, or one a previous compare wrote (its `.multiexport-run` marker or
-results.json): multiexport never writes into, or deletes from, a directory of the user's. The previous
+The directory must be new, empty, or one a previous compare wrote (its `.multiexport-run` marker):
+multiexport never writes into, or deletes from, a directory of the user's. The previous
 run's results.json and reports are removed before the new run starts, so nothing stale can be read as
 this run's; while the run works the marker says "running", and an interrupted run's results say so.
 """
@@ -25,9 +25,12 @@ def claim_run_dir(out: Path) -> None:
     """Refuse a directory that is not multiexport's; clear a previous run's results; mark this run."""
     if out.exists() and not out.is_dir():
         raise ArtifactError(f"Output '{out}' | is a file, expected a directory for the compare's artifacts and reports")
-    if out.is_dir() and any(out.iterdir()) and not ((out / MARKER).is_file() or _is_results(out / "results.json")):
-        raise ArtifactError(f"Output '{out}' | exists and was not written by `multiexport compare` (no {MARKER}); "
-                            "nothing was changed: choose a new or empty directory")
+    # The marker alone proves the directory is a compare's: a results.json proves nothing (one downloaded
+    # next to the user's own report.md would have that report replaced).
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise ArtifactError(f"Output '{out}' | exists and was not written by `multiexport compare` (no {MARKER}; "
+                            "the output of a multiexport older than 0.2 has none either); nothing was changed: choose "
+                            "a new or empty directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-check-{os.getpid()}"
@@ -43,9 +46,3 @@ def claim_run_dir(out: Path) -> None:
 def mark(out: Path, state: str) -> None:
     write_text_atomic(out / MARKER, json.dumps({"state": state, "pid": os.getpid(), "at": utc_now()}) + "\n")
 
-
-def _is_results(path: Path) -> bool:
-    try:
-        return path.is_file() and str(json.loads(path.read_text()).get("schema", "")).startswith("multiexport.results/")
-    except (OSError, ValueError, AttributeError):
-        return False

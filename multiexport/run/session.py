@@ -12,9 +12,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
-
-import numpy as np
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import Interrupted, MultiexportError
 from ..export.manifest import Manifest
@@ -25,8 +23,16 @@ from . import timing
 from .rundir import claim_run_dir, mark
 from .supervisor import stop_requested
 
+if TYPE_CHECKING:
+    from ..results import Pairing
+    from .paired import Servers
+
 
 class CompareRun:
+    # set by timing.plan_timing (declared only: _results reads pairing with getattr, absent before then)
+    servers: Servers | None
+    pairing: Pairing | None
+
     def __init__(self, target, config, target_spec: str | None, progress: Callable[[str], None]):
         self.target, self.config, self.spec, self.progress = target, config, target_spec, progress
         self.out = Path(config.out_dir or Path("multiexport-out") / safe_component(target.name))
@@ -257,6 +263,7 @@ class CompareRun:
         if paired:
             from .paired import serve_artifact
 
+            assert self.servers is not None  # paired implies it
             outcome = serve_artifact(self.servers, "jax", [], self.bench_feeds, {}, bench)
             if outcome.failure is None and outcome.bench is not None:
                 self.reference.bench = outcome.bench

@@ -89,7 +89,9 @@ def floors(run) -> None:
     for name, bench in benches.items():
         measured = bench.measured() if bench is not None else []
         if measured:
-            run.pairing.floors[name] = measured[0].latency.p50_ms
+            latency = measured[0].latency
+            assert latency is not None  # measured() keeps only the sizes with a latency
+            run.pairing.floors[name] = latency.p50_ms
 
 
 def compute_figures(run) -> None:

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # The parent starts workers with its stop signals held back, and the mask is inherited.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    _exit_with_parent()
     argv = sys.argv[1:] if argv is None else argv
     from .serve import serve_main
 
@@ -37,6 +38,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m multiexport.run.worker {{{','.join(modes)}}} ...", file=sys.stderr)
         return 2
     return modes[argv[0]](argv)
+
+
+def _exit_with_parent(interval: float = 1.0) -> None:
+    """Die when the process that started this worker dies, even by SIGKILL (which it cannot forward).
+
+    Workers run in sessions of their own (so a terminal's Ctrl-C reaches only the supervisor), so nothing else
+    would stop an orphan: it would run its export or timed loop to the end. A daemon thread notices the
+    re-parenting; one wake-up a second costs a timed loop nothing measurable. PR_SET_PDEATHSIG is not used:
+    it fires when the parent *thread* exits, and compare starts workers from a thread pool.
+    """
+    import signal
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent:
+                if os.getpgrp() == os.getpid():  # a session of its own: it and what it started in its group
+                    os.killpg(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="multiexport-parent-watch", daemon=True).start()
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -64,7 +64,11 @@ def run_worker(args: Sequence[str], work: Path, timeout: float, expect: str | No
     """
     import os
 
-    outcome = run_command(worker_command(*args), timeout=timeout, env={**os.environ, **(env or {})})
+    try:
+        outcome = run_command(worker_command(*args), timeout=timeout, env={**os.environ, **(env or {})})
+    except BaseException:  # a signal stopped the wait: the worker is gone, and so is its directory
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     failure = classify(outcome, work, timeout)
     data: dict[str, Any] = {}
     for name in ("export.json", "bench.json", "run.json"):

@@ -122,16 +122,44 @@ def lift_weights(fn: Callable[..., Any], signature, min_bytes: int = LIFT_MIN_BY
     lifted_set = set(lift)
     kept = int(sum(np.asarray(c).nbytes for i, c in enumerate(consts) if i not in lifted_set and hasattr(c, "shape")))
     n, jaxpr = len(signature.inputs), closed.jaxpr
+    traced_shapes = tuple(tuple(spec.shape) for spec in signature.specs)
+    lifted_keys = {_array_key(consts[i]): k for k, i in enumerate(lift)}
+    concrete: dict[tuple, tuple] = {}
+
+    def for_shapes(shapes: tuple, dtypes: tuple) -> tuple:
+        """The jaxpr traced at these concrete shapes, and where each lifted weight sits among its constants.
+
+        A jaxpr traced with symbolic dimensions holds them in its equations (a reshape to (b, -1)), so it
+        can only be evaluated on symbolic arguments (inside jax.export); concrete arguments (the jax.jit
+        reference) need a trace of their own. The lifted weights are found in it by identity, so they stay
+        arguments; a constant not found (one the function computes while tracing) stays embedded.
+        """
+        if (shapes, dtypes) not in concrete:
+            specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
+            again = jax.make_jaxpr(signature.flat_function(fn))(*specs)
+            slots = {j: lifted_keys[key] for j, c in enumerate(again.consts)
+                     if hasattr(c, "shape") and (key := _array_key(c)) in lifted_keys}
+            concrete[(shapes, dtypes)] = (again.jaxpr, list(again.consts), slots)
+        return concrete[(shapes, dtypes)]
 
     def lifted(*xs):
-        values = list(consts)
-        for i, w in zip(lift, xs[n:]):
-            values[i] = w
-        return jax.core.eval_jaxpr(jaxpr, values, *xs[:n])
+        shapes = tuple(tuple(x.shape) for x in xs[:n])
+        if shapes == traced_shapes or not all(isinstance(d, int) for shape in shapes for d in shape):
+            values = list(consts)
+            for i, w in zip(lift, xs[n:]):
+                values[i] = w
+            return jax.core.eval_jaxpr(jaxpr, values, *xs[:n])
+        jaxpr_here, values, slots = for_shapes(shapes, tuple(x.dtype for x in xs[:n]))
+        values = list(values)
+        weights = xs[n:]
+        for j, k in slots.items():
+            values[j] = weights[k]
+        return jax.core.eval_jaxpr(jaxpr_here, values, *xs[:n])
 
     aliases = [leaf.alias for leaf in signature.inputs]
     params = aliases + _unique([f"weight_{k:04d}" for k in range(len(lift))], taken=aliases)  # identifiers
-    lifted.__signature__ = inspect.Signature(
+    # inspect.signature() reads __signature__; typeshed does not declare it on functions
+    lifted.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(p, inspect.Parameter.POSITIONAL_ONLY) for p in params])
     lifted.__name__ = lifted.__qualname__ = signature.name.replace("-", "_") or "fn"
     return LiftedWeights(names, arrays, lifted, kept, sources)

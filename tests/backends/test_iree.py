@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 from multiexport import ArtifactError, ExportError, InputError, RunError, Target, examples
-from multiexport.export import ExportOptions
 from multiexport.backends.iree import IreeBackend
 from multiexport.backends.iree.compile import compile_flags, compile_vmfb
-from multiexport.native import run as native
+from multiexport.export import ExportOptions
 from multiexport.export.manifest import Manifest
 from multiexport.measure.parity import compare_leaf
-from multiexport.signature import build_signature
 from multiexport.measure.tolerance import default_tolerance
+from multiexport.native import run as native
+from multiexport.signature import build_signature
 
 from ..cases import case, feed_for
 from ..conftest import reference_outputs, tamper

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from multiexport import ArtifactError, ExportError, RunError, Target, examples
-from multiexport.files.npz import load_npz, save_npz
-from multiexport.export import ExportOptions
 from multiexport.backends.onnx import OPSET, OnnxBackend
+from multiexport.export import ExportOptions
 from multiexport.files import current_umask
+from multiexport.files.npz import load_npz, save_npz
 from multiexport.measure.parity import compare_leaf
-from multiexport.signature import build_signature
 from multiexport.measure.tolerance import default_tolerance
+from multiexport.signature import build_signature
 
 from ..cases import feed_for
 from ..conftest import reference_outputs, run_cli, tamper

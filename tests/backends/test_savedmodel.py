@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 from multiexport import ArtifactError, ExportError, RunError, Target
-from multiexport.files.npz import load_npz, save_npz
-from multiexport.export import ExportOptions
 from multiexport.backends.savedmodel import SavedModelBackend, max_supported_call_module_version, read_saved_model
 from multiexport.examples import lm, mlp
+from multiexport.export import ExportOptions
+from multiexport.files.npz import load_npz, save_npz
 from multiexport.measure.parity import compare_leaf
-from multiexport.signature import build_signature
 from multiexport.measure.tolerance import default_tolerance
+from multiexport.signature import build_signature
 
 from ..cases import case, feed_for
 from ..conftest import REPO, reference_outputs, tamper
@@ -143,7 +143,7 @@ def signature_keys(cli_text: str, kind: str) -> list[str]:
 @pytest.mark.parametrize("name", ["seed", "mlp"])
 def test_saved_model_cli_lists_exactly_the_manifest_aliases(name, exported, cli_show):
     manifest = exported[name][2].manifest
-    assert signature_keys(cli_show[name], "inputs") == sorted(l.alias for l in manifest.inputs if l.param is not None)
+    assert signature_keys(cli_show[name], "inputs") == sorted(leaf.alias for leaf in manifest.inputs if leaf.param is not None)
     assert signature_keys(cli_show[name], "outputs") == sorted(leaf.alias for leaf in manifest.outputs)
     if name == "seed":  # the pruned leaf is dropped here too: a caller feeds exactly what the manifest lists
         assert "inputs['foo_bar']" not in cli_show[name] and "inputs['foo_baz']" in cli_show[name]

@@ -10,8 +10,8 @@ import pytest
 
 import multiexport
 from multiexport import ArtifactError, InputError, RunError
-from multiexport.export import ExportOptions
 from multiexport.backends.xla import XlaBackend
+from multiexport.export import ExportOptions
 from multiexport.signature import build_signature
 
 from ..cases import case
@@ -49,7 +49,8 @@ def test_seed_answer_and_its_swap(tmp_path):
 def test_artifact_files_and_manifest_fields(tmp_path):
     _, sig, artifact = export("mlp", tmp_path)
     d, m = artifact.directory, artifact.manifest
-    assert set(m.files) == {"exported", "stablehlo_bytecode", "stablehlo_text", "hlo_text", "example_inputs"}
+    assert set(m.files) == {"exported", "stablehlo_bytecode", "stablehlo_text", "hlo_text", "example_inputs",
+                            "compile_options"}
     assert m.versions["jax"] == jax.__version__ and int(m.versions["calling_convention_version"]) >= 9
     assert m.format["platforms"] == ["cpu"]
     assert [a["name"] for a in m.format["module_args"]] == [leaf.name for leaf in sig.inputs]

@@ -52,3 +52,16 @@ def test_sequential_timing_says_why(tmp_path):
     assert results.pairing.mode == "sequential" and "asked for" in results.pairing.reason
     assert results.backends["xla"].bench.sizes[0].measured == "sequential"
     assert results.backends["xla"].bench.sizes[0].latency.n >= 10
+
+
+@pytest.mark.subprocess
+def test_the_per_call_floor_is_timed_through_every_runtime_and_reported(tmp_path):
+    """--floor: the floor target (one add on 8 floats) through the same runtimes, each row's share of it shown."""
+    results = compare(examples.mlp(), backends=["xla", "onnx"], out_dir=tmp_path, trials=1, bench=BENCH,
+                      target_spec="multiexport.examples:mlp", floor=True)
+    floors = results.pairing.floors
+    assert set(floors) == {"jax", "xla", "onnx"} and all(0 < ms < 50 for ms in floors.values()), floors
+    assert (tmp_path / "floor" / "results.json").is_file()  # the floor's own compare, inside the output directory
+    report = (tmp_path / "report.md").read_text()
+    assert "floor ms" in report and "% of the call)" in report
+    assert load_results(tmp_path / "results.json").pairing.floors == floors

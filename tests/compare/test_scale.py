@@ -9,9 +9,9 @@ import pytest
 
 from multiexport import examples
 from multiexport.backends import xla as xla_backend
-from multiexport.measure.bench import directory_bytes
 from multiexport.comparison import compare
 from multiexport.export.registry import backend_class, get_backend, names
+from multiexport.measure.bench import directory_bytes
 from multiexport.signature import build_signature
 
 AVAILABLE = [n for n in names() if get_backend(n).available().ok]

@@ -25,7 +25,7 @@ from multiexport.measure.parity import compare_leaf
 from multiexport.measure.tolerance import EXACT, default_tolerance
 from multiexport.signature import build_signature
 
-from ..cases import CASE_IDS, CASES, feed_for
+from ..cases import CASES, CASE_IDS, feed_for
 from ..conftest import REPO, reference_outputs
 
 # XLA compiles the very module jax.jit runs, so it must agree bit for bit; other formats get the defaults.
@@ -94,7 +94,7 @@ def test_export_then_run_from_disk_in_a_fresh_process(runs, c):
     assert all(leaf.param is not None for leaf in m.inputs if leaf.used)
     assert [(leaf.name, leaf.dtype) for leaf in m.inputs] == [(leaf.name, leaf.dtype) for leaf in sig.inputs]
     assert "example_inputs" in m.files  # `multiexport run DIR` works on every artifact as it is
-    for batch, feed, want, out in result["feeds"]:
+    for batch, _feed, want, out in result["feeds"]:
         error = __import__("pathlib").Path(out).with_suffix(".error.txt")
         assert not error.exists(), error.read_text() if error.exists() else ""
         got = load_npz(out)

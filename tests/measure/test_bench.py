@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from multiexport import examples
-from multiexport.measure.bench import BenchConfig, median_ci95, summarize, time_calls
 from multiexport.comparison import compare
+from multiexport.measure.bench import BenchConfig, median_ci95, summarize, time_calls
 
 TINY = BenchConfig(warmup_iters=2, warmup_time=0.0, min_iters=15, bench_time=0.0)
 

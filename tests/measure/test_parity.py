@@ -13,10 +13,10 @@ from multiexport.backends.xla import XlaBackend
 from multiexport.comparison import compare
 from multiexport.measure.inputs import make_trials
 from multiexport.measure.parity import check_parity, compare_leaf
+from multiexport.measure.tolerance import DEFAULTS, EXACT, Tolerance, default_tolerance
 from multiexport.results import ParityVerdict
 from multiexport.results.schema import from_data, to_data
 from multiexport.signature import build_signature
-from multiexport.measure.tolerance import DEFAULTS, EXACT, Tolerance, default_tolerance
 
 from ..conftest import reference_outputs, run_in_worker
 

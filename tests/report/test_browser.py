@@ -7,8 +7,8 @@ import zlib
 import pytest
 
 from multiexport import examples
-from multiexport.measure.bench import BenchConfig
 from multiexport.comparison import compare
+from multiexport.measure.bench import BenchConfig
 from multiexport.report.screenshot import find_browser, screenshot
 
 pytestmark = pytest.mark.skipif(find_browser() is None, reason="no Chromium on PATH (.ci/run installs it with apt-get)")

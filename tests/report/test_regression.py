@@ -6,10 +6,9 @@ import copy
 import json
 import xml.etree.ElementTree as ET
 
-
 from multiexport import examples
-from multiexport.measure.bench import BenchConfig
 from multiexport.comparison import compare
+from multiexport.measure.bench import BenchConfig
 from multiexport.report.regression import diff_results, junit, markdown, publish
 from multiexport.results import load_results
 

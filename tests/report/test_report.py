@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -18,7 +15,7 @@ from multiexport.report.recommend import recommend
 from multiexport.report.render import render_html, render_markdown
 from multiexport.results import BackendResult, BenchResult, LatencyStats, SizeResult, Status, load_results
 
-from ..conftest import REPO, run_cli
+from ..conftest import run_cli
 from ..fault_backends import ALL
 
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from multiexport import UsageError, examples
+from multiexport.comparison import compare
 from multiexport.export import Availability, ExportOptions
 from multiexport.measure.bench import BenchConfig
-from multiexport.comparison import compare
 from multiexport.run.devices import probe_gpu, resolve
 
 from ..conftest import run_cli

@@ -1,8 +1,7 @@
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 import multiexport
 from multiexport import SignatureError, Target, TargetError

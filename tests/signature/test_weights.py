@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from multiexport import examples
-from multiexport.export import ExportOptions
 from multiexport.errors import ArtifactError, UsageError
+from multiexport.export import ExportOptions
+from multiexport.files.safetensors import iter_safetensors, read_safetensors, write_safetensors
 from multiexport.signature import build_signature
 from multiexport.signature.target import Target
-from multiexport.files.safetensors import iter_safetensors, read_safetensors, write_safetensors
 from multiexport.signature.weights import AUTO_MIN_BYTES, LIFT_MIN_BYTES, lift_weights, should_lift, tensor_names
 
 
@@ -102,6 +102,31 @@ def test_lifting_keeps_symbolic_dimensions():
     np.testing.assert_allclose(np.asarray(exported.call(x, w)[0]), np.tanh(x @ w), rtol=1e-5, atol=1e-6)
 
 
+
+def test_a_lifted_symbolic_function_runs_on_concrete_inputs_with_the_weights_still_arguments():
+    """The jax.jit reference calls the lifted function on concrete sizes; a jaxpr traced with a symbolic batch
+    holds `b` in its reshapes and cannot be evaluated there (UnexpectedDimVar, an internal error that stopped
+    every compare of a conv net or transformer with a symbolic batch and baked weights)."""
+    w = np.linspace(-1, 1, 64 * 32, dtype=np.float32).reshape(64, 32) / 8
+
+    def fn(x):
+        y = x.reshape(x.shape[0], -1) @ w
+        return jnp.tanh(y).reshape(x.shape[0], 2, 16).sum(-1)
+
+    target = Target(fn, args=(np.ones((3, 8, 8), np.float32),), name="symreshape", symbolic_batch="b")
+    sig = build_signature(target)
+    lifted = lift_weights(target.fn, sig)
+    assert lifted is not None and len(lifted.arrays) == 1
+    for batch in (1, 5):
+        x = np.random.default_rng(batch).standard_normal((batch, 8, 8)).astype(np.float32)
+        (got,) = jax.jit(lifted.fn)(x, *lifted.arrays)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(fn(x)), rtol=1e-6, atol=1e-6)
+        # The weight is still an argument, not a constant of the concrete trace: other values, other outputs.
+        (other,) = jax.jit(lifted.fn)(x, *[a * 0 for a in lifted.arrays])
+        np.testing.assert_array_equal(np.asarray(other), np.zeros((batch, 2), np.float32))
+    exported = jax.export.export(jax.jit(lifted.fn))(*sig.specs, *lifted.specs())  # and still symbolic there
+    assert "b" in str(exported.in_avals[0].shape)
+
 def test_lifted_weights_are_named_by_where_the_target_keeps_them():
     """The closure's pytree path names each weight, the same array only: equal values never trade names."""
     import functools
@@ -154,8 +179,8 @@ def test_policy_decides_by_the_baked_bytes():
 
 def test_reference_lifts_large_baked_weights_and_computes_the_same_numbers(monkeypatch):
     """Past AUTO_MIN_BYTES the reference jits the lifted function; its outputs equal plain jax.jit's."""
-    from multiexport.signature import weights
     from multiexport.measure.reference import ReferenceRunner
+    from multiexport.signature import weights
 
     target = examples.lm("small", "baked")
     sig = build_signature(target)

@@ -1,0 +1,192 @@
+"""The real-model zoo: models built the way flax.linen, flax.nnx and equinox document them, for `compare`.
+
+Each entry of `REAL_MODELS` names a zero-argument factory returning a `multiexport.Target`, reachable as
+`benchmarks.real_models:NAME` from the repository root (this package re-exports every factory):
+
+    multiexport compare benchmarks.real_models:nnx_mlp --trials 2 --no-bench
+    python -m benchmarks.real_models --list                    # the registry, with each model's compare flags
+    python -m benchmarks.real_models --run quick --out DIR     # compare each model in turn (parity only), one matrix
+    python -m benchmarks.real_models --run all --out DIR --bench --backends xla,onnx   # all of them, timed too
+
+`--run` takes `quick`, `all`, a tag (`nnx`, `symbolic-batch`, ...) or comma-separated names. Each model runs
+in a `multiexport compare` process of its own, one after another (never two at once): DIR/NAME/results.json,
+DIR/NAME.log (the command, its output and exit code), and DIR/matrix.md + DIR/summary.json for all of them.
+
+The models follow the libraries' own docstrings and examples (flax's MNIST CNN, `nn.scan` over layers and
+the scanned LSTM from `flax.linen.scan`'s docstring, `nnx.split`/`nnx.merge` of an `nnx.Module`,
+`nnx.BatchNorm` and `nnx.Dropout` from their docstrings, equinox's MNIST CNN, `eqx.partition` /
+`eqx.combine`, `eqx.nn.make_with_state` for BatchNorm), at small, CI-sized widths but realistic
+structure. Weights are seeded (`jax.random.key(N)`), never downloaded, so a fresh worker process that
+re-loads a TARGET gets the same values. Stateful layers are given *trained-looking* statistics (a few
+training steps on shifted data), not their initial zeros/ones.
+
+float64: `x64_mlp` calls `jax.config.update("jax_enable_x64", True)` as the first thing its factory does,
+before it creates any array. The flag is global: it stays on in the process that called the factory, so
+load that target in a process of its own (the CLI does) rather than next to 32-bit targets.
+
+Registry fields: `val_ranges` (leaf pattern -> [low, high)) keep index-like leaves valid; `dim_sizes`
+and `batch_sizes` are what `--dim-sizes` / `--batch-sizes` get; tags: `quick` (the CI-sized subset that
+tests/compare/test_real_models.py gates), plus what the model exercises (`linen`, `nnx`, `eqx`,
+`symbolic-batch`, `batchnorm`, `attention`, `mask`, `x64`, `bf16`, `prng-key`, ...).
+
+Modules: linen.py, transformers.py (GPT/ViT/BERT, linen), nnx.py, eqx.py, ops.py (dtypes and ops).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from multiexport import Target
+
+from .eqx import eqx_attention, eqx_batchnorm, eqx_cnn, eqx_gru_scan, eqx_mlp
+from .linen import (
+    linen_attention_mask,
+    linen_batchnorm,
+    linen_cnn,
+    linen_dropout,
+    linen_lstm,
+    linen_mlp,
+    linen_scan_layers,
+    linen_scan_lstm,
+)
+from .nnx import nnx_attention, nnx_attention_dynamic, nnx_batchnorm, nnx_dropout, nnx_dropout_params_only, nnx_mlp
+from .ops import ops_scatter, ops_sort, ops_topk, ops_while, scalar_inputs, scalar_only, x64_mlp
+from .transformers import bert_encoder, gpt_bf16, gpt_gqa, vit
+
+
+@dataclass(frozen=True)
+class RealModel:
+    """One zoo entry: `target` is the TARGET string `compare` loads; the rest are its compare options."""
+
+    name: str
+    target: str
+    factory: Callable[[], Target]
+    what: str
+    tags: tuple[str, ...] = ()
+    val_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    dim_sizes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    batch_sizes: tuple[int, ...] = ()
+
+    @property
+    def quick(self) -> bool:
+        return "quick" in self.tags
+
+    def compare_flags(self, bench: bool = False) -> list[str]:
+        """The `multiexport compare` flags this entry needs (value ranges, dimension sizes, batch sweep if timed)."""
+        flags = []
+        for pattern, (lo, hi) in self.val_ranges.items():
+            flags += ["--val-range", f"{pattern}={lo:g}:{hi:g}"]
+        for dim, sizes in self.dim_sizes.items():
+            flags += ["--dim-sizes", f"{dim}={','.join(map(str, sizes))}"]
+        if bench and self.batch_sizes:
+            flags += ["--batch-sizes", ",".join(map(str, self.batch_sizes))]
+        return flags
+
+    def compare_options(self, bench: bool = False) -> dict[str, Any]:
+        """The same as keyword arguments of `multiexport.comparison.compare`."""
+        options: dict[str, Any] = {"val_ranges": dict(self.val_ranges), "dim_sizes": dict(self.dim_sizes)}
+        if bench and self.batch_sizes:
+            options["batch_sizes"] = tuple(self.batch_sizes)
+        return options
+
+
+def _m(fn: Callable[[], Target], what: str, *tags: str, **kw) -> RealModel:
+    return RealModel(fn.__name__, f"benchmarks.real_models:{fn.__name__}", fn, what, tags, **kw)
+
+
+REAL_MODELS: tuple[RealModel, ...] = (
+    _m(linen_mlp, "flax.linen MLP, fn(params, batch)", "linen", "quick"),
+    _m(linen_cnn, "flax MNIST CNN (Conv, avg_pool, reshape, Dense), symbolic batch", "linen", "conv",
+       "symbolic-batch", "quick", dim_sizes={"b": (1, 5)}, batch_sizes=(1, 8)),
+    _m(linen_batchnorm, "linen BatchNorm CNN in eval mode, batch_stats as input leaves", "linen", "batchnorm", "quick"),
+    _m(linen_dropout, "linen Dropout in deterministic mode", "linen", "dropout"),
+    _m(linen_attention_mask, "linen MultiHeadDotProductAttention with causal+padding mask, int tokens, symbolic batch",
+       "linen", "attention", "mask", "symbolic-batch", "quick", val_ranges={"batch.tokens": (0, 100)}),
+    _m(linen_scan_layers, "nn.scan over 6 residual layers (flax.linen.scan docstring)", "linen", "scan"),
+    _m(linen_lstm, "nn.RNN(OptimizedLSTMCell) with int32 seq_lengths", "linen", "rnn", "scan",
+       val_ranges={"batch.seq_lengths": (1, 11)}),
+    _m(linen_scan_lstm, "nn.scan(nn.LSTMCell) over time (flax.linen.scan docstring)", "linen", "rnn", "scan"),
+    _m(gpt_gqa, "GPT-style decoder: RMSNorm, RoPE, GQA (4q/2kv), SwiGLU, tied embeddings", "linen", "attention",
+       "mask", "gqa", val_ranges={"batch.tokens": (0, 256)}),
+    _m(gpt_bf16, "the GPT decoder in bfloat16", "linen", "bf16", "attention", val_ranges={"batch.tokens": (0, 256)}),
+    _m(vit, "small ViT (conv patches, cls token, attention), symbolic batch", "linen", "attention", "conv",
+       "symbolic-batch"),
+    _m(bert_encoder, "BERT-style encoder: word/position/token-type embeddings, padding mask, pooler, symbolic batch",
+       "linen", "attention", "mask", "symbolic-batch",
+       val_ranges={"batch.input_ids": (0, 100)}, batch_sizes=(1, 8)),
+    _m(nnx_mlp, "flax.nnx MLP of nnx.Linear, fn(state, x) after nnx.split", "nnx", "quick"),
+    _m(nnx_batchnorm, "nnx.BatchNorm in eval mode, trained running stats in the state", "nnx", "batchnorm", "quick"),
+    _m(nnx_dropout, "nnx.Dropout + nnx.Rngs, plain nnx.split: typed PRNG key in the state", "nnx", "dropout",
+       "prng-key"),
+    _m(nnx_dropout_params_only, "the nnx Dropout model split by nnx.Param (rng state closed over)", "nnx", "dropout"),
+    _m(nnx_attention, "nnx.MultiHeadAttention with a causal mask", "nnx", "attention", "mask"),
+    _m(nnx_attention_dynamic, "nnx attention block, symbolic batch", "nnx", "attention", "mask", "symbolic-batch"),
+    _m(eqx_mlp, "eqx.nn.MLP via eqx.partition/combine + vmap", "eqx", "quick"),
+    _m(eqx_cnn, "equinox MNIST CNN (Conv2d, MaxPool2d, ravel, Linear) vmapped, symbolic batch", "eqx", "conv",
+       "symbolic-batch"),
+    _m(eqx_attention, "eqx.nn.MultiheadAttention with padding+causal mask, module closed over", "eqx", "attention",
+       "mask", val_ranges={"lengths": (1, 17)}),
+    _m(eqx_gru_scan, "eqx.nn.GRUCell over time with lax.scan", "eqx", "rnn", "scan"),
+    _m(eqx_batchnorm, "eqx.nn.BatchNorm via make_with_state, inference mode, State as input", "eqx", "batchnorm"),
+    _m(x64_mlp, "float64 linen MLP with int64 labels (jax_enable_x64 set by the factory)", "x64"),
+    _m(scalar_inputs, "0-d inputs (np.float32, np.int32, Python float) and 0-d outputs", "scalar"),
+    _m(scalar_only, "sin(sin(x)) of one 0-d float32", "scalar"),
+    _m(ops_topk, "lax.top_k values/indices + masked logits", "ops"),
+    _m(ops_sort, "jnp.sort / argsort / cumsum (top-p)", "ops"),
+    _m(ops_scatter, "KV-cache .at[:, pos].set and segment-sum .at[seg].add", "ops",
+       val_ranges={"pos": (0, 16), "segments": (0, 6)}),
+    _m(ops_while, "lax.while_loop Newton sqrt (data-dependent trip count)", "ops", "while",
+       val_ranges={"x": (0.5, 100.0)}),
+)
+
+TAGS: frozenset[str] = frozenset(t for m in REAL_MODELS for t in m.tags)
+
+
+def select(names: Sequence[str] = (), tags: Sequence[str] = ()) -> list[RealModel]:
+    """Entries by name, or every entry with one of `tags` ("quick" for the CI subset); all when both are empty."""
+    known = {m.name: m for m in REAL_MODELS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown real model(s): {', '.join(unknown)}; known: {', '.join(known)}")
+    if names:
+        return [known[n] for n in names]
+    if tags:
+        return [m for m in REAL_MODELS if set(tags) & set(m.tags)]
+    return list(REAL_MODELS)
+
+
+def select_run(spec: str) -> list[RealModel]:
+    """What `--run` names: 'all', tags (e.g. 'quick'), or model names, comma-separated."""
+    wanted = [s for s in spec.split(",") if s]
+    if wanted == ["all"]:
+        return list(REAL_MODELS)
+    if wanted and all(w in TAGS for w in wanted):
+        return select(tags=wanted)
+    return select(names=wanted)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """List the zoo, or run `multiexport compare` on each selected model in turn and print the matrix."""
+    import argparse
+
+    from ._run import run_models
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.real_models", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--list", action="store_true", help="print the registry and each model's compare flags")
+    parser.add_argument("--run", default="", help="'quick', 'all', a tag, or comma-separated model names")
+    parser.add_argument("--out", default="multiexport-out/real-models", help="output directory")
+    parser.add_argument("--backends", default="xla,savedmodel,onnx,iree,litert,openvino")
+    parser.add_argument("--trials", type=int, default=2, help="seeded trials per size, besides the example")
+    parser.add_argument("--bench", action="store_true", help="also measure latency (default: parity only)")
+    parser.add_argument("--timeout", default="600", help="seconds before a backend's worker is stopped")
+    args, extra = parser.parse_known_args(argv)
+    if args.list or not args.run:
+        for m in REAL_MODELS:
+            print(f"{m.name:26s} {','.join(m.tags):38s} {m.what}")
+            print(f"{'':26s} multiexport compare {m.target} {' '.join(m.compare_flags(bench=True))}".rstrip())
+        return 0
+    return run_models(select_run(args.run), args.out, args.backends, args.trials, args.bench, args.timeout, extra)
+
+
+__all__ = ["REAL_MODELS", "RealModel", "TAGS", "main", "select", "select_run"] + [m.name for m in REAL_MODELS]
