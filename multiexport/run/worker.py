@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # The parent starts workers with its stop signals held back, and the mask is inherited.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
-    _exit_with_parent()
     argv = sys.argv[1:] if argv is None else argv
+    _exit_with_parent(argv)
     from .serve import serve_main
 
     modes = {"export": export_main, "run": run_main, "reference": run_main, "devices": devices_main, "serve": serve_main}
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     return modes[argv[0]](argv)
 
 
-def _exit_with_parent(interval: float = 1.0) -> None:
+def _exit_with_parent(argv: list[str], interval: float = 1.0) -> None:
     """Die when the process that started this worker dies, even by SIGKILL (which it cannot forward).
 
     Workers run in sessions of their own (so a terminal's Ctrl-C reaches only the supervisor), so nothing else
@@ -48,15 +48,24 @@ def _exit_with_parent(interval: float = 1.0) -> None:
     re-parenting; one wake-up a second costs a timed loop nothing measurable. PR_SET_PDEATHSIG is not used:
     it fires when the parent *thread* exits, and compare starts workers from a thread pool.
     """
+    import shutil
     import signal
+    import tempfile
     import threading
 
     parent = os.getppid()
+    # The supervisor's temporary directories this worker was given (multiexport-<kind>-XXXX in $TMPDIR): with
+    # the supervisor gone, nobody else would remove them.
+    tmp = Path(tempfile.gettempdir()).resolve()
+    owned = {c for a in argv if a and not a.startswith("-") for c in (Path(a).resolve(), Path(a).resolve().parent)
+             if c.parent == tmp and c.name.startswith("multiexport-")}
 
     def watch() -> None:
         while True:
             time.sleep(interval)
             if os.getppid() != parent:
+                for directory in owned:
+                    shutil.rmtree(directory, ignore_errors=True)
                 if os.getpgrp() == os.getpid():  # a session of its own: it and what it started in its group
                     os.killpg(os.getpid(), signal.SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -115,5 +115,8 @@ def test_a_sigkill_to_compare_does_not_leave_its_worker_running(sandbox):
         while _alive(worker) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _alive(worker), "the worker outlived the compare that started it"
+        while sandbox.tmp_left() and time.monotonic() < deadline + 5:
+            time.sleep(0.2)
+        assert not sandbox.tmp_left(), f"the orphaned worker left {sandbox.tmp_left()}"
     finally:
         _kill(worker)
