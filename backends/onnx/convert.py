@@ -288,7 +288,14 @@ def conversion_error(exc: Exception, signature) -> ExportError:
                     "weight, bake it in (close over it) so the converter sees a constant")
         return ExportError(f"Backend 'onnx' | {what} cannot convert the function: {body}{hint}", backend="onnx",
                            category="unsupported-op")
-    return ExportError(f"Backend 'onnx' | jax2onnx failed: {body}", backend="onnx", category="converter-error")
+    hint = ""
+    if "Shapes must be 1D sequences of concrete values" in text:
+        # Measured on flax.linen nn.scan over layers, nn.RNN(LSTMCell) and nn.scan(LSTMCell) (benchmarks/real_models);
+        # a plain lax.scan converts.
+        hint = ("; jax2onnx made a shape that JAX keeps static into a traced value while re-tracing the function "
+                "(seen with flax.linen's nn.scan and nn.RNN in jax2onnx 0.17): a converter limitation, not the "
+                "model's math; the other formats are unaffected")
+    return ExportError(f"Backend 'onnx' | jax2onnx failed: {body}{hint}", backend="onnx", category="converter-error")
 
 
 def rename_positional(text: str, signature) -> str:

@@ -414,3 +414,17 @@ def test_converter_messages_name_the_functions_own_inputs_and_leave_an_ops_opera
     assert "bake it in" in str(error)
     scan = conversion_error(NotImplementedError("ScanPlugin: xs[4] is a Tracer"), sig)
     assert scan.category == "unsupported-op" and "bake" not in str(scan)  # no way out that does not apply
+
+
+def test_a_scan_whose_shape_jax2onnx_traces_is_a_converter_error_that_says_whose_limitation_it_is(tmp_path):
+    """flax.linen's nn.RNN(LSTMCell) (benchmarks/real_models:linen_lstm): jax2onnx 0.17 re-traces a static shape as
+    a value; the row says it is the converter's limitation, not the model's, and keeps the converter's key line."""
+    from benchmarks.real_models import linen_lstm
+
+    target = linen_lstm()
+    with pytest.raises(ExportError) as info:
+        OnnxBackend().export(target.fn, build_signature(target), tmp_path / "lstm")
+    assert info.value.category == "converter-error"
+    assert "Shapes must be 1D sequences of concrete values" in str(info.value)
+    assert "a converter limitation, not the model's math" in str(info.value)
+    assert not (tmp_path / "lstm").exists()
