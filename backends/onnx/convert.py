@@ -230,8 +230,18 @@ def validate(path: Path, backend: str) -> None:
             onnx.shape_inference.infer_shapes_path(str(path), os.path.join(tmp, "inferred.onnx"),
                                                    check_type=True, strict_mode=True, data_prop=True)
     except Exception as exc:
+        typed = _UNSUPPORTED_TYPE.search(str(exc))
+        if typed:  # the ONNX operator's own type constraint: the format cannot express the op at this dtype
+            op, dtype = typed.group("op"), typed.group("dtype")
+            raise ExportError(f"Backend '{backend}' | ONNX's {op} operator does not take {dtype} (its type constraint "
+                              f"in the ONNX standard), so the function cannot be expressed in ONNX at this dtype: "
+                              f"{first_lines(exc)}", backend=backend, category="unsupported-dtype") from exc
         raise ExportError(f"Backend '{backend}' | {path.name} fails ONNX validation: {type(exc).__name__}: "
                           f"{first_lines(exc)}", backend=backend, category="invalid-model") from exc
+
+
+# onnx's shape inference on a type an operator's schema does not allow (jax2onnx writes bfloat16 Einsum).
+_UNSUPPORTED_TYPE = re.compile(r"op_type:(?P<op>\w+).*?has unsupported type: tensor\((?P<dtype>\w+)\)", re.DOTALL)
 
 
 # onnx.checker's words for a value_info shape that its own inference contradicts.
