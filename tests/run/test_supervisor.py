@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from multiexport import Interrupted
-from multiexport.run.supervisor import oom_kill_count, raise_if_stopped, run_command, stop_on_signals
+from multiexport.run.supervisor import oom_kill_count, run_command
 from multiexport.run.workers import classify
 
 
@@ -49,46 +48,76 @@ def test_a_sigkill_without_oom_evidence_is_killed_and_a_segfault_crashed(tmp_pat
     assert count is None or count >= 0
 
 
-def test_a_ctrl_c_swallowed_by_a_destructor_still_stops_the_wait(tmp_path, monkeypatch):
-    """CI once hung here: the KeyboardInterrupt landed in a ZipFile.__del__, was printed and dropped."""
-    swallowed = []
-    monkeypatch.setattr(sys, "unraisablehook", lambda info: swallowed.append(info.exc_type))
+# The two tests below send signals to their own process. They run in a fresh interpreter: in the pytest process,
+# after OpenVINO has run in-process (tests/backends/test_openvino.py), a self-sent SIGINT during run_command ended
+# pytest with SIGSEGV (reproduced twice in the full suite and with those two files alone; not reproduced in a
+# minimal script). The CLI never loads a runtime in its supervising process; multiexport.compare() called from
+# Python with no target spec exports in the caller's process, where the same may happen (an open question).
+DESTRUCTOR = """
+import os, signal, sys
+from multiexport import Interrupted
+from multiexport.run.supervisor import run_command, stop_on_signals
+swallowed = []
+sys.unraisablehook = lambda info: swallowed.append(info.exc_type)
 
-    class InterruptedWhileCollected:
-        def __del__(self):
-            os.kill(os.getpid(), signal.SIGINT)
-            sum(range(1000))  # Python code, where the handler runs and raises
+class InterruptedWhileCollected:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(1000))  # Python code, where the handler runs and raises
 
-    pid_file = tmp_path / "pid"
-    worker = [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
-                                    "time.sleep(120)"]
-    # A runner launched in the background (`cmd &`) starts with SIGINT ignored; give it Python's default.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+pid_file = sys.argv[1]
+worker = [sys.executable, "-c", f"import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(120)"]
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background runner starts with SIGINT ignored
+with stop_on_signals():
+    InterruptedWhileCollected()  # collected at once: the signal arrives inside __del__
     try:
-        with stop_on_signals():
-            InterruptedWhileCollected()  # collected at once: the signal arrives inside __del__
-            with pytest.raises(Interrupted) as info:
-                run_command(worker, timeout=60)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    assert swallowed == [Interrupted] and info.value.exit_code == 130  # the fault was real
+        run_command(worker, timeout=60)
+        print("not interrupted")
+    except Interrupted as exc:
+        print("interrupted", exc.exit_code, [t.__name__ for t in swallowed])
+"""
+
+
+def _python(code: str, *args: str) -> str:
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.strip()
+
+
+def test_a_ctrl_c_swallowed_by_a_destructor_still_stops_the_wait(tmp_path):
+    """CI once hung here: the KeyboardInterrupt landed in a ZipFile.__del__, was printed and dropped."""
+    pid_file = tmp_path / "pid"
+    assert _python(DESTRUCTOR, str(pid_file)) == "interrupted 130 ['Interrupted']"  # the fault was real
     assert not pid_file.exists() or not _alive(int(pid_file.read_text()))
+
+
+SIGNALS = """
+import os, signal, sys, time
+from multiexport import Interrupted
+from multiexport.run.supervisor import raise_if_stopped, stop_on_signals
+signum = int(sys.argv[1])
+with stop_on_signals():
+    try:
+        os.kill(os.getpid(), signum)
+        time.sleep(5)
+        print("not interrupted")
+    except Interrupted as exc:
+        code = exc.exit_code
+    try:
+        raise_if_stopped()  # remembered for waits that a destructor's swallowing would fool
+        print("not remembered")
+    except Interrupted:
+        pass
+raise_if_stopped()  # cleared once the block ends
+print("stopped", code)
+"""
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_stop_like_ctrl_c(signum):
-    previous = signal.getsignal(signum)
-    try:
-        with stop_on_signals():
-            with pytest.raises(Interrupted) as info:
-                os.kill(os.getpid(), signum)
-                time.sleep(5)
-            with pytest.raises(Interrupted):
-                raise_if_stopped()  # remembered for waits that a destructor's swallowing would fool
-        assert info.value.exit_code == 128 + signum
-        raise_if_stopped()  # cleared once the block ends
-    finally:
-        signal.signal(signum, previous)
+    assert _python(SIGNALS, str(int(signum))) == f"stopped {128 + signum}"
 
 
 def _alive(pid: int) -> bool:
