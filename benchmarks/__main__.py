@@ -101,6 +101,19 @@ def main(argv=None) -> int:
     parser.add_argument("--junit", type=Path)
     args = parser.parse_args(argv)
 
+    base = None
+    if args.baseline:  # checked before the zoo runs: a baseline of another schema is one line, not a traceback
+        from multiexport.errors import InputError
+        from multiexport.results import Results
+
+        try:
+            base = json.loads(args.baseline.read_text())
+            for name, data in base["models"].items():
+                Results.from_json(data, f"baseline {name}")
+        except (OSError, ValueError, KeyError, TypeError, InputError) as exc:
+            print(f"benchmarks: error: Baseline '{args.baseline}' | {type(exc).__name__}: {exc}; refresh it with "
+                  "`make zoo-baseline`", file=sys.stderr)
+            return 2
     models = select(args.quick, args.models.split(",") if args.models else None)
     backends = backend_names() if args.backends == "all" else args.backends.split(",")
     bench = (BenchConfig(warmup_iters=10, warmup_time=0.05, min_iters=200, bench_time=0.3) if args.quick
@@ -110,8 +123,7 @@ def main(argv=None) -> int:
     table = matrix(combined)
     write_text_atomic(args.out / "zoo-matrix.md", table)
     print(table)
-    if args.baseline:
-        base = json.loads(args.baseline.read_text())
+    if base is not None:
         d = diff_zoo(base, combined, args.max_slowdown, args.max_parity_drift)
         print(publish(d, args.junit))
         return d.exit_code
