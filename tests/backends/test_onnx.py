@@ -387,6 +387,7 @@ def test_a_float64_target_exports_in_double_precision_or_not_at_all(tmp_path):
     assert got["out.m"].dtype == np.int64
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize("spec", ["multiexport.examples:mlp_dynamic", "multiexport.examples:embedding"])
 def test_the_selective_plugin_import_writes_the_same_onnx_as_jax2onnx_own(spec, tmp_path):

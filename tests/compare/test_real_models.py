@@ -19,6 +19,8 @@ from multiexport.comparison import compare
 from multiexport.export.registry import get_backend
 from multiexport.results import Status
 
+pytestmark = pytest.mark.slow  # minutes: deselect with `make test-fast`
+
 BACKENDS = ("xla", "savedmodel", "onnx", "iree", "litert", "openvino")
 OK = (Status.OK, "")
 # jax2onnx 0.17's layout pass removes a Transpose pair around Relu but keeps a stale NHWC value_info on the

@@ -11,6 +11,8 @@ from multiexport.measure.bench import BenchConfig
 from multiexport.report.tables import threads_text
 from multiexport.results import Status
 
+pytestmark = pytest.mark.slow  # minutes: deselect with `make test-fast`
+
 AVAILABLE = [n for n in names() if get_backend(n).available().ok]
 
 

@@ -18,7 +18,7 @@ from multiexport import ArtifactError
 from ..conftest import REPO
 from .conftest import assert_one_line
 
-pytestmark = pytest.mark.subprocess
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 MODES = ("serving", "load", "traced_save", "load_save")
 
 
