@@ -38,6 +38,19 @@ def reference_outputs(target, sig, feed: dict[str, np.ndarray]) -> dict[str, np.
     return {leaf.name: np.asarray(o) for leaf, o in zip(sig.outputs, outs)}
 
 
+def assert_matches_jit(target, sig, got, feed, where=""):
+    """`got` (a runner's outputs on `feed`) has every output leaf, in order, each within its dtype's default
+    tolerance of jax.jit's."""
+    from multiexport.measure.parity import compare_leaf
+    from multiexport.measure.tolerance import default_tolerance
+
+    want = reference_outputs(target, sig, feed)
+    assert list(got) == [leaf.name for leaf in sig.outputs]
+    for leaf in sig.outputs:
+        verdict = compare_leaf(leaf.name, got[leaf.name], want[leaf.name], leaf.dtype, default_tolerance(leaf.dtype), where)
+        assert verdict.passed, verdict.reasons
+
+
 def run_in_worker(directory, feeds, timeout: float = 300.0):
     """Run an artifact on feeds in a fresh worker process (as compare does); returns `run.runs.ArtifactRun`."""
     from multiexport.run.runs import run_artifact

@@ -17,12 +17,10 @@ from multiexport import ExportError, Target, examples
 from multiexport.backends.litert import LiteRTBackend
 from multiexport.export import Artifact, ExportOptions, Manifest, RunOptions
 from multiexport.files.npz import load_npz, save_npz
-from multiexport.measure.parity import compare_leaf
-from multiexport.measure.tolerance import default_tolerance
 from multiexport.signature import build_signature
 
 from ..cases import feed_for
-from ..conftest import REPO, reference_outputs
+from ..conftest import REPO, assert_matches_jit
 
 KNOWN_UNSUPPORTED: dict[str, tuple[str, str]] = {
     "mlp_bf16": ("unsupported-dtype", "TFLite builtins have no bfloat16 BATCH_MATMUL (failed to legalize tfl.batch_matmul)"),
@@ -41,14 +39,6 @@ TARGETS = {"seed": examples.seed, "mlp_dynamic": examples.mlp_dynamic, "transfor
 def export(target, path, **options):
     sig = build_signature(target)
     return sig, LiteRTBackend().export(target.fn, sig, path, ExportOptions(**options))
-
-
-def assert_matches_jit(target, sig, got, feed, where=""):
-    want = reference_outputs(target, sig, feed)
-    assert list(got) == [leaf.name for leaf in sig.outputs]
-    for leaf in sig.outputs:
-        verdict = compare_leaf(leaf.name, got[leaf.name], want[leaf.name], leaf.dtype, default_tolerance(leaf.dtype), where)
-        assert verdict.passed, verdict.reasons
 
 
 def export_error(fn, args, tmp_path, **options) -> ExportError:

@@ -16,12 +16,10 @@ from multiexport.backends.onnx import OPSET, OnnxBackend
 from multiexport.export import ExportOptions
 from multiexport.files import current_umask
 from multiexport.files.npz import load_npz, save_npz
-from multiexport.measure.parity import compare_leaf
-from multiexport.measure.tolerance import default_tolerance
 from multiexport.signature import build_signature
 
 from ..cases import feed_for
-from ..conftest import reference_outputs, run_cli, tamper
+from ..conftest import assert_matches_jit, reference_outputs, run_cli, tamper
 
 # Every case of tests/cases.py converts and runs; no known limitation to declare.
 KNOWN_UNSUPPORTED: dict[str, tuple[str, str]] = {
@@ -37,14 +35,6 @@ pytestmark = pytest.mark.skipif(not _status.ok, reason=f"onnx backend unavailabl
 def export(target, path, backend=None, **options):
     sig = build_signature(target)
     return sig, (backend or OnnxBackend()).export(target.fn, sig, path, ExportOptions(**options))
-
-
-def assert_matches_jit(target, sig, got, feed, where=""):
-    want = reference_outputs(target, sig, feed)
-    assert list(got) == [leaf.name for leaf in sig.outputs]
-    for leaf in sig.outputs:
-        verdict = compare_leaf(leaf.name, got[leaf.name], want[leaf.name], leaf.dtype, default_tolerance(leaf.dtype), where)
-        assert verdict.passed, verdict.reasons
 
 
 class PoolCNN(nn.Module):

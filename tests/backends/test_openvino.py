@@ -17,12 +17,10 @@ from multiexport import ExportError, RunError, Target, examples
 from multiexport.backends.openvino import OpenVINOBackend
 from multiexport.export import ExportOptions, RunOptions
 from multiexport.files.npz import load_npz, save_npz
-from multiexport.measure.parity import compare_leaf
-from multiexport.measure.tolerance import default_tolerance
 from multiexport.signature import build_signature
 
 from ..cases import case, feed_for
-from ..conftest import REPO, reference_outputs
+from ..conftest import REPO, assert_matches_jit, reference_outputs
 
 KNOWN_UNSUPPORTED: dict[str, tuple[str, str]] = {
     "float64": ("unsupported-dtype", "OpenVINO's CPU plugin computes float64 in float32 and int64 in int32 without "
@@ -40,14 +38,6 @@ TARGETS = {"seed": examples.seed, "mlp_dynamic": examples.mlp_dynamic, "transfor
 def export(target, path, **options):
     sig = build_signature(target)
     return sig, OpenVINOBackend().export(target.fn, sig, path, ExportOptions(**options))
-
-
-def assert_matches_jit(target, sig, got, feed, where=""):
-    want = reference_outputs(target, sig, feed)
-    assert list(got) == [leaf.name for leaf in sig.outputs]
-    for leaf in sig.outputs:
-        verdict = compare_leaf(leaf.name, got[leaf.name], want[leaf.name], leaf.dtype, default_tolerance(leaf.dtype), where)
-        assert verdict.passed, verdict.reasons
 
 
 @pytest.fixture(scope="module")
