@@ -47,6 +47,7 @@ class XlaBackend(Backend):
     requires = ("jax", "jaxlib")
     color = "#1f77b4"
     order = 10
+    runtime_modules = ("jax",)
 
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
         import jax

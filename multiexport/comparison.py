@@ -3,8 +3,9 @@
 Orchestration only; every rule lives where it belongs (DESIGN.md's data flow):
 
     CompareConfig (validated) -> claimed output dir -> signature -> trials -> jax.jit reference
-    -> exports (one worker per backend, overlapping: no timed loop runs meanwhile)
-    -> per backend, one after another: run worker (cold start, latency, parity feeds) -> parity
+    -> exports (overlapping workers; a stage and the backends built on it share one; the paired
+       workers start and import their runtimes meanwhile: no timed loop runs until the exports are done)
+    -> per runner, one after another: timed load, cold start, parity feeds; then paired rounds -> parity
     -> results.json, report.md, report.html
 
 A backend that is missing, fails to export or load, crashes, is killed or hangs becomes a row with its

@@ -41,6 +41,7 @@ class IreeBackend(Backend):
     extra = "iree"
     color = "#9467bd"
     order = 40
+    runtime_modules = ("iree.runtime",)
     carries_code = True  # a .vmfb holds compiled machine code
 
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:

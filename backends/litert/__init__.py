@@ -63,6 +63,7 @@ class LiteRTBackend(Backend):
     weight_storage = ("embedded",)  # a .tflite keeps its tensors in its own flatbuffer
     color = "#e377c2"
     order = 50
+    runtime_modules = ("ai_edge_litert.interpreter",)
     options = (
         Option("select_tf_ops", False, bool,
                "also allow SELECT_TF_OPS (TensorFlow kernels via the Flex delegate): the ai_edge_litert "

@@ -50,6 +50,7 @@ class OnnxBackend(Backend):
     extra = "onnx"
     color = "#2ca02c"
     order = 30
+    runtime_modules = ("onnxruntime",)
     options = (
         Option("opset", OPSET, int, "ONNX opset to target (jax2onnx writes IR version 10 whatever the opset)",
                minimum=17),

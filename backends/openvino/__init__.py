@@ -57,6 +57,7 @@ class OpenVINOBackend(Backend):
     builds_on = "onnx"
     color = "#17becf"
     order = 60
+    runtime_modules = ("openvino",)
     options = (
         Option("cache_dir", "", str, "OpenVINO's compiled-model cache directory (CACHE_DIR) on the machine that loads "
                "the artifact; empty: no cache (every load compiles)"),

@@ -67,6 +67,7 @@ class SavedModelBackend(Backend):
     extra = "tf"
     color = "#d62728"
     order = 20
+    runtime_modules = ("tensorflow",)
     carries_code = True
 
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:

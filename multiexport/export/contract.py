@@ -195,6 +195,9 @@ class Backend:
         (a SavedModel graph can hold file-writing ops): artifacts from others must be trusted like code.
     weight_storage: where the format can keep baked weights: "embedded" in its model file and/or
         "external" beside it (a .tflite holds its weights inside: external_weights is then a warning).
+    runtime_modules: what a runner of this format imports before it can load anything (the runtime
+        library). A paired worker imports them while other work runs, so its timed load is the artifact's
+        load, the same for every format, and the library import is reported beside it in CPU seconds.
     """
 
     name: ClassVar[str] = ""
@@ -207,6 +210,7 @@ class Backend:
     order: ClassVar[int] = 100
     carries_code: ClassVar[bool] = False
     weight_storage: ClassVar[tuple[str, ...]] = ("embedded", "external")
+    runtime_modules: ClassVar[tuple[str, ...]] = ()
 
     def available(self) -> Availability:
         missing = [m for m in self.requires if _find_spec(m) is None]
@@ -265,6 +269,12 @@ class Backend:
         if device == "cpu":
             return Availability(True, "cpu")
         return self._gpu_status_impl()
+
+    def import_runtime(self) -> None:
+        """Import `runtime_modules` (the runner's library) now, so a later `load` does not pay for it."""
+        self.require()
+        for module in self.runtime_modules:
+            importlib.import_module(module)
 
     def require(self) -> None:
         status = self.available()

@@ -79,6 +79,11 @@ class ExportOptions:
     backend_options: the backend's declared `Option`s by name (unknown names are refused).
     check_load: after writing, load the artifact with the format's own runtime and run it once on the
         example inputs, so an artifact the installed consumer cannot read fails at export.
+    stage_artifact: for a backend that builds on another (`Backend.builds_on`): a finished export of that
+        stage to start from (compare passes the one it made of the same function), instead of exporting the
+        stage again. Used only when its manifest shows it was made as the stage would be (same target and
+        leaves, the stage backend's default options, the same keep_unused, weight policy and platforms);
+        otherwise the stage is exported afresh. The manifest's format.stage says which happened.
     """
 
     keep_unused: bool = False
@@ -87,6 +92,7 @@ class ExportOptions:
     static_sizes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     backend_options: Mapping[str, Any] = field(default_factory=dict)
     check_load: bool = True
+    stage_artifact: str | None = None
 
     def __post_init__(self):
         from ..signature.weights import check_policy

@@ -41,7 +41,8 @@ def export_artifact(backend: Backend, fn: Callable[..., Any], signature: "Signat
     backend.require()
     resolved = backend.resolve_options(options.backend_options)
     with claimed(out_dir) as staging:
-        with _frontend(backend, fn, signature, options, staging.parent) as frontend:
+        stage = _frontend(backend, fn, signature, options, staging.parent)
+        with stage as frontend:
             try:
                 result = backend._export_impl(fn, signature, staging, options, resolved, frontend)
             except MultiexportError:
@@ -53,7 +54,7 @@ def export_artifact(backend: Backend, fn: Callable[..., Any], signature: "Signat
                 raise error from exc
             except Exception as exc:
                 raise _unexpected(backend, exc) from exc
-        manifest = build_manifest(backend, signature, options, resolved, result, staging)
+        manifest = build_manifest(backend, signature, options, resolved, result, staging, stage.how)
         audit_dtypes(backend.name, manifest, result)
         manifest.write(staging)
         if options.check_load:
@@ -73,11 +74,14 @@ def _unexpected(backend: Backend, exc: Exception) -> ExportError:
 
 
 class _frontend:
-    """The stage a backend builds on (`builds_on`), exported into a temporary directory, or None."""
+    """The stage a backend builds on (`builds_on`): the given finished export of it when that was made as the
+    stage would be (`ExportOptions.stage_artifact`), else exported into a temporary directory; or None.
+    `how` says which, for the manifest's format.stage."""
 
     def __init__(self, backend: Backend, fn, signature, options: ExportOptions, parent: Path):
         self.backend, self.fn, self.signature, self.options, self.parent = backend, fn, signature, options, parent
         self.tmp: Path | None = None
+        self.how: dict[str, Any] | None = None
 
     def __enter__(self) -> Artifact | None:
         if not self.backend.builds_on:
@@ -85,24 +89,52 @@ class _frontend:
         from .registry import get_backend
 
         stage = get_backend(self.backend.builds_on)
+        stage_options = dataclasses.replace(self.options, backend_options={}, check_load=False, stage_artifact=None)
+        reused = reusable_stage(stage, self.signature, stage_options, self.options.stage_artifact)
+        if reused is not None:
+            self.how = {"backend": stage.name, "made": "reused the stage artifact exported beside this one",
+                        "from": os.path.relpath(reused.directory, self.parent)}
+            return reused
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.backend.name}-stage-", dir=self.parent))
-        stage_options = dataclasses.replace(self.options, backend_options={}, check_load=False)
         try:
-            return stage.export(self.fn, self.signature, self.tmp / stage.name, stage_options)
+            made = stage.export(self.fn, self.signature, self.tmp / stage.name, stage_options)
         except ExportError as exc:
             # The row is the building backend's: say so, keep the stage's own words and category.
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise ExportError(f"Backend '{self.backend.name}' | its {stage.name} stage failed: {exc}",
                               backend=self.backend.name, category=exc.category) from exc
+        self.how = {"backend": stage.name, "made": "exported for this artifact (its export time includes it)"}
+        return made
 
     def __exit__(self, *exc_info) -> None:
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def reusable_stage(stage: Backend, signature: "Signature", options: ExportOptions,
+                   directory: str | None) -> Artifact | None:
+    """The finished stage artifact in `directory` when its manifest shows it was made as `stage` with
+    `options` would make it for `signature` (same target and leaves, default backend options, keep_unused,
+    every platform asked for); None otherwise, or when it cannot be read (then the stage is exported afresh)."""
+    if not directory:
+        return None
+    try:
+        manifest = Manifest.read(directory)
+    except (MultiexportError, OSError, ValueError):
+        return None
+    platforms = list(options.platforms or ("cpu",))
+    same = (manifest.backend == stage.name and manifest.target == signature.name
+            and [leaf.name for leaf in manifest.inputs] == [leaf.name for leaf in signature.inputs]
+            and [leaf.name for leaf in manifest.outputs] == [leaf.name for leaf in signature.outputs]
+            and manifest.options == stage.resolve_options({}) and manifest.keep_unused == options.keep_unused
+            and set(platforms) <= set(manifest.supports.get("platforms") or ["cpu"]))
+    return Artifact(stage.name, Path(directory), manifest) if same else None
+
+
 def build_manifest(backend: Backend, signature: "Signature", options: ExportOptions, resolved: dict[str, Any],
-                   result: FormatResult, staging: Path) -> Manifest:
-    """The manifest: the core's common fields, the backend's facts, and the inventory of what was written."""
+                   result: FormatResult, staging: Path, stage: dict[str, Any] | None = None) -> Manifest:
+    """The manifest: the core's common fields, the backend's facts, and the inventory of what was written
+    (stage: how the stage it builds on was made, recorded as format.stage)."""
     fixed = result.fixed_dims or {}
     files = dict(result.files)
     if _write_example_inputs(signature, staging, fixed):
@@ -110,6 +142,8 @@ def build_manifest(backend: Backend, signature: "Signature", options: ExportOpti
     _write_native_inputs(signature, staging, result.native)
     dims = {d: ([fixed[d]] if d in fixed else "any") for d in signature.symbolic_dims}
     fmt = dict(result.format)
+    if stage:
+        fmt["stage"] = stage
     if result.setup:
         fmt["setup"] = result.setup
     return Manifest(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -21,6 +22,7 @@ import numpy as np
 from ..files.npz import save_npz
 from ..results import Pairing
 from .supervisor import Served, ServedExit
+from .worker import thread_env
 from .workers import start_work_dir, worker_command
 
 if TYPE_CHECKING:
@@ -52,22 +54,35 @@ class Servers:
         self.failures: dict[str, tuple[str, str]] = {}
         self.ready: dict[str, dict] = {}
         self.dirs: dict[str, Path] = {}
-        self.spawned: dict[str, float] = {}
 
-    def start(self, name: str, source: Sequence[str]) -> None:
-        import time
-
-        from .worker import thread_env
-
-        out = self.work / f"runner-{len(self.dirs):02d}"
-        out.mkdir()
+    def spawn(self, name: str, source: Sequence[str], runtime: str | None) -> None:
+        """Start the runner's worker; it imports its runtime and waits (no timed work until `load`)."""
+        out = Path(tempfile.mkdtemp(prefix="runner-", dir=self.work))
         self.dirs[name] = out
-        cmd = worker_command("serve", *source, str(out), "--device", self.device, "--threads", str(self.threads))
-        self.spawned[name] = time.time()
+        cmd = worker_command("serve", *source, str(out), "--device", self.device, "--threads", str(self.threads),
+                             *(["--runtime", runtime] if runtime else []))
         self.alive[name] = Served(cmd, env={**os.environ, **thread_env(self.threads)})
-        answer = self.ask(name, None, READY_TIMEOUT_S)
+
+    def load(self, name: str) -> None:
+        """Wait for the spawned worker's import, then have it load its runner (the timed load)."""
+        imported = self.ask(name, None, READY_TIMEOUT_S)
+        if imported is None:
+            return
+        answer = self.ask(name, {"cmd": "load"}, READY_TIMEOUT_S)
         if answer is not None:
-            self.ready[name] = answer
+            self.ready[name] = {**answer, "import_s": imported.get("import_s"),
+                                "import_cpu_s": imported.get("import_cpu_s")}
+
+    def discard(self, name: str) -> None:
+        """Stop a worker that will not be needed (its export failed), without counting it as a failure."""
+        server = self.alive.pop(name, None)
+        if server is not None:
+            server.close()
+        self.dirs.pop(name, None)
+
+    def start(self, name: str, source: Sequence[str], runtime: str | None) -> None:
+        self.spawn(name, source, runtime)
+        self.load(name)
 
     def ask(self, name: str, message: dict | None, timeout: float) -> dict | None:
         """The runner's answer, or None when its worker failed (then `failures[name]` says why)."""
@@ -91,6 +106,8 @@ class Servers:
         return answer
 
     def close(self) -> None:
+        for server in self.alive.values():  # all at once: each one's interpreter shutdown overlaps the others'
+            server.ask_to_quit()
         for server in self.alive.values():
             server.close()
         self.alive.clear()
@@ -112,8 +129,8 @@ def serve_artifact(servers: Servers, name: str, feeds: Sequence[dict[str, np.nda
     work, parsed = servers.dirs[name], None
     if bench and bench_feeds:
         write_bench_feeds(work / "bench", bench_feeds, unsupported)
-        answer = servers.ask(name, {"cmd": "prepare", "bench_feeds": str(work / "bench"), "config": bench.to_json(),
-                                    "spawned_at": servers.spawned[name]}, READY_TIMEOUT_S)
+        answer = servers.ask(name, {"cmd": "prepare", "bench_feeds": str(work / "bench"), "config": bench.to_json()},
+                             READY_TIMEOUT_S)
         if answer is None:
             return ArtifactRun([], None, servers.failures[name], {})
         parsed = from_data(BenchResult, answer["bench"], "paired bench")

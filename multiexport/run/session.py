@@ -1,25 +1,25 @@
 """One compare run, phase by phase: what `compare.compare` does, with the state each phase needs.
 
 Phases: claim the output directory; signature and device plan; trials and the jax.jit reference (with
-its determinism check and the trials that are no evidence); exports (overlapping workers); then, one
-at a time so no two timed loops share the machine, the reference's benchmark and each backend's run
-worker; results and reports, always, also when a signal stops the run.
+its determinism check and the trials that are no evidence); exports (run.exports: overlapping workers,
+a stage and what builds on it in one; in paired mode each runner's worker starts, and imports its
+runtime, as soon as its artifact is on disk); then, one at a time so no two timed loops share the
+machine, each runner's timed load, the reference's benchmark and each backend's run; results and
+reports, always, also when a signal stops the run.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import Interrupted, MultiexportError
 from ..export.manifest import Manifest
 from ..files.paths import safe_component
-from ..results import BackendResult, Binding, Reference, Results, SignatureData, Status, TrialInfo
+from ..results import BackendResult, Reference, Results, SignatureData, Status, TrialInfo
 from ..results.schema import from_data
-from . import timing
+from . import exports, timing
 from .rundir import claim_run_dir, mark
 from .supervisor import stop_requested
 
@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 
 
 class CompareRun:
-    # set by timing.plan_timing (declared only: _results reads pairing with getattr, absent before then)
+    # set by timing.prespawn / plan_timing (declared only: _results reads pairing with getattr, absent before then)
     servers: Servers | None
     pairing: Pairing | None
+    available_before: int | None
 
     def __init__(self, target, config, target_spec: str | None, progress: Callable[[str], None]):
         self.target, self.config, self.spec, self.progress = target, config, target_spec, progress
@@ -45,10 +46,15 @@ class CompareRun:
         finished = False
         try:
             try:
-                self._prepare()
-                artifacts = self._export_all()
-                timing.plan_timing(self, artifacts)
+                early = self.config.device == "cpu"  # no GPU plan needed to know which workers to start
+                self.servers = None
                 try:
+                    if early:
+                        timing.prespawn(self)
+                    self._prepare()
+                    (timing.recheck_prespawn if early else timing.prespawn)(self)
+                    artifacts = exports.export_all(self)
+                    timing.plan_timing(self, artifacts)
                     if self.servers is not None:
                         timing.start_servers(self, artifacts)
                     self._bench_reference()
@@ -145,110 +151,6 @@ class CompareRun:
             raise MultiexportError(f"Target '{sig.name}' | produced no trials")
         return trials
 
-    # -- exports -------------------------------------------------------------------------------------
-    def _export_all(self) -> dict[str, Manifest]:
-        todo = []
-        for name in self.config.backends:
-            row = self.rows[name]
-            if name in self.plan.excluded:
-                row.status, row.reason = Status.NO_GPU, self.plan.excluded[name]
-                continue
-            todo.append(name)
-        jobs = self._export_jobs(len(todo))
-        artifacts: dict[str, Manifest] = {}
-        if self.spec is None or jobs == 1:
-            for name in todo:
-                manifest = self._export(name)
-                if manifest is not None:
-                    artifacts[name] = manifest
-            return artifacts
-        self.progress(f"export with {', '.join(todo)} ({jobs} at a time, each in its own worker)")
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {name: pool.submit(self._export, name) for name in todo}
-            for name in todo:
-                manifest = futures[name].result()
-                if manifest is not None:
-                    artifacts[name] = manifest
-        return artifacts
-
-    def _export_jobs(self, count: int) -> int:
-        """How many exports may overlap: the cores, and what memory allows (~3x the weights per export)."""
-        import os
-
-        if self.config.export_jobs:
-            return min(self.config.export_jobs, max(count, 1))
-        weights = int(self.sig.weights.get("baked_bytes", 0)) + int(self.sig.weights.get("input_bytes", 0))
-        try:
-            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError):
-            available = 8 << 30
-        by_memory = max(1, int(available // max(3 * weights + (1 << 30), 1)))
-        return max(1, min(count, self.threads, by_memory))
-
-    def _export(self, name: str) -> Manifest | None:
-        from ..export.contract import ExportOptions
-        from ..export.registry import get_backend
-        from .workers import run_worker, start_work_dir
-
-        row, config = self.rows[name], self.config
-        try:
-            backend = get_backend(name)
-        except MultiexportError as exc:
-            row.status, row.reason = Status.UNAVAILABLE, str(exc)
-            return None
-        status = backend.available()
-        if not status.ok:
-            row.status, row.reason = Status.UNAVAILABLE, status.reason
-            return None
-        # No load check in the export worker: the run worker loads the artifact next, and the backend classifies
-        # a failure there the same way (one root cause, one category), without paying the load twice.
-        from ..measure.plan import sizes_checked
-
-        static = sizes_checked(self.sig, self.trials, self.bench_feeds) if config.native and name == "xla" else {}
-        options = ExportOptions.for_device(self.plan.chosen, keep_unused=config.keep_unused,
-                                           external_weights=config.external_weights, static_sizes=static,
-                                           backend_options=dict(config.backend_options.get(name, {})), check_load=False)
-        directory = self.out / name
-        self.progress(f"{name}: export" + (" in a worker process" if self.spec else ""))
-        t0 = time.perf_counter()
-        if self.spec is not None:
-            work = start_work_dir("export")
-            payload = {"keep_unused": options.keep_unused, "platforms": list(options.platforms or []) or None,
-                       "external_weights": options.external_weights, "backend_options": dict(options.backend_options),
-                       "static_sizes": {d: list(v) for d, v in options.static_sizes.items()}, "check_load": False}
-            result = run_worker(["export", self.spec, name, str(directory), str(work), "--options", json.dumps(payload)],
-                                work, config.timeout, expect="export.json")
-            result.close()
-            if result.failure:
-                row.status, row.reason = Status.parse(result.failure[0]), result.failure[1]
-                return None
-            info = result.data["export.json"]
-            if info.get("fingerprint") != self.fingerprint:
-                row.status, row.reason = Status.NONDETERMINISTIC_TARGET, (
-                    f"Target '{self.target.name}' | loads with different example values or weights in a fresh process "
-                    "(random values without a fixed seed?), expected the same: seed them, or compare from Python with "
-                    "multiexport.compare(...), which exports in this process")
-                return None
-            row.export_seconds, row.export_cpu_seconds = round(info["seconds"], 3), round(info["cpu_seconds"], 3)
-            row.export_peak_rss_bytes = info.get("peak_rss_bytes")
-        else:
-            try:
-                backend.export(self.target.fn, self.sig, directory, options)
-            except MultiexportError as exc:
-                row.status, row.reason = Status.parse(getattr(exc, "category", "export-failed")), str(exc)
-                if row.status is Status.RUN_FAILED:
-                    row.status = Status.EXPORT_FAILED
-                return None
-            row.export_seconds = round(time.perf_counter() - t0, 3)
-        manifest = Manifest.read(directory)
-        row.artifact = str(directory)
-        row.binding = [Binding(b.name, b.used, b.param, _caller_key(manifest, b)) for b in manifest.inputs]
-        row.warnings = list(manifest.warnings)
-        row.weights = {k: v for k, v in manifest.weights.items() if k != "tensors"}
-        row.versions, row.requires, row.supports = dict(manifest.versions), dict(manifest.requires), dict(manifest.supports)
-        row.export_setup = manifest.format.get("setup")
-        return manifest
-
     # -- timed work, one at a time ---------------------------------------------------------------------
     def _bench_reference(self) -> None:
         from ..measure.bench import bench_sizes, memory_now
@@ -321,8 +223,3 @@ def _display(name: str) -> dict[str, str]:
     from ..export.registry import display
 
     return display(name)
-
-
-def _caller_key(manifest: Manifest, binding) -> str | None:
-    """The key a caller must still feed for a leaf the module does not read (a declared, unread input)."""
-    return binding.param if not binding.used and isinstance(binding.param, str) else None

@@ -175,11 +175,17 @@ class Served:
     def kill(self) -> None:
         _kill(self.proc)
 
+    def ask_to_quit(self) -> None:
+        """Send the quit request without waiting (`close` then waits): several children can end at once."""
+        if self.proc.poll() is None and self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.write(b'{"cmd": "quit"}\n')
+                self.proc.stdin.close()  # end of input is a quit request too
+
     def close(self, timeout: float = 10.0) -> None:
         """Ask the child to quit; kill it if it does not within `timeout`."""
         if self.proc.poll() is None:
-            with contextlib.suppress(ServedExit, Interrupted, OSError):
-                self.request({"cmd": "quit"}, timeout)
+            self.ask_to_quit()
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:

@@ -10,45 +10,98 @@ from ..export.manifest import Manifest
 from ..results import Status
 
 
+def prespawn(run) -> None:
+    """Start the paired workers early: each imports its runtime while the parent traces the target and the
+    exports run, then waits; it reads its artifact only when asked to load, after every export is done, and
+    nothing is timed before then. On the CPU this runs before the signature is built (the session calls it
+    first); with the signature known, not when the weights alone would not fit in memory once per runner.
+    `plan_timing` decides with the real artifact sizes and closes them if pairing is off after all."""
+    from ..export.contract import usable_cpus
+    from ..measure.pairing import available_memory, fits_in_memory
+    from .paired import Servers
+
+    run.servers, run.available_before = None, available_memory()
+    if not run.config.bench or not run.config.paired:
+        return
+    plan, sig = getattr(run, "plan", None), getattr(run, "sig", None)
+    runners = [n for n in run.config.backends if plan is None or n not in plan.excluded] + (["jax"] if run.spec else [])
+    if sig is not None:
+        weights = int(sig.weights.get("baked_bytes", 0)) + int(sig.weights.get("input_bytes", 0))
+        if not fits_in_memory({n: weights for n in runners}, run.available_before)[0]:
+            return
+    if len(runners) < 2:
+        return
+    run.servers = Servers(plan.chosen if plan else "cpu", run.config.threads or usable_cpus(), run.config.timeout)
+    for name in runners:
+        source = ["reference", run.spec] if name == "jax" else ["run", str(run.out / name)]
+        run.servers.spawn(name, source, None if name == "jax" else name)
+
+
+def recheck_prespawn(run) -> None:
+    """After the signature: stop workers started before it when the weights alone, once per runner, would
+    not fit in memory (the exports need that memory more)."""
+    from ..measure.pairing import fits_in_memory
+
+    if run.servers is None:
+        return
+    weights = int(run.sig.weights.get("baked_bytes", 0)) + int(run.sig.weights.get("input_bytes", 0))
+    if not fits_in_memory({n: weights for n in run.servers.dirs}, run.available_before)[0]:
+        run.servers.close()
+        run.servers = None
+
+
 def plan_timing(run, artifacts: dict[str, Manifest]) -> None:
     """Paired rounds when every runner fits in memory at once (and pairing is not turned off), else one
     worker after another. In paired mode each runner's one worker gives its parity and cold start too."""
-    from ..measure.pairing import available_memory, fits_in_memory
+    from ..measure.pairing import fits_in_memory
     from ..results import Pairing
     from .paired import Servers, directory_bytes
 
     bench = run.config.bench
-    run.pairing, run.row_bench, run.servers = None, bench, None
-    if not bench:
-        return
-    if not run.config.paired:
+    run.pairing, run.row_bench = None, bench
+    early, run.servers = run.servers, None
+    fits, reason = False, ""
+    if bench and not run.config.paired:
         run.pairing = Pairing(mode="sequential", reason="sequential: asked for (--sequential)")
-        return
-    sizes = {name: directory_bytes(run.rows[name].artifact) for name in artifacts}
-    if run.spec is not None:
-        sizes["jax"] = int(run.sig.weights.get("baked_bytes", 0))
-    fits, reason = fits_in_memory(sizes, available_memory())
-    if len(sizes) < 2:
-        fits, reason = False, "sequential: only one runner to time"
+    elif bench:
+        sizes = {name: directory_bytes(run.rows[name].artifact) for name in artifacts}
+        if run.spec is not None:
+            sizes["jax"] = int(run.sig.weights.get("baked_bytes", 0))
+        # The memory available before the early workers started: they are part of what is being sized.
+        fits, reason = fits_in_memory(sizes, run.available_before)
+        if len(sizes) < 2:
+            fits, reason = False, "sequential: only one runner to time"
+        if not fits:
+            run.pairing = Pairing(mode="sequential", reason=reason)
     if not fits:
-        run.pairing = Pairing(mode="sequential", reason=reason)
+        if early is not None:
+            early.close()
         return
     if run.spec is None:
         reason += "; the reference (no TARGET string to load it in a worker) is timed on its own, before the rounds"
     run.pairing = Pairing(mode="paired", reason=reason, rounds=run.config.rounds)
     run.row_bench = bench  # the cold-start part of it: the steady state comes from the rounds
-    run.servers = Servers(run.plan.chosen, run.threads, run.config.timeout)
+    run.servers = early or Servers(run.plan.chosen, run.threads, run.config.timeout)
 
 
 def start_servers(run, artifacts: dict[str, Manifest]) -> None:
-    """One worker per runner, loaded once, alive until the rounds are done (loads one after another)."""
-    assert run.servers is not None
+    """One worker per runner, alive until the rounds are done; loads one after another, each timed alone
+    (workers started early have imported their runtimes by now and wait for this)."""
+    servers = run.servers
+    assert servers is not None
     if run.spec is not None:
+        if "jax" not in servers.dirs:
+            servers.spawn("jax", ["reference", run.spec], None)
         run.progress("reference: load jax.jit in its paired worker")
-        run.servers.start("jax", ["reference", run.spec])
+        servers.load("jax")
+    for name in list(servers.dirs):
+        if name != "jax" and name not in artifacts:
+            servers.discard(name)  # its export failed: nothing to load
     for name in artifacts:
+        if name not in servers.dirs:
+            servers.spawn(name, ["run", run.rows[name].artifact], name)
         run.progress(f"{name}: load in its paired worker")
-        run.servers.start(name, ["run", run.rows[name].artifact])
+        servers.load(name)
 
 
 def paired_rounds(run) -> None:

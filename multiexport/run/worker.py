@@ -1,6 +1,7 @@
 """Worker process: export a target, or load one artifact from disk (or the jax.jit reference) and run it.
 
     python -m multiexport.run.worker export TARGET BACKEND ARTIFACT_DIR OUT_DIR [--options JSON]
+                                            [--then BACKEND ARTIFACT_DIR OUT_DIR OPTIONS_JSON]...
     python -m multiexport.run.worker run ARTIFACT_DIR OUT_DIR [--parity-feeds DIR] [--bench-feeds DIR --bench-config JSON]
     python -m multiexport.run.worker reference TARGET OUT_DIR [--bench-feeds DIR --bench-config JSON]
     python -m multiexport.run.worker devices BACKEND DEVICE OUT_DIR
@@ -132,7 +133,13 @@ def devices_main(argv: list[str]) -> int:
 
 
 def export_main(argv: list[str]) -> int:
-    """Export TARGET with BACKEND into ARTIFACT_DIR, isolated from the parent (and from other converters)."""
+    """Export TARGET with BACKEND into ARTIFACT_DIR, isolated from the parent (and from other converters).
+
+    `--then BACKEND ARTIFACT_DIR OUT_DIR OPTIONS` (repeatable) exports more backends in this process after
+    the first: compare sends a stage and the backends built on it together (the framework is imported and
+    the target traced once; a `stage_artifact` counts only once this process has made it). Each export
+    leaves export.json or error.json in its own OUT_DIR and a clean failure does not stop the next.
+    """
     parser = argparse.ArgumentParser(prog="python -m multiexport.run.worker export")
     parser.add_argument("mode")
     parser.add_argument("target")
@@ -140,33 +147,53 @@ def export_main(argv: list[str]) -> int:
     parser.add_argument("artifact", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--options", default="{}", help="ExportOptions fields as JSON")
+    parser.add_argument("--then", nargs=4, action="append", default=[],
+                        metavar=("BACKEND", "ARTIFACT_DIR", "OUT_DIR", "OPTIONS"), help="one more export after it")
     _common(parser)
     args = parser.parse_args(argv)
-    backend = None
+    jobs = [(args.backend, args.artifact, args.out, args.options),
+            *((b, Path(a), Path(o), opts) for b, a, o, opts in args.then)]
     try:
-        from ..export.contract import ExportOptions
-        from ..export.registry import get_backend
-        from ..files import write_text_atomic
-        from ..measure.bench import memory_now
         from ..signature import build_signature, load_target
 
         _register(args.register)
         target = load_target(args.target)
         signature = build_signature(target)
         fingerprint = signature.fingerprint(target.fn)
-        fields = json.loads(args.options)
+    except Exception as exc:
+        for _, _, out, _ in jobs:
+            _fail(out, exc, "export")
+        return 3
+    made: set[str] = set()
+    codes = [_export_one(target, signature, fingerprint, job, made) for job in jobs]
+    return max(codes)
+
+
+def _export_one(target, signature, fingerprint: str, job, made: set[str]) -> int:
+    from ..export.contract import ExportOptions
+    from ..export.registry import get_backend
+    from ..files import write_text_atomic
+    from ..measure.bench import memory_now
+
+    name, artifact, out, options_json = job
+    backend = None
+    try:
+        fields = json.loads(options_json)
         if fields.get("platforms"):
             fields["platforms"] = tuple(fields["platforms"])
         fields["static_sizes"] = {k: tuple(v) for k, v in fields.get("static_sizes", {}).items()}
+        if fields.get("stage_artifact") and str(Path(fields["stage_artifact"]).resolve()) not in made:
+            fields["stage_artifact"] = None  # not made by this process: whatever is there may be stale
         options = ExportOptions(**fields)
-        backend = get_backend(args.backend)
+        backend = get_backend(name)
         t0, c0 = time.perf_counter(), time.process_time()
-        backend.export(target.fn, signature, args.artifact, options)
-        write_text_atomic(args.out / "export.json", json.dumps({
+        backend.export(target.fn, signature, artifact, options)
+        write_text_atomic(out / "export.json", json.dumps({
             "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
             "fingerprint": fingerprint, "peak_rss_bytes": memory_now()["peak_rss_bytes"]}))
+        made.add(str(Path(artifact).resolve()))
     except Exception as exc:
-        return _fail(args.out, exc, "export", backend)
+        return _fail(out, exc, "export", backend)
     return 0
 
 
@@ -275,5 +302,16 @@ def thread_env(threads: int) -> dict[str, str]:
 
 
 
+def _exit(code: int) -> None:
+    """End the worker process now: every result file is written and closed, so the runtimes' interpreter
+    teardown (TensorFlow's alone takes ~1.7 s) would only delay the parent waiting for this exit."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

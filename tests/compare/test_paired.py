@@ -65,3 +65,48 @@ def test_the_per_call_floor_is_timed_through_every_runtime_and_reported(tmp_path
     report = (tmp_path / "report.md").read_text()
     assert "floor ms" in report and "% of the call)" in report
     assert load_results(tmp_path / "results.json").pairing.floors == floors
+
+
+@pytest.mark.subprocess
+def test_workers_start_during_exports_and_cold_start_is_the_sum_of_its_own_parts(tmp_path):
+    """The paired workers import their runtimes while exports run; each cold-start figure is that worker's
+    own import (CPU s), load and first call, never the time it waited for the others; OpenVINO starts from
+    the ONNX artifact of the same compare instead of converting the function again."""
+    results = compare(examples.seed(), backends=["xla", "onnx", "openvino"], out_dir=tmp_path, trials=1, bench=BENCH,
+                      target_spec="multiexport.examples:seed")
+    assert results.pairing.mode == "paired"
+    benches = {"jax": results.reference.bench, **{n: r.bench for n, r in results.backends.items()}}
+    for name, bench in benches.items():
+        first = bench.sizes[0]
+        parts = bench.extra["runtime_import_cpu_s"] + bench.load_s + first.prepare_s + (first.compile_s or 0) + \
+            first.first_call_s
+        assert bench.extra["runtime_import_cpu_s"] > 0 and bench.extra["process_start_to_first_output_s"] == \
+            pytest.approx(parts), name
+    stage = results.backends["openvino"]
+    assert all(r.status is Status.OK for r in results.backends.values()), {n: r.reason for n, r in results.backends.items()}
+    from multiexport.export import Manifest
+
+    how = Manifest.read(tmp_path / "openvino").format["stage"]
+    assert how["made"].startswith("reused") and how["from"] == "onnx", how
+    assert stage.export_seconds < results.backends["onnx"].export_seconds * 5  # bounded: no second conversion
+
+
+def test_a_paired_worker_answers_nothing_before_its_timed_load(tmp_path):
+    """The protocol: imported, then only `load` (timed) may come first; any other request is an error."""
+    from multiexport.backends.xla import XlaBackend
+    from multiexport.run.supervisor import Served
+    from multiexport.run.workers import worker_command
+    from multiexport.signature import build_signature
+
+    target = examples.seed()
+    sig = build_signature(target)
+    XlaBackend().export(target.fn, sig, tmp_path / "xla")
+    (tmp_path / "out").mkdir()
+    server = Served(worker_command("serve", "run", str(tmp_path / "xla"), str(tmp_path / "out"), "--runtime", "xla"))
+    try:
+        imported = server.read_answer(120)
+        assert imported["imported"] and imported["import_cpu_s"] > 0
+        answer = server.request({"cmd": "time", "size": 0, "seconds": 0.1, "min_calls": 1, "max_calls": 3}, 60)
+        assert "before 'load'" in answer["error"]["message"]
+    finally:
+        server.close()

@@ -1,0 +1,227 @@
+"""The export phase of a compare: every selected backend's artifact, overlapping in worker processes.
+
+A backend that builds on another (`Backend.builds_on`: LiteRT on the SavedModel, OpenVINO on the ONNX
+file) is exported in the same worker right after that stage and starts from the artifact the stage just
+wrote, so the framework is imported, the target traced and the stage converted once, not twice. Each
+other backend has a worker of its own. Groups overlap as cores and memory allow; a worker that dies
+takes only the export it was on: the backends after it in its group are exported again, each alone.
+Functions of the running `session.CompareRun` (its rows, plan, config), like `timing`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from ..errors import MultiexportError
+from ..export.manifest import Manifest
+from ..results import Binding, Status
+
+
+def export_all(run) -> dict[str, Manifest]:
+    """Every export; {backend: manifest} of those that worked, in the compare's order."""
+    todo = []
+    for name in run.config.backends:
+        row = run.rows[name]
+        if name in run.plan.excluded:
+            row.status, row.reason = Status.NO_GPU, run.plan.excluded[name]
+            continue
+        todo.append(name)
+    groups = export_groups(todo)
+    artifacts: dict[str, Manifest] = {}
+    jobs = export_jobs(run, len(groups))
+    if run.spec is None:  # no TARGET string: in this process, one after another
+        for group in groups:
+            for name in group:
+                stage = group[0] if name != group[0] and group[0] in artifacts else None
+                manifest = _in_process(run, name, run.rows[stage].artifact if stage else None)
+                if manifest is not None:
+                    artifacts[name] = manifest
+        return {name: artifacts[name] for name in run.config.backends if name in artifacts}
+    run.progress(f"export with {', '.join(todo)} ({jobs} at a time, each in its own worker"
+                 + (", a stage and what builds on it together" if any(len(g) > 1 for g in groups) else "") + ")")
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(_in_worker, run, group): group for group in groups}
+        for future in as_completed(futures):
+            for name, manifest in future.result().items():
+                if manifest is not None:
+                    artifacts[name] = manifest
+    return {name: artifacts[name] for name in run.config.backends if name in artifacts}
+
+
+def export_groups(todo: list[str]) -> list[list[str]]:
+    """One group per worker: a stage followed by the backends built on it, else a backend alone. Groups with
+    a stage come first (the longest chains start first), then the others in the compare's order."""
+    stage_of = {name: _builds_on(name) for name in todo}
+    groups: list[list[str]] = []
+    for name in todo:
+        stage = stage_of[name]
+        if stage in todo:
+            continue  # joins its stage's group
+        groups.append([name, *(n for n in todo if stage_of[n] == name)])
+    return sorted(groups, key=lambda g: -len(g))
+
+
+def export_jobs(run, count: int) -> int:
+    """How many exports may overlap: the cores, and what memory allows (~3x the weights per export)."""
+    if run.config.export_jobs:
+        return min(run.config.export_jobs, max(count, 1))
+    weights = int(run.sig.weights.get("baked_bytes", 0)) + int(run.sig.weights.get("input_bytes", 0))
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        available = 8 << 30
+    by_memory = max(1, int(available // max(3 * weights + (1 << 30), 1)))
+    return max(1, min(count, run.threads, by_memory))
+
+
+def _options(run, name: str, stage_artifact: str | None):
+    from ..export.contract import ExportOptions
+    from ..measure.plan import sizes_checked
+
+    config = run.config
+    static = sizes_checked(run.sig, run.trials, run.bench_feeds) if config.native and name == "xla" else {}
+    # No load check in the export worker: the run worker loads the artifact next, and the backend classifies
+    # a failure there the same way (one root cause, one category), without paying the load twice.
+    return ExportOptions.for_device(run.plan.chosen, keep_unused=config.keep_unused,
+                                    external_weights=config.external_weights, static_sizes=static,
+                                    backend_options=dict(config.backend_options.get(name, {})), check_load=False,
+                                    stage_artifact=stage_artifact)
+
+
+def _available(run, name: str) -> bool:
+    from ..export.registry import get_backend
+
+    row = run.rows[name]
+    try:
+        status = get_backend(name).available()
+    except MultiexportError as exc:
+        row.status, row.reason = Status.UNAVAILABLE, str(exc)
+        return False
+    if not status.ok:
+        row.status, row.reason = Status.UNAVAILABLE, status.reason
+    return status.ok
+
+
+def _in_process(run, name: str, stage_artifact: str | None) -> Manifest | None:
+    """Export in this process (no TARGET string to load the function elsewhere)."""
+    from ..export.registry import get_backend
+
+    if not _available(run, name):
+        return None
+    row = run.rows[name]
+    run.progress(f"{name}: export")
+    t0 = time.perf_counter()
+    try:
+        get_backend(name).export(run.target.fn, run.sig, run.out / name, _options(run, name, stage_artifact))
+    except MultiexportError as exc:
+        row.status, row.reason = Status.parse(getattr(exc, "category", "export-failed")), str(exc)
+        if row.status is Status.RUN_FAILED:
+            row.status = Status.EXPORT_FAILED
+        return None
+    row.export_seconds = round(time.perf_counter() - t0, 3)
+    return _record(run, name)
+
+
+def _in_worker(run, group: list[str]) -> dict[str, Manifest | None]:
+    """Export `group` in one worker (a stage first, then what builds on it); {name: manifest or None}."""
+    from .supervisor import run_command
+    from .workers import classify, classify_outcome, start_work_dir, worker_command
+
+    done: dict[str, Manifest | None] = {n: None for n in group}
+    names = [n for n in group if _available(run, n)]
+    if not names:
+        return done
+    jobs = []
+    for i, name in enumerate(names):
+        options = _options(run, name, str(run.out / names[0]) if i else None)
+        payload = {"keep_unused": options.keep_unused, "platforms": list(options.platforms or []) or None,
+                   "external_weights": options.external_weights, "backend_options": dict(options.backend_options),
+                   "static_sizes": {d: list(v) for d, v in options.static_sizes.items()}, "check_load": False,
+                   "stage_artifact": options.stage_artifact}
+        jobs.append((name, start_work_dir("export"), json.dumps(payload)))
+        run.progress(f"{name}: export in a worker process" + (f" (after {names[0]}, in its worker)" if i else ""))
+    args = ["export", run.spec, names[0], str(run.out / names[0]), str(jobs[0][1]), "--options", jobs[0][2]]
+    for name, work, payload_json in jobs[1:]:
+        args += ["--then", name, str(run.out / name), str(work), payload_json]
+    timeout = run.config.timeout * len(jobs)
+    try:
+        outcome = run_command(worker_command(*args), timeout=timeout, env={**os.environ})
+    except BaseException:  # a signal stopped the wait: the worker is gone, and so are its directories
+        for _, work, _ in jobs:
+            _remove(work)
+        raise
+    reached, retry = True, []
+    for i, (name, work, _) in enumerate(jobs):
+        row = run.rows[name]
+        info, failure = _read(work / "export.json"), None
+        if info is None and (work / "error.json").is_file():
+            failure = classify(outcome, work, timeout)  # its own clean error report
+        elif info is None and reached:
+            reached = False  # the worker ended on this export: the ones after it never ran there
+            failure = classify_outcome(outcome, timeout) or (
+                "internal-error", f"the export worker exited without a result for {name}")
+            if i > 0 and failure[0] != "internal-error":
+                retry.append(name)  # it died after another export in the same process: judge it alone
+                failure = None
+        elif info is None:
+            retry.append(name)
+        _remove(work)
+        if failure is not None:
+            row.status, row.reason = Status.parse(failure[0]), failure[1]
+        elif info is not None and info.get("fingerprint") != run.fingerprint:
+            row.status, row.reason = Status.NONDETERMINISTIC_TARGET, (
+                f"Target '{run.target.name}' | loads with different example values or weights in a fresh process "
+                "(random values without a fixed seed?), expected the same: seed them, or compare from Python with "
+                "multiexport.compare(...), which exports in this process")
+        elif info is not None:
+            row.export_seconds, row.export_cpu_seconds = round(info["seconds"], 3), round(info["cpu_seconds"], 3)
+            row.export_peak_rss_bytes = info.get("peak_rss_bytes")
+            done[name] = _record(run, name)
+    for name in retry:  # each export the dead worker did not finish, alone in a fresh worker
+        done[name] = _in_worker(run, [name])[name]
+    return done
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _remove(work: Path) -> None:
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _record(run, name: str) -> Manifest:
+    """The row's facts from the manifest on disk."""
+    row, directory = run.rows[name], run.out / name
+    manifest = Manifest.read(directory)
+    row.artifact = str(directory)
+    row.binding = [Binding(b.name, b.used, b.param, _caller_key(manifest, b)) for b in manifest.inputs]
+    row.warnings = list(manifest.warnings)
+    row.weights = {k: v for k, v in manifest.weights.items() if k != "tensors"}
+    row.versions, row.requires, row.supports = dict(manifest.versions), dict(manifest.requires), dict(manifest.supports)
+    row.export_setup = manifest.format.get("setup")
+    return manifest
+
+
+def _builds_on(name: str) -> str | None:
+    from ..export.registry import backend_class
+
+    try:
+        return backend_class(name).builds_on
+    except MultiexportError:
+        return None
+
+
+def _caller_key(manifest: Manifest, binding) -> str | None:
+    """The key a caller must still feed for a leaf the module does not read (a declared, unread input)."""
+    return binding.param if not binding.used and isinstance(binding.param, str) else None
