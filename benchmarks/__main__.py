@@ -79,7 +79,7 @@ def diff_zoo(base: dict, current: dict, max_slowdown: float, max_parity_drift: f
     for name, res in current["models"].items():
         if name not in base["models"]:
             continue
-        d = diff_results(Results.from_json(base["models"][name], f"baseline {name}"),
+        d = diff_results(Results.from_json(base["models"][name], f"baseline {name}", legacy=True),
                          Results.from_json(res, f"current {name}"),
                          max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
         for c in d.checks:
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
         try:
             base = json.loads(args.baseline.read_text())
             for name, data in base["models"].items():
-                Results.from_json(data, f"baseline {name}")
+                Results.from_json(data, f"baseline {name}", legacy=True)
         except (OSError, ValueError, KeyError, TypeError, InputError) as exc:
             print(f"benchmarks: error: Baseline '{args.baseline}' | {type(exc).__name__}: {exc}; refresh it with "
                   "`make zoo-baseline`", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from typing import Any, Sequence
@@ -29,10 +30,14 @@ def compile_flags(targets: Sequence[str], cuda_arch: str | None = None, x64: boo
     return flags
 
 
-def compile_vmfb(stablehlo: bytes, targets: Sequence[str], flags: Sequence[str], why: str = "") -> bytes:
+def compile_vmfb(stablehlo: bytes, targets: Sequence[str], flags: Sequence[str], why: str = "",
+                 float64: bool = False) -> bytes:
     """Compile StableHLO (bytecode or text) to a .vmfb; IREE's rejection is ExportError 'compile-failed'.
 
     why: what we already know about the module that explains a failure, put before IREE's message.
+    float64: the function has float64 leaves. A math function IREE's device library lacks (its linker's
+    `undefined symbol: tanh`: the float64 variants call libm, which a device executable does not link) is
+    then `unsupported-dtype` naming the function, else `unsupported-op`: a fact of IREE, not a broken module.
     """
     from iree.compiler import CompilerToolError, compile_str
 
@@ -40,6 +45,21 @@ def compile_vmfb(stablehlo: bytes, targets: Sequence[str], flags: Sequence[str],
         return compile_str(stablehlo, target_backends=list(targets), input_type="stablehlo", extra_args=list(flags))
     except CompilerToolError as exc:
         said = _diagnostics(str(exc))
+        missing = sorted(set(re.findall(r"undefined symbol: ([A-Za-z_][A-Za-z0-9_]*)", said)))
+        if missing:
+            names = ", ".join(missing)
+            if float64:
+                message = (f"Backend 'iree' | IREE's {', '.join(targets)} backend cannot compile float64 {names}: its "
+                           f"device library has no float64 {names} (iree-lld: undefined symbol: {names}); the "
+                           "float32 function compiles")
+                category = "unsupported-dtype"
+            else:
+                message = (f"Backend 'iree' | IREE's {', '.join(targets)} backend has no {names} in its device "
+                           f"library (iree-lld: undefined symbol: {names})")
+                category = "unsupported-op"
+            error = ExportError(message, backend="iree", category=category)
+            error.diagnostics = said
+            raise error from exc
         error = ExportError(f"Backend 'iree' | iree-compile rejected the module for {', '.join(targets)}{why}: {said}",
                             backend="iree", category="compile-failed")
         error.diagnostics = said  # IREE's words alone, for callers that quote them
@@ -81,7 +101,8 @@ def compile_exported(exported, targets: Sequence[str], flags: Sequence[str],
     calls = notes["custom_call_targets"]
     why = (f" (it calls custom call targets {', '.join(calls)}: kernels of the JAX/XLA runtime, which IREE "
            "does not implement)") if calls else ""
-    return stablehlo, notes, compile_vmfb(stablehlo, targets, flags, why)
+    float64 = any(str(a.dtype) == "float64" for a in (*exported.in_avals, *exported.out_avals))
+    return stablehlo, notes, compile_vmfb(stablehlo, targets, flags, why, float64)
 
 
 def targets_for(platforms: Sequence[str] | None) -> tuple[list[str], str | None]:

@@ -245,7 +245,8 @@ def cmd_diff(args) -> int:
     from ..results import load_results
 
     check_thresholds(args.max_slowdown, args.max_parity_drift)
-    return _gate(load_results(args.baseline), load_results(args.current), args)
+    # A baseline from multiexport 0.1 (schema 1) is read too: a diff across the upgrade is what it is for.
+    return _gate(load_results(args.baseline, legacy=True), load_results(args.current, legacy=True), args)
 
 
 def cmd_report(args) -> int:

@@ -122,8 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "--max-slowdown and the 95% intervals of the two medians do not overlap; a backend "
                                     "that passed and now fails, or a leaf whose worst error grew more than "
                                     "--max-parity-drift times, is flagged too; a changed producer or consumer version "
-                                    "is listed as 'changed'."))
-    p.add_argument("baseline", type=Path, help="the earlier results.json")
+                                    "is listed as 'changed'. A baseline written by multiexport 0.1 (schema 1) is read "
+                                    "too; its parity is then compared element-wise (0.1 recorded no error relative to "
+                                    "the leaf's scale)."))
+    p.add_argument("baseline", type=Path, help="the earlier results.json (this version's, or 0.1's)")
     p.add_argument("current", type=Path, help="the new results.json")
     regression_options(p)
     p.set_defaults(handler=commands.cmd_diff)

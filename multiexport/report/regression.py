@@ -120,19 +120,26 @@ def _version_checks(name, b: BackendResult, c: BackendResult) -> list[Check]:
     return checks
 
 
-def _worst_rel(parity) -> tuple[dict[str, float], dict[str, float]]:
-    """Per output leaf: the worst headline error (relative to the leaf's scale) over trials, and its rtol."""
+def _worst_rel(parity, elementwise: bool = False) -> tuple[dict[str, float], dict[str, float]]:
+    """Per output leaf: the worst headline error (relative to the leaf's scale) over trials, and its rtol;
+    elementwise: the worst element-wise relative error instead."""
     worst: dict[str, float] = {}
     rtol: dict[str, float] = {}
     for v in (parity.leaves if parity else []):
-        value = v.stats.err_scale if v.stats.compared else math.inf
+        value = (v.stats.max_rel if elementwise else v.stats.err_scale) if v.stats.compared else math.inf
         worst[v.name] = max(worst.get(v.name, 0.0), value)
         rtol[v.name] = float(v.tolerance.rtol)
     return worst, rtol
 
 
 def _parity_checks(name, b, c, factor, floor) -> list[Check]:
-    (base, _), (cur, rtols) = _worst_rel(b.parity), _worst_rel(c.parity)
+    from ..results.legacy import LEGACY_SCALE
+
+    # A schema-1 baseline has no error relative to scale: both sides are then compared element-wise.
+    elementwise = any(v.stats.err_scale == LEGACY_SCALE for v in (b.parity.leaves if b.parity else []))
+    (base, _), (cur, rtols) = _worst_rel(b.parity, elementwise), _worst_rel(c.parity, elementwise)
+    what = "max element-wise rel error (the baseline, schema 1, has no error / scale)" if elementwise else \
+        "max error / scale"
     checks = []
     for leaf, now in cur.items():
         was = base.get(leaf)
@@ -143,7 +150,7 @@ def _parity_checks(name, b, c, factor, floor) -> list[Check]:
         grew = now > limit if math.isfinite(now) else math.isfinite(was)
         verdict = "regression" if grew else "ok"
         ratio = now / was if was > 0 and math.isfinite(now) else None
-        checks.append(Check(name, f"parity {leaf}", verdict, f"max error / scale {was:.3g} -> {now:.3g}", was, now, ratio))
+        checks.append(Check(name, f"parity {leaf}", verdict, f"{what} {was:.3g} -> {now:.3g}", was, now, ratio))
     return checks
 
 

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from ..errors import InputError
 from .bench import BenchResult, LatencyStats, Pairing, Ratio, SizeResult
+from .legacy import LEGACY_SCHEMA, upgrade
 from .native import NativeResult, NativeSize
 from .parity import ExcludedTrial, LeafStats, LeafVerdict, ParityVerdict, Tolerance
 from .schema import from_data, to_data
@@ -201,10 +202,14 @@ class Results:
         return {"schema": RESULTS_SCHEMA, **to_data(self)}
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "results.json") -> "Results":
+    def from_json(cls, data: Any, where: str = "results.json", legacy: bool = False) -> "Results":
+        """Results from parsed JSON, every field checked. legacy: also read schema 1 (multiexport 0.1), as
+        `results.legacy` converts it (for `diff` across the upgrade; reports need this version's schema)."""
         if not isinstance(data, dict):
             raise InputError(f"Results '{where}' | got {type(data).__name__}, expected a JSON object")
         schema = data.get("schema")
+        if legacy and schema == LEGACY_SCHEMA:
+            data, schema = upgrade(data, RESULTS_SCHEMA), RESULTS_SCHEMA
         if schema != RESULTS_SCHEMA:
             raise InputError(f"Results '{where}' | got schema {schema!r}, expected {RESULTS_SCHEMA!r} (written by "
                              "`multiexport compare` of this version)")
@@ -217,8 +222,9 @@ class Results:
         write_text_atomic(path, json.dumps(self.to_json(), indent=1) + "\n")
 
 
-def load_results(path: str | Path) -> Results:
-    """A results.json, validated field by field; anything unexpected is one InputError naming the file."""
+def load_results(path: str | Path, legacy: bool = False) -> Results:
+    """A results.json, validated field by field; anything unexpected is one InputError naming the file.
+    legacy: also read schema 1 (see `Results.from_json`)."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"Results '{path}' | is a directory, expected a results.json written by `multiexport compare`")
@@ -230,4 +236,4 @@ def load_results(path: str | Path) -> Results:
         raise InputError(f"Results '{path}' | does not exist, expected a results.json written by `multiexport compare`") from None
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"Results '{path}' | unreadable ({type(exc).__name__}: {exc}), expected JSON") from exc
-    return Results.from_json(data, str(path))
+    return Results.from_json(data, str(path), legacy=legacy)

@@ -336,6 +336,20 @@ def test_a_float64_target_is_compiled_in_64_bits_not_demoted(tmp_path):
     np.testing.assert_array_equal(got["out.y"], want["out.y"])
 
 
+def test_a_float64_math_function_iree_cannot_link_is_unsupported_dtype_not_a_broken_module(tmp_path):
+    """float64 tanh: IREE's llvm-cpu device library has none (iree-lld: undefined symbol: tanh), float32 compiles."""
+    import jax
+
+    with jax.enable_x64(True):
+        wide = Target(jnp.tanh, args=(np.linspace(-2, 2, 5),), name="tanh64")
+        with pytest.raises(ExportError) as info:
+            IreeBackend().export(wide.fn, build_signature(wide), tmp_path / "wide")
+    assert info.value.category == "unsupported-dtype" and "float64 tanh" in str(info.value)
+    assert "undefined symbol: tanh" in str(info.value) and not (tmp_path / "wide").exists()
+    narrow = Target(jnp.tanh, args=(np.linspace(-2, 2, 5).astype(np.float32),), name="tanh32")
+    IreeBackend().export(narrow.fn, build_signature(narrow), tmp_path / "narrow")  # the claim in the message
+
+
 def test_a_diagnostic_whose_location_comes_first_keeps_its_message():
     """MLIR may print `error: loc(...): message`: the message was cut at the location, leaving `<unknown>:0: error:`."""
     from multiexport.backends.iree.compile import _diagnostics

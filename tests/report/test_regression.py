@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 from multiexport import examples
 from multiexport.comparison import compare
@@ -107,3 +108,26 @@ def test_cli_diff_and_compare_baseline(tmp_path):
     proc = run_cli("compare", "--backends", "xla", "--out", tmp_path / "c", "--no-bench", "--baseline", tmp_path / "b.json")
     assert proc.returncode == 0, proc.stdout  # the baseline failed, this run passes: an improvement
     assert "improved" in proc.stdout
+
+
+LEGACY = Path(__file__).parent / "data" / "results-0.1-mlp.json"  # written by multiexport 0.1's quick zoo
+
+
+def test_diff_reads_a_results_json_of_multiexport_0_1_across_the_schema_change(tmp_path):
+    """`multiexport diff` compares a 0.1 (schema 1) baseline with this version's results: statuses, latency,
+    and parity element-wise (0.1 recorded no error over scale); other commands still refuse schema 1."""
+    assert json.loads(LEGACY.read_text())["schema"] == "multiexport.results/1"
+    out = tmp_path / "now"
+    compare(examples.mlp(), backends=["xla", "savedmodel", "onnx", "iree"], out_dir=out, trials=1, bench=CONFIG)
+    proc = run_cli("diff", LEGACY, out / "results.json", "--max-slowdown", "1000")
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the same verdicts as 0.1's, no drift
+    assert "max element-wise rel error (the baseline, schema 1" in proc.stdout
+    worse = json.loads((out / "results.json").read_text())
+    for leaf in worse["backends"]["onnx"]["parity"]["leaves"]:
+        leaf["stats"]["max_rel"] = 0.5
+    (tmp_path / "worse.json").write_text(json.dumps(worse))
+    base = load_results(LEGACY, legacy=True)
+    d = diff_results(base, load_results(tmp_path / "worse.json"), max_slowdown=1000)
+    assert [(c.backend, c.check) for c in d.regressions] == [("onnx", "parity out.logits")]
+    refused = run_cli("report", LEGACY)
+    assert refused.returncode == 2 and "multiexport.results/1" in refused.stderr and "Traceback" not in refused.stderr
