@@ -9,6 +9,10 @@ BIN    := $(VENV)/bin
 EXTRAS ?= all,test,lint
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The suite runs in PYTEST_JOBS processes (pytest-xdist), one test file per process at a time (a file's
+# module fixtures, e.g. the contract test's exports, are built once). 2 matches CI's cores; 1 runs serially.
+PYTEST_JOBS ?= 2
+PYTEST_PAR  := $(if $(filter-out 1,$(PYTEST_JOBS)),-n $(PYTEST_JOBS) --dist loadfile,-p no:xdist)
 # The newest leg: Python 3.12 (jax >= 0.11 needs it), found by running each candidate (a pyenv shim on
 # PATH may exist and still not run). Set PYTHON_NEWEST=/path/to/python3.12 to choose one.
 VENV_NEWEST  ?= .venv-py312
@@ -40,10 +44,10 @@ demo: $(STAMP)
 	else echo "(no chromium on PATH: skipped the report screenshot)"; fi
 
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_PAR) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_PAR) -m "not slow" $(PYTEST_ARGS)
 
 # The model zoo through every backend (a few minutes; `make zoo QUICK=` for the full zoo).
 QUICK ?= --quick
@@ -78,7 +82,7 @@ $(STAMP_NEWEST): pyproject.toml constraints-py312.txt
 # The version-sensitive tests on the newest set, then the seed through every backend.
 test-newest: $(STAMP_NEWEST)
 	$(BIN_NEWEST)/python -c 'import jax, sys; print(f"newest leg: Python {sys.version.split()[0]}, jax {jax.__version__}")'
-	$(BIN_NEWEST)/python -m pytest $(NEWEST_TESTS) $(PYTEST_ARGS)
+	$(BIN_NEWEST)/python -m pytest $(PYTEST_PAR) $(NEWEST_TESTS) $(PYTEST_ARGS)
 	$(BIN_NEWEST)/multiexport compare --out multiexport-out/seed-py312
 
 # ruff (rules and why: [tool.ruff] in pyproject.toml) and mypy ([tool.mypy]) on the pinned set.
