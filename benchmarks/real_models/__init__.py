@@ -34,25 +34,11 @@ Modules: linen.py, transformers.py (GPT/ViT/BERT, linen), nnx.py, eqx.py, ops.py
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from multiexport import Target
-
-from .eqx import eqx_attention, eqx_batchnorm, eqx_cnn, eqx_gru_scan, eqx_mlp
-from .linen import (
-    linen_attention_mask,
-    linen_batchnorm,
-    linen_cnn,
-    linen_dropout,
-    linen_lstm,
-    linen_mlp,
-    linen_scan_layers,
-    linen_scan_lstm,
-)
-from .nnx import nnx_attention, nnx_attention_dynamic, nnx_batchnorm, nnx_dropout, nnx_dropout_params_only, nnx_mlp
-from .ops import ops_scatter, ops_sort, ops_topk, ops_while, scalar_inputs, scalar_only, x64_mlp
-from .transformers import bert_encoder, gpt_bf16, gpt_gqa, vit
 
 
 @dataclass(frozen=True)
@@ -61,12 +47,17 @@ class RealModel:
 
     name: str
     target: str
-    factory: Callable[[], Target]
+    module: str
     what: str
     tags: tuple[str, ...] = ()
     val_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
     dim_sizes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     batch_sizes: tuple[int, ...] = ()
+
+    @property
+    def factory(self) -> Callable[[], Target]:
+        """The function that builds the target (its module is imported now, not with this package)."""
+        return getattr(importlib.import_module(f"{__name__}.{self.module}"), self.name)
 
     @property
     def quick(self) -> bool:
@@ -91,52 +82,61 @@ class RealModel:
         return options
 
 
-def _m(fn: Callable[[], Target], what: str, *tags: str, **kw) -> RealModel:
-    return RealModel(fn.__name__, f"benchmarks.real_models:{fn.__name__}", fn, what, tags, **kw)
+def _m(name: str, what: str, *tags: str, **kw) -> RealModel:
+    module = name.split("_")[0] if name.split("_")[0] in ("linen", "nnx", "eqx") else _MODULE_OF.get(name, "ops")
+    return RealModel(name, f"benchmarks.real_models:{name}", module, what, tags, **kw)
+
+
+# The model files import only their own framework, and this package imports none of them until a model is
+# asked for (`RealModel.factory`, or `benchmarks.real_models:NAME` through `__getattr__`): a worker loading a
+# flax model must not pay for equinox's import, nor have equinox in sys.modules (which makes the ONNX export
+# import jax2onnx's equinox plugins, ~14 CPU-s), as a user's own flax file would not.
+_MODULE_OF = {"gpt_gqa": "transformers", "gpt_bf16": "transformers", "vit": "transformers",
+              "bert_encoder": "transformers"}
 
 
 REAL_MODELS: tuple[RealModel, ...] = (
-    _m(linen_mlp, "flax.linen MLP, fn(params, batch)", "linen", "quick"),
-    _m(linen_cnn, "flax MNIST CNN (Conv, avg_pool, reshape, Dense), symbolic batch", "linen", "conv",
+    _m("linen_mlp", "flax.linen MLP, fn(params, batch)", "linen", "quick"),
+    _m("linen_cnn", "flax MNIST CNN (Conv, avg_pool, reshape, Dense), symbolic batch", "linen", "conv",
        "symbolic-batch", "quick", dim_sizes={"b": (1, 5)}, batch_sizes=(1, 8)),
-    _m(linen_batchnorm, "linen BatchNorm CNN in eval mode, batch_stats as input leaves", "linen", "batchnorm", "quick"),
-    _m(linen_dropout, "linen Dropout in deterministic mode", "linen", "dropout"),
-    _m(linen_attention_mask, "linen MultiHeadDotProductAttention with causal+padding mask, int tokens, symbolic batch",
+    _m("linen_batchnorm", "linen BatchNorm CNN in eval mode, batch_stats as input leaves", "linen", "batchnorm", "quick"),
+    _m("linen_dropout", "linen Dropout in deterministic mode", "linen", "dropout"),
+    _m("linen_attention_mask", "linen MultiHeadDotProductAttention with causal+padding mask, int tokens, symbolic batch",
        "linen", "attention", "mask", "symbolic-batch", "quick", val_ranges={"batch.tokens": (0, 100)}),
-    _m(linen_scan_layers, "nn.scan over 6 residual layers (flax.linen.scan docstring)", "linen", "scan"),
-    _m(linen_lstm, "nn.RNN(OptimizedLSTMCell) with int32 seq_lengths", "linen", "rnn", "scan",
+    _m("linen_scan_layers", "nn.scan over 6 residual layers (flax.linen.scan docstring)", "linen", "scan"),
+    _m("linen_lstm", "nn.RNN(OptimizedLSTMCell) with int32 seq_lengths", "linen", "rnn", "scan",
        val_ranges={"batch.seq_lengths": (1, 11)}),
-    _m(linen_scan_lstm, "nn.scan(nn.LSTMCell) over time (flax.linen.scan docstring)", "linen", "rnn", "scan"),
-    _m(gpt_gqa, "GPT-style decoder: RMSNorm, RoPE, GQA (4q/2kv), SwiGLU, tied embeddings", "linen", "attention",
+    _m("linen_scan_lstm", "nn.scan(nn.LSTMCell) over time (flax.linen.scan docstring)", "linen", "rnn", "scan"),
+    _m("gpt_gqa", "GPT-style decoder: RMSNorm, RoPE, GQA (4q/2kv), SwiGLU, tied embeddings", "linen", "attention",
        "mask", "gqa", val_ranges={"batch.tokens": (0, 256)}),
-    _m(gpt_bf16, "the GPT decoder in bfloat16", "linen", "bf16", "attention", val_ranges={"batch.tokens": (0, 256)}),
-    _m(vit, "small ViT (conv patches, cls token, attention), symbolic batch", "linen", "attention", "conv",
+    _m("gpt_bf16", "the GPT decoder in bfloat16", "linen", "bf16", "attention", val_ranges={"batch.tokens": (0, 256)}),
+    _m("vit", "small ViT (conv patches, cls token, attention), symbolic batch", "linen", "attention", "conv",
        "symbolic-batch"),
-    _m(bert_encoder, "BERT-style encoder: word/position/token-type embeddings, padding mask, pooler, symbolic batch",
+    _m("bert_encoder", "BERT-style encoder: word/position/token-type embeddings, padding mask, pooler, symbolic batch",
        "linen", "attention", "mask", "symbolic-batch",
        val_ranges={"batch.input_ids": (0, 100)}, batch_sizes=(1, 8)),
-    _m(nnx_mlp, "flax.nnx MLP of nnx.Linear, fn(state, x) after nnx.split", "nnx", "quick"),
-    _m(nnx_batchnorm, "nnx.BatchNorm in eval mode, trained running stats in the state", "nnx", "batchnorm", "quick"),
-    _m(nnx_dropout, "nnx.Dropout + nnx.Rngs, plain nnx.split: typed PRNG key in the state", "nnx", "dropout",
+    _m("nnx_mlp", "flax.nnx MLP of nnx.Linear, fn(state, x) after nnx.split", "nnx", "quick"),
+    _m("nnx_batchnorm", "nnx.BatchNorm in eval mode, trained running stats in the state", "nnx", "batchnorm", "quick"),
+    _m("nnx_dropout", "nnx.Dropout + nnx.Rngs, plain nnx.split: typed PRNG key in the state", "nnx", "dropout",
        "prng-key"),
-    _m(nnx_dropout_params_only, "the nnx Dropout model split by nnx.Param (rng state closed over)", "nnx", "dropout"),
-    _m(nnx_attention, "nnx.MultiHeadAttention with a causal mask", "nnx", "attention", "mask"),
-    _m(nnx_attention_dynamic, "nnx attention block, symbolic batch", "nnx", "attention", "mask", "symbolic-batch"),
-    _m(eqx_mlp, "eqx.nn.MLP via eqx.partition/combine + vmap", "eqx", "quick"),
-    _m(eqx_cnn, "equinox MNIST CNN (Conv2d, MaxPool2d, ravel, Linear) vmapped, symbolic batch", "eqx", "conv",
+    _m("nnx_dropout_params_only", "the nnx Dropout model split by nnx.Param (rng state closed over)", "nnx", "dropout"),
+    _m("nnx_attention", "nnx.MultiHeadAttention with a causal mask", "nnx", "attention", "mask"),
+    _m("nnx_attention_dynamic", "nnx attention block, symbolic batch", "nnx", "attention", "mask", "symbolic-batch"),
+    _m("eqx_mlp", "eqx.nn.MLP via eqx.partition/combine + vmap", "eqx", "quick"),
+    _m("eqx_cnn", "equinox MNIST CNN (Conv2d, MaxPool2d, ravel, Linear) vmapped, symbolic batch", "eqx", "conv",
        "symbolic-batch"),
-    _m(eqx_attention, "eqx.nn.MultiheadAttention with padding+causal mask, module closed over", "eqx", "attention",
+    _m("eqx_attention", "eqx.nn.MultiheadAttention with padding+causal mask, module closed over", "eqx", "attention",
        "mask", val_ranges={"lengths": (1, 17)}),
-    _m(eqx_gru_scan, "eqx.nn.GRUCell over time with lax.scan", "eqx", "rnn", "scan"),
-    _m(eqx_batchnorm, "eqx.nn.BatchNorm via make_with_state, inference mode, State as input", "eqx", "batchnorm"),
-    _m(x64_mlp, "float64 linen MLP with int64 labels (jax_enable_x64 set by the factory)", "x64"),
-    _m(scalar_inputs, "0-d inputs (np.float32, np.int32, Python float) and 0-d outputs", "scalar"),
-    _m(scalar_only, "sin(sin(x)) of one 0-d float32", "scalar"),
-    _m(ops_topk, "lax.top_k values/indices + masked logits", "ops"),
-    _m(ops_sort, "jnp.sort / argsort / cumsum (top-p)", "ops"),
-    _m(ops_scatter, "KV-cache .at[:, pos].set and segment-sum .at[seg].add", "ops",
+    _m("eqx_gru_scan", "eqx.nn.GRUCell over time with lax.scan", "eqx", "rnn", "scan"),
+    _m("eqx_batchnorm", "eqx.nn.BatchNorm via make_with_state, inference mode, State as input", "eqx", "batchnorm"),
+    _m("x64_mlp", "float64 linen MLP with int64 labels (jax_enable_x64 set by the factory)", "x64"),
+    _m("scalar_inputs", "0-d inputs (np.float32, np.int32, Python float) and 0-d outputs", "scalar"),
+    _m("scalar_only", "sin(sin(x)) of one 0-d float32", "scalar"),
+    _m("ops_topk", "lax.top_k values/indices + masked logits", "ops"),
+    _m("ops_sort", "jnp.sort / argsort / cumsum (top-p)", "ops"),
+    _m("ops_scatter", "KV-cache .at[:, pos].set and segment-sum .at[seg].add", "ops",
        val_ranges={"pos": (0, 16), "segments": (0, 6)}),
-    _m(ops_while, "lax.while_loop Newton sqrt (data-dependent trip count)", "ops", "while",
+    _m("ops_while", "lax.while_loop Newton sqrt (data-dependent trip count)", "ops", "while",
        val_ranges={"x": (0.5, 100.0)}),
 )
 
@@ -190,3 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = ["REAL_MODELS", "RealModel", "TAGS", "main", "select", "select_run"] + [m.name for m in REAL_MODELS]
+
+
+def __getattr__(name: str) -> Any:
+    """`benchmarks.real_models:NAME`: the model's factory, from its own file."""
+    for m in REAL_MODELS:
+        if m.name == name:
+            return m.factory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

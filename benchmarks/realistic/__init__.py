@@ -28,7 +28,8 @@ The table per model: rows are batch sizes; one column per backend's p50 in ms (j
 first); the fastest faithful backend (parity ok) and its lead over the runner-up (p50 ratio; with
 `results.pairing` present, its ratio, 95% interval and significance instead); the fastest's speed-up
 over jax.jit; its achieved GFLOP/s (XLA's cost analysis of the function over its p50) and fraction of
-peak: `SizeResult.fraction_of_peak` / `results.pairing.peak_gflops` where multiexport reports them,
-else a peak measured here (the best of five float32 2048^3 jax.jit matmuls). Models run one after
+peak: against the best float32 matmul measured, this script's (the best of five 2048^3 jax.jit matmuls) or
+any run's own (`results.pairing.peak_gflops`): one run's peak measured while the machine was shared would
+make a figure read above 100%. Models run one after
 another, never in parallel (2 cores).
 """

@@ -10,6 +10,7 @@ table and say why in the commit.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -58,6 +59,19 @@ def test_the_quick_subset_covers_what_users_hit():
     for m in REAL_MODELS:  # every target string resolves to the package's re-exported factory
         module, _, attr = m.target.partition(":")
         assert module == "benchmarks.real_models" and getattr(real_models, attr) is m.factory
+
+
+def test_a_model_loads_only_its_own_framework():
+    """As a user's flax file would: loading a linen model must not import equinox (with equinox loaded, the ONNX
+    export also imports jax2onnx's equinox plugins, ~14 CPU-s), nor the package import any framework."""
+    import subprocess
+    import sys
+
+    code = ("import sys, benchmarks.real_models as r; before = {'flax', 'equinox'} & set(sys.modules); "
+            "r.linen_mlp(); print(sorted(before), 'equinox' in sys.modules, 'flax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(real_models.__file__).parents[2]).stdout.split()
+    assert out == ["[]", "False", "True"], out
 
 
 @pytest.mark.parametrize("model", QUICK, ids=lambda m: m.name)
