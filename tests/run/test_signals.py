@@ -19,18 +19,19 @@ pytestmark = pytest.mark.subprocess
 
 
 def _start(args, env=None):
-    # As from a terminal: a runner started in the background (`cmd &`) has SIGINT ignored, which children
-    # inherit, and Python then never raises KeyboardInterrupt. (preexec_fn would fork a JAX process.)
-    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-    if ignored:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # As from a terminal: a runner started in the background (`cmd &`) has SIGINT ignored, and one started
+    # under nohup SIGHUP; children inherit that, and multiexport rightly leaves an ignored signal ignored.
+    # The compare under test starts with both at their defaults. (preexec_fn would fork a JAX process.)
+    ignored = [s for s in (signal.SIGINT, signal.SIGHUP) if signal.getsignal(s) == signal.SIG_IGN]
+    for s in ignored:
+        signal.signal(s, signal.SIG_DFL)
     try:
         return subprocess.Popen([sys.executable, "-m", "multiexport", *map(str, args)], cwd=REPO,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, **(env or {})})
     finally:
-        if ignored:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for s in ignored:
+            signal.signal(s, signal.SIG_IGN)
 
 
 def _wait_for(proc, text: str) -> None:

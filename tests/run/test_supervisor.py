@@ -98,6 +98,7 @@ import os, signal, sys, time
 from multiexport import Interrupted
 from multiexport.run.supervisor import raise_if_stopped, stop_on_signals
 signum = int(sys.argv[1])
+signal.signal(signum, signal.SIG_DFL)  # started under nohup, SIGHUP is ignored, and stays ignored by design
 with stop_on_signals():
     try:
         os.kill(os.getpid(), signum)
