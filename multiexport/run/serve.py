@@ -114,13 +114,13 @@ def _load_runner(state: dict, args) -> dict:
         from ..signature import build_signature
 
         target = state["target"]
-        state["runner"] = ReferenceRunner(target, build_signature(target), device=args.device, threads=args.threads)
+        runner = ReferenceRunner(target, build_signature(target), device=args.device, threads=args.threads)
     else:
-        state["runner"], state["backend"] = _load(args)
-    state["load_s"] = time.perf_counter() - t0
+        runner, state["backend"] = _load(args)
+    state["runner"], state["load_s"] = runner, time.perf_counter() - t0
     state["memory"] = {"start_rss_bytes": start["rss_bytes"], "after_load_rss_bytes": memory_now()["rss_bytes"]}
     state["artifact_bytes"] = _bytes(args.source) if args.mode == "run" else None
-    return {"ready": True, "load_s": state["load_s"], "runner": state["runner"].describe()}
+    return {"ready": True, "load_s": state["load_s"], "runner": runner.describe()}
 
 
 def _parity(state: dict, request: dict) -> dict:
