@@ -18,16 +18,12 @@ def entry() -> None:
     """The `multiexport` command: `main`, then exit at once. Every result is written and closed by then;
     the interpreter's teardown of the frameworks (~0.7 s for jax) would only make the shell wait."""
     import logging
-    import os
+
+    from ..run.worker import exit_now
 
     code = main()
     logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
+    exit_now(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
