@@ -80,10 +80,6 @@ class Servers:
             server.close()
         self.dirs.pop(name, None)
 
-    def start(self, name: str, source: Sequence[str], runtime: str | None) -> None:
-        self.spawn(name, source, runtime)
-        self.load(name)
-
     def ask(self, name: str, message: dict | None, timeout: float) -> dict | None:
         """The runner's answer, or None when its worker failed (then `failures[name]` says why)."""
         from .workers import classify_outcome

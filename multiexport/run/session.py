@@ -52,7 +52,9 @@ class CompareRun:
                     if early:
                         timing.prespawn(self)
                     self._prepare()
-                    (timing.recheck_prespawn if early else timing.prespawn)(self)
+                    if not early:
+                        timing.prespawn(self)
+                    timing.recheck_prespawn(self)
                     artifacts = exports.export_all(self)
                     timing.plan_timing(self, artifacts)
                     if self.servers is not None:

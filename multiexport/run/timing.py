@@ -14,21 +14,17 @@ def prespawn(run) -> None:
     """Start the paired workers early: each imports its runtime while the parent traces the target and the
     exports run, then waits; it reads its artifact only when asked to load, after every export is done, and
     nothing is timed before then. On the CPU this runs before the signature is built (the session calls it
-    first); with the signature known, not when the weights alone would not fit in memory once per runner.
+    first); `recheck_prespawn` stops them once the signature shows the weights would not fit, and
     `plan_timing` decides with the real artifact sizes and closes them if pairing is off after all."""
     from ..export.contract import usable_cpus
-    from ..measure.pairing import available_memory, fits_in_memory
+    from ..measure.pairing import available_memory
     from .paired import Servers
 
     run.servers, run.available_before = None, available_memory()
     if not run.config.bench or not run.config.paired:
         return
-    plan, sig = getattr(run, "plan", None), getattr(run, "sig", None)
+    plan = getattr(run, "plan", None)
     runners = [n for n in run.config.backends if plan is None or n not in plan.excluded] + (["jax"] if run.spec else [])
-    if sig is not None:
-        weights = int(sig.weights.get("baked_bytes", 0)) + int(sig.weights.get("input_bytes", 0))
-        if not fits_in_memory({n: weights for n in runners}, run.available_before)[0]:
-            return
     if len(runners) < 2:
         return
     run.servers = Servers(plan.chosen if plan else "cpu", run.config.threads or usable_cpus(), run.config.timeout)
