@@ -109,14 +109,7 @@ def _load_runner(state: dict, args) -> dict:
         raise ValueError("asked to load twice")
     start = memory_now()
     t0 = time.perf_counter()
-    if "target" in state:  # the reference: its signature and jax.jit runner from the target imported already
-        from ..measure.reference import ReferenceRunner
-        from ..signature import build_signature
-
-        target = state["target"]
-        runner = ReferenceRunner(target, build_signature(target), device=args.device, threads=args.threads)
-    else:
-        runner, state["backend"] = _load(args)
+    runner, state["backend"] = _load(args, state.get("target"))  # the reference's target is imported already
     state["runner"], state["load_s"] = runner, time.perf_counter() - t0
     state["memory"] = {"start_rss_bytes": start["rss_bytes"], "after_load_rss_bytes": memory_now()["rss_bytes"]}
     state["artifact_bytes"] = _bytes(args.source) if args.mode == "run" else None

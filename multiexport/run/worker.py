@@ -269,14 +269,15 @@ def run_main(argv: list[str]) -> int:
     return 0
 
 
-def _load(args):
+def _load(args, target=None):
+    """(runner, backend) for the artifact or, in reference mode, for the target (`target`: already loaded)."""
     from ..export.contract import RunOptions
 
     if args.mode == "reference":
         from ..measure.reference import ReferenceRunner
         from ..signature import build_signature, load_target
 
-        target = load_target(args.source)
+        target = load_target(args.source) if target is None else target
         return ReferenceRunner(target, build_signature(target), device=args.device, threads=args.threads), None
     from ..export.manifest import Manifest
     from ..export.registry import get_backend
