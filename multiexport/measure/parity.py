@@ -44,8 +44,9 @@ def compare_leaf(name: str, got: Any, expected: np.ndarray, expected_dtype: str,
         reasons.append(f"Output '{name}' | NaN pattern differs at {s.nan_mismatch} of {s.count} elements ({side}){where}"
                        + (f"; {inputs_note}" if inputs_note else ""))
     if s.inf_mismatch:
-        reasons.append(f"Output '{name}' | Inf pattern differs at {s.inf_mismatch} of {s.count} elements{where}"
-                       + (f"; {inputs_note}" if inputs_note else ""))
+        side = _side(s.inf_got_only, s.inf_ref_only, "Inf")
+        reasons.append(f"Output '{name}' | Inf pattern differs at {s.inf_mismatch} of {s.count} elements ({side}"
+                       f"{_first_inf_difference(got, expected)}){where}" + (f"; {inputs_note}" if inputs_note else ""))
     if s.mismatch_count:
         at = (f" at {tuple(s.worst_index)} (got {s.worst_got:.7g}, expected {s.worst_expected:.7g})"
               if s.worst_index is not None and s.worst_got is not None and s.worst_expected is not None else "")
@@ -66,6 +67,25 @@ def _side(got_only: int, ref_only: int, what: str) -> str:
     if ref_only:
         parts.append(f"{ref_only} {what} in jax.jit's output where the artifact is finite")
     return ", ".join(parts) or "both non-finite, differently"
+
+
+def _first_inf_difference(got: np.ndarray, expected: np.ndarray) -> str:
+    """'; first at (i, j): got G, expected E', saying when the finite side is its dtype's largest value
+    (an infinity saturated to +-max: what TFLite's converter does to +-inf constants)."""
+    cast = np.complex128 if "c" in (got.dtype.kind, expected.dtype.kind) else np.float64
+    g, e = got.astype(cast), expected.astype(cast)
+    differ = (np.isinf(g) != np.isinf(e)) | (np.isinf(g) & np.isinf(e) & (g != e))
+    if not differ.any():
+        return ""
+    index = tuple(int(i) for i in np.argwhere(differ)[0])
+
+    def shown(array: np.ndarray, value) -> str:
+        raw = array[index]
+        if array.dtype.kind == "f" and np.isfinite(raw) and abs(float(raw)) == float(np.finfo(array.dtype).max):
+            return f"{value:.7g} ({'-' if raw < 0 else '+'}max {array.dtype.name}: an infinity saturated to the largest finite value)"
+        return f"{value:.7g}"
+
+    return f"; first at {index}: got {shown(got, g[index])}, expected {shown(expected, e[index])}"
 
 
 def _value_stats(got: np.ndarray, expected: np.ndarray, dtype: str, tol: Tolerance) -> dict[str, Any]:
@@ -98,7 +118,8 @@ def _value_stats(got: np.ndarray, expected: np.ndarray, dtype: str, tol: Toleran
     out = _error_stats(g, e, diff, bad, tol, allowance, mask=finite, scale=scale_ref)
     out.update(count=count, nan_mismatch=nan_mismatch, inf_mismatch=inf_mismatch, finite=int(finite.sum()),
                sentinels=int(sentinel.sum()), scale_ref=scale_ref,
-               nan_got_only=int(np.sum(nan_g & ~nan_e)), nan_ref_only=int(np.sum(nan_e & ~nan_g)))
+               nan_got_only=int(np.sum(nan_g & ~nan_e)), nan_ref_only=int(np.sum(nan_e & ~nan_g)),
+               inf_got_only=int(np.sum(inf_g & ~inf_e)), inf_ref_only=int(np.sum(inf_e & ~inf_g)))
     if dt.kind != "c" and got.dtype == expected.dtype == dt and dt.itemsize in _ULP_INTS:
         out["max_ulp"] = _max_ulp(got, expected, finite)
     return out

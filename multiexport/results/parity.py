@@ -43,6 +43,8 @@ class LeafStats:
     mismatch_count, mismatch_ratio: elements beyond tolerance (for ints and bools: unequal).
     nan_mismatch, inf_mismatch: elements where the NaN / Inf pattern differs.
     nan_got_only, nan_ref_only: of those, NaN in the artifact's output only / in the reference only.
+    inf_got_only, inf_ref_only: of the Inf mismatches, an infinity in the artifact's output only / in the
+        reference only (e.g. a converter that saturates -inf to the largest finite value: ref_only).
     min_atol: smallest absolute allowance (atol + scale*max|ref|) that would pass at the configured rtol.
     min_rtol: smallest rtol that would pass at the configured absolute allowance.
     worst_index, worst_got, worst_expected: the element with the largest failing (else largest) error.
@@ -72,6 +74,8 @@ class LeafStats:
     inf_mismatch: int = 0
     nan_got_only: int = 0
     nan_ref_only: int = 0
+    inf_got_only: int = 0
+    inf_ref_only: int = 0
     min_atol: float = 0.0
     min_rtol: float = 0.0
     worst_index: list[int] | None = None

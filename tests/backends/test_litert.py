@@ -280,3 +280,28 @@ def test_gpu_is_refused_typed(exported):
     with pytest.raises(RunError) as info:
         LiteRTBackend().load(exported["seed"][2].directory, "gpu")
     assert info.value.category in ("no-gpu", "unsupported-platform")
+
+
+def test_minus_inf_saturated_by_the_converter_is_a_true_parity_failure_that_says_so(tmp_path):
+    """TFLite's converter stores a -inf constant as -max float32 (the SavedModel it starts from keeps -inf):
+    the masked logits of a top-k filter differ from jax.jit, and the reason says which side holds the
+    infinity and what the artifact holds instead (found on the real-model zoo's ops_topk)."""
+    from multiexport.measure.parity import compare_leaf
+    from multiexport.measure.tolerance import Tolerance
+
+    def masked(x):
+        return jnp.where(x > 0, x, -jnp.inf)
+
+    target = Target(masked, args=(X,), name="masked")
+    sig, artifact = export(target, tmp_path / "a")
+    outputs = LiteRTBackend().load(artifact.directory)(sig.example_feed())
+    got = np.asarray(outputs[sig.outputs[0].name])
+    expected = np.asarray(jax.jit(masked)(X))
+    assert np.isneginf(expected).sum() > 0
+    assert np.array_equal(got[expected > 0], expected[expected > 0])
+    assert np.all(got[np.isneginf(expected)] == np.finfo(np.float32).min)  # saturated, not -inf
+    verdict = compare_leaf("out", got, expected, "float32", Tolerance(1e-5, 1e-6))
+    assert not verdict.passed and verdict.stats.inf_ref_only == np.isneginf(expected).sum()
+    assert verdict.stats.inf_got_only == 0
+    assert "Inf in jax.jit's output where the artifact is finite" in verdict.reasons[0]
+    assert "-max float32: an infinity saturated to the largest finite value" in verdict.reasons[0]

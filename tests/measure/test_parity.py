@@ -314,3 +314,18 @@ def test_a_leaf_with_no_finite_value_in_any_trial_is_said_to_be_no_evidence():
     assert verdict.passed
     assert verdict.notes == ["Output 'out' | no finite value in any trial on either side: only its NaN/Inf pattern "
                              "was compared, so its parity is no evidence about its numbers"]
+
+
+def test_an_inf_mismatch_says_which_side_holds_it_and_the_first_differing_pair():
+    ref = np.array([1.0, -np.inf, 3.0, np.inf], np.float32)
+    got = ref.copy()
+    got[1] = np.finfo(np.float32).min  # the reference's -inf saturated
+    got[2] = np.inf  # an infinity only the artifact has
+    v = compare_leaf("out.masked", got, ref, "float32", F32)
+    assert not v.passed and (v.stats.inf_ref_only, v.stats.inf_got_only, v.stats.inf_mismatch) == (1, 1, 2)
+    assert ("1 Inf in the artifact's output where jax.jit is finite, 1 Inf in jax.jit's output where the artifact "
+            "is finite; first at (1,): got -3.402823e+38 (-max float32: an infinity saturated to the largest finite "
+            "value), expected -inf") in v.reasons[0]
+    flipped = np.array([1.0, np.inf, 3.0, np.inf], np.float32)  # both infinite, opposite signs
+    v = compare_leaf("out", flipped, ref, "float32", F32)
+    assert "both non-finite, differently; first at (1,): got inf, expected -inf" in v.reasons[0]
