@@ -21,7 +21,6 @@ from multiexport.files import write_text_atomic
 from multiexport.measure.bench import BenchConfig
 from multiexport.report.regression import Diff, aggregate_latency, diff_results, publish
 from multiexport.results import Results
-from multiexport.signature import load_target
 
 from .zoo import select
 
@@ -29,19 +28,26 @@ ZOO_SCHEMA = "multiexport.zoo/1"
 
 
 def run_zoo(models, backends, out: Path, bench: BenchConfig | None, trials: int) -> dict:
+    from multiexport.signature.factory_cache import FactoryCache
+
     combined = {"schema": ZOO_SCHEMA, "models": {}}
-    for model in models:
-        t0 = time.perf_counter()
-        print(f"[zoo] {model.name}: {model.what}", file=sys.stderr, flush=True)
-        results = compare(
-            load_target(model.spec), backends=tuple(backends), out_dir=out / model.name, trials=trials,
-            val_ranges=model.val_ranges, batch_sizes=tuple(model.batch_sizes) or None, bench=bench,
-            target_spec=model.spec, timeout=900,
-            progress=lambda msg: print(f"[zoo]   {msg}", file=sys.stderr, flush=True),
-        )
-        combined["models"][model.name] = results.to_json()
-        print(f"[zoo] {model.name} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    with FactoryCache() as cache:  # each model's export workers build it from the programs its load compiled
+        for model in models:
+            t0 = time.perf_counter()
+            print(f"[zoo] {model.name}: {model.what}", file=sys.stderr, flush=True)
+            combined["models"][model.name] = _one(model, cache.load(model.spec), backends, out, bench, trials, t0)
     return combined
+
+
+def _one(model, target, backends, out: Path, bench: BenchConfig | None, trials: int, t0: float) -> dict:
+    results = compare(
+        target, backends=tuple(backends), out_dir=out / model.name, trials=trials,
+        val_ranges=model.val_ranges, batch_sizes=tuple(model.batch_sizes) or None, bench=bench,
+        target_spec=model.spec, timeout=900,
+        progress=lambda msg: print(f"[zoo]   {msg}", file=sys.stderr, flush=True),
+    )
+    print(f"[zoo] {model.name} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return results.to_json()
 
 
 def matrix(combined: dict) -> str:

@@ -172,6 +172,19 @@ def lifted_weights() -> Target:
     return examples.lm("small", "baked")
 
 
+def eqx_layer_built_inside() -> Target:
+    """An equinox PReLU built inside the function, so no instance is in its arguments or closure: a plugin
+    chooser that looked only at the objects the target holds would miss jax2onnx's PReLU plugin."""
+    import equinox as eqx
+
+    w = _rng(3).normal(size=(8, 4)).astype(np.float32)
+
+    def prelu_head(x):
+        return eqx.nn.PReLU(init_alpha=0.1)(x @ w)
+
+    return Target(prelu_head, args=(_rng(4).normal(size=(2, 8)).astype(np.float32),), name="eqx_layer_built_inside")
+
+
 CASES: tuple[Case, ...] = (
     Case("seed", examples.seed, used=("foo.baz",), unused=("foo.bar",), tags=("dataclass",)),
     Case("seed_bar", examples.seed_bar, used=("foo.bar",), unused=("foo.baz",), tags=("dataclass",)),

@@ -137,6 +137,15 @@ class ExportFailingXla(XlaBackend):
         raise RuntimeError("this converter does not support the op 'reduce_precision'")
 
 
+class ExportCrashingXla(XlaBackend):
+    """Its export aborts the worker process (SIGABRT), as a converter's native code crashing would."""
+
+    name = "xla_export_crashes"
+
+    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
+        os.abort()
+
+
 ALL = {cls.name: f"tests.fault_backends:{cls.__name__}"
        for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, KilledXla, SleepyXla, DiesWhileTimedXla,
-                    ExportFailingXla)}
+                    ExportFailingXla, ExportCrashingXla)}

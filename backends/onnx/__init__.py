@@ -60,7 +60,7 @@ class OnnxBackend(Backend):
 
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
         t0 = time.perf_counter()
-        first_use, first_use_in_process = jax2onnx_first_use()
+        first_use, first_use_in_process = jax2onnx_first_use(signature.flat_function(fn), list(signature.specs))
         model = convert(fn, signature, resolved["opset"], double=signature.x64)
         check_no_random_ops(model, signature)
         unread = drop_unread_inputs(model, signature, options.keep_unused)
@@ -129,7 +129,7 @@ class OnnxBackend(Backend):
             warnings=warnings, weights=weights, declared=declared_dtypes(model),
             platforms=["cpu", "cuda"],  # an ONNX graph names no platform: the provider decides where it runs
             setup={"seconds": round(first_use, 3),
-                   "what": f"jax2onnx plugin import, {PLUGIN_IMPORT[0] if PLUGIN_IMPORT else 'all'} (once per process)"},
+                   "what": f"jax2onnx plugin import, {PLUGIN_IMPORT[-1] if PLUGIN_IMPORT else 'all'} (once per process)"},
         )
 
     def _gpu_status_impl(self) -> Availability:

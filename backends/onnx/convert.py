@@ -21,28 +21,32 @@ from multiexport.errors import ExportError
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
 
-# Seconds jax2onnx's one-time plugin import took in this process (None until paid), and how it was done.
+# Seconds jax2onnx's plugin import has cost this process so far, and how it was done.
 _FIRST_USE_SECONDS: float | None = None
 PLUGIN_IMPORT: list[str] = []
 
 
-def jax2onnx_first_use() -> tuple[float, float]:
+def jax2onnx_first_use(fn=None, specs=()) -> tuple[float, float]:
     """(seconds this call spent importing jax2onnx and its plugins, seconds that cost in this process).
 
-    Only the plugins a conversion here can use are imported (plugins.py: ~1 s instead of ~11 s of
-    jax2onnx's own import_all_plugins, byte-identical ONNX); to_onnx then skips its own import.
+    Only the plugins a conversion of `fn(*specs)` can use are imported (plugins.py: ~1 s instead of ~11 s
+    of jax2onnx's own import_all_plugins, byte-identical ONNX); to_onnx then skips its own import. A later
+    call imports only what its function needs beyond that (nothing, unless it uses other equinox layers).
     """
     global _FIRST_USE_SECONDS
-    if _FIRST_USE_SECONDS is not None:
-        return 0.0, _FIRST_USE_SECONDS
+    from . import plugins
+
+    before = len(plugins.imported)
     t0 = time.perf_counter()
     import jax2onnx  # noqa: F401
 
-    from .plugins import import_plugins
-
-    PLUGIN_IMPORT.append(import_plugins())
-    _FIRST_USE_SECONDS = time.perf_counter() - t0
-    return _FIRST_USE_SECONDS, _FIRST_USE_SECONDS
+    how = plugins.import_plugins(fn, specs)
+    spent = time.perf_counter() - t0
+    if _FIRST_USE_SECONDS is not None and len(plugins.imported) == before:
+        return 0.0, _FIRST_USE_SECONDS  # nothing new: this process paid it already
+    _FIRST_USE_SECONDS = (_FIRST_USE_SECONDS or 0.0) + spent
+    PLUGIN_IMPORT[:] = [how]
+    return spent, _FIRST_USE_SECONDS
 
 
 def convert(fn, signature, opset: int, double: bool):

@@ -18,11 +18,12 @@ def target_output_to_stderr():
         yield
 
 
-def load_target(spec: str | None):
+def load_target(spec: str | None, cache=None):
+    """The TARGET; with `cache` (a FactoryCache), what its factory compiles is recorded for the workers."""
     from ..signature import load_target as load
 
     with target_output_to_stderr():
-        return load(spec)
+        return load(spec) if cache is None else cache.load(spec)
 
 
 def split(text: str) -> list[str]:
@@ -188,15 +189,21 @@ def compare_config(args, backends_known: bool = True):
 
 
 def cmd_compare(args) -> int:
-    import time
-
-    from ..comparison import compare
     from ..report.regression import check_thresholds
-    from .output import err_console, plain, print_results
+    from ..signature.factory_cache import FactoryCache
 
     check_thresholds(args.max_slowdown, args.max_parity_drift)
     compare_config(args, backends_known=False)  # every option but the backend names, before the target loads
-    target = load_target(args.target)
+    with FactoryCache() as cache:  # the export workers build the target from the programs this load compiles
+        return _compare(args, load_target(args.target, cache))
+
+
+def _compare(args, target) -> int:
+    import time
+
+    from ..comparison import compare
+    from .output import err_console, plain, print_results
+
     config = compare_config(args)
     allow = split(args.allow_fail)
     unknown = [b for b in allow if b not in config.backends]

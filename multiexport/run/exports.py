@@ -3,8 +3,11 @@
 A backend that builds on another (`Backend.builds_on`: LiteRT on the SavedModel, OpenVINO on the ONNX
 file) is exported in the same worker right after that stage and starts from the artifact the stage just
 wrote, so the framework is imported, the target traced and the stage converted once, not twice. Each
-other backend has a worker of its own. Groups overlap as cores and memory allow; a worker that dies
-takes only the export it was on: the backends after it in its group are exported again, each alone.
+other backend has a worker of its own, unless there are more groups than may run at once: then two such
+backends share one (`share_workers`), each still starting from the target. Groups overlap as cores and
+memory allow; a worker that dies takes only the export it was on: the backends after it in its group are
+exported again, each alone. Export workers build the target from the programs the parent's load compiled
+(signature/factory_cache.py).
 Functions of the running `session.CompareRun` (its rows, plan, config), like `timing`.
 """
 
@@ -34,16 +37,18 @@ def export_all(run) -> dict[str, Manifest]:
     groups = export_groups(todo)
     artifacts: dict[str, Manifest] = {}
     jobs = export_jobs(run, len(groups))
+    groups = share_workers(groups, jobs)
     if run.spec is None:  # no TARGET string: in this process, one after another
         for group in groups:
             for name in group:
-                stage = group[0] if name != group[0] and group[0] in artifacts else None
+                stage = group[0] if _stage_of(group, name) and group[0] in artifacts else None
                 manifest = _in_process(run, name, run.rows[stage].artifact if stage else None)
                 if manifest is not None:
                     artifacts[name] = manifest
         return {name: artifacts[name] for name in run.config.backends if name in artifacts}
-    run.progress(f"export with {', '.join(todo)} ({jobs} at a time, each in its own worker"
-                 + (", a stage and what builds on it together" if any(len(g) > 1 for g in groups) else "") + ")")
+    shared = [g for g in groups if len(g) > 1]
+    run.progress(f"export with {', '.join(todo)} ({jobs} at a time in {len(groups)} worker(s)"
+                 + (f"; together: {', '.join(' then '.join(g) for g in shared)}" if shared else "") + ")")
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(_in_worker, run, group): group for group in groups}
         for future in as_completed(futures):
@@ -64,6 +69,25 @@ def export_groups(todo: list[str]) -> list[list[str]]:
             continue  # joins its stage's group
         groups.append([name, *(n for n in todo if stage_of[n] == name)])
     return sorted(groups, key=lambda g: -len(g))
+
+
+def share_workers(groups: list[list[str]], jobs: int) -> list[list[str]]:
+    """With more groups than workers may run at once, backends alone in theirs pair up, two to a worker: one
+    would wait for the other's slot anyway, and a worker's start (its imports, the target built and traced)
+    is paid once. Each still starts from the target (no stage of the other's), and dies alone (`_in_worker`)."""
+    groups = [list(g) for g in groups]
+    while len(groups) > jobs:
+        alone = [g for g in groups if len(g) == 1]
+        if len(alone) < 2:
+            break
+        alone[0].extend(alone[1])
+        groups.remove(alone[1])
+    return groups
+
+
+def _stage_of(group: list[str], name: str) -> bool:
+    """Whether `name` builds on the first backend of its group (and so starts from that artifact)."""
+    return name != group[0] and _builds_on(name) == group[0]
 
 
 def export_jobs(run, count: int) -> int:
@@ -138,7 +162,7 @@ def _in_worker(run, group: list[str]) -> dict[str, Manifest | None]:
         return done
     jobs = []
     for i, name in enumerate(names):
-        options = _options(run, name, str(run.out / names[0]) if i else None)
+        options = _options(run, name, str(run.out / names[0]) if i and _stage_of(names, name) else None)
         payload = {"keep_unused": options.keep_unused, "platforms": list(options.platforms or []) or None,
                    "external_weights": options.external_weights, "backend_options": dict(options.backend_options),
                    "static_sizes": {d: list(v) for d, v in options.static_sizes.items()}, "check_load": False,

@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     argv = sys.argv[1:] if argv is None else argv
     _exit_with_parent(argv)
+    if argv and argv[0] != "export":
+        from ..signature.factory_cache import off_in_timed_worker
+
+        off_in_timed_worker()  # what it compiles must cost what it costs in a fresh process
     from .serve import serve_main
 
     modes = {"export": export_main, "run": run_main, "reference": run_main, "devices": devices_main, "serve": serve_main}
@@ -154,10 +158,11 @@ def export_main(argv: list[str]) -> int:
     jobs = [(args.backend, args.artifact, args.out, args.options),
             *((b, Path(a), Path(o), opts) for b, a, o, opts in args.then)]
     try:
-        from ..signature import build_signature, load_target
+        from ..signature import build_signature
 
         _register(args.register)
-        target = load_target(args.target)
+        loaded = _load_with_factory_cache(args.target)
+        target = loaded.pop("target")
         signature = build_signature(target)
         fingerprint = signature.fingerprint(target.fn)
     except Exception as exc:
@@ -165,11 +170,38 @@ def export_main(argv: list[str]) -> int:
             _fail(out, exc, "export")
         return 3
     made: set[str] = set()
-    codes = [_export_one(target, signature, fingerprint, job, made) for job in jobs]
+    codes = [_export_one(target, signature, fingerprint, job, made, loaded) for job in jobs]
     return max(codes)
 
 
-def _export_one(target, signature, fingerprint: str, job, made: set[str]) -> int:
+def _load_with_factory_cache(spec: str) -> dict:
+    """{"target", "target_load": {seconds, factory_cache, cache_hits, cache_misses}}: the TARGET built from
+    the programs the parent's load compiled (signature/factory_cache.py), when the parent recorded them."""
+    import jax
+
+    from ..signature import load_target
+    from ..signature.factory_cache import use_in_export_worker
+
+    cached = use_in_export_worker()
+    counts = {"/jax/compilation_cache/cache_hits": 0, "/jax/compilation_cache/cache_misses": 0}
+
+    def count(event: str, **_: object) -> None:
+        if event in counts:
+            counts[event] += 1
+
+    jax.monitoring.register_event_listener(count)
+    t0 = time.perf_counter()
+    try:
+        target = load_target(spec)
+    finally:
+        jax.monitoring.unregister_event_listener(count)
+    return {"target": target, "target_load": {
+        "seconds": time.perf_counter() - t0, "factory_cache": cached,
+        "cache_hits": counts["/jax/compilation_cache/cache_hits"],
+        "cache_misses": counts["/jax/compilation_cache/cache_misses"]}}
+
+
+def _export_one(target, signature, fingerprint: str, job, made: set[str], loaded: dict | None = None) -> int:
     from ..export.contract import ExportOptions
     from ..export.registry import get_backend
     from ..files import write_text_atomic
@@ -190,7 +222,7 @@ def _export_one(target, signature, fingerprint: str, job, made: set[str]) -> int
         backend.export(target.fn, signature, artifact, options)
         write_text_atomic(out / "export.json", json.dumps({
             "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
-            "fingerprint": fingerprint, "peak_rss_bytes": memory_now()["peak_rss_bytes"]}))
+            "fingerprint": fingerprint, "peak_rss_bytes": memory_now()["peak_rss_bytes"], **(loaded or {})}))
         made.add(str(Path(artifact).resolve()))
     except Exception as exc:
         return _fail(out, exc, "export", backend)

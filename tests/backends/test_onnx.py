@@ -379,9 +379,15 @@ def test_a_float64_target_exports_in_double_precision_or_not_at_all(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-@pytest.mark.parametrize("spec", ["multiexport.examples:mlp_dynamic", "multiexport.examples:embedding"])
-def test_the_selective_plugin_import_writes_the_same_onnx_as_jax2onnx_own(spec, tmp_path):
-    """Only the plugins a conversion can use are imported (~1 s instead of ~11 s of CPU): the file is byte-identical."""
+@pytest.mark.parametrize("spec,equinox", [
+    ("multiexport.examples:mlp_dynamic", None), ("multiexport.examples:embedding", None),
+    ("benchmarks.real_models:eqx_cnn", "control_primitives, conv, linear, max_pool, pool"),
+    ("benchmarks.real_models:eqx_gru_scan", "control_primitives, linear"),
+    ("tests.cases:eqx_layer_built_inside", "control_primitives, prelu")])
+def test_the_selective_plugin_import_writes_the_same_onnx_as_jax2onnx_own(spec, equinox, tmp_path):
+    """Only the plugins a conversion can use are imported (~1 s instead of ~11 s of CPU): the file is
+    byte-identical. With equinox, only the plugin files of the layers that run in a trace of the function
+    (one built inside it too), not the ~10 CPU-s of all of them."""
     fast = run_cli("export", spec, "--backend", "onnx", "--out", tmp_path / "fast", check=True,
                    env={"MULTIEXPORT_JAX2ONNX_ALL_PLUGINS": "0"})
     full = run_cli("export", spec, "--backend", "onnx", "--out", tmp_path / "full", check=True,
@@ -390,6 +396,7 @@ def test_the_selective_plugin_import_writes_the_same_onnx_as_jax2onnx_own(spec, 
     assert (tmp_path / "fast" / "model.onnx").read_bytes() == (tmp_path / "full" / "model.onnx").read_bytes()
     how = {d: json.loads((tmp_path / d / "manifest.json").read_text())["format"]["setup"]["what"] for d in ("fast", "full")}
     assert "selective" in how["fast"] and "all" in how["full"]
+    assert (f"equinox plugins: {equinox} (" in how["fast"]) if equinox else "equinox" not in how["fast"]
 
 
 def test_converter_messages_name_the_functions_own_inputs_and_leave_an_ops_operands_alone():

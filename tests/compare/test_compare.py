@@ -43,6 +43,29 @@ def test_crash_hang_raise_kill_and_export_failure_become_rows_and_others_finish(
     assert set(data["backends"]) == set(rows) and data["backends"]["xla"]["parity"]["passed"]
 
 
+def test_more_exports_than_workers_pair_up_two_to_a_worker_and_still_fail_alone():
+    from multiexport.run.exports import share_workers
+
+    stages = [["savedmodel", "litert"], ["onnx", "openvino"]]
+    assert share_workers([*stages, ["xla"], ["iree"]], 2) == [*stages, ["xla", "iree"]]
+    assert share_workers([*stages, ["xla"], ["iree"]], 4) == [*stages, ["xla"], ["iree"]]  # a slot each: no waiting
+    assert share_workers([["a"], ["b"], ["c"], ["d"], ["e"]], 1) == [["a", "b"], ["c", "d"], ["e"]]
+
+
+@pytest.mark.parametrize("order", [("xla_export_crashes", "xla"), ("xla", "xla_export_crashes")])
+def test_an_export_that_kills_a_shared_worker_fails_alone(tmp_path, fault_backends, order):
+    """Two exports in one worker (one slot): the one that aborts the process is `crashed`, the other is
+    exported (again, alone, when it came after the crash) and passes; neither starts from the other's artifact."""
+    seen: list[str] = []
+    results = compare(examples.seed(), backends=list(order), out_dir=tmp_path, trials=1, bench=None, export_jobs=1,
+                      target_spec="multiexport.examples:seed", progress=seen.append)
+    assert results.backends["xla"].status is Status.OK and results.backends["xla"].parity.passed
+    crashed = results.backends["xla_export_crashes"]
+    assert crashed.status is Status.CRASHED and "SIGABRT" in crashed.reason
+    assert f"{order[1]}: export in a worker process (after {order[0]}, in its worker)" in seen
+    assert "stage" not in json.loads((tmp_path / "xla" / "manifest.json").read_text())["format"]
+
+
 def test_an_unknown_backend_name_is_a_usage_error_before_any_work(tmp_path):
     with pytest.raises(UsageError, match=r"Backend 'nope' \| unknown, expected one of: xla"):
         compare(examples.seed(), backends=["xla", "nope"], out_dir=tmp_path)
