@@ -22,7 +22,7 @@ FIND_NEWEST  := bash .ci/find-python312.sh
 # What the newest leg runs: everything that depends on the JAX, TF, ONNX and IREE versions (the case
 # registry through every backend from disk, the backends' own tests, the JAX compatibility checks).
 # The rest of the suite and the zoo baseline are calibrated on the pinned set. NEWEST_TESTS=tests: all.
-NEWEST_TESTS ?= tests/export/test_contract.py tests/backends tests/test_jax_compat.py
+NEWEST_TESTS ?= tests/export/test_contract.py tests/backends tests/test_jax_compat.py tests/signature/test_factory_cache.py
 
 .PHONY: setup demo test test-fast zoo zoo-check zoo-baseline setup-newest test-newest lint \
 	lock lock-pinned lock-newest clean

@@ -10,6 +10,8 @@ manifest or a metric that quietly turned into its fallback:
   public MLIR bindings and the bytecode header give it.
 - `jax.core.eval_jaxpr` and `jax.core.Tracer` (signature/weights.py), the PRNG key dtype's `_impl`
   (signature/build.py), `Exported` fields read by the backends, `jax.config.jax_use_shardy_partitioner`.
+- The factory cache (signature/factory_cache.py): JAX's persistent-cache options and its cache-hit event,
+  checked for real by tests/signature/test_factory_cache.py, which this leg runs too.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -194,13 +195,12 @@ def cmd_compare(args) -> int:
 
     check_thresholds(args.max_slowdown, args.max_parity_drift)
     compare_config(args, backends_known=False)  # every option but the backend names, before the target loads
+    start = time.perf_counter()
     with FactoryCache() as cache:  # the export workers build the target from the programs this load compiles
-        return _compare(args, load_target(args.target, cache))
+        return _compare(args, load_target(args.target, cache), start)
 
 
-def _compare(args, target) -> int:
-    import time
-
+def _compare(args, target, start: float) -> int:
     from ..comparison import compare
     from .output import err_console, plain, print_results
 
@@ -215,7 +215,6 @@ def _compare(args, target) -> int:
 
         baseline = load_results(args.baseline)
     err = err_console()
-    start = time.perf_counter()
     status = err.status("starting") if err.is_terminal else None  # a live line on terminals, plain lines in logs
 
     def progress(message: str) -> None:
@@ -225,6 +224,7 @@ def _compare(args, target) -> int:
 
     if status is not None:
         status.start()
+    progress(f"target '{target.name}' built (its module imported, its arguments made)")
     try:
         with target_output_to_stderr():
             results = compare(target, config, target_spec=args.target or "multiexport.examples:seed", progress=progress)

@@ -23,6 +23,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,11 +59,14 @@ def _exit_with_parent(argv: list[str], interval: float = 1.0) -> None:
     import tempfile
     import threading
 
+    from ..signature.factory_cache import ENV
+
     parent = os.getppid()
-    # The supervisor's temporary directories this worker was given (multiexport-<kind>-XXXX in $TMPDIR): with
-    # the supervisor gone, nobody else would remove them.
+    # The supervisor's temporary directories this worker was given (multiexport-<kind>-XXXX in $TMPDIR), and
+    # the factory cache of the compare that started it: with the supervisor gone, nobody else would remove them.
     tmp = Path(tempfile.gettempdir()).resolve()
-    owned = {c for a in argv if a and not a.startswith("-") for c in (Path(a).resolve(), Path(a).resolve().parent)
+    given = [a for a in argv if a and not a.startswith("-")] + ([os.environ[ENV]] if os.environ.get(ENV) else [])
+    owned = {c for a in given for c in (Path(a).resolve(), Path(a).resolve().parent)
              if c.parent == tmp and c.name.startswith("multiexport-")}
 
     def watch() -> None:
@@ -161,8 +165,7 @@ def export_main(argv: list[str]) -> int:
         from ..signature import build_signature
 
         _register(args.register)
-        loaded = _load_with_factory_cache(args.target)
-        target = loaded.pop("target")
+        target, loaded = _load_with_factory_cache(args.target)
         signature = build_signature(target)
         fingerprint = signature.fingerprint(target.fn)
     except Exception as exc:
@@ -174,9 +177,9 @@ def export_main(argv: list[str]) -> int:
     return max(codes)
 
 
-def _load_with_factory_cache(spec: str) -> dict:
-    """{"target", "target_load": {seconds, factory_cache, cache_hits, cache_misses}}: the TARGET built from
-    the programs the parent's load compiled (signature/factory_cache.py), when the parent recorded them."""
+def _load_with_factory_cache(spec: str) -> tuple[Any, dict]:
+    """The TARGET, built from the programs the parent's load compiled (signature/factory_cache.py) when the
+    parent recorded them, and {"target_load": {seconds, factory_cache, cache_hits, cache_misses}}."""
     import jax
 
     from ..signature import load_target
@@ -195,7 +198,7 @@ def _load_with_factory_cache(spec: str) -> dict:
         target = load_target(spec)
     finally:
         jax.monitoring.unregister_event_listener(count)
-    return {"target": target, "target_load": {
+    return target, {"target_load": {
         "seconds": time.perf_counter() - t0, "factory_cache": cached,
         "cache_hits": counts["/jax/compilation_cache/cache_hits"],
         "cache_misses": counts["/jax/compilation_cache/cache_misses"]}}

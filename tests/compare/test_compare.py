@@ -77,6 +77,8 @@ def test_cli_compare_on_the_seed_example(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "xla" in proc.stdout and "foo.bar" in proc.stdout  # the dropped leaf is shown
     assert "xla: export" in proc.stderr  # progress
+    steps = [line for line in proc.stderr.splitlines() if "target 'seed' built" in line or "signature of" in line]
+    assert "target 'seed' built" in steps[0] and "signature of" in steps[1]  # the clock runs from before the build
     assert "p50 ms" in proc.stdout and "reference" in proc.stdout  # latency beside the jax.jit baseline
     assert json.loads((tmp_path / "results.json").read_text())["backends"]["xla"]["status"] == "ok"
 
