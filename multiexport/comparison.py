@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from .errors import Interrupted, UsageError
 from .measure.bench import BenchConfig
 from .results import Results
 from .signature import Target
+
+if TYPE_CHECKING:
+    from .run.timing import EarlyWorkers
 
 REFERENCES = ("jax", "float64")
 
@@ -150,12 +153,15 @@ def _int(name: str, value: Any, low: int) -> None:
 
 
 def compare(target: Target, config: CompareConfig | None = None, *, target_spec: str | None = None,
-            progress: Callable[[str], None] = lambda message: None, **options: Any) -> Results:
+            progress: Callable[[str], None] = lambda message: None, early_workers: EarlyWorkers | None = None,
+            **options: Any) -> Results:
     """Export `target` with each backend, run each artifact in a worker, check parity, benchmark.
 
     Give a `CompareConfig`, or its fields as keyword arguments. target_spec (a TARGET string) lets every
     export run in a worker process of its own (overlapping), and the reference be benchmarked in a worker
-    like every backend; without it, exports run in this process one after another.
+    like every backend; without it, exports run in this process one after another. early_workers: paired
+    workers started for target_spec before the target was built (`run.timing.start_early`, as the CLI
+    does), adopted when they fit this compare, else closed.
     """
     from .run.session import CompareRun
     from .run.supervisor import stop_on_signals
@@ -165,7 +171,7 @@ def compare(target: Target, config: CompareConfig | None = None, *, target_spec:
     elif options:
         raise UsageError(f"compare | got a CompareConfig and options {', '.join(options)}, expected one or the other")
     with stop_on_signals():
-        return CompareRun(target, config, target_spec, progress).run()
+        return CompareRun(target, config, target_spec, progress, early_workers).run()
 
 
 __all__ = ["CompareConfig", "Interrupted", "compare"]

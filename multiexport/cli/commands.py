@@ -169,7 +169,7 @@ def compare_config(args, backends_known: bool = True):
     bench = None if args.no_bench else BenchConfig(warmup_iters=args.warmup, min_iters=args.min_iters,
                                                     max_iters=args.max_iters, bench_time=args.bench_time,
                                                     include_transfers=args.include_transfers)
-    backends = backend_names() if args.backends == "all" else split(args.backends)
+    backends = requested_backends(args)
     if not backends_known:
         if not backends:
             raise UsageError(f"Option 'backends' | got {args.backends!r}, expected at least one of: {', '.join(backend_names())}")
@@ -190,17 +190,39 @@ def compare_config(args, backends_known: bool = True):
 
 
 def cmd_compare(args) -> int:
+    import dataclasses
+
+    from ..export.registry import names as backend_names
     from ..report.regression import check_thresholds
+    from ..run.timing import start_early
     from ..signature.factory_cache import FactoryCache
 
     check_thresholds(args.max_slowdown, args.max_parity_drift)
-    compare_config(args, backends_known=False)  # every option but the backend names, before the target loads
+    pre = compare_config(args, backends_known=False)  # every option but the backend names, before the target loads
     start = time.perf_counter()
-    with FactoryCache() as cache:  # the export workers build the target from the programs this load compiles
-        return _compare(args, load_target(args.target, cache), start)
+    # The paired workers of the backends known now start first: their runtimes import on the other core
+    # while this process builds the target (its module may register more backends: those start later).
+    known = [name for name in requested_backends(args) if name in backend_names()]
+    early_workers = start_early(dataclasses.replace(pre, backends=tuple(known)), spec(args)) if known else None
+    try:
+        with FactoryCache() as cache:  # the export workers build the target from the programs this load compiles
+            return _compare(args, load_target(args.target, cache), start, early_workers)
+    finally:
+        if early_workers is not None:
+            early_workers.close()  # if the compare did not adopt them (the target failed to load)
 
 
-def _compare(args, target, start: float) -> int:
+def spec(args) -> str:
+    return args.target or "multiexport.examples:seed"
+
+
+def requested_backends(args) -> list[str]:
+    from ..export.registry import names as backend_names
+
+    return backend_names() if args.backends == "all" else split(args.backends)
+
+
+def _compare(args, target, start: float, early_workers) -> int:
     from ..comparison import compare
     from .output import err_console, plain, print_results
 
@@ -227,7 +249,7 @@ def _compare(args, target, start: float) -> int:
     progress(f"target '{target.name}' built (its module imported, its arguments made)")
     try:
         with target_output_to_stderr():
-            results = compare(target, config, target_spec=args.target or "multiexport.examples:seed", progress=progress)
+            results = compare(target, config, target_spec=spec(args), progress=progress, early_workers=early_workers)
     finally:
         if status is not None:
             status.stop()

@@ -56,19 +56,23 @@ class Servers:
         self.dirs: dict[str, Path] = {}
 
     def spawn(self, name: str, source: Sequence[str], runtime: str | None) -> None:
-        """Start the runner's worker; it imports its runtime and waits (no timed work until `load`)."""
+        """Start the runner's worker; it imports its runtime and waits (no timed work until `load`).
+
+        source: ["reference", TARGET], or ["run", ARTIFACT_DIR], or ["run", "-"] when the artifact is not
+        written yet (its directory then comes with `load`)."""
         out = Path(tempfile.mkdtemp(prefix="runner-", dir=self.work))
         self.dirs[name] = out
         cmd = worker_command("serve", *source, str(out), "--device", self.device, "--threads", str(self.threads),
                              *(["--runtime", runtime] if runtime else []))
         self.alive[name] = Served(cmd, env={**os.environ, **thread_env(self.threads)})
 
-    def load(self, name: str) -> None:
-        """Wait for the spawned worker's import, then have it load its runner (the timed load)."""
+    def load(self, name: str, artifact: str | None = None) -> None:
+        """Wait for the spawned worker's import, then have it load its runner (the timed load) from
+        `artifact` (for a worker started before it was written)."""
         imported = self.ask(name, None, READY_TIMEOUT_S)
         if imported is None:
             return
-        answer = self.ask(name, {"cmd": "load"}, READY_TIMEOUT_S)
+        answer = self.ask(name, {"cmd": "load", **({"artifact": artifact} if artifact else {})}, READY_TIMEOUT_S)
         if answer is not None:
             self.ready[name] = {**answer, "import_s": imported.get("import_s"),
                                 "import_cpu_s": imported.get("import_cpu_s")}

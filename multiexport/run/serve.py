@@ -1,6 +1,7 @@
 """The paired-mode worker: one runner loaded once, then asked for parity, cold start and timed slices.
 
     python -m multiexport.run.worker serve run ARTIFACT_DIR OUT_DIR [--device --threads --trust-artifact]
+    python -m multiexport.run.worker serve run - OUT_DIR [...]      (the directory comes with "load")
     python -m multiexport.run.worker serve reference TARGET OUT_DIR [...]
 
 It imports its runtime (the backend's `runtime_modules`; jax for the reference) and answers
@@ -8,7 +9,8 @@ It imports its runtime (the backend's `runtime_modules`; jax for the reference) 
 starts it as soon as the artifact exists); then it reads one JSON request per line on stdin and answers
 one JSON line:
 
-    {"cmd": "load"}                                    load the runner, timed: {"ready": true, "load_s", "runner"}
+    {"cmd": "load", "artifact": DIR}                   load the runner, timed: {"ready": true, "load_s", "runner"}
+                                                       ("artifact": the directory, for a worker started with -)
     {"cmd": "parity", "feeds": DIR, "out": DIR}        outputs of each DIR/NNNN.npz as OUT/NNNN.npz
     {"cmd": "prepare", "bench_feeds": DIR, "config": {...}, "spawned_at": T}
                                                        each size prepared on the device, compiled, first call
@@ -69,6 +71,8 @@ def serve_main(argv: list[str]) -> int:
                 # Nothing is left to write: skip the runtimes' interpreter teardown (TensorFlow's takes ~1 s)
                 os._exit(0)
             if command == "load":
+                if args.mode == "run" and args.source == "-":
+                    args.source = str(request["artifact"])  # started before the artifact was written
                 _answer(protocol, _load_runner(state, args))
                 continue
             handler = {"parity": _parity, "prepare": _prepare, "time": _time, "peak": lambda s, r: peak_gflops()}

@@ -26,6 +26,7 @@ from .supervisor import stop_requested
 if TYPE_CHECKING:
     from ..results import Pairing
     from .paired import Servers
+    from .timing import EarlyWorkers
 
 
 class CompareRun:
@@ -34,8 +35,10 @@ class CompareRun:
     pairing: Pairing | None
     available_before: int | None
 
-    def __init__(self, target, config, target_spec: str | None, progress: Callable[[str], None]):
+    def __init__(self, target, config, target_spec: str | None, progress: Callable[[str], None],
+                 early: EarlyWorkers | None = None):
         self.target, self.config, self.spec, self.progress = target, config, target_spec, progress
+        self.early = early  # paired workers started before the target was built: timing.prespawn adopts them
         self.out = Path(config.out_dir or Path("multiexport-out") / safe_component(target.name))
         self.rows: dict[str, BackendResult] = {}
         self.results: Results | None = None

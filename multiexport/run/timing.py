@@ -6,31 +6,91 @@ kept apart so the session reads as the phases it runs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from ..export.manifest import Manifest
 from ..results import Status
+
+if TYPE_CHECKING:
+    from .paired import Servers
+
+
+@dataclass
+class EarlyWorkers:
+    """Paired workers started before the target was built (the CLI starts them, so their runtimes import
+    while the target's factory runs on the other core); the compare for `spec` adopts them.
+
+    servers: the workers (artifact directories still to come with each load).
+    spec: the TARGET string they were started for (the reference worker builds it).
+    available: memory available to new processes just before they started, in bytes (None: unknown).
+    rss: this process's resident size then: what building the target has taken since is not available.
+    """
+
+    servers: Servers
+    spec: str
+    available: int | None
+    rss: int
+
+    def close(self) -> None:
+        self.servers.close()  # a no-op once the compare that adopted them has closed them
+
+
+def start_early(config, spec: str) -> EarlyWorkers | None:
+    """Paired workers for `config.backends` (registered names), before `spec` is built (None when pairing
+    is off or on a GPU plan)."""
+    from ..measure.bench import memory_now
+    from ..measure.pairing import available_memory
+
+    if config.device != "cpu":
+        return None  # which backends run is known only after the GPU probe
+    available, rss = available_memory(), memory_now()["rss_bytes"]
+    servers = _start_workers(config, spec, list(config.backends), "cpu")
+    return EarlyWorkers(servers, spec, available, rss) if servers is not None else None
 
 
 def prespawn(run) -> None:
     """Start the paired workers early: each imports its runtime while the parent traces the target and the
     exports run, then waits; it reads its artifact only when asked to load, after every export is done, and
     nothing is timed before then. On the CPU this runs before the signature is built (the session calls it
-    first); `recheck_prespawn` stops them once the signature shows the weights would not fit, and
-    `plan_timing` decides with the real artifact sizes and closes them if pairing is off after all."""
-    from ..export.contract import usable_cpus
+    first), or adopts the workers the CLI started before the target was built; `recheck_prespawn` stops
+    them once the signature shows the weights would not fit, and `plan_timing` decides with the real
+    artifact sizes and closes them if pairing is off after all."""
+    from ..measure.bench import memory_now
     from ..measure.pairing import available_memory
+
+    early, run.early = run.early, None
+    if early is not None and early.spec == run.spec and run.config.bench and run.config.paired:
+        run.servers = early.servers
+        grown = max(0, memory_now()["rss_bytes"] - early.rss)  # the target, built in this process meanwhile
+        run.available_before = None if early.available is None else early.available - grown
+        for name in list(run.servers.dirs):
+            if name != "jax" and name not in run.config.backends:
+                run.servers.discard(name)
+        return
+    if early is not None:
+        early.close()
+    run.servers, run.available_before = None, available_memory()
+    plan = getattr(run, "plan", None)
+    names = [n for n in run.config.backends if plan is None or n not in plan.excluded]
+    run.servers = _start_workers(run.config, run.spec, names, plan.chosen if plan else "cpu")
+
+
+def _start_workers(config, spec: str | None, backends: list[str], device: str) -> Servers | None:
+    """One paired worker per runner (and the reference's, given a TARGET), each importing its runtime."""
+    from ..export.contract import usable_cpus
     from .paired import Servers
 
-    run.servers, run.available_before = None, available_memory()
-    if not run.config.bench or not run.config.paired:
-        return
-    plan = getattr(run, "plan", None)
-    runners = [n for n in run.config.backends if plan is None or n not in plan.excluded] + (["jax"] if run.spec else [])
-    if len(runners) < 2:
-        return
-    run.servers = Servers(plan.chosen if plan else "cpu", run.config.threads or usable_cpus(), run.config.timeout)
+    runners = list(backends) + (["jax"] if spec else [])
+    if not config.bench or not config.paired or len(runners) < 2:
+        return None
+    servers = Servers(device, config.threads or usable_cpus(), config.timeout)
     for name in runners:
-        source = ["reference", run.spec] if name == "jax" else ["run", str(run.out / name)]
-        run.servers.spawn(name, source, None if name == "jax" else name)
+        if name == "jax" and spec:
+            servers.spawn(name, ["reference", spec], None)
+        else:
+            servers.spawn(name, ["run", "-"], name)
+    return servers
 
 
 def recheck_prespawn(run) -> None:
@@ -95,9 +155,9 @@ def start_servers(run, artifacts: dict[str, Manifest]) -> None:
             servers.discard(name)  # its export failed: nothing to load
     for name in artifacts:
         if name not in servers.dirs:
-            servers.spawn(name, ["run", run.rows[name].artifact], name)
+            servers.spawn(name, ["run", "-"], name)
         run.progress(f"{name}: load in its paired worker")
-        servers.load(name)
+        servers.load(name, run.rows[name].artifact)
 
 
 def paired_rounds(run) -> None:

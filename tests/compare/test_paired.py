@@ -110,3 +110,28 @@ def test_a_paired_worker_answers_nothing_before_its_timed_load(tmp_path):
         assert "before 'load'" in answer["error"]["message"]
     finally:
         server.close()
+
+
+@pytest.mark.subprocess
+def test_workers_started_before_the_target_is_built_are_adopted_by_its_compare_and_closed_by_another(tmp_path):
+    """The CLI starts the paired workers before it builds the target (their runtimes import meanwhile): the
+    compare for that TARGET adopts them, loads each artifact into its worker and closes them; a compare for
+    another TARGET closes them unused and starts its own."""
+    from multiexport.comparison import CompareConfig
+    from multiexport.run.timing import start_early
+
+    def config(out: str) -> CompareConfig:
+        return CompareConfig(backends=("xla",), out_dir=tmp_path / out, trials=1, bench=BENCH)
+
+    early = start_early(config("a"), "multiexport.examples:seed")
+    assert early is not None and set(early.servers.alive) == {"xla", "jax"}
+    results = compare(examples.seed(), config("a"), target_spec="multiexport.examples:seed", early_workers=early)
+    assert results.pairing.mode == "paired" and results.backends["xla"].status is Status.OK
+    assert results.backends["xla"].bench.load_s > 0 and results.backends["xla"].parity.passed
+    assert not early.servers.alive and not early.servers.work.exists()  # the compare closed them
+    other = start_early(config("b"), "multiexport.examples:seed")
+    assert other is not None
+    workers = [served.proc for served in other.servers.alive.values()]
+    results = compare(examples.mlp(), config("b"), target_spec="multiexport.examples:mlp", early_workers=other)
+    assert results.pairing.mode == "paired" and results.backends["xla"].status is Status.OK
+    assert all(proc.poll() is not None for proc in workers) and not other.servers.work.exists()

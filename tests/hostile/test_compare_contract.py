@@ -56,6 +56,18 @@ def test_a_target_file_that_calls_sys_exit_is_one_line_from_compare(sandbox):
     assert not (sandbox.root / "o").exists()
 
 
+def test_a_target_that_fails_to_build_leaves_no_early_worker_behind(sandbox):
+    """The paired workers start before the target is built (their runtimes import meanwhile): a factory that
+    raises is still one line, and the workers, their directories and the factory cache are gone with it."""
+    path = sandbox.root / "broken.py"
+    path.write_text("def target():\n    raise FileNotFoundError('checkpoint.msgpack not found')\n")
+    sandbox.rebase()
+    proc = sandbox.cli("compare", f"{path}:target", "--backends", "xla", "--out", sandbox.root / "o")
+    assert_one_line(proc, 2, "checkpoint.msgpack not found")
+    assert sandbox.tmp_left() == []
+    sandbox.assert_untouched()
+
+
 # -- item 9: random numbers inside the traced function ----------------------------------------------------------
 
 @pytest.mark.subprocess
