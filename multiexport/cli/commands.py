@@ -239,14 +239,17 @@ def _compare(args, target, start: float, early_workers) -> int:
     err = err_console()
     status = err.status("starting") if err.is_terminal else None  # a live line on terminals, plain lines in logs
 
+    built = [f"{time.perf_counter() - start:6.1f}s target '{target.name}' built (its module imported, its arguments made)"]
+
     def progress(message: str) -> None:
+        while built:  # said with the first step, after every check a usage error could fail (one line, then)
+            err.print(plain(built.pop()))
         err.print(plain(f"{time.perf_counter() - start:6.1f}s {message}"))
         if status is not None:
             status.update(plain(message))
 
     if status is not None:
         status.start()
-    progress(f"target '{target.name}' built (its module imported, its arguments made)")
     try:
         with target_output_to_stderr():
             results = compare(target, config, target_spec=spec(args), progress=progress, early_workers=early_workers)
