@@ -284,6 +284,18 @@ def conversion_error(exc: Exception, signature) -> ExportError:
     """jax2onnx's failure as one ExportError: `unsupported-op` whenever an op or plugin cannot convert
     (whatever path raised it), `converter-error` otherwise; positional argument names become leaf names."""
     text = rename_positional(f"{type(exc).__name__}: {exc}", signature)
+    missing = _JAX_MISSING.search(str(exc)) if isinstance(exc, (AttributeError, ImportError)) else None
+    if missing:
+        # jax2onnx reaching for a jax internal this jax no longer has (jax2onnx 0.17.1 on jax 0.12: nested
+        # jit): no op of the model is at fault, and a user reading `unsupported-op` would drop the wrong thing.
+        from multiexport.versions import dist_version
+
+        j2o, jax = dist_version("jax2onnx"), dist_version("jax")
+        return ExportError(
+            f"Backend 'onnx' | jax2onnx {j2o} cannot convert with jax {jax}: it uses "
+            f"{missing['m1'] or missing['m2']}.{missing['n1'] or missing['n2']}, which this jax does not have "
+            f"({key_lines(text, 300)}); expected a jax2onnx release made for jax {jax}, "
+            "or a jax this jax2onnx supports", backend="onnx", category="version-skew")
     plugin = re.search(r"\b(\w+Plugin)\b", text)
     frames = [f.filename for f in traceback.extract_tb(exc.__traceback__)]
     plugin_file = next((f for f in reversed(frames) if f"jax2onnx{os.sep}plugins{os.sep}" in f), None)
@@ -310,6 +322,11 @@ def conversion_error(exc: Exception, signature) -> ExportError:
                 "(seen with flax.linen's nn.scan and nn.RNN in jax2onnx 0.17): a converter limitation, not the "
                 "model's math; the other formats are unaffected")
     return ExportError(f"Backend 'onnx' | jax2onnx failed: {body}{hint}", backend="onnx", category="converter-error")
+
+
+# "module 'jax._src.core' has no attribute 'ClosedJaxpr'", "cannot import name 'x' from 'jax.core'"
+_JAX_MISSING = re.compile(r"module '(?P<m1>jax(?:lib)?(?:\.[\w.]+)?)' has no attribute '(?P<n1>\w+)'"
+                          r"|cannot import name '(?P<n2>\w+)' from '(?P<m2>jax(?:lib)?(?:\.[\w.]+)?)'")
 
 
 def rename_positional(text: str, signature) -> str:
