@@ -7,8 +7,8 @@ with PRNG keys at import: 47 of the ~74 XLA compiles) and `plugins/examples`. Pl
 never imported equinox or dm_pix they cannot change a conversion. With equinox imported, a plugin file under
 `equinox` can change a conversion only by patching the `__call__` of an equinox class that runs while the
 function is traced, or by lowering a primitive its jaxpr holds: one trace of the function (under a profile
-hook, ~0.03 s for equinox's MNIST CNN) tells which, and only those files are imported (10.4 -> ~2 CPU-s on
-it). The ONNX written is byte-identical to jax2onnx's own import (tests/backends/test_onnx.py checks it on
+hook, ~0.03 s for equinox's MNIST CNN) tells which, and only those files are imported (on it the
+plugin import 11.9 -> 4.1 s). The ONNX written is byte-identical to jax2onnx's own import (tests/backends/test_onnx.py checks it on
 the zoo and the equinox models). The rest is imported in jax2onnx's own order and the tree marked imported;
 what a later conversion in the same process needs is imported then.
 
