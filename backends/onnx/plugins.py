@@ -117,13 +117,10 @@ def equinox_files(root: Path, fn: Callable[..., Any], specs: Sequence[Any]) -> s
     finally:
         sys.setprofile(previous)
     held = primitive_names(jaxpr.jaxpr)
+    # A file that patches a class binds its primitive only from the patch: unpatched, the jaxpr cannot hold it.
+    patching = set().union(*patches.values())
     return {path for path, names in lowers.items()
-            if path in ran or any(n is None or n in held for n in names) and not _patches_only(path, patches)}
-
-
-def _patches_only(path: Path, patches: dict[Any, set[Path]]) -> bool:
-    """A file that patches a class binds its primitive only from the patch: the jaxpr cannot hold it unpatched."""
-    return any(path in files for files in patches.values())
+            if path in ran or path not in patching and any(n is None or n in held for n in names)}
 
 
 def primitive_names(jaxpr) -> set[str]:
