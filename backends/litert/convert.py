@@ -170,3 +170,37 @@ def op_names(blob: bytes) -> list[str]:
         custom = code.CustomCode()
         found.add(f"custom:{custom.decode()}" if custom else names.get(builtin, str(builtin)))
     return sorted(found)
+
+
+# The combining ops LiteRT's STABLEHLO_SCATTER kernel takes in its region (ai_edge_litert 2.x,
+# stablehlo_scatter.cc: OpCodeToComputationType); an empty region is a plain update.
+SCATTER_REGION_OPS = ("STABLEHLO_ADD", "STABLEHLO_MULTIPLY", "STABLEHLO_MAXIMUM", "STABLEHLO_MINIMUM")
+
+
+def scatter_regions(blob: bytes) -> list[list[str]]:
+    """Per STABLEHLO_SCATTER op in the model, the ops of its combining region, as the converter wrote them.
+
+    The converter legalizes the region's `stablehlo.add` to a TFLite ADD, which the kernel does not take,
+    so a scatter-add converts and then cannot prepare; this names the op the kernel saw.
+    """
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAsModel(blob, 0)
+    names = {value: key for key, value in vars(schema.BuiltinOperator).items() if not key.startswith("_")}
+
+    def op_name(op) -> str:
+        code = model.OperatorCodes(op.OpcodeIndex())
+        return names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "?")
+
+    regions = []
+    for g in range(model.SubgraphsLength()):
+        subgraph = model.Subgraphs(g)
+        for i in range(subgraph.OperatorsLength()):
+            op = subgraph.Operators(i)
+            if op_name(op) != "STABLEHLO_SCATTER" or op.BuiltinOptions2Type() != schema.BuiltinOptions2.StablehloScatterOptions:
+                continue
+            table, options = op.BuiltinOptions2(), schema.StablehloScatterOptions()
+            options.Init(table.Bytes, table.Pos)
+            region = model.Subgraphs(options.UpdateComputationSubgraphIndex())
+            regions.append([op_name(region.Operators(j)) for j in range(region.OperatorsLength())])
+    return regions

@@ -11,7 +11,7 @@ import numpy as np
 from multiexport.errors import RunError
 from multiexport.export import Runner
 
-from .convert import SIGNATURE_KEY
+from .convert import SCATTER_REGION_OPS, SIGNATURE_KEY, scatter_regions
 
 # The interpreter's words for a model it converted but cannot run (ai_edge_litert 2.3.0).
 FLEX = "Select TensorFlow op"
@@ -100,8 +100,9 @@ class LiteRTRunner(Runner):
                             f"ai_edge_litert interpreter cannot run: {text}", backend="litert", category="unsupported-op")
         failed = _PREPARE.search(text)
         if failed:
+            why = _scatter_region_mismatch(self.manifest, self.directory) if failed.group(1) == "STABLEHLO_SCATTER" else ""
             return RunError(f"Artifact '{self.directory}' | LiteRT's {failed.group(1)} kernel cannot run this model: "
-                            f"{text}", backend="litert", category="unsupported-op")
+                            f"{why}{text}", backend="litert", category="unsupported-op")
         return RunError(f"Artifact '{self.directory}' | LiteRT failed: {type(exc).__name__}: {text}", backend="litert")
 
     def partitions(self) -> int:
@@ -149,3 +150,18 @@ def signature_of(interpreter) -> dict[str, dict[str, int]] | None:
              "outputs": {k: d["index"] for k, d in runner.get_output_details().items()}}
     del runner  # a live SignatureRunner makes allocate_tensors()/invoke() refuse to run
     return found
+
+
+def _scatter_region_mismatch(manifest, directory) -> str:
+    """Why a scatter the kernel says it supports still fails: the region's op as the converter wrote it."""
+    try:
+        regions = scatter_regions(manifest.path(directory, "model").read_bytes())
+    except Exception:  # noqa: BLE001 - an explanation only; the runtime's own words follow it anyway
+        return ""
+    refused = sorted({op for ops in regions if len(ops) == 1 for op in ops if op not in SCATTER_REGION_OPS})
+    if not refused:
+        return ""
+    return (f"the TFLite converter wrote the scatter's combining region as {', '.join(refused)}, and the kernel takes "
+            f"only {', '.join(SCATTER_REGION_OPS)} or a plain update (a mismatch between LiteRT's converter and its "
+            f"runtime, not the model's math: a scatter combining with {', '.join(refused)} cannot run in this LiteRT, "
+            f"e.g. x.at[i].add; x.at[i].set can); LiteRT said: ")

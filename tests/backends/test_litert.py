@@ -263,6 +263,21 @@ def test_a_model_that_converts_but_cannot_prepare_is_caught_by_the_load_check(tm
 
     error = export_error(scatter_add, ({"i": INTS},), tmp_path)
     assert error.category == "unsupported-op" and "STABLEHLO_SCATTER" in str(error)
+    # The kernel's own words ("Only update, Add, ... are supported") read as if an add should run: the reason
+    # names the op the converter wrote in the region, which the kernel does not take (found on ops_scatter).
+    assert "wrote the scatter's combining region as ADD" in str(error) and "not the model's math" in str(error)
+
+
+def test_the_scatter_regions_of_a_converted_model_are_read_from_its_flatbuffer(tmp_path):
+    """A plain update converts to an empty region (the kernel runs it); an add to a TFLite ADD (it does not)."""
+    from multiexport.backends.litert.convert import MODEL_FILE, scatter_regions
+
+    def writes(b):
+        return {"y": jnp.zeros((100,), jnp.float32).at[b["i"]].set(2.0), "z": jnp.zeros((100,)).at[b["i"]].max(1.0)}
+
+    sig, artifact = export(Target(writes, args=({"i": INTS},)), tmp_path / "a", check_load=False)
+    regions = scatter_regions((artifact.directory / MODEL_FILE).read_bytes())
+    assert sorted(regions) == [[], ["MAXIMUM"]], regions
 
 
 @pytest.mark.parametrize("make", [examples.mlp_bf16, lambda: Target(lambda h: (h * 2 + 1).astype(jnp.float16),
