@@ -56,18 +56,17 @@ def _exit_with_parent(argv: list[str], interval: float = 1.0) -> None:
     """
     import shutil
     import signal
-    import tempfile
     import threading
 
+    from ..files.temporary import is_temporary
     from ..signature.factory_cache import ENV
 
     parent = os.getppid()
-    # The supervisor's temporary directories this worker was given (multiexport-<kind>-XXXX in $TMPDIR), and
-    # the factory cache of the compare that started it: with the supervisor gone, nobody else would remove them.
-    tmp = Path(tempfile.gettempdir()).resolve()
+    # The supervisor's temporary directories this worker was given (an argument, or the directory holding
+    # one), and the factory cache of the compare that started it: with the supervisor gone, nobody else would
+    # remove them. Only directories carrying multiexport's mark: an argument may lie in the user's --out.
     given = [a for a in argv if a and not a.startswith("-")] + ([os.environ[ENV]] if os.environ.get(ENV) else [])
-    owned = {c for a in given for c in (Path(a).resolve(), Path(a).resolve().parent)
-             if c.parent == tmp and c.name.startswith("multiexport-")}
+    owned = {c for a in given for c in (Path(a), Path(a).parent) if is_temporary(c)}
 
     def watch() -> None:
         while True:

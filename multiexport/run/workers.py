@@ -13,7 +13,6 @@ import json
 import shutil
 import signal
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -53,7 +52,9 @@ def worker_command(*args: str) -> list[str]:
 
 
 def start_work_dir(prefix: str) -> Path:
-    return Path(tempfile.mkdtemp(prefix=f"multiexport-{prefix}-"))
+    from ..files.temporary import make_temporary
+
+    return make_temporary(prefix)
 
 
 def run_worker(args: Sequence[str], work: Path, timeout: float, expect: str | None = None,

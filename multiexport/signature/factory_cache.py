@@ -17,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from typing import Iterator
+
+from ..files.temporary import make_temporary
 
 ENV = "MULTIEXPORT_FACTORY_CACHE"  # the directory, for the workers this process starts
 _NEVER_WRITE_S = 1e9  # jax writes an entry only for a compile that took at least this long
@@ -31,7 +32,7 @@ class FactoryCache:
     """
 
     def __init__(self) -> None:
-        self.path = tempfile.mkdtemp(prefix="multiexport-factory-cache-")
+        self.path = str(make_temporary("factory-cache"))
         _configure(self.path)
         os.environ[ENV] = self.path
 

@@ -96,7 +96,9 @@ def test_a_worker_killed_from_outside_with_sigkill_is_killed_not_out_of_memory(s
     assert not sandbox.tmp_left()
 
 
-def test_a_sigkill_to_compare_does_not_leave_its_worker_running(sandbox):
+def _sigkill_compare_during_an_export(sandbox, out, keep=()) -> None:
+    """compare into `out` with an export that hangs; SIGKILL compare; wait until its orphaned worker is gone
+    and has removed the temporaries (everything in TMPDIR but `keep`)."""
     target = sandbox.root / "with_hang.py"
     target.write_text(textwrap.dedent(f"""
         from multiexport.export.registry import register
@@ -105,8 +107,8 @@ def test_a_sigkill_to_compare_does_not_leave_its_worker_running(sandbox):
         target = seed
     """))
     pid_file = sandbox.root.parent / "worker.pid"
-    proc = _start(["compare", f"{target}:target", "--backends", "xla_hang", "--no-bench", "--out",
-                   sandbox.root / "o"], {"TMPDIR": str(sandbox.tmp), "MULTIEXPORT_TEST_PID_FILE": str(pid_file)})
+    proc = _start(["compare", f"{target}:target", "--backends", "xla_hang", "--no-bench", "--out", out],
+                  {"TMPDIR": str(sandbox.tmp), "MULTIEXPORT_TEST_PID_FILE": str(pid_file)})
     worker = _wait_file(pid_file)
     proc.kill()
     _finish(proc)
@@ -115,8 +117,24 @@ def test_a_sigkill_to_compare_does_not_leave_its_worker_running(sandbox):
         while _alive(worker) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _alive(worker), "the worker outlived the compare that started it"
-        while sandbox.tmp_left() and time.monotonic() < deadline + 5:
+        while set(sandbox.tmp_left()) - set(keep) and time.monotonic() < deadline + 5:
             time.sleep(0.2)
-        assert not sandbox.tmp_left(), f"the orphaned worker left {sandbox.tmp_left()}"
+        assert sandbox.tmp_left() == sorted(keep), f"the orphaned worker left {sandbox.tmp_left()}"
     finally:
         _kill(worker)
+
+
+def test_a_sigkill_to_compare_does_not_leave_its_worker_running(sandbox):
+    _sigkill_compare_during_an_export(sandbox, sandbox.root / "o")
+
+
+def test_an_orphaned_worker_removes_its_temporaries_and_never_the_users_output_directory(sandbox):
+    """`--out $TMPDIR/multiexport-mine` puts the export worker's argument ($TMPDIR/multiexport-mine/xla_hang)
+    exactly where a temporary's would be; the orphaned worker removed the whole directory, with the
+    user's file and the earlier run's results in it. Now only directories multiexport marked are removed."""
+    out = sandbox.tmp / "multiexport-mine"
+    out.mkdir(parents=True)
+    (out / ".multiexport-run").write_text('{"state": "done"}\n')  # an earlier compare's output, which it may reuse
+    (out / "notes.txt").write_text("the user's own words\n")
+    _sigkill_compare_during_an_export(sandbox, out, keep=["multiexport-mine"])
+    assert (out / "notes.txt").read_text() == "the user's own words\n"
