@@ -162,14 +162,19 @@ def op_names(blob: bytes) -> list[str]:
     from ai_edge_litert import schema_py_generated as schema
 
     model = schema.Model.GetRootAsModel(blob, 0)
-    names = {value: key for key, value in vars(schema.BuiltinOperator).items() if not key.startswith("_")}
-    found = set()
-    for i in range(model.OperatorCodesLength()):
-        code = model.OperatorCodes(i)
-        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-        custom = code.CustomCode()
-        found.add(f"custom:{custom.decode()}" if custom else names.get(builtin, str(builtin)))
-    return sorted(found)
+    names = _builtin_names(schema)
+    return sorted({_code_name(model.OperatorCodes(i), names) for i in range(model.OperatorCodesLength())})
+
+
+def _builtin_names(schema) -> dict[int, str]:
+    return {value: key for key, value in vars(schema.BuiltinOperator).items() if not key.startswith("_")}
+
+
+def _code_name(code, names: dict[int, str]) -> str:
+    """An operator code's name: a builtin by its name, a custom op as custom:CODE."""
+    builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+    custom = code.CustomCode()
+    return f"custom:{custom.decode()}" if custom else names.get(builtin, str(builtin))
 
 
 # The combining ops LiteRT's STABLEHLO_SCATTER kernel takes in its region (ai_edge_litert 2.x,
@@ -186,11 +191,10 @@ def scatter_regions(blob: bytes) -> list[list[str]]:
     from ai_edge_litert import schema_py_generated as schema
 
     model = schema.Model.GetRootAsModel(blob, 0)
-    names = {value: key for key, value in vars(schema.BuiltinOperator).items() if not key.startswith("_")}
+    names = _builtin_names(schema)
 
     def op_name(op) -> str:
-        code = model.OperatorCodes(op.OpcodeIndex())
-        return names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "?")
+        return _code_name(model.OperatorCodes(op.OpcodeIndex()), names)
 
     regions = []
     for g in range(model.SubgraphsLength()):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..files.temporary import make_temporary
 from .supervisor import Outcome, run_command
 
 WORKER_MODULE = "multiexport.run.worker"
@@ -52,8 +53,6 @@ def worker_command(*args: str) -> list[str]:
 
 
 def start_work_dir(prefix: str) -> Path:
-    from ..files.temporary import make_temporary
-
     return make_temporary(prefix)
 
 
