@@ -130,6 +130,30 @@ class _DyingRunner(XlaRunner):
         super()._run_impl(prepared)
 
 
+class StaticOnlyXla(XlaBackend):
+    """A converter that cannot keep a symbolic dimension (it raises as jax2onnx does on Python shape logic)
+    and converts every static signature faithfully: what the static-size fallback exists for."""
+
+    name = "xla_static_only"
+
+    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
+        if signature.symbolic_dims:
+            raise RuntimeError(f"Symbolic dimension '{signature.symbolic_dims[0]}' used in a context that requires "
+                               "a constant")
+        return super()._export_impl(fn, signature, out_dir, options, resolved, frontend)
+
+
+class StaticOnlyPerturbedXla(PerturbedXla):
+    """Like StaticOnlyXla, but its static artifacts are numerically wrong (1e-3 added to float outputs)."""
+
+    name = "xla_static_only_perturbed"
+
+    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
+        if signature.symbolic_dims:
+            raise RuntimeError("Symbolic dimension used in a context that requires a constant")
+        return super()._export_impl(fn, signature, out_dir, options, resolved, frontend)
+
+
 class ExportFailingXla(XlaBackend):
     name = "xla_export_fails"
 
@@ -148,4 +172,4 @@ class ExportCrashingXla(XlaBackend):
 
 ALL = {cls.name: f"tests.fault_backends:{cls.__name__}"
        for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, KilledXla, SleepyXla, DiesWhileTimedXla,
-                    ExportFailingXla, ExportCrashingXla)}
+                    ExportFailingXla, ExportCrashingXla, StaticOnlyXla, StaticOnlyPerturbedXla)}

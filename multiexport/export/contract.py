@@ -198,6 +198,8 @@ class Backend:
     runtime_modules: what a runner of this format imports before it can load anything (the runtime
         library). A paired worker imports them while other work runs, so its timed load is the artifact's
         load, the same for every format, and the library import is reported beside it in CPU seconds.
+    static_fallback: when the export of a symbolic signature fails, export one model per requested size
+        instead (`export.static_fallback`); False for a format that keeps every symbolic dim itself.
     """
 
     name: ClassVar[str] = ""
@@ -211,6 +213,7 @@ class Backend:
     carries_code: ClassVar[bool] = False
     weight_storage: ClassVar[tuple[str, ...]] = ("embedded", "external")
     runtime_modules: ClassVar[tuple[str, ...]] = ()
+    static_fallback: ClassVar[bool] = True
 
     def available(self) -> Availability:
         missing = [m for m in self.requires if _find_spec(m) is None]
@@ -253,6 +256,10 @@ class Backend:
             raise RunError(f"Artifact '{artifact_dir}' | exported for {', '.join(platforms)}, expected {platform}: "
                            f"re-export with --platforms {','.join([*platforms, platform])}", backend=self.name,
                            category="unsupported-platform")
+        from .static_fallback import FORMAT_KEY, StaticSizesRunner
+
+        if FORMAT_KEY in manifest.format:  # one model per size: each loaded through this method on first use
+            return StaticSizesRunner(self, manifest, Path(artifact_dir), options)
         return self._load_impl(manifest, Path(artifact_dir), options)
 
     def device_status(self, device: str) -> Availability:

@@ -76,6 +76,8 @@ class ExportOptions:
         (embedded as constants; ONNX refuses past its 2 GB protobuf limit).
     static_sizes: symbolic dimension -> sizes for which the artifact also carries modules refined to
         static shapes (what PJRT needs: it cannot compile a polymorphic module).
+    fallback_sizes: symbolic dimension -> sizes to export one model each for when the format cannot take
+        the symbolic dims (compare passes every size it checks); empty: `static_sizes`, else the example's.
     backend_options: the backend's declared `Option`s by name (unknown names are refused).
     check_load: after writing, load the artifact with the format's own runtime and run it once on the
         example inputs, so an artifact the installed consumer cannot read fails at export.
@@ -90,6 +92,7 @@ class ExportOptions:
     platforms: tuple[str, ...] | None = None
     external_weights: str = "auto"
     static_sizes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    fallback_sizes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     backend_options: Mapping[str, Any] = field(default_factory=dict)
     check_load: bool = True
     stage_artifact: str | None = None
@@ -105,9 +108,10 @@ class ExportOptions:
                 raise UsageError(f"Option 'platforms' | got {', '.join(map(str, platforms)) or 'none'}, expected "
                                  f"distinct names among {', '.join(PLATFORMS)}")
             object.__setattr__(self, "platforms", platforms)
-        for dim, sizes in self.static_sizes.items():
-            if not sizes or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes):
-                raise UsageError(f"Option 'static_sizes' | got {dim}={sizes!r}, expected sizes >= 1, e.g. b=1,8")
+        for option, given in (("static_sizes", self.static_sizes), ("fallback_sizes", self.fallback_sizes)):
+            for dim, sizes in given.items():
+                if not sizes or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes):
+                    raise UsageError(f"Option '{option}' | got {dim}={sizes!r}, expected sizes >= 1, e.g. b=1,8")
 
     @classmethod
     def for_device(cls, device: str, **kwargs: Any) -> "ExportOptions":

@@ -37,32 +37,92 @@ EXAMPLE_LIMIT_BYTES = 64 << 20  # above this the artifact ships without example 
 
 def export_artifact(backend: Backend, fn: Callable[..., Any], signature: "Signature", out_dir: Path,
                     options: ExportOptions) -> Artifact:
-    """Export `fn` with `backend` into `out_dir`: validated options, one manifest, a proven load."""
+    """Export `fn` with `backend` into `out_dir`: validated options, one manifest, a proven load.
+
+    When the export of a symbolic signature fails in a way a fixed size may avoid, the function is exported
+    once per requested size instead (`static_fallback`): one artifact holding a model per size, its
+    manifest saying which sizes it takes and why.
+    """
     backend.require()
     resolved = backend.resolve_options(options.backend_options)
     with claimed(out_dir) as staging:
-        stage = _frontend(backend, fn, signature, options, staging.parent)
-        with stage as frontend:
-            try:
-                result = backend._export_impl(fn, signature, staging, options, resolved, frontend)
-            except MultiexportError:
+        try:
+            export_into(backend, fn, signature, staging, options, resolved)
+        except ExportError as exc:
+            from .static_fallback import plan
+
+            fallback = plan(backend, signature, options, exc.category)
+            if fallback is None:
                 raise
-            except OSError as exc:
-                error = disk_error(exc, out_dir)
-                if error is exc:
-                    raise _unexpected(backend, exc) from exc
-                raise error from exc
-            except Exception as exc:
-                raise _unexpected(backend, exc) from exc
-        manifest = build_manifest(backend, signature, options, resolved, result, staging, stage.how)
-        audit_dtypes(backend.name, manifest, result)
-        manifest.write(staging)
-        if options.check_load:
-            notes = load_check(backend, staging, manifest, signature)
-            if notes:
-                manifest = dataclasses.replace(manifest, warnings=[*manifest.warnings, *notes])
-                manifest.write(staging)
+            _empty(staging)
+            _export_sizes(backend, fn, signature, staging, options, resolved, fallback, exc)
     return Artifact(backend.name, out_dir, Manifest.read(out_dir))
+
+
+def export_into(backend: Backend, fn: Callable[..., Any], signature: "Signature", staging: Path,
+                options: ExportOptions, resolved: dict[str, Any]) -> Manifest:
+    """One export into the (empty) directory `staging`: the stage it builds on, the format's files, the
+    manifest, the dtype audit and the load check. Returns the manifest written."""
+    stage = _frontend(backend, fn, signature, options, staging.parent)
+    with stage as frontend:
+        try:
+            result = backend._export_impl(fn, signature, staging, options, resolved, frontend)
+        except MultiexportError:
+            raise
+        except OSError as exc:
+            error = disk_error(exc, staging)
+            if error is exc:
+                raise _unexpected(backend, exc) from exc
+            raise error from exc
+        except Exception as exc:
+            raise _unexpected(backend, exc) from exc
+    manifest = build_manifest(backend, signature, options, resolved, result, staging, stage.how)
+    audit_dtypes(backend.name, manifest, result)
+    manifest.write(staging)
+    if options.check_load:
+        notes = load_check(backend, staging, manifest, signature)
+        if notes:
+            manifest = dataclasses.replace(manifest, warnings=[*manifest.warnings, *notes])
+            manifest.write(staging)
+    return manifest
+
+
+def _export_sizes(backend: Backend, fn: Callable[..., Any], signature: "Signature", staging: Path,
+                  options: ExportOptions, resolved: dict[str, Any], fallback: Any, symbolic: ExportError) -> None:
+    """The static-size fallback: one sub-artifact per size under static/, then the top-level manifest.
+
+    The example's size comes first; when it fails too, a fixed size does not help and the symbolic
+    export's error stands (with the static one's words beside it). A later size that fails is listed as
+    not built, and compare reports it `size-unsupported`.
+    """
+    from .static_fallback import describe_failure, manifest_for, size_dir, size_key, specialize
+
+    sized = dataclasses.replace(options, static_sizes={}, fallback_sizes={})
+    built: dict[str, Manifest] = {}
+    not_built = {key: "not attempted" for key in fallback.dropped}
+    for sizes in fallback.sizes:
+        key = size_key(sizes)
+        sub = staging / size_dir(sizes)
+        sub.mkdir(parents=True)
+        try:
+            built[key] = export_into(backend, fn, specialize(signature, sizes), sub, sized, resolved)
+        except ExportError as exc:
+            if not built:
+                raise ExportError(f"{symbolic} (a static export at {key} failed too: {describe_failure(exc)})",
+                                  backend=backend.name, category=symbolic.category) from symbolic
+            shutil.rmtree(sub, ignore_errors=True)
+            not_built[key] = describe_failure(exc)
+    manifest = manifest_for(backend, signature, options, resolved, built, not_built, symbolic, staging)
+    manifest.write(staging)
+
+
+def _empty(directory: Path) -> None:
+    """Remove what a failed attempt left in a staging directory (the directory itself stays claimed)."""
+    for child in directory.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 def _unexpected(backend: Backend, exc: Exception) -> ExportError:
@@ -114,7 +174,7 @@ class _frontend:
 def reusable_stage(stage: Backend, signature: "Signature", options: ExportOptions,
                    directory: str | None) -> Artifact | None:
     """The finished stage artifact in `directory` when its manifest shows it was made as `stage` with
-    `options` would make it for `signature` (same target and leaves, default backend options, keep_unused,
+    `options` would make it for `signature` (same target, leaves and shapes, default backend options, keep_unused,
     every platform asked for); None otherwise, or when it cannot be read (then the stage is exported afresh)."""
     if not directory:
         return None
@@ -126,6 +186,7 @@ def reusable_stage(stage: Backend, signature: "Signature", options: ExportOption
     same = (manifest.backend == stage.name and manifest.target == signature.name
             and [leaf.name for leaf in manifest.inputs] == [leaf.name for leaf in signature.inputs]
             and [leaf.name for leaf in manifest.outputs] == [leaf.name for leaf in signature.outputs]
+            and [leaf.shape for leaf in manifest.inputs] == [list(leaf.shape) for leaf in signature.inputs]
             and manifest.options == stage.resolve_options({}) and manifest.keep_unused == options.keep_unused
             and set(platforms) <= set(manifest.supports.get("platforms") or ["cpu"]))
     return Artifact(stage.name, Path(directory), manifest) if same else None
@@ -137,7 +198,7 @@ def build_manifest(backend: Backend, signature: "Signature", options: ExportOpti
     (stage: how the stage it builds on was made, recorded as format.stage)."""
     fixed = result.fixed_dims or {}
     files = dict(result.files)
-    if _write_example_inputs(signature, staging, fixed):
+    if write_example_inputs(signature, staging, fixed):
         files["example_inputs"] = EXAMPLE_INPUTS
     _write_native_inputs(signature, staging, result.native)
     dims = {d: ([fixed[d]] if d in fixed else "any") for d in signature.symbolic_dims}
@@ -204,7 +265,7 @@ def inventory(directory: Path) -> dict[str, int]:
     return dict(sorted(found.items()))
 
 
-def _write_example_inputs(signature: "Signature", out_dir: Path, fixed: dict[str, int]) -> bool:
+def write_example_inputs(signature: "Signature", out_dir: Path, fixed: dict[str, int]) -> bool:
     """The target's example values as example_inputs.npz, so `multiexport run DIR` works as is."""
     from ..files.npz import save_npz
 

@@ -108,11 +108,13 @@ def _options(run, name: str, stage_artifact: str | None):
     from ..measure.plan import sizes_checked
 
     config = run.config
-    static = sizes_checked(run.sig, run.trials, run.bench_feeds) if config.native and name == "xla" else {}
+    checked = sizes_checked(run.sig, run.trials, run.bench_feeds)
+    static = checked if config.native and name == "xla" else {}
     # No load check in the export worker: the run worker loads the artifact next, and the backend classifies
     # a failure there the same way (one root cause, one category), without paying the load twice.
     return ExportOptions.for_device(run.plan.chosen, keep_unused=config.keep_unused,
                                     external_weights=config.external_weights, static_sizes=static,
+                                    fallback_sizes=checked,
                                     backend_options=dict(config.backend_options.get(name, {})), check_load=False,
                                     stage_artifact=stage_artifact)
 
@@ -165,7 +167,8 @@ def _in_worker(run, group: list[str]) -> dict[str, Manifest | None]:
         options = _options(run, name, str(run.out / names[0]) if i and _stage_of(names, name) else None)
         payload = {"keep_unused": options.keep_unused, "platforms": list(options.platforms or []) or None,
                    "external_weights": options.external_weights, "backend_options": dict(options.backend_options),
-                   "static_sizes": {d: list(v) for d, v in options.static_sizes.items()}, "check_load": False,
+                   "static_sizes": {d: list(v) for d, v in options.static_sizes.items()},
+                   "fallback_sizes": {d: list(v) for d, v in options.fallback_sizes.items()}, "check_load": False,
                    "stage_artifact": options.stage_artifact}
         jobs.append((name, start_work_dir("export"), json.dumps(payload)))
         run.progress(f"{name}: export in a worker process" + (f" (after {names[0]}, in its worker)" if i else ""))

@@ -215,7 +215,8 @@ def _export_one(target, signature, fingerprint: str, job, made: set[str], loaded
         fields = json.loads(options_json)
         if fields.get("platforms"):
             fields["platforms"] = tuple(fields["platforms"])
-        fields["static_sizes"] = {k: tuple(v) for k, v in fields.get("static_sizes", {}).items()}
+        for key in ("static_sizes", "fallback_sizes"):
+            fields[key] = {k: tuple(v) for k, v in fields.get(key, {}).items()}
         if fields.get("stage_artifact") and str(Path(fields["stage_artifact"]).resolve()) not in made:
             fields["stage_artifact"] = None  # not made by this process: whatever is there may be stale
         options = ExportOptions(**fields)
