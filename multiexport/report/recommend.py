@@ -45,6 +45,11 @@ class Recommendation:
 
 
 def recommend(results: Results) -> Recommendation:
+    """The picks per batch size, the caveats and the one-sentence verdict for `results`.
+
+    A format whose artifact takes only some sizes of a symbolic dimension (a converter that could not keep
+    it) is never the verdict over one that takes every size without the verdict saying so first.
+    """
     rec = Recommendation()
     faithful = {n: r for n, r in results.backends.items() if r.status is Status.OK}
     sizes: dict = {}
@@ -55,33 +60,19 @@ def recommend(results: Results) -> Recommendation:
                 unsupported.setdefault(s.batch, []).append(name)
             elif s.latency is not None:
                 sizes.setdefault(s.batch, []).append((name, s.latency))
-    for batch, entries in sizes.items():
-        entries.sort(key=lambda e: e[1].p50_ms)
-        best_name, best = entries[0]
-        pick = Pick(batch=batch, backend=best_name, p50_ms=best.p50_ms, unsupported=unsupported.get(batch, []))
-        if len(entries) > 1:
-            second_name, second = entries[1]
-            pick.runner_up = second_name
-            paired = results.pairing.ratio(batch, best_name, second_name) if results.pairing else None
-            if paired is not None:  # measured over the same rounds: the ratio's own interval decides
-                pick.ratio_to_runner_up = paired.ratio
-                pick.ratio_ci95 = (paired.ci95_low, paired.ci95_high)
-                pick.significant = paired.significant
-            else:
-                pick.ratio_to_runner_up = second.p50_ms / best.p50_ms if best.p50_ms > 0 else None
-                pick.significant = best.ci95_high_ms < second.ci95_low_ms
-        rec.picks.append(pick)
+    rec.picks = [_pick(results, batch, entries, unsupported.get(batch, [])) for batch, entries in sizes.items()]
+    limited = {n: fixed for n, r in faithful.items() if (fixed := fixed_dims(r))}
+    full_picks = [_pick(results, batch, kept, []) for batch, entries in sizes.items()
+                  if (kept := [e for e in entries if e[0] not in limited])]
 
     for name, r in results.backends.items():
         if r.status is not Status.OK:
             rec.caveats.append(f"{name}: {r.status.value}: {r.reason}")
         elif r.reason:
             rec.caveats.append(f"{name}: {r.reason}")
-        fixed = {d: v for d, v in (r.supports.get("dims") or {}).items() if v != "any"}
-        if fixed and r.status is Status.OK:
-            shown = ", ".join(f"{d}={','.join(map(str, v))}" for d, v in fixed.items())
-            rec.caveats.append(f"{name}: {Status.SIZE_UNSUPPORTED.value}: its artifact supports {shown} only; it is "
-                               "faithful there and was not checked or timed at other sizes")
+        if name in limited:
+            rec.caveats.append(f"{name}: {Status.SIZE_UNSUPPORTED.value}: its artifact supports {_sizes(limited[name])} "
+                               "only; it is faithful there and was not checked or timed at other sizes")
         for note in (r.parity.notes if r.parity else []):
             rec.caveats.append(f"{name}: {note}")
         if r.native is not None and r.native.status is not Status.OK:
@@ -99,23 +90,80 @@ def recommend(results: Results) -> Recommendation:
         rec.verdict = "No backend passed parity: ship none of them until the failures above are understood."
     elif not rec.picks:
         rec.verdict = f"Faithful: {', '.join(faithful)} (no latency measured)."
+    elif any(p.backend in limited for p in rec.picks):
+        rec.verdict = _size_limited_verdict(rec.picks, full_picks, limited)
     else:
-        winners = {p.backend for p in rec.picks}
-        if len(faithful) == 1:
-            rec.verdict = f"Ship {next(iter(faithful))}: the only backend measured that passed parity."
-        elif len(winners) == 1:
-            w = next(iter(winners))
-            ties = [p for p in rec.picks if p.significant is False]
-            tie_note = f" (a tie within noise with {ties[0].runner_up} at batch {_b(ties[0].batch)})" if ties else ""
-            rec.verdict = (f"Ship {w}: it passed parity and is the fastest faithful backend at every batch size "
-                           f"measured{tie_note}.")
-        else:
-            per = ", ".join(f"{p.backend} at batch {_b(p.batch)}" for p in rec.picks)
-            rec.verdict = f"The fastest faithful backend depends on the batch size: {per}."
+        rec.verdict = _verdict(rec.picks, faithful)
         gaps = sorted({n for p in rec.picks for n in p.unsupported})
         if gaps:
             rec.verdict += f" ({', '.join(gaps)}: faithful, but not at every size; see the caveats.)"
     return rec
+
+
+def fixed_dims(row) -> dict[str, list[int]]:
+    """The symbolic dims a row's artifact takes at some sizes only, with those sizes (empty: every size)."""
+    return {d: list(v) for d, v in (row.supports.get("dims") or {}).items() if v != "any"}
+
+
+def _pick(results: Results, batch, entries: list, unsupported: list[str]) -> Pick:
+    entries = sorted(entries, key=lambda e: e[1].p50_ms)
+    best_name, best = entries[0]
+    pick = Pick(batch=batch, backend=best_name, p50_ms=best.p50_ms, unsupported=list(unsupported))
+    if len(entries) > 1:
+        second_name, second = entries[1]
+        pick.runner_up = second_name
+        paired = results.pairing.ratio(batch, best_name, second_name) if results.pairing else None
+        if paired is not None:  # measured over the same rounds: the ratio's own interval decides
+            pick.ratio_to_runner_up = paired.ratio
+            pick.ratio_ci95 = (paired.ci95_low, paired.ci95_high)
+            pick.significant = paired.significant
+        else:
+            pick.ratio_to_runner_up = second.p50_ms / best.p50_ms if best.p50_ms > 0 else None
+            pick.significant = best.ci95_high_ms < second.ci95_low_ms
+    return pick
+
+
+def _verdict(picks: list[Pick], faithful: dict) -> str:
+    winners = {p.backend for p in picks}
+    if len(faithful) == 1:
+        return f"Ship {next(iter(faithful))}: the only backend measured that passed parity."
+    if len(winners) == 1:
+        w = next(iter(winners))
+        ties = [p for p in picks if p.significant is False]
+        tie_note = f" (a tie within noise with {ties[0].runner_up} at batch {_b(ties[0].batch)})" if ties else ""
+        return f"Ship {w}: it passed parity and is the fastest faithful backend at every batch size measured{tie_note}."
+    per = ", ".join(f"{p.backend} at batch {_b(p.batch)}" for p in picks)
+    return f"The fastest faithful backend depends on the batch size: {per}."
+
+
+def _size_limited_verdict(picks: list[Pick], full_picks: list[Pick], limited: dict[str, dict]) -> str:
+    """The verdict when a format that takes only some sizes is the fastest somewhere: the size limit first,
+    then the fastest format that takes every size, if any passed."""
+    fast = sorted({p.backend for p in picks if p.backend in limited})
+    where = "; ".join(f"{n} takes {_sizes(limited[n])} only" for n in fast)
+    if not full_picks:
+        return (f"Only at fixed sizes: {where} (its converter could not keep the symbolic dimension), and no "
+                f"faithful backend measured takes every size; ship {' or '.join(fast)} only if every size you "
+                "serve is among those.")
+    full = {p.backend for p in full_picks}
+    if len(full) == 1:
+        lead = f"Ship {next(iter(full))} if you serve more than the fixed sizes: it is the fastest faithful backend " \
+               "that takes every size."
+    else:
+        lead = ("For every size, the fastest faithful backend depends on the batch size: "
+                + ", ".join(f"{p.backend} at batch {_b(p.batch)}" for p in full_picks) + ".")
+    by_batch = {p.batch: p for p in full_picks}
+    faster = []
+    for p in picks:
+        other = by_batch.get(p.batch)
+        if p.backend in limited and other is not None and p.p50_ms > 0:
+            faster.append(f"{p.backend} {other.p50_ms / p.p50_ms:.2f}x faster at batch {_b(p.batch)}")
+    return (f"{lead} Faster where it runs: {', '.join(faster) or ', '.join(fast)}, but {where} (its converter could "
+            "not keep the symbolic dimension): ship it only if every size you serve is among those.")
+
+
+def _sizes(fixed: dict[str, list[int]]) -> str:
+    return ", ".join(f"{d}={','.join(map(str, v))}" for d, v in fixed.items())
 
 
 def _b(batch) -> str:

@@ -97,7 +97,24 @@ def test_a_size_an_artifact_does_not_support_is_its_own_category_in_the_recommen
     assert by_batch[1].backend == "xla" and by_batch[1].unsupported == ["iree"]
     assert by_batch[3].backend == "iree"
     assert any("iree: size-unsupported: its artifact supports b=3 only" in c for c in rec.caveats)
-    assert "not at every size" in rec.verdict
+    # iree is fastest at b=3 but takes only b=3: the verdict says so before anything else, and names the
+    # fastest format that takes every size (here xla, 2.00x slower at b=3)
+    assert rec.verdict.startswith("Ship xla if you serve more than the fixed sizes"), rec.verdict
+    assert "iree 2.00x faster at batch 3, but iree takes b=3 only" in rec.verdict
+
+
+def test_a_format_that_takes_only_the_examples_size_is_never_shipped_silently():
+    """The zoo's false verdict: a symbolic target timed at its example size alone, where the fixed-size
+    artifact was fastest, read "Ship iree: ... at every batch size measured"."""
+    fixed = _row("iree", "ok", 0.5, 0.4, 0.6, batch=2)
+    fixed.supports = {"dims": {"b": [2]}}
+    full = _row("xla", "ok", 1.0, 0.9, 1.1, batch=2)
+    full.supports = {"dims": {"b": "any"}}
+    rec = recommend(_results(full, fixed))
+    assert rec.picks[0].backend == "iree"  # the figures are as measured
+    assert not rec.verdict.startswith("Ship iree") and "iree takes b=2 only" in rec.verdict, rec.verdict
+    rec = recommend(_results(fixed))  # nothing takes every size: say so, never "Ship iree" plainly
+    assert rec.verdict.startswith("Only at fixed sizes: iree takes b=2 only"), rec.verdict
 
 
 def test_python_api_compare_takes_a_function_and_arguments(tmp_path):
