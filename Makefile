@@ -6,7 +6,11 @@
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= all,test,lint
+EXTRAS ?= all,test,lint,zoo
+# keras-hub (the zoo's keras_hub_* models) goes in without its declared deps: see [zoo-keras] in pyproject.toml.
+ZOO_NODEPS ?= keras-hub
+# The newest leg runs no zoo test: its venv gets the zoo only when asked (EXTRAS_NEWEST=all,test,lint,zoo).
+EXTRAS_NEWEST ?= all,test,lint
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 # The suite runs in PYTEST_JOBS processes (pytest-xdist), one test file per process at a time (a file's
@@ -22,7 +26,7 @@ FIND_NEWEST  := bash .ci/find-python312.sh
 # What the newest leg runs: everything that depends on the JAX, TF, ONNX and IREE versions (the case
 # registry through every backend from disk, the backends' own tests, the JAX compatibility checks).
 # The rest of the suite and the zoo baseline are calibrated on the pinned set. NEWEST_TESTS=tests: all.
-NEWEST_TESTS ?= tests/export/test_contract.py tests/backends tests/test_jax_compat.py tests/signature/test_factory_cache.py
+NEWEST_TESTS ?= tests/exporting/test_contract.py tests/backends tests/test_jax_compat.py tests/leaves/test_factory_cache.py
 
 .PHONY: setup demo test test-fast zoo zoo-check zoo-baseline setup-newest test-newest lint \
 	lock lock-pinned lock-newest clean
@@ -34,6 +38,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
+	$(if $(findstring zoo,$(EXTRAS)),$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt $(ZOO_NODEPS))
 	@touch $@
 
 demo: $(STAMP)
@@ -76,7 +81,8 @@ $(STAMP_NEWEST): pyproject.toml constraints-py312.txt
 	  rm -rf $(VENV_NEWEST) && echo "$$py -m venv $(VENV_NEWEST)" && $$py -m venv $(VENV_NEWEST); \
 	fi
 	$(BIN_NEWEST)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN_NEWEST)/python -m pip install --quiet -c constraints-py312.txt -e ".[$(EXTRAS)]"
+	$(BIN_NEWEST)/python -m pip install --quiet -c constraints-py312.txt -e ".[$(EXTRAS_NEWEST)]"
+	$(if $(findstring zoo,$(EXTRAS_NEWEST)),$(BIN_NEWEST)/python -m pip install --quiet --no-deps -c constraints-py312.txt $(ZOO_NODEPS))
 	@touch $@
 
 # The version-sensitive tests on the newest set, then the seed through every backend.
@@ -102,7 +108,8 @@ lock-pinned:
 	@command -v $(PYTHON) >/dev/null || { echo "make lock-pinned: $(PYTHON) not found (set PYTHON=...)"; exit 2; }
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/python -m pip install --quiet --upgrade "pip>=24"
-	.venv-lock/bin/python -m pip install --quiet -e ".[all,test,lint]"
+	.venv-lock/bin/python -m pip install --quiet -e ".[all,test,lint,zoo]"
+	.venv-lock/bin/python -m pip install --quiet --no-deps $(ZOO_NODEPS)
 	.venv-lock/bin/python -m pip freeze --exclude-editable | grep -v '^-e' | sort -f > constraints.txt
 	rm -rf .venv-lock
 
@@ -110,7 +117,8 @@ lock-newest:
 	@py=$$($(FIND_NEWEST)) || { echo "make lock-newest: no Python 3.12, so constraints-py312.txt is unchanged"; exit 2; }; \
 	  rm -rf .venv-lock-py312 && $$py -m venv .venv-lock-py312
 	.venv-lock-py312/bin/python -m pip install --quiet --upgrade "pip>=24"
-	.venv-lock-py312/bin/python -m pip install --quiet -e ".[all,test,lint]"
+	.venv-lock-py312/bin/python -m pip install --quiet -e ".[all,test,lint,zoo]"
+	.venv-lock-py312/bin/python -m pip install --quiet --no-deps $(ZOO_NODEPS)
 	.venv-lock-py312/bin/python -m pip freeze --exclude-editable | grep -v '^-e' | sort -f > constraints-py312.txt
 	rm -rf .venv-lock-py312
 

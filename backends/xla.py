@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from multiexport.errors import ArtifactError, ExportError, RunError
-from multiexport.export import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
-from multiexport.export.jit_runner import JitRunner
-from multiexport.export.stablehlo import (
+from multiexport.exporting import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
+from multiexport.exporting.jit_runner import JitRunner
+from multiexport.exporting.stablehlo import (
     export_module,
     exported_header,
     leaf_binding,
@@ -26,7 +26,7 @@ from multiexport.export.stablehlo import (
 )
 from multiexport.files import write_bytes_atomic, write_text_atomic
 from multiexport.files.safetensors import iter_safetensors
-from multiexport.signature.weights import WEIGHTS_FILE, embedded, module_function, plan
+from multiexport.leaves.weights import WEIGHTS_FILE, embedded, module_function, plan
 
 FILES = {
     "exported": "model.jax_exported",
@@ -45,6 +45,7 @@ class XlaBackend(Backend):
     name = "xla"
     summary = "XLA/PJRT: serialized jax.export.Exported and StableHLO bytecode"
     requires = ("jax", "jaxlib")
+    distributions = ("jax", "jaxlib")  # core dependencies: no extra
     color = "#1f77b4"
     order = 10
     runtime_modules = ("jax",)
@@ -179,17 +180,13 @@ def native_section(exported, args, signature, options, weights, out_dir: Path, w
     shapes: for `--static-sizes`, else for the example's sizes (what compare runs natively). Sizes the
     user asked for must refine; the example's may fail (a shape assertion), which is then a warning.
     """
-    import jax
-
-    from multiexport.native.section import (
+    from multiexport.exporting.native_section import (
         COMPILE_OPTIONS_FILE,
         compile_options_proto,
-        refine_static,
         static_key,
-        static_module,
         static_size_sets,
-        xla_section,
     )
+    from multiexport.native.pjrt_section import refine_static, static_module, xla_section
 
     tensors = weights.get("tensors", []) if weights.get("storage") == "external" else []
     section = xla_section(exported, args, signature.inputs, signature.outputs, weights=tensors,
@@ -197,14 +194,10 @@ def native_section(exported, args, signature, options, weights, out_dir: Path, w
                           uses_shape_polymorphism=polymorphic)
     write_bytes_atomic(out_dir / COMPILE_OPTIONS_FILE, compile_options_proto())
     combos = static_size_sets(signature.symbolic_dims, options.static_sizes, signature.example_sizes())
-    platform = jax.default_backend()
-    if combos and platform not in [p.lower() for p in exported.platforms]:
-        warnings.append(f"no refined static modules: the module is lowered for {', '.join(exported.platforms)}, and "
-                        f"refining runs it on this machine's {platform}")
-        return section
+    platform = refine_platform(exported.platforms)
     for sizes in combos:
         try:
-            code, arg_shapes, result_shapes, how = refine_static(exported, sizes)
+            code, arg_shapes, result_shapes, how = refine_static(exported, sizes, platform)
             entry = static_module(section, sizes, code, arg_shapes, result_shapes, how, platform)
         except Exception as exc:  # a shape assertion of the module, or refinement leaving a dynamic shape
             text = f"static module for {static_key(sizes)} | {' '.join(str(exc).split())[:400]}"
@@ -219,6 +212,17 @@ def native_section(exported, args, signature, options, weights, out_dir: Path, w
         warnings.append(f"each of the {len(section['static_modules'])} refined static modules embeds the "
                         f"{baked / 2**20:.0f} MiB of baked weights again; --external-weights always stores them once")
     return section
+
+
+def refine_platform(platforms) -> str:
+    """The platform the refined static modules are lowered for: this machine's when the module has it
+    (`jax.export.default_export_platform()`: 'cuda' with a GPU, where jax.default_backend() says 'gpu'),
+    else the module's first, which lowering needs no device of (a CUDA artifact refined on a CPU machine)."""
+    from jax import export
+
+    lowered = [p.lower() for p in platforms]
+    here = export.default_export_platform().lower()
+    return here if here in lowered else lowered[0]
 
 
 def external_tensors(manifest: Manifest) -> list[str]:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from multiexport.comparison import compare
-from multiexport.export.registry import names as backend_names
+from multiexport.exporting.registry import names as backend_names
 from multiexport.files import write_text_atomic
 from multiexport.measure.bench import BenchConfig
 from multiexport.report.regression import Diff, aggregate_latency, diff_results, publish
@@ -28,7 +28,7 @@ ZOO_SCHEMA = "multiexport.zoo/1"
 
 
 def run_zoo(models, backends, out: Path, bench: BenchConfig | None, trials: int) -> dict:
-    from multiexport.signature.factory_cache import FactoryCache
+    from multiexport.leaves.factory_cache import FactoryCache
 
     combined = {"schema": ZOO_SCHEMA, "models": {}}
     with FactoryCache() as cache:  # each model's export workers build it from the programs its load compiled

@@ -3,10 +3,12 @@
 For each backend: export a model, load it once, then alternate blocks of (a) a bare loop calling the
 runtime directly, written by hand per backend, and (b) the harness (`bench.time_calls` over
 `Runner.run_prepared`), so machine noise hits both alike. Goal: harness p50 within 5% of bare p50.
-The bare loops use each runner's own calling path (XLA, SavedModel, ONNX), except IREE's, which uses
-iree.runtime's public high-level call: there a ratio below 1 is the runner's faster path showing.
+The bare loops use each runner's own calling path (XLA, SavedModel, ONNX, LiteRT, OpenVINO), except
+IREE's, which uses iree.runtime's public high-level call on the driver the export chose: there a ratio
+below 1 is the runner's faster path showing. Every bare loop feeds only the leaves the manifest makes
+parameters (`leaf.param`): the formats drop unused leaves (the seed's `foo.bar`).
 
-Run: `.venv/bin/python benchmarks/harness_overhead.py [--models seed,mlp] [--backends xla,...] [--rounds 10]`
+Run: `.venv/bin/python -m benchmarks.harness_overhead [--models seed,mlp] [--backends xla,...] [--rounds 10]`
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from multiexport import examples
-from multiexport.export.registry import get_backend
+from multiexport.exporting.registry import get_backend
+from multiexport.leaves import build_signature
 from multiexport.measure.bench import BenchConfig, time_calls
-from multiexport.signature import build_signature
 
 
 def bare_xla(directory: Path, feed_arrays, manifest):
@@ -39,7 +43,7 @@ def bare_savedmodel(directory: Path, feed_arrays, manifest):
     from tensorflow.python.eager.polymorphic_function import function_type_utils
 
     serving = tf.saved_model.load(str(directory)).signatures["serving_default"]
-    tensors = {leaf.alias: tf.constant(a) for leaf, a in zip(manifest.inputs, feed_arrays)}
+    tensors = {leaf.alias: tf.constant(a) for leaf, a in zip(manifest.inputs, feed_arrays) if leaf.param is not None}
     bound = function_type_utils.canonicalize_function_inputs((), tensors, serving.function_type)
     flat = list(serving.function_type.unpack_inputs(bound))
     captured = serving.captured_inputs
@@ -67,15 +71,47 @@ def bare_iree(directory: Path, feed_arrays, manifest):
     """iree.runtime's own high-level call: the module's main on device arrays uploaded once."""
     import iree.runtime as rt
 
-    config = rt.Config("local-task")
-    module = rt.load_vm_flatbuffer_file(str(directory / "model.vmfb"), driver="local-task")
+    driver = manifest.format["drivers"]["llvm-cpu"]
+    config = rt.Config(driver)
+    module = rt.load_vm_flatbuffer_file(str(directory / "model.vmfb"), driver=driver)
     kept = sorted((leaf.param, a) for leaf, a in zip(manifest.inputs, feed_arrays) if leaf.param is not None)
     args = [rt.asdevicearray(config.device, a) for _, a in kept]
     main = module.main
     return lambda: main(*args)
 
 
-BARE = {"xla": bare_xla, "savedmodel": bare_savedmodel, "onnx": bare_onnx, "iree": bare_iree}
+def bare_litert(directory: Path, feed_arrays, manifest):
+    """The Interpreter (num_threads as the runner passes it): inputs set once at the signature's indices,
+    `invoke()` per call."""
+    from multiexport.backends.litert.runner import open_interpreter, signature_of
+    from multiexport.exporting.options import usable_cpus
+
+    interpreter = open_interpreter(str(directory / manifest.files["model"]), usable_cpus())
+    indices = signature_of(interpreter)
+    assert indices is not None
+    interpreter.allocate_tensors()
+    for leaf, a in zip(manifest.inputs, feed_arrays):
+        if leaf.param is not None:
+            interpreter.set_tensor(indices["inputs"][leaf.param], a)
+    return interpreter.invoke
+
+
+def bare_openvino(directory: Path, feed_arrays, manifest):
+    """A CPU compiled model with the runner's config, one InferRequest, input tensors set once, `infer()`."""
+    from multiexport.backends.openvino.runner import config, import_openvino
+    from multiexport.exporting.options import usable_cpus
+
+    ov = import_openvino()
+    cm = ov.Core().compile_model(str(directory / manifest.files["model"]), "CPU", config(usable_cpus()))
+    request = cm.create_infer_request()
+    for leaf, a in zip(manifest.inputs, feed_arrays):
+        if leaf.param is not None:
+            request.set_tensor(cm.input(leaf.param), ov.Tensor(np.array(a), shared_memory=True))  # a writeable copy, as the runner makes
+    return request.infer
+
+
+BARE = {"xla": bare_xla, "savedmodel": bare_savedmodel, "onnx": bare_onnx, "iree": bare_iree, "litert": bare_litert,
+        "openvino": bare_openvino}
 
 
 def bare_loop(call, n: int) -> list[int]:

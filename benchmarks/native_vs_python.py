@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from multiexport import examples
-from multiexport.export import RunOptions
-from multiexport.export.registry import get_backend
+from multiexport.exporting import RunOptions
+from multiexport.exporting.registry import get_backend
+from multiexport.leaves import build_signature
 from multiexport.measure.bench import BenchConfig, summarize, time_calls
 from multiexport.native.run import run as native_run
-from multiexport.signature import build_signature
 
 BACKENDS = ("xla", "savedmodel", "iree")
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from multiexport import examples
 from multiexport.backends.onnx import OnnxBackend
-from multiexport.signature import build_signature
+from multiexport.leaves import build_signature
 
 
 def paths(runner, feed: dict[str, np.ndarray]) -> dict[str, callable]:

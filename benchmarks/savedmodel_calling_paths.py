@@ -23,7 +23,7 @@ import numpy as np
 
 from multiexport import examples
 from multiexport.backends.savedmodel import LEAF_FUNCTION, SIGNATURE_KEY, SavedModelBackend, import_tf  # noqa: F401
-from multiexport.signature import build_signature
+from multiexport.leaves import build_signature
 
 REFERENCE = "(reference) jax.jit, not a TF path"
 

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 from multiexport.comparison import compare
-from multiexport.export.registry import names as backend_names
+from multiexport.exporting.registry import names as backend_names
+from multiexport.leaves import load_target
 from multiexport.measure.bench import BenchConfig
 from multiexport.report.tables import storage_text
-from multiexport.signature import load_target
 
 
 def main(argv=None) -> int:

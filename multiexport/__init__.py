@@ -1,14 +1,17 @@
-"""multiexport: export one JAX function to XLA/PJRT, TF SavedModel, ONNX and IREE, with every input
-and output named, and check that each format computes the same numbers.
+"""multiexport: export one JAX function to XLA/PJRT, TF SavedModel, ONNX, IREE, LiteRT and OpenVINO, with
+every input and output named, and check that each format computes the same numbers.
+
+The Python API is the engine the command line calls: `compare`, `export`, `load`, `signature`, `describe`,
+`register_backend`, with their config and result types (`CompareConfig`, `BenchConfig`, `ExportOptions`,
+`Results`, `Artifact`, `Runner`).
 
 Importing this package imports no JAX or backend library; they load when a function needs them.
 """
 
 from __future__ import annotations
 
-__version__ = "0.2.0"
-
-from .api import as_target, compare, describe, export, load, signature
+from .api import as_target, compare, describe, export, load, register_backend, signature, target_spec
+from .comparison import CompareConfig, CompareOptions
 from .errors import (
     ArtifactError,
     BackendUnavailable,
@@ -22,10 +25,28 @@ from .errors import (
     TargetError,
     UsageError,
 )
-from .signature import Target, load_target
+from .exporting.contract import Artifact, ExportOptions, RunOptions, Runner
+from .leaves import Signature, Target, load_target
+from .measure.bench import BenchConfig
+from .results import Results, Status
+from .telemetry import quiet_runtimes as _quiet_runtimes
+from .versions import __version__
+
+# Before any runtime starts (importing this package starts none), here and in every worker (they inherit it).
+_quiet_runtimes()
 
 __all__ = [
+    "Artifact",
     "ArtifactError",
+    "BenchConfig",
+    "CompareConfig",
+    "CompareOptions",
+    "ExportOptions",
+    "Results",
+    "RunOptions",
+    "Runner",
+    "Signature",
+    "Status",
     "BackendUnavailable",
     "ExportError",
     "InputError",
@@ -44,5 +65,7 @@ __all__ = [
     "export",
     "load",
     "load_target",
+    "register_backend",
     "signature",
+    "target_spec",
 ]

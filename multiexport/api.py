@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .errors import ArtifactError, BackendUnavailable, TargetError
-from .export.contract import Artifact, ExportOptions, RunOptions, Runner
-from .signature import Target
+from .comparison import CompareConfig
+from .errors import ArtifactError, BackendUnavailable, TargetError, UsageError
+from .exporting.contract import Artifact, ExportOptions, RunOptions, Runner
+from .leaves import Target
+from .results import Results
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from .comparison import CompareOptions
 
 
 def as_target(target: Target | Callable[..., Any], *args: Any, **kwargs: Any) -> Target:
@@ -23,8 +30,8 @@ def as_target(target: Target | Callable[..., Any], *args: Any, **kwargs: Any) ->
 
 
 def signature(target: Target | Callable[..., Any], *args: Any, **kwargs: Any):
-    """Named input and output leaves of `target` (see `multiexport.signature.Signature`)."""
-    from .signature import build_signature
+    """Named input and output leaves of `target` (see `multiexport.leaves.Signature`)."""
+    from .leaves import build_signature
 
     return build_signature(as_target(target, *args, **kwargs))
 
@@ -42,8 +49,8 @@ def export(
     check_load: bool = True,
 ) -> Artifact:
     """Export `target` with one backend into `out_dir` (artifact files + manifest.json); see ExportOptions."""
-    from .export.registry import get_backend
-    from .signature import build_signature
+    from .exporting.registry import get_backend
+    from .leaves import build_signature
 
     target = as_target(target)
     options = ExportOptions(keep_unused=keep_unused, platforms=tuple(platforms) if platforms else None,
@@ -61,8 +68,8 @@ def load(artifact_dir: str | os.PathLike, device: str = "cpu", *, threads: int |
     trust_artifact: load a format that carries code (a SavedModel) without checking its graph first; only
     for artifacts you trust like your own code.
     """
-    from .export.manifest import Manifest
-    from .export.registry import get_backend, names
+    from .exporting.manifest import Manifest
+    from .exporting.registry import get_backend, names
 
     manifest = Manifest.read(artifact_dir)
     try:
@@ -81,8 +88,8 @@ def describe(target: Target | Callable[..., Any], *args: Any, keep_unused: bool 
     Each input row has name, alias, shape, dtype, used (the XLA module reads it) and xla_param (its argument
     position in the module, or None when XLA pruned it); the truth comes from the exported module itself.
     """
-    from .export.stablehlo import export_module, leaf_binding, module_interface
-    from .signature import build_signature
+    from .exporting.stablehlo import export_module, leaf_binding, module_interface
+    from .leaves import build_signature
     from .versions import base_versions
 
     target = as_target(target, *args, **kwargs)
@@ -102,14 +109,82 @@ def describe(target: Target | Callable[..., Any], *args: Any, keep_unused: bool 
     return data
 
 
-def compare(target: Target | Callable[..., Any], *args: Any, backends: Sequence[str] = ("xla",), **options: Any):
-    """Export with each backend, check parity against jax.jit, benchmark; returns `results.Results`.
+def compare(target: Target | Callable[..., Any] | str, *args: Any, config: CompareConfig | None = None,
+            progress: Callable[[str], None] | None = None, kwargs: Mapping[str, Any] | None = None,
+            **options: Unpack[CompareOptions]) -> Results:
+    """Export with each backend, check parity against jax.jit per named output leaf, and benchmark.
 
-    `target` is a Target, or a function followed by its example arguments. Options are the fields of
-    `multiexport.comparison.CompareConfig` (out_dir, trials, tolerances, bench, batch_sizes, threads, ...),
-    plus target_spec and progress.
+    Args:
+        target: a TARGET string (`path/to/file.py:attr` or `package.module:attr`), a `Target`, or a function
+            followed by its example arguments (`*args`, and `kwargs` for keyword arguments). Given a string,
+            the compare measures exactly as `multiexport compare` does: every export in a worker process of
+            its own, the jax.jit reference timed in a worker, paired rounds. Given an object, the exports run
+            in this process (a function cannot be sent to a worker), the rest is the same.
+        config: a `CompareConfig`; or give its fields as keyword `options` (backends, out_dir, trials,
+            tolerances, bench, batch_sizes, threads, ...), validated the same way. Not both.
+        progress: called with one line per step (the CLI prints them with the elapsed time).
+
+    Returns:
+        The `Results` also written to `out_dir/results.json` (with report.md and report.html beside it).
+
+    Raises:
+        UsageError: an option is invalid (before any work starts). TargetError: the target cannot be loaded.
+        Interrupted: a signal stopped the run (the results of what finished are written first).
     """
     from .comparison import compare as run_compare
+    from .leaves.factory_cache import FactoryCache
 
-    kwargs = options.pop("kwargs", {})
-    return run_compare(as_target(target, *args, **kwargs), backends=tuple(backends), **options)
+    if config is None:
+        given: dict[str, Any] = dict(options)
+        if "backends" in given and not isinstance(given["backends"], str):  # a list is fine here; the config keeps a tuple
+            given["backends"] = tuple(given["backends"])
+        if given.get("out_dir") is not None:
+            given["out_dir"] = Path(given["out_dir"])
+        config = CompareConfig(**given)
+    elif options:
+        raise UsageError(f"compare | got a CompareConfig and options {', '.join(options)}, expected one or the other")
+    say = progress or (lambda message: None)
+    if isinstance(target, str):
+        if args or kwargs:
+            raise TargetError(f"Target '{target}' | got example arguments with a TARGET string, expected the string alone")
+        from .measure.timeline import Timeline
+
+        spec = target_spec(target)
+        timeline = Timeline()
+        timeline.mark(BUILD_STEP)
+        with FactoryCache() as cache:  # the export workers build the target from the programs this load compiles
+            return run_compare(load_target(spec, cache), config, target_spec=spec, progress=say, timeline=timeline)
+    return run_compare(as_target(target, *args, **dict(kwargs or {})), config, progress=say)
+
+
+BUILD_STEP = "build the target (import its module, make its arguments)"
+
+
+def target_spec(target: str, cwd: str | os.PathLike | None = None) -> str:
+    """The TARGET string a worker resolves: a file made absolute against `cwd` (default: the working directory
+    now), since workers start wherever the target's factory left the working directory."""
+    from .leaves.target import looks_like_file
+
+    module, colon, attr = target.rpartition(":") if ":" in target else (target, "", "")
+    if not looks_like_file(module):
+        return target
+    return os.path.join(os.fspath(cwd) if cwd is not None else os.getcwd(), os.path.expanduser(module)) + colon + attr
+
+
+def load_target(spec: str, cache: Any = None) -> Target:
+    """The Target a TARGET string names (through `cache`, a FactoryCache, when given)."""
+    from .leaves import load_target as resolve
+
+    return cache.load(spec) if cache is not None else resolve(spec)
+
+
+def register_backend(name: str, locator: str) -> None:
+    """Add a backend from outside multiexport, for this process and the workers it starts.
+
+    Args:
+        name: the backend's name, as `--backend` and `backends=` take it (not a built-in one).
+        locator: "package.module:Class", a subclass of `multiexport.exporting.contract.Backend`.
+    """
+    from .exporting.registry import register
+
+    register(name, locator)

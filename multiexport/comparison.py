@@ -17,16 +17,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypedDict
 
 import numpy as np
 
 from .errors import Interrupted, UsageError
+from .leaves import Target
 from .measure.bench import BenchConfig
 from .results import Results
-from .signature import Target
 
 if TYPE_CHECKING:
+    from .measure.timeline import Timeline
     from .run.timing import EarlyWorkers
 
 REFERENCES = ("jax", "float64")
@@ -54,7 +55,7 @@ class CompareConfig:
     paired: time every runner loaded at once in interleaved rounds when they fit in memory together, so
         ratios are measured over the same seconds of machine noise (False: one worker after another).
     rounds: interleaved rounds per batch size in paired mode (each runner gets bench_time / rounds each).
-    floor: also time the per-call floor of every timed runtime (examples.floor, one add on 8 floats, through
+    floor: also time the per-call floor of every timed runtime (measure.floor, one add on 8 floats, through
         the same calling path), so a small model's latency reads as overhead vs compute.
     """
 
@@ -83,11 +84,11 @@ class CompareConfig:
     floor: bool = False
 
     def __post_init__(self):
-        from .export.registry import backend_class, names
+        from .exporting.registry import backend_class, names
+        from .leaves.weights import check_policy
         from .measure.inputs import check_value_ranges
         from .measure.tolerance import check_tolerances
         from .run.devices import CHOICES
-        from .signature.weights import check_policy
 
         backends = tuple(self.backends) if not isinstance(self.backends, str) else (self.backends,)
         if not backends or not all(isinstance(b, str) and b for b in backends):
@@ -147,6 +148,35 @@ class CompareConfig:
         return data
 
 
+class CompareOptions(TypedDict, total=False):
+    """`CompareConfig`'s fields as keyword arguments of `multiexport.compare` (typed for checkers; each one
+    is validated by CompareConfig as the CLI's are). See CompareConfig for what each field means."""
+
+    backends: tuple[str, ...]
+    out_dir: Path | None
+    trials: int
+    seed: int
+    val_ranges: Mapping[str, tuple[float, float]]
+    dim_sizes: Mapping[str, tuple[int, ...]]
+    tolerances: Mapping[str, Any]
+    inputs: Mapping[str, np.ndarray] | None
+    reference: str
+    keep_unused: bool
+    external_weights: str
+    backend_options: Mapping[str, Mapping[str, Any]]
+    device: str
+    threads: int | None
+    timeout: float
+    bench: BenchConfig | None
+    batch_sizes: tuple[int, ...] | None
+    export_jobs: int | None
+    native: bool
+    native_plugin: str | None
+    paired: bool
+    rounds: int
+    floor: bool
+
+
 def _int(name: str, value: Any, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise UsageError(f"Option '{name}' | got {value!r}, expected an integer >= {low}")
@@ -154,25 +184,30 @@ def _int(name: str, value: Any, low: int) -> None:
 
 def compare(target: Target, config: CompareConfig | None = None, *, target_spec: str | None = None,
             progress: Callable[[str], None] = lambda message: None, early_workers: EarlyWorkers | None = None,
-            **options: Any) -> Results:
+            timeline: Timeline | None = None, **options: Any) -> Results:
     """Export `target` with each backend, run each artifact in a worker, check parity, benchmark.
 
     Give a `CompareConfig`, or its fields as keyword arguments. target_spec (a TARGET string) lets every
     export run in a worker process of its own (overlapping), and the reference be benchmarked in a worker
     like every backend; without it, exports run in this process one after another. early_workers: paired
     workers started for target_spec before the target was built (`run.timing.start_early`, as the CLI
-    does), adopted when they fit this compare, else closed.
+    does), adopted when they fit this compare, else closed. timeline: the caller's, when it started the
+    clock before (building the target); results.json gets every step.
     """
+    from .files.temporary import remove_orphaned
+    from .report.render import write_reports
     from .run.session import CompareRun
-    from .run.supervisor import stop_on_signals
+    from .system.process import stop_on_signals
 
+    remove_orphaned()  # what an earlier run killed outright could not remove itself (the CLI does it too)
     if config is None:
         config = CompareConfig(**options)
     elif options:
         raise UsageError(f"compare | got a CompareConfig and options {', '.join(options)}, expected one or the other")
     with stop_on_signals():
-        return CompareRun(target, config, target_spec, progress, early_workers).run()
+        return CompareRun(target, config, target_spec, progress, early_workers, report=write_reports,
+                          timeline=timeline).run()
 
 
-__all__ = ["CompareConfig", "Interrupted", "compare"]
+__all__ = ["CompareConfig", "CompareOptions", "Interrupted", "compare"]
 

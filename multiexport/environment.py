@@ -10,10 +10,24 @@ from typing import Any
 from .versions import dist_version
 
 THREAD_VARS = ("PJRT_NPROC", "OMP_NUM_THREADS", "XLA_FLAGS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+CORE_DISTRIBUTIONS = ("multiexport", "jax", "jaxlib", "numpy")
+
+
+def distributions() -> tuple[str, ...]:
+    """The core's distributions, then each registered backend's (`Backend.distributions`), once each."""
+    from .exporting.registry import backend_class, names
+
+    found = list(CORE_DISTRIBUTIONS)
+    for name in names():
+        try:
+            found += [d for d in backend_class(name).distributions if d not in found]
+        except Exception:  # a backend that cannot even be imported says so in its row, not here
+            continue
+    return tuple(found)
 
 
 def environment() -> dict[str, Any]:
-    from .export.contract import usable_cpus
+    from .exporting.contract import usable_cpus
 
     cpu = platform.processor()
     try:
@@ -27,8 +41,5 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
         "cores": os.cpu_count(), "usable_cores": usable_cpus(),
         "thread_env": {k: os.environ[k] for k in THREAD_VARS if k in os.environ},
-        "versions": {d: dist_version(d) for d in ("multiexport", "jax", "jaxlib", "numpy", "tensorflow-cpu",
-                                                  "tensorflow", "jax2onnx", "onnx", "onnxruntime",
-                                                  "iree-base-compiler", "iree-base-runtime")
-                     if dist_version(d) != "not installed"},
+        "versions": {d: dist_version(d) for d in distributions() if dist_version(d) != "not installed"},
     }

@@ -8,6 +8,10 @@ mistaken for a verdict about the user's model; the CLI saves its traceback and e
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+T = TypeVar("T")
+
 USAGE_EXIT = 2
 BACKEND_EXIT = 3
 INTERNAL_EXIT = 70  # EX_SOFTWARE (sysexits.h): an internal software error
@@ -45,6 +49,13 @@ class InputError(MultiexportError):
 
 class ArtifactError(MultiexportError):
     """An artifact directory is missing, incomplete, not multiexport's, or its manifest is malformed."""
+
+    exit_code = USAGE_EXIT
+
+
+class EnvironmentProblem(MultiexportError):
+    """The environment multiexport runs in cannot work as set (a variable, a full disk): the message names
+    what to change. Exit 2, like a user mistake: nothing about the model or a backend is known yet."""
 
     exit_code = USAGE_EXIT
 
@@ -99,6 +110,14 @@ class Interrupted(BaseException):
 
 class InternalError(Exception):
     """A bug in multiexport itself (an invariant broke), never a verdict about the user's model."""
+
+
+def present(value: T | None, why: str) -> T:
+    """`value`, which an invariant of multiexport says is set (`why` states it); None is multiexport's bug,
+    raised as InternalError (unlike `assert`, it holds under `python -O`)."""
+    if value is None:
+        raise InternalError(f"multiexport bug: expected a value here ({why}), got None")
+    return value
 
 
 def leaf_message(kind: str, name: str, got: object, expected: object) -> str:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime as _dt
 import platform
 
+# multiexport's own version (pyproject.toml's, checked by tests/test_packaging.py); the package root re-exports it.
+__version__ = "0.2.0"
+
 
 def dist_version(dist: str) -> str:
     """The installed version of a distribution, or "not installed"."""
@@ -19,8 +22,6 @@ def dist_version(dist: str) -> str:
 def base_versions() -> dict[str, str]:
     """What produced any artifact: multiexport, Python, numpy, and the JAX that traced the function."""
     import numpy as np
-
-    from . import __version__
 
     return {"multiexport": __version__, "python": platform.python_version(), "numpy": np.__version__,
             "jax": dist_version("jax"), "jaxlib": dist_version("jaxlib")}

@@ -12,6 +12,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The zoo's Keras models run on the JAX backend, and Keras picks its backend once per process, when first
+# imported: `import tensorflow` (every in-process SavedModel test) imports keras, which then took TensorFlow's.
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
 
 def run_cli(*args: str, check: bool = False, env: dict | None = None, cwd: Path | None = None):
     """Run `python -m multiexport ARGS` in a fresh interpreter; returns the CompletedProcess."""
@@ -61,7 +65,7 @@ def run_in_worker(directory, feeds, timeout: float = 300.0):
 @pytest.fixture
 def fault_backends():
     """Register the fault-injecting backends for one test, then remove them."""
-    from multiexport.export.registry import register, unregister
+    from multiexport.exporting.registry import register, unregister
 
     from .fault_backends import ALL
 
@@ -77,7 +81,7 @@ def tamper(directory, edit) -> None:
     edits an artifact on purpose would: what multiexport then checks is the content, not the file sizes."""
     import json
 
-    from multiexport.export.pipeline import inventory
+    from multiexport.exporting.pipeline import inventory
 
     edit(directory)
     path = directory / "manifest.json"

@@ -154,6 +154,22 @@ class StaticOnlyPerturbedXla(PerturbedXla):
         return super()._export_impl(fn, signature, out_dir, options, resolved, frontend)
 
 
+class SymbolicWrongXla(XlaBackend):
+    """A converter whose symbolic models run but compute a wrong result (every float output + 1), and whose
+    static ones are right: what LiteRT's converter did to keras-hub's Llama with a symbolic batch."""
+
+    name = "xla_symbolic_wrong"
+
+    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
+        if signature.symbolic_dims:
+            def wrong(*args, **kwargs):
+                out = fn(*args, **kwargs)
+                return jax.tree_util.tree_map(lambda a: a + 1.0 if jnp.issubdtype(a.dtype, jnp.floating) else a, out)
+
+            return super()._export_impl(wrong, signature, out_dir, options, resolved, frontend)
+        return super()._export_impl(fn, signature, out_dir, options, resolved, frontend)
+
+
 class ExportFailingXla(XlaBackend):
     name = "xla_export_fails"
 
@@ -172,4 +188,4 @@ class ExportCrashingXla(XlaBackend):
 
 ALL = {cls.name: f"tests.fault_backends:{cls.__name__}"
        for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, KilledXla, SleepyXla, DiesWhileTimedXla,
-                    ExportFailingXla, ExportCrashingXla, StaticOnlyXla, StaticOnlyPerturbedXla)}
+                    ExportFailingXla, ExportCrashingXla, StaticOnlyXla, StaticOnlyPerturbedXla, SymbolicWrongXla)}

@@ -4,6 +4,9 @@
   re-renders anywhere.
 - No core module imports a backend: the core knows backends only through the registry.
 - A backend imports only the contract and the shared stages, never another backend.
+- The core's units (subpackages and top-level modules) import one way, down `LAYERS`: no arrow back up, so no
+  cycle; a unit imports only units listed before it.
+- No module imports another module's private names (`from x import _y`).
 - No module is over 400 lines.
 """
 
@@ -22,9 +25,15 @@ CORE = REPO / "multiexport"
 BACKENDS = REPO / "backends"
 MAX_LINES = 400
 # What a backend may import from multiexport: the contract, the shared stages, and plain utilities.
-BACKEND_MAY_IMPORT = ("multiexport.errors", "multiexport.dtypes", "multiexport.files", "multiexport.export",
-                      "multiexport.signature", "multiexport.versions", "multiexport.run.supervisor",
+BACKEND_MAY_IMPORT = ("multiexport.errors", "multiexport.dtypes", "multiexport.files", "multiexport.exporting",
+                      "multiexport.leaves", "multiexport.versions", "multiexport.system.process",
                       "multiexport.native")
+# The core's units, bottom to top (a subpackage, or a top-level module of multiexport). System utilities and the
+# subprocess helper at the bottom; the process machinery (run) above what it runs; the example zoo and the
+# measurement instruments apart; the Python API and the command line on top.
+LAYERS = ("errors", "dtypes", "telemetry", "versions", "preflight", "system", "files", "leaves", "examples",
+          "results", "exporting", "environment", "measure", "native", "report", "run", "comparison", "api", "cli",
+          "__main__", "__init__")
 HEAVY = ("jax", "jaxlib", "tensorflow", "onnx", "onnxruntime", "jax2onnx", "iree", "flax", "openvino", "ai_edge_litert")
 
 
@@ -42,11 +51,12 @@ def _package(path: Path) -> str:
     return ".".join(parts[:-1]) if parts[-1] != "__init__" else ".".join(parts[:-1])
 
 
-def imports(path: Path) -> list[str]:
-    """Every module `path` imports, absolute, at any depth of the file (function-level imports included)."""
+def imports(path: Path, source: str | None = None) -> list[str]:
+    """Every module `path` (or `source`, read as if at `path`) imports, absolute, at any depth of the file
+    (function-level imports included)."""
     found = []
     package = _package(path)
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -59,6 +69,67 @@ def imports(path: Path) -> list[str]:
             found.append(module)
             found += [f"{module}.{alias.name}" for alias in node.names]
     return found
+
+
+def _unit(path: Path) -> str:
+    rel = path.relative_to(CORE).parts
+    return rel[0][:-3] if len(rel) == 1 else rel[0]
+
+
+def test_every_core_unit_has_its_place_in_the_layers():
+    assert {_unit(p) for p in _modules(CORE)} == set(LAYERS)
+
+
+def _layer_violations(path: Path, source: str | None = None) -> list[str]:
+    own = _unit(path)
+    found = []
+    for module in imports(path, source):
+        parts = module.split(".")
+        if parts[0] != "multiexport" or len(parts) < 2 or parts[1] == "backends":
+            continue  # a third-party module, or a backend (test_no_core_module_imports_a_backend)
+        unit = parts[1] if parts[1] in LAYERS else "__init__"  # `from .. import x` names x of the package root
+        if unit != own and LAYERS.index(unit) > LAYERS.index(own):
+            found.append(f"{module}: {unit} is not below {own}")
+    return found
+
+
+def _private_imports(source: str) -> list[str]:
+    return [a.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)
+            for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+
+
+@pytest.mark.parametrize("path", _modules(CORE), ids=lambda p: str(p.relative_to(CORE)))
+def test_the_core_imports_only_down_the_layers(path):
+    assert not _layer_violations(path), f"{path.relative_to(REPO)}: {_layer_violations(path)}"
+
+
+@pytest.mark.parametrize("path", _modules(CORE) + _modules(BACKENDS), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_module_imports_another_modules_private_names(path):
+    assert not _private_imports(path.read_text()), f"{path.relative_to(REPO)}: {_private_imports(path.read_text())}"
+
+
+def test_the_layer_check_sees_an_arrow_back_up_and_a_private_import():
+    """The checks are not vacuous: a files/ module importing run/ (an arrow back up) is caught, and so is a
+    private name."""
+    probe = CORE / "files" / "probe.py"  # never written: the checks read the source given
+    found = _layer_violations(probe, "from ..run.worker import main\n")
+    assert found and all(v.endswith(": run is not below files") for v in found)
+    assert _layer_violations(probe, "from ..errors import UsageError\nimport multiexport.files.npz\n") == []
+    assert _private_imports("from .x import _y, __all__, z\n") == ["_y"]
+
+
+def _asserts_in_functions(source: str) -> list[int]:
+    """Lines of `assert` statements inside functions: `python -O` drops them, so an invariant checked there
+    is no check at all; multiexport raises InternalError instead (errors.present)."""
+    functions = [n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return sorted({a.lineno for f in functions for a in ast.walk(f) if isinstance(a, ast.Assert)})
+
+
+def test_no_invariant_is_an_assert_that_python_O_drops():
+    found = {str(p.relative_to(REPO)): lines for p in _modules(CORE) + _modules(BACKENDS)
+             if (lines := _asserts_in_functions(p.read_text()))}
+    assert not found, found
+    assert _asserts_in_functions("def f(x):\n    assert x is not None\n    return x\n") == [2]  # the check sees one
 
 
 def test_no_module_is_over_400_lines():
@@ -91,8 +162,8 @@ def test_the_report_side_imports_no_jax_and_no_backend(path):
     for module in imports(path):
         root = module.split(".")[0]
         assert root not in HEAVY, f"{path.relative_to(REPO)} imports {module}"
-        assert not module.startswith(("multiexport.backends", "multiexport.export", "multiexport.measure",
-                                      "multiexport.signature")), f"{path.relative_to(REPO)} imports {module}"
+        assert not module.startswith(("multiexport.backends", "multiexport.exporting", "multiexport.measure",
+                                      "multiexport.leaves")), f"{path.relative_to(REPO)} imports {module}"
 
 
 def test_rendering_a_report_loads_no_heavy_library(tmp_path):

@@ -11,7 +11,7 @@ manifest or a metric that quietly turned into its fallback:
 - `jax.core.eval_jaxpr` and `jax.core.Tracer` (signature/weights.py), the PRNG key dtype's `_impl`
   (signature/build.py), `Exported` fields read by the backends, `jax.config.jax_use_shardy_partitioner`.
 - The factory cache (signature/factory_cache.py): JAX's persistent-cache options and its cache-hit event,
-  checked for real by tests/signature/test_factory_cache.py, which this leg runs too.
+  checked for real by tests/leaves/test_factory_cache.py, which this leg runs too.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import pytest
 
 import multiexport
 from multiexport.backends.xla import FILES, XlaBackend
-from multiexport.export import ExportOptions
-from multiexport.export.stablehlo import (
+from multiexport.exporting import ExportOptions
+from multiexport.exporting.stablehlo import (
     exported_header,
     ir_context,
     jax_stablehlo_versions,
@@ -37,7 +37,7 @@ from multiexport.export.stablehlo import (
     producer_version,
     retarget,
 )
-from multiexport.signature import build_signature
+from multiexport.leaves import build_signature
 
 from .cases import case, feed_for
 

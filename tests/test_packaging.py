@@ -56,6 +56,10 @@ def test_every_module_is_in_the_wheel(wheel_names):
     assert not missing, f"modules missing from the wheel (add their package to pyproject.toml): {missing}"
 
 
+def test_the_wheel_says_the_package_is_typed(wheel_names):
+    assert "multiexport/py.typed" in wheel_names
+
+
 def test_native_sources_are_in_the_wheel(wheel_names):
     expected = {
         f for f in _tree_files("multiexport/native/csrc", "multiexport/native/csrc", "*") if not f.endswith("/")
@@ -68,3 +72,14 @@ def test_native_sources_are_in_the_wheel(wheel_names):
 
 def test_no_top_level_backends_package(wheel_names):
     assert not any(name.startswith("backends/") for name in wheel_names)
+
+
+def test_the_package_version_is_pyproject_s():
+    """One version: multiexport.__version__ (versions.py) is pyproject.toml's, which the wheel carries."""
+    import tomllib
+
+    import multiexport
+
+    from .conftest import REPO
+
+    assert multiexport.__version__ == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from multiexport.dtypes import parse_dtype
-from multiexport.errors import ExportError, RunError
-from multiexport.export import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
-from multiexport.export.stablehlo import concrete_specs, export_module, leaf_binding, module_interface
+from multiexport.errors import ArtifactError, ExportError, RunError, present
+from multiexport.exporting import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
+from multiexport.exporting.native_section import check_iree_tools, iree_section
+from multiexport.exporting.stablehlo import concrete_specs, export_module, leaf_binding, module_interface
 from multiexport.files import write_bytes_atomic
+from multiexport.leaves.weights import WEIGHTS_FILE, embedded, plan
 from multiexport.native.run import npy_can_carry
-from multiexport.native.section import iree_section
-from multiexport.signature.weights import WEIGHTS_FILE, embedded, plan
 
 from .compile import compile_exported, compile_flags, cuda_arch, targets_for
+from .config import OPTIONS, CpuConfig, cpu_config
+from .driver import CPU_DRIVERS, choose_driver
 from .fixups import FUNCTION, PARAMETER_SCOPE, SHAPE_ASSERTIONS_WHY
 from .runner import IreeRunner
 from .targets import DEVICE_TARGET, DRIVERS, MODULE
@@ -39,22 +42,31 @@ class IreeBackend(Backend):
     summary = "IREE: StableHLO compiled ahead of time to a .vmfb (llvm-cpu, cuda)"
     requires = ("jax", "iree.compiler", "iree.runtime")
     extra = "iree"
+    distributions = ("iree-base-compiler", "iree-base-runtime")
     color = "#9467bd"
     order = 40
     runtime_modules = ("iree.runtime",)
-    carries_code = True  # a .vmfb holds compiled machine code
+    carries_code = True  # a .vmfb holds compiled machine code (not inspected: the README says so)
+    options = OPTIONS
+
+    def _check_untrusted_impl(self, manifest: Manifest, directory: Path) -> None:
+        # What can be checked without running anything: the manifest names no program of its own choosing.
+        if manifest.native is not None:
+            check_iree_tools(manifest.native, directory)
 
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
         targets, arch = targets_for(options.platforms)
-        flags = compile_flags(targets, arch, x64=signature.x64)
+        base_flags = compile_flags(targets, arch, x64=signature.x64)
         # Lowered for cpu whatever the targets: the StableHLO of ordinary ops is the same for every
         # platform, and one module with no platform-index argument serves all IREE targets.
         lifted = plan(fn, signature, options.external_weights)
         n = len(signature.inputs)
         exported = export_module(fn, signature, keep_unused=options.keep_unused, platforms=("cpu",), lifted=lifted)
+        config = cpu_config(resolved, targets, exported.mlir_module())
+        flags = [*base_flags, *config.flags]
         sizes, dynamic_error = None, None
         try:
-            stablehlo, notes, vmfb = compile_exported(exported, targets, flags, lifted, n)
+            stablehlo, notes, vmfb, flags = _compile(exported, targets, base_flags, config, lifted, n)
         except ExportError as exc:
             sizes = signature.example_sizes() or None
             if sizes is None:
@@ -63,7 +75,7 @@ class IreeBackend(Backend):
             dynamic_error = getattr(exc, "diagnostics", str(exc))
             exported = export_module(fn, signature, keep_unused=options.keep_unused, platforms=("cpu",),
                                      lifted=lifted, specs=concrete_specs(signature, sizes))
-            stablehlo, notes, vmfb = compile_exported(exported, targets, flags, lifted, n)
+            stablehlo, notes, vmfb, flags = _compile(exported, targets, base_flags, config, lifted, n)
 
         source = LIFTED_SOURCE if lifted else STABLEHLO
         write_bytes_atomic(out_dir / MODULE, vmfb)
@@ -77,14 +89,19 @@ class IreeBackend(Backend):
         used, params = leaf_binding(args, leaf_names)
         arg_index = [leaf_names.index(a.name) for a in args if a.kind == "leaf"]
         arg_leaves = [signature.inputs[i] for i in arg_index]
+        drivers = {t: DRIVERS[t] for t in targets}
+        choice = None
+        if "llvm-cpu" in targets:
+            choice = _choose_driver(resolved["driver"], out_dir, files, signature, arg_index)
+            drivers["llvm-cpu"] = choice["driver"]
         native = iree_section([(i, _at_sizes(signature.inputs[i], sizes)) for i in arg_index],
-                              [_at_sizes(leaf, sizes) for leaf in signature.outputs], driver=DRIVERS[targets[0]],
+                              [_at_sizes(leaf, sizes) for leaf in signature.outputs], driver=drivers[targets[0]],
                               module=MODULE, function=FUNCTION,
                               parameters=f"{PARAMETER_SCOPE}={WEIGHTS_FILE}" if lifted else None)
 
         warnings = []
         if sizes is not None:
-            assert dynamic_error is not None  # set with sizes, when the symbolic module failed
+            dynamic_error = present(dynamic_error, "set with sizes, when the symbolic module failed")
             shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
             warnings.append(
                 f"specialised: IREE could not compile the symbolic module, so this artifact is compiled for "
@@ -112,8 +129,12 @@ class IreeBackend(Backend):
                     "create_io_parameters_module)") if lifted else (
                     "embedded as constants in the .vmfb" if weights["embedded_bytes"] else "no baked weights"),
                 "target_backends": targets,
-                "drivers": {t: DRIVERS[t] for t in targets},
+                "drivers": drivers,
+                "driver_choice": choice,
                 "compile_flags": flags,
+                "cpu_config": config.to_json() if flags[len(base_flags):] == list(config.flags) else {
+                    **config.to_json(), "flags": [], "data_tiling": False, "im2col": False,
+                    "rejected": f"iree-compile rejected the module with {' '.join(config.flags)}: compiled without"},
                 "compile_command": ["iree-compile", source, "--iree-input-type=stablehlo",
                                     *[f"--iree-hal-target-backends={t}" for t in targets], *flags, "-o", MODULE],
                 "host_cpu_note": (
@@ -158,14 +179,52 @@ class IreeBackend(Backend):
                 f"Artifact '{directory}' | compiled for {', '.join(map(str, compiled))}, expected {target}: re-export "
                 f"with --platforms {','.join(['cpu', 'cuda'] if target == 'cuda' else ['cpu'])} on a machine with that "
                 "device", category="unsupported-platform")
-        return IreeRunner(manifest, directory, options, DRIVERS[target])
+        return IreeRunner(manifest, directory, options, _driver(manifest, directory, target))
+
+
+def _driver(manifest: Manifest, directory: Path, target: str) -> str:
+    """The driver the export chose for `target` (format.drivers), checked: the manifest is data."""
+    chosen = manifest.format.get("drivers", {}).get(target, DRIVERS[target])
+    allowed = CPU_DRIVERS if target == "llvm-cpu" else (DRIVERS[target],)
+    if chosen not in allowed:
+        raise ArtifactError(f"Artifact '{directory}' | manifest field format.drivers.{target} is {ascii(chosen)[:60]}, "
+                            f"expected one of {', '.join(allowed)}")
+    return chosen
+
+
+def _compile(exported, targets, base_flags: list[str], config: CpuConfig, lifted, n: int):
+    """compile_exported with the performance flags, and again without them if IREE rejects the module with
+    them (a flag's bug must not cost the artifact): (stablehlo, notes, vmfb, the flags used)."""
+    flags = [*base_flags, *config.flags]
+    try:
+        return (*compile_exported(exported, targets, flags, lifted, n), flags)
+    except ExportError:
+        if not config.flags:
+            raise
+    return (*compile_exported(exported, targets, base_flags, lifted, n), list(base_flags))
+
+
+def _choose_driver(option: str, out_dir: Path, files: dict[str, str], signature, arg_index: list[int]) -> dict[str, Any]:
+    """The llvm-cpu driver: the option's, or local-sync and local-task timed on the example inputs."""
+    if option != "auto":
+        return {"driver": option, "rule": f"set by the backend option iree.driver={option}"}
+    from multiexport.exporting.options import usable_cpus
+
+    feed = signature.example_feed()
+    arrays = [feed[signature.inputs[i].name] for i in arg_index]
+    weights = out_dir / files["weights"] if "weights" in files else None
+    try:
+        return choose_driver(out_dir / MODULE, weights, arrays, len(signature.outputs), usable_cpus())
+    except Exception as exc:  # a module the runtime cannot run is the load check's to report, in its words
+        return {"driver": DRIVERS["llvm-cpu"], "rule": f"not measured ({type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:200]}): IREE's default driver"}
 
 
 def _at_sizes(leaf, sizes: dict[str, int] | None):
     """The leaf with the symbolic dims a specialised build fixed written as their sizes."""
     import dataclasses
 
-    from multiexport.export.stablehlo import evaluate_dim
+    from multiexport.exporting.stablehlo import evaluate_dim
 
     if not sizes or not leaf.is_symbolic:
         return leaf

@@ -8,7 +8,7 @@ import subprocess
 from typing import Any, Sequence
 
 from multiexport.errors import ExportError
-from multiexport.signature.weights import LiftedWeights
+from multiexport.leaves.weights import LiftedWeights
 
 from .fixups import prepare_stablehlo
 

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from multiexport.errors import ExportError
-from multiexport.export.stablehlo import ir_context, parse_module
+from multiexport.exporting.stablehlo import ir_context, parse_module
 
 FUNCTION = "main"
 PARAMETER_SCOPE = "model"  # iree-run-module --parameters=model=weights.safetensors

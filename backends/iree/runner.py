@@ -8,8 +8,8 @@ from typing import Any, Sequence, cast
 import numpy as np
 
 from multiexport.errors import ArtifactError, RunError, leaf_message
-from multiexport.export import Manifest, Runner
-from multiexport.export.contract import observed_threads
+from multiexport.exporting import Manifest, Runner
+from multiexport.exporting.contract import observed_threads
 
 from .fixups import FUNCTION, PARAMETER_SCOPE
 
@@ -35,6 +35,10 @@ def weight_names(manifest: Manifest) -> list[str]:
 
 class IreeRunner(Runner):
     """The .vmfb in iree.runtime: inputs uploaded once as HAL buffer views, the module's sync `main` invoked."""
+
+    # The threads that run the module: local-task's iree-worker pool (counted by thread name), or on
+    # local-sync the calling thread alone (1). One key for both drivers so that threads_reported is true.
+    threads_key = "num_threads"
 
     calling_path = ("iree.runtime VmContext.invoke of the module's synchronous main on an argument list packed "
                     "once in prepare (HAL buffer views uploaded there); results stay in device buffers")
@@ -132,9 +136,18 @@ class IreeRunner(Runner):
         return 0  # compiled ahead of time at export; nothing compiles at run time, whatever the shapes
 
     def _describe_impl(self) -> dict[str, Any]:
-        return {"driver": self._driver, "module_signature": self.declaration,
+        return {"driver": self._driver, "driver_choice": self.manifest.format.get("driver_choice"),
+                "compile_flags": self.manifest.format.get("compile_flags"), "module_signature": self.declaration,
                 "target_backends": self.manifest.format.get("target_backends"),
                 "task_topology_max_group_count": _THREADS_SET[0] if _THREADS_SET and self._driver == "local-task" else None,
-                "iree_worker_threads": observed_threads("iree-worker")}
+                **self._threads()}
+
+    def _threads(self) -> dict[str, int]:
+        """The threads running the module, under `threads_key`: local-task's iree-worker pool as counted,
+        local-sync's calling thread alone (it has no iree-worker pool to count); other drivers report none."""
+        if self._driver == "local-task":
+            workers = observed_threads("iree-worker")
+            return {"iree_worker_threads": workers, "num_threads": workers}
+        return {"num_threads": 1} if self._driver == "local-sync" else {}
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from multiexport.errors import ArtifactError, RunError
-from multiexport.export import Backend, FormatResult, Manifest, Option, RunOptions, Runner
-from multiexport.signature.weights import embedded
+from multiexport.exporting import Backend, FormatResult, Manifest, Option, RunOptions, Runner
+from multiexport.leaves.weights import embedded
 from multiexport.versions import dist_version
 
 from .convert import (
@@ -59,6 +59,7 @@ class LiteRTBackend(Backend):
     summary = "LiteRT .tflite (TFLite converter from the SavedModel), TFLite builtins only, run by ai_edge_litert"
     requires = ("ai_edge_litert", "tensorflow")  # TensorFlow: the converter
     extra = "litert"
+    distributions = ("ai-edge-litert", "tensorflow-cpu", "tensorflow")  # TensorFlow converts
     builds_on = "savedmodel"
     weight_storage = ("embedded",)  # a .tflite keeps its tensors in its own flatbuffer
     color = "#e377c2"

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from multiexport.export.stablehlo import producer_version
+from multiexport.exporting.stablehlo import producer_version
 
 SIGNATURE_KEY = "serving_default"
 MODEL_FILE = "model.tflite"

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from multiexport.errors import RunError
-from multiexport.export import Runner
+from multiexport.exporting import Runner
 
 from .convert import SCATTER_REGION_OPS, SIGNATURE_KEY, scatter_regions
 
@@ -39,6 +39,8 @@ class LiteRTRunner(Runner):
     (never by position: the raw input order is neither leaf order nor sorted); the timed call is
     `invoke()`; outputs are copied out with `get_tensor` only on fetch.
     """
+
+    threads_key = "num_threads"
 
     calling_path = ("ai_edge_litert Interpreter.invoke(), inputs set once with set_tensor at the serving_default "
                     "signature's tensor indices (resize_tensor_input + allocate_tensors when a shape changes); "

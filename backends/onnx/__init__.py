@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from multiexport.errors import ArtifactError, ExportError, RunError
-from multiexport.export import Availability, Backend, FormatResult, Manifest, Option, RunOptions, Runner
-from multiexport.signature.weights import embedded, externalizes
+from multiexport.exporting import Availability, Backend, FormatResult, Manifest, Option, RunOptions, Runner
+from multiexport.leaves.weights import embedded, externalizes
 from multiexport.versions import dist_version
 
 from .convert import (
@@ -32,7 +32,22 @@ from .convert import (
     tensor_bytes,
     validate,
 )
-from .runner import OnnxRunner, session_error
+from .routes import ROUTES, route_failure, run_once, stablehlo_model
+from .runner import OnnxRunner, session_error, session_options as runner_session_options
+
+# Failures the other route cannot avoid: the environment or the function, not the converter.
+_NO_SECOND_ROUTE = frozenset({"unavailable", "size-limit", "version-skew", "interrupted", "timeout", "out-of-memory",
+                              "nondeterministic-target", "internal-error"})
+
+
+def _clear(directory: Path) -> None:
+    """Remove the files a failed route wrote, so the next route starts from an empty directory."""
+    for name in (MODEL_FILE, DATA_FILE):
+        (directory / name).unlink(missing_ok=True)
+
+
+def describe(exc: BaseException) -> str:
+    return " ".join(str(exc).replace("Backend 'onnx' | ", "").split())[:600]
 
 # Opset 21 (ONNX 1.16, March 2024) is the newest opset ONNX released with IR version 10, the IR
 # version jax2onnx writes whatever the opset (its "ORT-safe" choice): the pair stays consistent and
@@ -45,13 +60,17 @@ EXTERNAL_DATA_THRESHOLD_BYTES = 2**31 - 2**26
 
 class OnnxBackend(Backend):
     name = "onnx"
-    summary = "ONNX (jax2onnx) run by ONNX Runtime, inputs named by leaf"
+    summary = "ONNX (jax2onnx, or multiexport's StableHLO converter) run by ONNX Runtime, inputs named by leaf"
     requires = ("onnx", "onnx_ir", "onnxruntime", "jax2onnx")
     extra = "onnx"
+    distributions = ("onnx", "onnx-ir", "onnxruntime", "jax2onnx")
     color = "#2ca02c"
     order = 30
     runtime_modules = ("onnxruntime",)
     options = (
+        Option("route", "auto", str, "which converter writes the graph: jax2onnx (from the jaxpr), stablehlo "
+               "(multiexport's own, from the exported StableHLO module), or auto (jax2onnx, and stablehlo when "
+               "jax2onnx fails to convert or its graph fails to validate or run once)", choices=ROUTES),
         Option("opset", OPSET, int, "ONNX opset to target (jax2onnx writes IR version 10 whatever the opset)",
                minimum=17),
         Option("external_data_threshold", EXTERNAL_DATA_THRESHOLD_BYTES, int,
@@ -60,9 +79,90 @@ class OnnxBackend(Backend):
 
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
         t0 = time.perf_counter()
-        first_use, first_use_in_process = jax2onnx_first_use(signature.flat_function(fn), list(signature.specs))
-        model = convert(fn, signature, resolved["opset"], double=signature.x64)
-        check_no_random_ops(model, signature)
+        route = resolved["route"]
+        first_use = first_use_in_process = 0.0
+        notes: list[str] = []
+        made = None
+        if route in ("auto", "jax2onnx"):
+            try:
+                first_use, first_use_in_process = jax2onnx_first_use(signature.flat_function(fn),
+                                                                     list(signature.specs))
+                model = convert(fn, signature, resolved["opset"], double=signature.x64)
+                check_no_random_ops(model, signature)
+                made = self._write(model, signature, out_dir, options, resolved)
+                used_route = "jax2onnx"
+            except ExportError as exc:
+                if route == "jax2onnx" or exc.category in _NO_SECOND_ROUTE:
+                    raise
+                first_failure = exc
+                _clear(out_dir)
+        if made is None:
+            try:
+                model = stablehlo_model(fn, signature, resolved["opset"])
+                made = self._write(model, signature, out_dir, options, resolved)
+            except ExportError as exc:
+                if route == "stablehlo":
+                    raise
+                raise route_failure(first_failure, exc) from first_failure
+            used_route = "stablehlo"
+            if route == "auto":
+                notes.append(f"route stablehlo (multiexport's StableHLO -> ONNX converter): jax2onnx's graph was not "
+                             f"used: {describe(first_failure)}")
+            else:
+                notes.append("route stablehlo (multiexport's StableHLO -> ONNX converter), as asked (onnx.route)")
+        model, unread, total, external, model_bytes, repaired = made
+        kept = {v.name for v in model.graph.inputs}
+        used = [options.keep_unused or leaf.name not in unread for leaf in signature.inputs]
+        params = [leaf.name if leaf.name in kept else None for leaf in signature.inputs]
+        warnings = [*notes, *([repaired] if repaired else [])]
+        if unread and options.keep_unused:
+            warnings.append(f"keep_unused: the graph takes but never reads {', '.join(unread)}")
+        if any(leaf.dtype == "bfloat16" for leaf in (*signature.inputs, *signature.outputs)):
+            warnings.append("bfloat16 leaves: ONNX Runtime's CPU provider has no bfloat16 kernel for most ops "
+                            "(Gemm, Einsum, ...), so this artifact may load only on a provider that has them")
+        weights = ({"storage": "external", "file": DATA_FILE, "file_format": "ONNX external data",
+                    "external_bytes": (out_dir / DATA_FILE).stat().st_size, "embedded_bytes": 0}
+                   if external else embedded(signature))
+        opset, ir_version = model.opset_imports[""], model.ir_version
+        return FormatResult(
+            files={"model": MODEL_FILE, **({"external_data": DATA_FILE} if external else {})},
+            used=used, params=params, output_params=[o.name for o in signature.outputs],
+            versions={**{d: dist_version(d) for d in ("jax2onnx", "onnx", "onnx-ir", "onnxruntime")
+                         if d != "jax2onnx" or used_route == "jax2onnx"},
+                      "onnx_opset": str(opset), "onnx_ir_version": str(ir_version)},
+            requires={"onnx_opset": opset, "onnx_ir_version": ir_version,
+                      "note": f"an ONNX runtime that implements opset {opset} (default domain) and reads IR version "
+                              f"{ir_version} (ONNX Runtime 1.16 or newer)"},
+            format={
+                "weights": ("initializers of 1 KiB or more in model.onnx.data (ONNX external data, read by path "
+                            "relative to model.onnx)" if external else "initializers inside model.onnx"),
+                "opset": opset, "ir_version": ir_version,
+                "producer": f"{model.producer_name} {model.producer_version}".strip(),
+                # Which converter made the graph: jax2onnx (from the jaxpr) or stablehlo (multiexport's own,
+                # from the exported module), and what `route` asked for.
+                "route": used_route, "route_requested": route,
+                "graph_inputs": [v.name for v in model.graph.inputs],
+                "graph_outputs": [v.name for v in model.graph.outputs],
+                # Leaves the graph never reads: dropped from it, or kept as inputs under keep_unused.
+                "unread_inputs": unread,
+                "model_bytes": model_bytes, "tensor_bytes": total, "external_data": external,
+                "double_precision": signature.x64,
+                "validation": "onnx.checker.check_model(full_check=True) + strict shape inference with data propagation",
+                "repaired": repaired,
+                "export_seconds": round(time.perf_counter() - t0, 3),
+                # What jax2onnx's one-time plugin import cost the process when it was paid.
+                "jax2onnx_first_use_seconds_in_process": round(first_use_in_process, 3),
+            },
+            warnings=warnings, weights=weights, declared=declared_dtypes(model),
+            platforms=["cpu", "cuda"],  # an ONNX graph names no platform: the provider decides where it runs
+            setup={"seconds": round(first_use, 3),
+                   "what": f"jax2onnx plugin import, {PLUGIN_IMPORT[-1] if PLUGIN_IMPORT else 'all'} (once per process)"},
+        )
+
+    def _write(self, model, signature, out_dir: Path, options, resolved):
+        """Drop unread inputs, save (external data past the threshold), validate, and run the graph once in
+        ONNX Runtime: a graph that validates can still fail on every call, and that is the converter's doing.
+        Returns (model, unread, tensor bytes, external, file bytes, repair note)."""
         unread = drop_unread_inputs(model, signature, options.keep_unused)
         total = tensor_bytes(model)
         threshold = resolved["external_data_threshold"]
@@ -87,50 +187,8 @@ class OnnxBackend(Backend):
             repaired = (f"jax2onnx wrote intermediate shape annotations that ONNX shape inference contradicts "
                         f"({STALE_SHAPE}); removed all {cleared} intermediate annotations (optional hints; "
                         "interface shapes kept) and the file validates")
-        kept = {v.name for v in model.graph.inputs}
-        kept = {v.name for v in model.graph.inputs}
-        used = [options.keep_unused or leaf.name not in unread for leaf in signature.inputs]
-        params = [leaf.name if leaf.name in kept else None for leaf in signature.inputs]
-        warnings = [repaired] if repaired else []
-        if unread and options.keep_unused:
-            warnings.append(f"keep_unused: the graph takes but never reads {', '.join(unread)}")
-        if any(leaf.dtype == "bfloat16" for leaf in (*signature.inputs, *signature.outputs)):
-            warnings.append("bfloat16 leaves: ONNX Runtime's CPU provider has no bfloat16 kernel for most ops "
-                            "(Gemm, Einsum, ...), so this artifact may load only on a provider that has them")
-        weights = ({"storage": "external", "file": DATA_FILE, "file_format": "ONNX external data",
-                    "external_bytes": (out_dir / DATA_FILE).stat().st_size, "embedded_bytes": 0}
-                   if external else embedded(signature))
-        opset, ir_version = model.opset_imports[""], model.ir_version
-        return FormatResult(
-            files={"model": MODEL_FILE, **({"external_data": DATA_FILE} if external else {})},
-            used=used, params=params, output_params=[o.name for o in signature.outputs],
-            versions={**{d: dist_version(d) for d in ("jax2onnx", "onnx", "onnx-ir", "onnxruntime")},
-                      "onnx_opset": str(opset), "onnx_ir_version": str(ir_version)},
-            requires={"onnx_opset": opset, "onnx_ir_version": ir_version,
-                      "note": f"an ONNX runtime that implements opset {opset} (default domain) and reads IR version "
-                              f"{ir_version} (ONNX Runtime 1.16 or newer)"},
-            format={
-                "weights": ("initializers of 1 KiB or more in model.onnx.data (ONNX external data, read by path "
-                            "relative to model.onnx)" if external else "initializers inside model.onnx"),
-                "opset": opset, "ir_version": ir_version,
-                "producer": f"{model.producer_name} {model.producer_version}".strip(),
-                "graph_inputs": [v.name for v in model.graph.inputs],
-                "graph_outputs": [v.name for v in model.graph.outputs],
-                # Leaves the graph never reads: dropped from it, or kept as inputs under keep_unused.
-                "unread_inputs": unread,
-                "model_bytes": model_bytes, "tensor_bytes": total, "external_data": external,
-                "double_precision": signature.x64,
-                "validation": "onnx.checker.check_model(full_check=True) + strict shape inference with data propagation",
-                "repaired": repaired,
-                "export_seconds": round(time.perf_counter() - t0, 3),
-                # What jax2onnx's one-time plugin import cost the process when it was paid.
-                "jax2onnx_first_use_seconds_in_process": round(first_use_in_process, 3),
-            },
-            warnings=warnings, weights=weights, declared=declared_dtypes(model),
-            platforms=["cpu", "cuda"],  # an ONNX graph names no platform: the provider decides where it runs
-            setup={"seconds": round(first_use, 3),
-                   "what": f"jax2onnx plugin import, {PLUGIN_IMPORT[-1] if PLUGIN_IMPORT else 'all'} (once per process)"},
-        )
+        run_once(out_dir / MODEL_FILE, signature, model)
+        return model, unread, total, external, model_bytes, repaired
 
     def _gpu_status_impl(self) -> Availability:
         import onnxruntime as ort
@@ -144,10 +202,7 @@ class OnnxBackend(Backend):
     def _load_impl(self, manifest: Manifest, directory: Path, options: RunOptions) -> Runner:
         import onnxruntime as ort
 
-        session_options = ort.SessionOptions()
-        session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        session_options.intra_op_num_threads = options.thread_count
-        session_options.inter_op_num_threads = 1  # sequential execution: one op at a time, like every runtime here
+        session_options = runner_session_options(ort, options.thread_count)
         providers = ["CPUExecutionProvider"]
         if options.device == "gpu":
             available = ort.get_available_providers()

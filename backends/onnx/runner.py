@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence, cast
@@ -9,9 +10,29 @@ from typing import Any, Sequence, cast
 import numpy as np
 
 from multiexport.errors import ArtifactError, RunError
-from multiexport.export import Runner
+from multiexport.exporting import Runner
 
 from .convert import first_lines
+
+# ONNX Runtime's session config keys for its thread pools' spinning (its default is "1": a worker spins
+# after its work instead of sleeping, which cuts the wake-up latency of the next call at the cost of busy
+# cores between calls). Set explicitly so the configuration is stated and read back into the results.
+SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
+
+
+def session_options(ort, threads: int):
+    """The SessionOptions every ONNX Runtime session here gets, as ONNX Runtime documents for latency:
+    every graph optimisation (ORT_ENABLE_ALL), `threads` intra-op threads, sequential execution with one
+    inter-op thread (one op at a time, like every runtime here), spinning on."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    for key in SPINNING:
+        options.add_session_config_entry(key, "1")
+    return options
+
 
 # ONNX Runtime's Python binding names an element type it cannot map to numpy by its ONNX number
 # ("Numpy_type 14" is complex64): those are dtypes the runtime cannot take, not a broken run.
@@ -37,6 +58,8 @@ class OnnxRunner(Runner):
     cost is in ORT 1.32's Python wrapper around it, not in the C call). It is also what a C++ caller
     with a long-lived Ort::IoBinding does.
     """
+
+    threads_key = "intra_op_threads"
 
     calling_path = ("onnxruntime InferenceSession.run_with_iobinding: inputs bound once as OrtValues on the "
                     "device, outputs left in ORT-allocated device memory (copied to numpy only on fetch)")
@@ -69,8 +92,11 @@ class OnnxRunner(Runner):
         try:
             self.session.run_with_iobinding(prepared.binding)
         except Exception as exc:
-            raise RunError(f"Artifact '{self.directory}' | ONNX Runtime failed: {type(exc).__name__}: {first_lines(exc)}",
-                           backend="onnx") from exc
+            # A node of the graph failed: the converter wrote what this runtime cannot run (the same category
+            # whether the parity check or the benchmark meets it first).
+            named = NODE_FAILURE.search(str(exc))
+            raise RunError(f"Artifact '{self.directory}' | {node_failure(exc)}", backend="onnx",
+                           category="invalid-model" if named else "run-failed") from exc
         if self._ort_device != "cpu":
             prepared.binding.synchronize_outputs()
 
@@ -85,7 +111,30 @@ class OnnxRunner(Runner):
         options = self.session.get_session_options()
         return {"providers": self.session.get_providers(), "intra_op_threads": options.intra_op_num_threads,
                 "inter_op_threads": options.inter_op_num_threads,
-                "graph_optimization_level": str(options.graph_optimization_level)}
+                "graph_optimization_level": str(options.graph_optimization_level),
+                "execution_mode": str(options.execution_mode),
+                **{key.replace("session.", "").replace(".", "_"): options.get_session_config_entry(key) for key in SPINNING}}
+
+
+# ONNX Runtime's words for a failing node: at run time, and when it builds a session.
+NODE_FAILURE = re.compile(r"while running (?P<op>\w+) node\. Name:'(?P<node>[^']*)'"
+                          r'|In Node, \("(?P<node2>[^"]*)", (?P<op2>\w+)'
+                          r"|implementation for (?P<op3>\w+)\(\d+\) node with name '(?P<node3>[^']*)'")
+
+
+def node_failure(exc: Exception) -> str:
+    """ONNX Runtime's failure, naming the node and its op when the message does: `the graph fails in ONNX
+    Runtime at node 'n_MaxPool_3' (MaxPool): <its status message>`."""
+    text = f"{type(exc).__name__}: {first_lines(exc)}"
+    found = NODE_FAILURE.search(str(exc))
+    if not found:
+        return f"ONNX Runtime failed: {text}"
+    node = found.group("node") or found.group("node2") or found.group("node3") or ""
+    op = found.group("op") or found.group("op2") or found.group("op3") or ""
+    status = str(exc).split("Status Message:", 1)[-1] if "Status Message:" in str(exc) else text
+    status = " ".join(status.split())[:600]
+    return (f"the graph fails in ONNX Runtime at node '{node}' ({op}): {status}; the converter wrote a graph "
+            "this runtime cannot run")
 
 
 def _dtype_or_run_error(exc: Exception, directory: Path, what: str) -> RunError:

@@ -27,9 +27,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from multiexport.errors import ArtifactError, ExportError, RunError, leaf_message
-from multiexport.export import Backend, FormatResult, Manifest, Option, RunOptions, Runner
-from multiexport.export.options import usable_cpus
+from multiexport.errors import ArtifactError, ExportError, RunError, leaf_message, present
+from multiexport.exporting import Backend, FormatResult, Manifest, Option, RunOptions, Runner
+from multiexport.exporting.native_section import OPENVINO_PROPERTIES, openvino_section
+from multiexport.exporting.options import usable_cpus
 from multiexport.versions import dist_version
 
 from .runner import (
@@ -46,14 +47,16 @@ from .runner import (
 )
 
 WIDE = ("int64", "uint64", "float64", "complex128")
+ONNX_ROUTES = ("auto", "jax2onnx", "stablehlo")  # the ONNX backend's `route` values
 CACHE_MEASURE_LIMIT_BYTES = 256 << 20  # past this the cache measurement (three compiles) is skipped
 
 
 class OpenVINOBackend(Backend):
     name = "openvino"
-    summary = "OpenVINO CPU over the ONNX file (jax2onnx), inputs named by leaf"
+    summary = "OpenVINO CPU over the ONNX file (either ONNX route), inputs named by leaf"
     requires = ("openvino",)  # the ONNX stage checks its own (onnx, jax2onnx)
     extra = "openvino"
+    distributions = ("openvino",)
     builds_on = "onnx"
     color = "#17becf"
     order = 60
@@ -63,6 +66,10 @@ class OpenVINOBackend(Backend):
                "the artifact; empty: no cache (every load compiles)"),
         Option("measure_cache", True, bool, "at export, time compile_model without a cache and with a warm one "
                "(recorded in format.compile_cache)"),
+        Option("onnx_route", "auto", str, "which route writes the ONNX file OpenVINO reads: the ONNX stage's "
+               "(jax2onnx, or multiexport's StableHLO converter when jax2onnx fails), jax2onnx or stablehlo only; "
+               "auto also retries with stablehlo when OpenVINO cannot read, compile or run jax2onnx's file",
+               choices=ONNX_ROUTES),
         Option("allow_64bit", False, bool, "export int64/float64 leaves anyway: OpenVINO's CPU plugin computes them "
                "in 32 bits, so values past int32 or float32 precision come out silently wrong"),
     )
@@ -84,13 +91,10 @@ class OpenVINOBackend(Backend):
         if wide:
             warnings.append(f"64-bit leaves ({', '.join(leaf.name for _, leaf in wide)}): OpenVINO's CPU plugin computes "
                             "them in 32 bits, so values past int32 / float32 precision are silently wrong")
-        files = {"model": front.files["model"]}
-        if "external_data" in front.files:
-            files["external_data"] = front.files["external_data"]
-        for name in files.values():
-            _place(frontend.directory / name, out_dir / name)
-        core = ov.Core()
-        model = core.read_model(str(out_dir / files["model"]))  # the frontend's conversion: fails here if it cannot
+        files, model, retried = self._place_and_probe(fn, signature, out_dir, options, resolved, frontend)
+        if retried is not None:
+            front, note = retried
+            warnings.append(note)
         names = {leaf.param: leaf.name for leaf in (*taken, *front.outputs)}
         declared = {}
         for port in (*model.inputs, *model.outputs):
@@ -101,8 +105,9 @@ class OpenVINOBackend(Backend):
                  sum((out_dir / f).stat().st_size for f in files.values()) <= CACHE_MEASURE_LIMIT_BYTES else None)
         version = ov.get_version()
         # the ONNX stage's own notes, less the signature's (the core adds those) and ONNX Runtime's
-        own = [w for w in front.warnings if w not in signature.warnings and "ONNX Runtime" not in w]
-        cpu = _cpu_facts(core)
+        own = [w for w in front.warnings if w not in signature.warnings and
+               ("ONNX Runtime" not in w or w.startswith("route "))]  # which route made the file, and why, stays
+        cpu = _cpu_facts(ov.Core())
         return FormatResult(
             files=files, used=[leaf.used for leaf in front.inputs], params=[leaf.param for leaf in front.inputs],
             output_params=[leaf.param for leaf in front.outputs],
@@ -114,8 +119,9 @@ class OpenVINOBackend(Backend):
                       "note": f"OpenVINO with an ONNX frontend for opset {front.requires.get('onnx_opset')} "
                               f"(checked with OpenVINO {dist_version('openvino')}), on its CPU plugin"},
             format={
-                "model_source": "the ONNX stage's model.onnx as written by jax2onnx, unchanged (read by OpenVINO's "
-                                "ONNX frontend at load)",
+                "model_source": f"the ONNX stage's model.onnx as written by route {front.format.get('route')}, "
+                                "unchanged (read by OpenVINO's ONNX frontend at load)",
+                "onnx_route": front.format.get("route"), "onnx_route_requested": resolved["onnx_route"],
                 "why_not_ir": "measured: read_model of the ONNX as fast as of the IR, IR larger, outputs bit-identical; "
                               "ov.save_model compresses weights to float16 by default",
                 "ir_command": "ov.save_model(ov.Core().read_model('model.onnx'), 'model.xml', compress_to_fp16=False)",
@@ -132,7 +138,71 @@ class OpenVINOBackend(Backend):
                 "onnx_opset": front.format.get("opset"),
             },
             warnings=[*warnings, *own], weights=dict(front.weights), declared=declared, platforms=["cpu"],
+            native=openvino_section(front.inputs, [leaf.param for leaf in front.inputs], front.outputs,
+                                    [leaf.param for leaf in front.outputs], model=files["model"],
+                                    properties=OPENVINO_PROPERTIES),
         )
+
+    def stage_options(self, resolved: dict[str, Any]) -> dict[str, Any]:
+        return {} if resolved["onnx_route"] == "auto" else {"route": resolved["onnx_route"]}
+
+    def _place_and_probe(self, fn, signature, out_dir: Path, options, resolved, frontend):
+        """Place the stage's files and compile and run them once. When OpenVINO cannot take jax2onnx's file and
+        the route is auto, the stage is exported again through the StableHLO route and that file is placed.
+        Returns (files, the read model, the retried stage with a note, or None)."""
+        try:
+            return (*self._place(frontend, out_dir, signature), None)
+        except Exception as exc:
+            route = frontend.manifest.format.get("route")
+            if resolved["onnx_route"] != "auto" or route != "jax2onnx":
+                raise self._probe_error(exc, out_dir / frontend.manifest.files["model"]) from exc
+            first = self._probe_error(exc, out_dir / frontend.manifest.files["model"])
+        from multiexport.exporting.pipeline import export_stage
+
+        for name in ("model.onnx", "model.onnx.data"):
+            (out_dir / name).unlink(missing_ok=True)
+        with export_stage(self, fn, signature, options, out_dir.parent, {"route": "stablehlo"}) as second:
+            second = present(second, "OpenVINO builds on the ONNX stage: there is always one")
+            try:
+                files, model = self._place(second, out_dir, signature)
+            except Exception as exc:
+                raise ExportError(f"{first} (the StableHLO route's file failed too: "
+                                  f"{self._probe_error(exc, out_dir / second.manifest.files['model'])})",
+                                  backend=self.name, category=first.category) from exc
+            note = (f"ONNX route stablehlo: OpenVINO could not take the jax2onnx file: "
+                    f"{str(first).replace(f'Backend {self.name!r} | ', '')}")
+            return files, model, (second.manifest, note)
+
+    def _place(self, stage, out_dir: Path, signature):
+        ov = import_openvino()
+        front = stage.manifest
+        files = {"model": front.files["model"]}
+        if "external_data" in front.files:
+            files["external_data"] = front.files["external_data"]
+        for name in files.values():
+            _place(stage.directory / name, out_dir / name)
+        unsigned = unsigned_node(out_dir / files["model"])
+        if unsigned:
+            raise ExportError(f"Backend '{self.name}' | node {unsigned} computes in unsigned 32/64-bit integers, which "
+                              "OpenVINO's CPU plugin computes in signed 32 bits without an error (measured: uint32 "
+                              "1 + 4000000000 gives -2147483648; jax.random's threefry on the StableHLO route's graph "
+                              "came out wrong by up to 5.6)", backend=self.name, category="unsupported-dtype")
+        core = ov.Core()
+        model = core.read_model(str(out_dir / files["model"]))  # the frontend's conversion: fails here if it cannot
+        compiled_model = core.compile_model(model, "CPU", config(1))
+        feed = _probe_feed(front, signature)
+        if feed is not None:  # a file that compiles can still fail on every call
+            compiled_model.create_infer_request().infer(feed)
+        return files, model
+
+    def _probe_error(self, exc: BaseException, model_path: Path) -> ExportError:
+        if isinstance(exc, ExportError):
+            return exc
+        known = classify_text(str(exc), model_path)
+        if known:
+            return ExportError(f"Backend '{self.name}' | {known[1]}", backend=self.name, category=known[0])
+        return ExportError(f"Backend '{self.name}' | OpenVINO cannot compile and run the ONNX file once: "
+                           f"{' '.join(str(exc).split())[:800]}", backend=self.name, category="invalid-model")
 
     def classify(self, exc: BaseException, stage: str) -> tuple[str, str] | None:
         return classify_text(str(exc))
@@ -150,7 +220,7 @@ class OpenVINOBackend(Backend):
         try:
             core, model, cm, seconds = compiled(model_path, options.thread_count, cache_dir)
         except RuntimeError as exc:
-            known = classify_text(str(exc))
+            known = classify_text(str(exc), model_path)
             if known:
                 raise RunError(f"Artifact '{directory}' | {known[1]}", backend=self.name, category=known[0]) from exc
             raise ArtifactError(f"Artifact '{directory}' | OpenVINO cannot load {manifest.files['model']}: "
@@ -166,6 +236,52 @@ class OpenVINOBackend(Backend):
                  "device_name": _cpu_facts(core)["name"],
                  "telemetry": telemetry_state()}
         return OpenVINORunner(manifest, directory, options, core, cm, facts)
+
+
+def unsigned_node(model_path: Path) -> str | None:
+    """`'name' (Op)` of the first node (subgraphs included) that writes a uint32/uint64 tensor, else None."""
+    import onnx
+
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(model_path), load_external_data=False))
+    wide = (onnx.TensorProto.UINT32, onnx.TensorProto.UINT64)
+
+    def walk(graph) -> str | None:
+        typed = {v.name for v in (*graph.input, *graph.value_info, *graph.output)
+                 if v.type.tensor_type.elem_type in wide}
+        typed |= {t.name for t in graph.initializer if t.data_type in wide}
+        for node in graph.node:
+            if any(o in typed for o in node.output) or (node.op_type == "Cast" and any(
+                    a.name == "to" and a.i in wide for a in node.attribute)):
+                return f"'{node.name}' ({node.op_type})"
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    found = walk(a.g)
+                    if found:
+                        return found
+        return None
+
+    return walk(model.graph)
+
+
+def _probe_feed(front: Manifest, signature) -> dict[str, Any] | None:
+    """Port name -> the example value (zeros at the leaf's shape, symbolic dims at 2, when none fits); None
+    when a leaf's dtype has no plain numpy form OpenVINO's dict path takes (bfloat16, float8)."""
+    import numpy as np
+
+    from multiexport.dtypes import parse_dtype
+
+    examples = signature.example_feed()
+    feed: dict[str, Any] = {}
+    for leaf in front.inputs:
+        if leaf.param is None:
+            continue
+        shape = tuple(d if isinstance(d, int) else 2 for d in leaf.shape)
+        example = examples.get(leaf.name)
+        if leaf.dtype == "bfloat16" or leaf.dtype.startswith("float8"):
+            return None
+        fits = example is not None and tuple(np.shape(example)) == shape
+        feed[str(leaf.param)] = np.asarray(example) if fits else np.zeros(shape, parse_dtype(leaf.dtype))
+    return feed
 
 
 def _place(source: Path, target: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from multiexport.errors import ArtifactError, RunError
-from multiexport.export import Runner
+from multiexport.exporting import Runner
 
 PERFORMANCE_HINT = "LATENCY"
 # OpenVINO element types numpy cannot hold: passed as their bits (ov.Tensor(ndarray) refuses the ml_dtypes
@@ -107,19 +107,50 @@ def properties(cm) -> dict[str, Any]:
             "optimal_number_of_infer_requests": get("OPTIMAL_NUMBER_OF_INFER_REQUESTS")}
 
 
-def classify_text(text: str) -> tuple[str, str] | None:
-    """(category, reason) for OpenVINO's words about a model it cannot convert, compile or take."""
+def classify_text(text: str, model_path: Path | None = None) -> tuple[str, str] | None:
+    """(category, reason) for OpenVINO's words about a model it cannot convert, compile or take; with the
+    ONNX file at hand, an op it cannot convert is named with its ONNX node (OpenVINO names only the op type
+    and the node's first output)."""
     failed = _CONVERSION.search(text)
-    if failed or "OpConversionFailure" in text:
-        op = failed.group(1).strip() if failed else "an op"
+    no_rule = _NO_RULE.search(text)
+    if failed or no_rule or "OpConversionFailure" in text:
+        op = failed.group(1).strip() if failed else no_rule.group(1).strip() if no_rule else "an op"
         why = next((m.group(1).strip() for pattern in (r"(Expected [^\n]+)", r"with a message: ([^\n]+)")
                     if (m := re.search(pattern, text))), "")
-        return ("unsupported-op", f"OpenVINO's ONNX frontend cannot convert {op}" + (f": {why[:300]}" if why else ""))
+        where = _node_names(text, op, model_path)
+        reason = f"OpenVINO's ONNX frontend cannot convert {op}{where}" + (f": {why[:300]}" if why else "")
+        return ("unsupported-op", reason)
     if any(s in text for s in _DTYPE):
         return ("unsupported-dtype", f"OpenVINO's CPU plugin cannot take these element types: {' '.join(text.split())[:500]}")
     if "Unsupported operation" in text or "Not Implemented" in text or "is not supported" in text:
         return ("unsupported-op", f"OpenVINO's CPU plugin has no implementation: {' '.join(text.split())[:500]}")
     return None
+
+
+# "While validating ONNX node '<Node(MaxPool): y>'": the op type and the node's first output.
+_ONNX_NODE = re.compile(r"ONNX node '<Node\((?P<op>[\w.]+)\): (?P<output>[^>]*)>'")
+_NO_RULE = re.compile(r"No conversion rule found for operations: ([^\n]+)")
+
+
+def _node_names(text: str, op: str, model_path: Path | None) -> str:
+    """` at node 'n' (output 'y')` for the node OpenVINO's message points at, read from the ONNX file."""
+    found = _ONNX_NODE.search(text)
+    output = found.group("output") if found else None
+    op_type = found.group("op") if found else op.split("-")[0].split(",")[0].strip()
+    names: list[str] = []
+    if model_path is not None:
+        try:
+            import onnx
+
+            graph = onnx.load(str(model_path), load_external_data=False).graph
+            names = [n.name or f"#{i}" for i, n in enumerate(graph.node)
+                     if (output in n.output if output else n.op_type == op_type)]
+        except Exception:  # an unreadable file: the message keeps what OpenVINO said
+            names = []
+    if names:
+        shown = ", ".join(f"'{n}'" for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return f" at node{'s' if len(names) > 1 else ''} {shown}" + (f" (output '{output}')" if output else "")
+    return f" at the node writing '{output}'" if output else ""
 
 
 @dataclass
@@ -142,6 +173,8 @@ class OpenVINORunner(Runner):
     internal name. 0-d inputs stay 0-d (np.require, not np.ascontiguousarray). bfloat16 and float8 go
     through their bits both ways; outputs are copied out on fetch.
     """
+
+    threads_key = "inference_num_threads"
 
     calling_path = ("openvino InferRequest.infer() on a CPU compiled model (PERFORMANCE_HINT=LATENCY, NUM_STREAMS=1); "
                     "inputs set once with set_tensor(cm.input(leaf), ov.Tensor(array, shared_memory=True)); outputs "

@@ -22,15 +22,15 @@ import gc
 from pathlib import Path
 
 from multiexport.errors import ArtifactError, ExportError, RunError
-from multiexport.export import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
-from multiexport.native.section import savedmodel_section
-from multiexport.signature.weights import embedded, plan
+from multiexport.exporting import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
+from multiexport.exporting.native_section import savedmodel_section
+from multiexport.leaves.weights import embedded, plan
 
 from .convert import (
-    _jax,
     checkpoint_files,
     describe_variables,
     exported_for_tf,
+    jax_version,
     poly_shape,
     serving_function,
     variables_for,
@@ -65,6 +65,7 @@ class SavedModelBackend(Backend):
     summary = "TF SavedModel (jax2tf): serving_default keyed by leaf aliases"
     requires = ("tensorflow", "jax")
     extra = "tf"
+    distributions = ("tensorflow-cpu", "tensorflow")  # either provides the module
     color = "#d62728"
     order = 20
     runtime_modules = ("tensorflow",)
@@ -126,7 +127,7 @@ class SavedModelBackend(Backend):
                       "stablehlo_version": reads},
             requires={"xla_call_module_version": needed, "stablehlo_version": reads,
                       "note": (f"a TensorFlow whose XlaCallModule supports serialization version {needed} and reads "
-                               f"StableHLO {reads} (TensorFlow {tf.__version__} or newer); jax {_jax()} wrote "
+                               f"StableHLO {reads} (TensorFlow {tf.__version__} or newer); jax {jax_version()} wrote "
                                f"StableHLO {written}, re-serialized for {reads} so that this TensorFlow reads it")},
             format={
                 "signature": SIGNATURE_KEY,
@@ -186,10 +187,12 @@ class SavedModelBackend(Backend):
                                        "install 'multiexport[gpu]' for tensorflow[and-cuda]")
         return Availability(True, f"{len(gpus)} GPU(s): {', '.join(g.name for g in gpus)}")
 
+    def _check_untrusted_impl(self, manifest: Manifest, directory: Path) -> None:
+        self.require()  # the graph is read with TF's own protobuf classes: without TF, one line saying so
+        check_graph(directory)  # the protobuf read without running anything: TF's own loader runs the graph
+
     def _load_impl(self, manifest: Manifest, directory: Path, options: RunOptions) -> Runner:
-        tf = import_tf(options.thread_count)
-        if not options.trust_artifact:
-            check_graph(directory)
+        tf = import_tf(options.thread_count)  # the graph was checked by the contract's load (check_untrusted)
         saved = read_saved_model(directory)
         problem = version_problem(max(saved["versions"]), max_supported_call_module_version(), tf.__version__)
         if problem:

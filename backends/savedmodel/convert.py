@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from multiexport.errors import ExportError
-from multiexport.export.stablehlo import export_module, producer_version, retarget
-from multiexport.signature import Leaf
-from multiexport.signature.weights import LiftedWeights
+from multiexport.exporting.stablehlo import export_module, producer_version, retarget
+from multiexport.leaves import Leaf
+from multiexport.leaves.weights import LiftedWeights
 
 VARIABLES_DIR = "variables"  # the SavedModel's checkpoint: lifted weights live here as tf.Variables
 
@@ -47,7 +47,7 @@ def exported_for_tf(fn, signature, options, lifted: LiftedWeights | None):
         import tensorflow as tf
 
         raise ExportError(
-            f"Backend 'savedmodel' | version skew: jax {_jax()} writes StableHLO {written}, TensorFlow {tf.__version__} "
+            f"Backend 'savedmodel' | version skew: jax {jax_version()} writes StableHLO {written}, TensorFlow {tf.__version__} "
             f"reads StableHLO {reads}, and the module cannot be written for {reads} "
             f"({' '.join(str(exc).split())[:300]}): the function uses an op TensorFlow {tf.__version__} does not have. "
             "Run it with a TensorFlow built against a newer StableHLO, or avoid the op",
@@ -103,7 +103,7 @@ def poly_shape(leaf: Leaf) -> str | None:
     return "(" + ", ".join(str(d) for d in leaf.shape) + ")"
 
 
-def _jax() -> str:
+def jax_version() -> str:
     from multiexport.versions import dist_version
 
     return dist_version("jax")

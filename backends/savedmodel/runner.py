@@ -6,7 +6,7 @@ from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
-from multiexport.export import Runner
+from multiexport.exporting import Runner
 
 SIGNATURE_KEY = "serving_default"
 
@@ -32,6 +32,8 @@ class SavedModelRunner(Runner):
     and the timed call is `signature._call_flat` on those tensors: the same graph and inputs, no
     re-binding. Where those TF internals are missing the runner falls back to `signature(**tensors)`.
     """
+
+    threads_key = "intra_op_threads"
 
     calling_path = (
         "restored serving_default signature; keyword inputs bound once in prepare, timed call "

@@ -64,6 +64,7 @@ def max_supported_call_module_version() -> int:
 
 
 def read_proto(directory: Path):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # this may be TF's first import (the trust gate): as import_tf
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()

@@ -7,6 +7,7 @@ Each entry of `REAL_MODELS` names a zero-argument factory returning a `multiexpo
     python -m benchmarks.real_models --list                    # the registry, with each model's compare flags
     python -m benchmarks.real_models --run quick --out DIR     # compare each model in turn (parity only), one matrix
     python -m benchmarks.real_models --run all --out DIR --bench --backends xla,onnx   # all of them, timed too
+    python -m benchmarks.real_models --matrix DIR1 DIR2        # one matrix of several finished runs
 
 `--run` takes `quick`, `all`, a tag (`nnx`, `symbolic-batch`, ...) or comma-separated names. Each model runs
 in a `multiexport compare` process of its own, one after another (never two at once): DIR/NAME/results.json,
@@ -29,7 +30,10 @@ and `batch_sizes` are what `--dim-sizes` / `--batch-sizes` get; tags: `quick` (t
 tests/compare/test_real_models.py gates), plus what the model exercises (`linen`, `nnx`, `eqx`,
 `symbolic-batch`, `batchnorm`, `attention`, `mask`, `x64`, `bf16`, `prng-key`, ...).
 
-Modules: linen.py, transformers.py (GPT/ViT/BERT, linen), nnx.py, eqx.py, ops.py (dtypes and ops).
+Modules: linen.py, transformers.py (GPT/ViT/BERT, linen), nnx.py, eqx.py, ops.py (dtypes and ops), and the
+models of other libraries, each an optional extra (`pip install -e .[zoo]`, or zoo-hf / zoo-keras / zoo-haiku):
+hf.py (Hugging Face transformers 4.x Flax), keras3.py (Keras 3 on JAX, keras.applications and keras-hub),
+haiku_nets.py (dm-haiku). Their tags: `hf`, `keras`, `haiku`; `baked` marks weights closed over as constants.
 """
 
 from __future__ import annotations
@@ -83,7 +87,8 @@ class RealModel:
 
 
 def _m(name: str, what: str, *tags: str, **kw) -> RealModel:
-    module = name.split("_")[0] if name.split("_")[0] in ("linen", "nnx", "eqx") else _MODULE_OF.get(name, "ops")
+    prefix = name.split("_")[0]
+    module = prefix if prefix in ("linen", "nnx", "eqx") else _LIBRARY_MODULES.get(prefix) or _MODULE_OF.get(name, "ops")
     return RealModel(name, f"benchmarks.real_models:{name}", module, what, tags, **kw)
 
 
@@ -91,9 +96,15 @@ def _m(name: str, what: str, *tags: str, **kw) -> RealModel:
 # asked for (`RealModel.factory`, or `benchmarks.real_models:NAME` through `__getattr__`): a worker loading a
 # flax model must not pay for equinox's import, nor have equinox in sys.modules (which makes the ONNX export
 # import jax2onnx's equinox plugins, ~14 CPU-s), as a user's own flax file would not.
+# The models of other libraries (each an optional extra, `pip install -e .[zoo]`): hf_* from transformers' Flax
+# classes, keras_* from Keras 3 on JAX (keras_hub_* from keras-hub), haiku_* from dm-haiku.
+_LIBRARY_MODULES = {"hf": "hf", "keras": "keras3", "haiku": "haiku_nets"}
 _MODULE_OF = {"gpt_gqa": "transformers", "gpt_bf16": "transformers", "vit": "transformers",
               "bert_encoder": "transformers"}
 
+
+_HF_IDS = {"batch.input_ids": (3.0, 100.0)}  # inside the vocabulary, clear of the special ids (pad 1)
+_KERAS_IDS = {"inputs.token_ids": (1.0, 100.0)}
 
 REAL_MODELS: tuple[RealModel, ...] = (
     _m("linen_mlp", "flax.linen MLP, fn(params, batch)", "linen", "quick"),
@@ -138,6 +149,60 @@ REAL_MODELS: tuple[RealModel, ...] = (
        val_ranges={"pos": (0, 16), "segments": (0, 6)}),
     _m("ops_while", "lax.while_loop Newton sqrt (data-dependent trip count)", "ops", "while",
        val_ranges={"x": (0.5, 100.0)}),
+) + (
+    # Hugging Face transformers 4.x Flax (extra zoo-hf): FlaxXModel(config, seed=0, _do_init=True), small configs.
+    _m("hf_bert", "FlaxBertModel, params as inputs, ids + mask + token types, symbolic batch", "hf", "attention",
+       "mask", "symbolic-batch", val_ranges=_HF_IDS | {"batch.token_type_ids": (0, 2)}),
+    _m("hf_bert_baked", "FlaxBertModel with params closed over (constants), symbolic batch", "hf", "baked",
+       "attention", "mask", "symbolic-batch", val_ranges=_HF_IDS | {"batch.token_type_ids": (0, 2)}),
+    _m("hf_roberta", "FlaxRobertaModel (positions from non-pad cumsum), symbolic batch", "hf", "attention", "mask",
+       "symbolic-batch", val_ranges=_HF_IDS | {"batch.token_type_ids": (0, 1)}),
+    _m("hf_electra", "FlaxElectraModel (embedding 16 -> hidden 32), symbolic batch", "hf", "attention", "mask",
+       "symbolic-batch", val_ranges=_HF_IDS | {"batch.token_type_ids": (0, 2)}),
+    _m("hf_gpt2", "FlaxGPT2Model, causal, static batch", "hf", "attention", "mask", val_ranges=_HF_IDS),
+    _m("hf_gpt2_baked", "FlaxGPT2Model with params closed over, static batch", "hf", "baked", "attention", "mask",
+       val_ranges=_HF_IDS),
+    _m("hf_bart", "FlaxBartModel encoder-decoder, static batch", "hf", "attention", "mask",
+       val_ranges=_HF_IDS | {"batch.decoder_input_ids": (3, 100)}),
+    _m("hf_vit", "FlaxViTModel on NCHW pixels (init 0.2), symbolic batch", "hf", "attention", "conv",
+       "symbolic-batch"),
+    _m("hf_clip_text", "FlaxCLIPTextModel (causal, argmax-pooled), symbolic batch", "hf", "attention", "mask",
+       "symbolic-batch", val_ranges=_HF_IDS),
+    _m("hf_whisper_encoder", "FlaxWhisperModel.encode on log-mels (init 0.2), symbolic batch", "hf", "attention",
+       "conv", "symbolic-batch"),
+    # Keras 3 on the JAX backend (extra zoo-keras), through model.stateless_call.
+    _m("keras_mobilenetv2", "keras.applications.MobileNetV2(alpha=0.35, weights=None), logits, calibrated BN, "
+       "symbolic batch", "keras", "conv", "batchnorm", "symbolic-batch"),
+    _m("keras_mobilenetv2_baked", "MobileNetV2 with variables closed over, symbolic batch", "keras", "baked", "conv",
+       "batchnorm", "symbolic-batch"),
+    _m("keras_efficientnetb0", "keras.applications.EfficientNetB0(weights=None), logits, calibrated BN, symbolic "
+       "batch", "keras", "conv", "batchnorm", "symbolic-batch"),
+    _m("keras_resnet50", "keras.applications.ResNet50(weights=None) on 32x32, logits, calibrated BN, symbolic batch",
+       "keras", "conv", "batchnorm", "symbolic-batch"),
+    _m("keras_lstm", "Sequential of two keras.layers.LSTM and Dense, symbolic batch", "keras", "rnn",
+       "symbolic-batch"),
+    _m("keras_hub_gpt2", "keras_hub GPT2Backbone from arguments, symbolic batch", "keras", "attention", "mask",
+       "symbolic-batch", val_ranges=_KERAS_IDS),
+    _m("keras_hub_llama", "keras_hub LlamaBackbone (GQA, RoPE), symbolic batch", "keras", "attention", "mask", "gqa",
+       "symbolic-batch", val_ranges=_KERAS_IDS),
+    _m("keras_hub_gemma", "keras_hub GemmaBackbone (MQA, GeGLU), symbolic batch", "keras", "attention", "mask", "gqa",
+       "symbolic-batch", val_ranges=_KERAS_IDS),
+    _m("keras_hub_bert", "keras_hub BertBackbone (segments, pooled output), symbolic batch", "keras", "attention",
+       "mask", "symbolic-batch", val_ranges=_KERAS_IDS | {"inputs.segment_ids": (0, 2)}),
+    _m("keras_hub_bert_baked", "keras_hub BertBackbone with variables closed over, symbolic batch", "keras", "baked",
+       "attention", "mask", "symbolic-batch", val_ranges=_KERAS_IDS | {"inputs.segment_ids": (0, 2)}),
+    # dm-haiku (extra zoo-haiku): hk.transform_with_state, apply(..., is_training=False).
+    _m("haiku_resnet", "hk.nets.ResNet (BatchNorm, max-pool; head re-initialised), symbolic batch", "haiku", "conv",
+       "batchnorm", "symbolic-batch"),
+    _m("haiku_resnet_baked", "the Haiku ResNet with params and state closed over, symbolic batch", "haiku", "baked",
+       "conv", "batchnorm", "symbolic-batch"),
+    _m("haiku_mobilenet", "hk.nets.MobileNetV1 (depthwise convs, BatchNorm), symbolic batch", "haiku",
+       "conv", "batchnorm", "symbolic-batch"),
+    _m("haiku_lstm", "hk.LSTM with hk.dynamic_unroll, symbolic batch", "haiku", "rnn", "scan", "symbolic-batch"),
+    _m("haiku_transformer", "hk.MultiHeadAttention blocks with a causal mask, int tokens, symbolic batch", "haiku",
+       "attention", "mask", "symbolic-batch", val_ranges={"x": (0, 100)}),
+    _m("haiku_batchnorm", "hk.Conv2D + hk.BatchNorm in inference mode with trained statistics, symbolic batch",
+       "haiku", "conv", "batchnorm", "symbolic-batch"),
 )
 
 TAGS: frozenset[str] = frozenset(t for m in REAL_MODELS for t in m.tags)
@@ -180,7 +245,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=2, help="seeded trials per size, besides the example")
     parser.add_argument("--bench", action="store_true", help="also measure latency (default: parity only)")
     parser.add_argument("--timeout", default="600", help="seconds before a backend's worker is stopped")
+    parser.add_argument("--matrix", nargs="+", metavar="DIR",
+                        help="print the matrix of finished --run output directories (merged), run nothing")
     args, extra = parser.parse_known_args(argv)
+    if args.matrix:
+        from ._run import matrix, merge_summaries
+
+        print(matrix(merge_summaries(args.matrix)), end="")
+        return 0
     if args.list or not args.run:
         for m in REAL_MODELS:
             print(f"{m.name:26s} {','.join(m.tags):38s} {m.what}")

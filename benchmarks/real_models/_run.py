@@ -52,17 +52,39 @@ def run_models(models, out: str | Path, backends: str, trials: int, bench: bool,
     return 0 if all("*" not in e["backends"] for e in summary.values()) else 1
 
 
+def ok_counts(summary: dict[str, dict]) -> dict[str, tuple[int, int]]:
+    """Per backend: (ok rows, models XLA runs), over the models whose XLA row is ok (the zoo's denominator)."""
+    runs = [e for e in summary.values() if e["backends"].get("xla", {}).get("status") == "ok"]
+    seen = {b for e in summary.values() for b in e["backends"]} - {"*"}
+    backends = [b for b in ORDER if b in seen] + sorted(seen - set(ORDER))
+    return {b: (sum(e["backends"].get(b, {}).get("status") == "ok" for e in runs), len(runs)) for b in backends}
+
+
+def merge_summaries(directories: Sequence[str | Path]) -> dict[str, dict]:
+    """The summary.json of several --run output directories (e.g. run in parallel), as one summary."""
+    merged: dict[str, dict] = {}
+    for directory in directories:
+        merged.update(json.loads((Path(directory) / "summary.json").read_text()))
+    return merged
+
+
 def matrix(summary: dict[str, dict]) -> str:
-    """Model x backend status, then every cell that is not ok with its reason."""
+    """Model x backend status, the ok count per backend over the models XLA runs, then every cell that is not
+    ok with its category and the first line of its reason."""
     seen = {b for e in summary.values() for b in e["backends"]}
     backends = [b for b in ORDER if b in seen] + sorted(seen - set(ORDER))
     lines = ["| model | exit | s | " + " | ".join(backends) + " |", "|---|---|---|" + "---|" * len(backends)]
     for name, e in summary.items():
         cells = [e["backends"].get(b, {}).get("status", "-") for b in backends]
         lines.append(f"| {name} | {e['exit']} | {e['seconds']:.0f} | " + " | ".join(cells) + " |")
+    counts = ok_counts(summary)
+    lines.append("| **ok / models XLA runs** | | | " + " | ".join(f"{counts[b][0]}/{counts[b][1]}" if b in counts
+                                                             else "-" for b in backends) + " |")
     lines.append("")
     for name, e in summary.items():
         for b, r in e["backends"].items():
             if r["status"] != "ok":
-                lines.append(f"- {name}/{b}: {r['status']}: {' '.join(r['reason'].split())[:400]}")
+                first = (r["reason"].strip().splitlines() or [""])[0]
+                first = "".join(c if c.isprintable() else repr(c)[1:-1] for c in first)  # a converter's ANSI escapes
+                lines.append(f"- {name}/{b}: {r['status']}: {' '.join(first.split())[:400]}")
     return "\n".join(lines) + "\n"

@@ -171,7 +171,7 @@ def backend_table(runs: Sequence[tuple[int | None, Any]]) -> str:
 
 def run_compare(name: str, attr: str, out: Path, backends: Sequence[str], batch_sizes, bench, args) -> float:
     from multiexport.comparison import compare
-    from multiexport.signature import load_target
+    from multiexport.leaves import load_target
 
     spec = f"{MODELS_FILE}:{attr}"
     def log(msg: str) -> None:

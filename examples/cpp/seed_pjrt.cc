@@ -69,13 +69,17 @@ static void print_values(const std::string &dtype, const char *data, size_t n) {
 
 int main(int argc, char **argv) {
   mx_set_program("seed_pjrt");
-  if (argc < 2) mx_die("usage: seed_pjrt ARTIFACT_DIR [PLUGIN.so] [--sizes b=8]");
+  if (argc < 2) mx_die("usage: seed_pjrt ARTIFACT_DIR [PLUGIN.so] [--sizes b=8] (PLUGIN.so: else $MULTIEXPORT_PJRT_PLUGIN)");
   std::string dir = argv[1], plugin, sizes;
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) sizes = argv[++i];
     else plugin = argv[i];
   }
-  if (plugin.empty()) mx_die("no PJRT plugin given (python -m multiexport.native.build --plugin prints one)");
+  // The same environment variable multiexport itself reads, so one export serves both.
+  if (plugin.empty() && getenv("MULTIEXPORT_PJRT_PLUGIN")) plugin = getenv("MULTIEXPORT_PJRT_PLUGIN");
+  if (plugin.empty())
+    mx_die("no PJRT plugin given: pass its .so after ARTIFACT_DIR or set MULTIEXPORT_PJRT_PLUGIN "
+           "(python -m multiexport.native.build --plugin prints the installed one)");
 
   // 1. The binding, from the manifest alone.
   const mx_json *native;

@@ -19,7 +19,7 @@ def entry() -> None:
     the interpreter's teardown of the frameworks (~0.7 s for jax) would only make the shell wait."""
     import logging
 
-    from ..run.worker import exit_now
+    from ..system.exits import exit_now
 
     code = main()
     logging.shutdown()
@@ -29,18 +29,32 @@ def entry() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     from .parser import build_parser
 
+    _tolerant_streams()
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
-        from .. import __version__
+        from ..versions import __version__
 
         print(f"multiexport {__version__}")
         return 0
     if args.command is None:
         parser.print_help()
         return 2
+    from ..files.temporary import remove_orphaned
+    from ..system.exits import TargetExited, target_cannot_exit
+    from ..system.process import stop_on_signals
+
+    remove_orphaned()  # what an earlier run killed outright (kill -9) could not remove itself
+    _absolute_paths(args)
     try:
-        return args.handler(args) or 0
+        # SIGTERM, SIGHUP, SIGINT: children killed, temporaries removed, 128+N; the target's os._exit an error
+        with stop_on_signals(), target_cannot_exit():
+            try:
+                return args.handler(args) or 0
+            except SystemExit as exc:  # the target's sys.exit (argparse is done): never read as a verdict
+                raise TargetExited(f"Target | called sys.exit({exc.code!r}) while multiexport was running it, "
+                                   "expected it to return: nothing was checked") from None
     except MultiexportError as exc:
         if args.debug:
             raise
@@ -53,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("multiexport: interrupted; finished results (if any) were written before stopping", file=sys.stderr)
         return 130
     except OSError as exc:
-        from ..export.outdir import path_error
+        from ..exporting.outdir import path_error
 
         mapped = path_error(exc)
         if args.debug or not isinstance(mapped, MultiexportError):
@@ -62,6 +76,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return mapped.exit_code
     except Exception as exc:
         return _internal(args, exc)
+
+
+def _absolute_paths(args) -> None:
+    """The paths of a command that builds a target made absolute now, against the directory the command
+    started in (args.cwd): the target's factory may change the working directory (os.chdir), and must not
+    move --out (or the default one) with it. The TARGET file the workers import: see commands.spec."""
+    import os
+    from pathlib import Path
+
+    args.cwd = Path.cwd()
+    if args.command not in ("compare", "export", "signature"):
+        return  # nothing of the user's runs before their paths are used
+    for name, value in vars(args).items():
+        if isinstance(value, Path):
+            setattr(args, name, Path(os.path.abspath(value.expanduser())))
+
+
+def _tolerant_streams() -> None:
+    """A terminal that cannot show a character (LANG=C, an ASCII console) gets it as an escape (\\u200f),
+    not a UnicodeEncodeError that would end the command as a bug in multiexport (exit 70)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a closed or detached stream: nothing to print to anyway
+                pass
 
 
 def _internal(args, exc: BaseException) -> int:
@@ -77,7 +118,10 @@ def _internal(args, exc: BaseException) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
+    """The error as one line, every control or bidirectional character in a name it quotes escaped."""
+    from ..files.text import visible
+
+    return " ".join(visible(exc).split())
 
 
 def _save_traceback() -> str:

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..files.owned import check_overwritable
+from ..files.text import visible
 
 
 @contextlib.contextmanager
@@ -21,8 +23,10 @@ def target_output_to_stderr():
 
 def load_target(spec: str | None, cache=None):
     """The TARGET; with `cache` (a FactoryCache), what its factory compiles is recorded for the workers."""
-    from ..signature import load_target as load
+    from ..leaves import load_target as load
+    from ..preflight import check_jax_environment
 
+    check_jax_environment()
     with target_output_to_stderr():
         return load(spec) if cache is None else cache.load(spec)
 
@@ -62,7 +66,7 @@ def cmd_signature(args) -> int:
 
 def cmd_export(args) -> int:
     from ..api import export
-    from ..export.registry import backend_class
+    from ..exporting.registry import backend_class
     from ..measure.inputs import parse_dim_sizes
     from .output import print_export
 
@@ -82,7 +86,7 @@ def cmd_export(args) -> int:
 
 def cmd_run(args) -> int:
     from ..api import load
-    from ..export.manifest import Manifest
+    from ..exporting.manifest import Manifest
     from ..files.npz import load_npz, save_npz
     from .output import print_outputs
 
@@ -90,7 +94,13 @@ def cmd_run(args) -> int:
         raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
     if args.out is not None and args.out.is_dir():
         raise UsageError(f"Option '--out' | '{args.out}' is a directory, expected a file name such as out.npz")
+    if args.out is not None:  # before any work: a file of the user's is never replaced
+        check_overwritable(args.out, "Option '--out'")
     manifest = Manifest.read(args.artifact)
+    if manifest.backend == "xla":
+        from ..preflight import check_jax_environment
+
+        check_jax_environment()
     inputs_path = args.inputs
     if inputs_path is None:
         if "example_inputs" not in manifest.files:
@@ -101,14 +111,14 @@ def cmd_run(args) -> int:
     outputs = runner(feed)
     if args.out:
         save_npz(args.out, outputs)
-        print(f"wrote {len(outputs)} outputs to {args.out}: {', '.join(outputs)}")
+        print(visible(f"wrote {len(outputs)} outputs to {args.out}: {', '.join(outputs)}"))
         return 0
     print_outputs(manifest, outputs)
     return 0
 
 
 def cmd_native(args) -> int:
-    from ..export.manifest import Manifest
+    from ..exporting.manifest import Manifest
     from ..files.npz import load_npz, save_npz
     from ..native.run import print_command, run
     from .output import print_outputs
@@ -120,12 +130,14 @@ def cmd_native(args) -> int:
         raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
     if args.out is not None and args.out.is_dir():
         raise UsageError(f"Option '--out' | '{args.out}' is a directory, expected a file name such as out.npz")
-    kwargs = {"threads": args.threads, "plugin": args.plugin}
+    if args.out is not None:  # before any work: a file of the user's is never replaced
+        check_overwritable(args.out, "Option '--out'")
+    kwargs = {"threads": args.threads, "plugin": args.plugin, "trust_artifact": args.trust_artifact}
     if args.print_command:
         if args.inputs or args.out or args.iters:
             raise UsageError("Option '--print-command' | got --inputs/--out/--iters too, expected it alone: the line "
                              "runs on the artifact's example inputs in inputs/ (put your own .npy files there)")
-        print(print_command(args.artifact, **kwargs))
+        print(visible(print_command(args.artifact, **kwargs), keep_newlines=True))
         return 0
     manifest = Manifest.read(args.artifact)
     if args.inputs is None:
@@ -135,12 +147,12 @@ def cmd_native(args) -> int:
     result = run(args.artifact, load_npz(args.inputs), iters=args.iters, warmup=args.warmup, **kwargs)
     if args.out:
         save_npz(args.out, result.outputs)
-        print(f"wrote {len(result.outputs)} outputs to {args.out}: {', '.join(result.outputs)}")
+        print(visible(f"wrote {len(result.outputs)} outputs to {args.out}: {', '.join(result.outputs)}"))
     else:
         print_outputs(manifest, result.outputs)
     if result.timing:
         t = result.timing
-        print(f"native {t.get('consumer', '')}: {t.get('calls')} calls, median {t['median_ms']:.4g} ms, "
+        print(f"native {visible(t.get('consumer', ''))}: {t.get('calls')} calls, median {t['median_ms']:.4g} ms, "
               f"p90 {t['p90_ms']:.4g} ms, min {t['min_ms']:.4g} ms (measured inside the program)")
     return 0
 
@@ -152,7 +164,7 @@ def compare_config(args, backends_known: bool = True):
     may register backends of its own, so names are checked once it is loaded).
     """
     from ..comparison import CompareConfig
-    from ..export.registry import names as backend_names
+    from ..exporting.registry import names as backend_names
     from ..files.npz import load_npz
     from ..measure.bench import BenchConfig
     from ..measure.inputs import parse_dim_sizes, parse_val_ranges
@@ -192,10 +204,12 @@ def compare_config(args, backends_known: bool = True):
 def cmd_compare(args) -> int:
     import dataclasses
 
-    from ..export.registry import names as backend_names
+    from ..api import BUILD_STEP
+    from ..exporting.registry import names as backend_names
+    from ..leaves.factory_cache import FactoryCache
+    from ..measure.timeline import Timeline
     from ..report.regression import check_thresholds
     from ..run.timing import start_early
-    from ..signature.factory_cache import FactoryCache
 
     check_thresholds(args.max_slowdown, args.max_parity_drift)
     pre = compare_config(args, backends_known=False)  # every option but the backend names, before the target loads
@@ -204,28 +218,39 @@ def cmd_compare(args) -> int:
     # while this process builds the target (its module may register more backends: those start later).
     known = [name for name in requested_backends(args) if name in backend_names()]
     early_workers = start_early(dataclasses.replace(pre, backends=tuple(known)), spec(args)) if known else None
+    timeline = Timeline(start)
+    timeline.mark(BUILD_STEP)
     try:
         with FactoryCache() as cache:  # the export workers build the target from the programs this load compiles
-            return _compare(args, load_target(args.target, cache), start, early_workers)
+            return _compare(args, load_target(args.target, cache), start, early_workers, timeline)
     finally:
         if early_workers is not None:
             early_workers.close()  # if the compare did not adopt them (the target failed to load)
 
 
 def spec(args) -> str:
-    return args.target or "multiexport.examples:seed"
+    """The TARGET string for the workers: a file made absolute against where the command started (the
+    workers start wherever the target's factory left the working directory)."""
+    from ..api import target_spec
+    from ..leaves.target import DEFAULT_TARGET
+
+    return target_spec(args.target or DEFAULT_TARGET, getattr(args, "cwd", None))
 
 
 def requested_backends(args) -> list[str]:
-    from ..export.registry import names as backend_names
+    from ..exporting.registry import names as backend_names
 
     return backend_names() if args.backends == "all" else split(args.backends)
 
 
-def _compare(args, target, start: float, early_workers) -> int:
+def _compare(args, target, start: float, early_workers, timeline) -> int:
     from ..comparison import compare
     from .output import err_console, plain, print_results
 
+    if args.out is None:  # the default beside where the command started, wherever the factory moved the cwd
+        from ..files.paths import safe_component
+
+        args.out = getattr(args, "cwd", Path.cwd()) / "multiexport-out" / safe_component(target.name)
     config = compare_config(args)
     allow = split(args.allow_fail)
     unknown = [b for b in allow if b not in config.backends]
@@ -252,7 +277,8 @@ def _compare(args, target, start: float, early_workers) -> int:
         status.start()
     try:
         with target_output_to_stderr():
-            results = compare(target, config, target_spec=spec(args), progress=progress, early_workers=early_workers)
+            results = compare(target, config, target_spec=spec(args), progress=progress, early_workers=early_workers,
+                              timeline=timeline)
     finally:
         if status is not None:
             status.stop()
@@ -285,8 +311,10 @@ def cmd_report(args) -> int:
     from ..report.render import write_reports
     from ..results import load_results
 
+    if args.screenshot:  # refused before the reports are written, not after
+        check_overwritable(args.screenshot, "Option '--screenshot'")
     md, page = write_reports(load_results(args.results), args.out or args.results.parent, source=args.results)
-    print(f"wrote {md} and {page}")
+    print(visible(f"wrote {md} and {page}"))
     if args.screenshot:
         from ..report.screenshot import screenshot
 
@@ -297,7 +325,7 @@ def cmd_report(args) -> int:
 
 def cmd_backends(args) -> int:
     from ..errors import MultiexportError
-    from ..export.registry import backend_class, registered
+    from ..exporting.registry import backend_class, registered
 
     for name, where in registered().items():
         try:

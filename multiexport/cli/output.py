@@ -7,6 +7,8 @@ import sys
 
 from rich.text import Text
 
+from ..files.text import visible
+
 
 def console():
     from rich.console import Console
@@ -22,7 +24,9 @@ def err_console():
 
 
 def plain(text: object, style: str | None = None) -> Text:
-    return Text(str(text), style=style or "")
+    """`text` as rich Text, shown as written: no markup, and every control or bidirectional character escaped
+    (a leaf named with a terminal escape cannot colour, clear or retitle the terminal)."""
+    return Text(visible(text), style=style or "")
 
 
 def _table(title: str, columns):
@@ -64,7 +68,7 @@ def print_signature(data: dict, keep_unused: bool) -> None:
     c.print(plain(f"Weights: {'baked in (closed over)' if w['mode'] == 'baked' else 'input leaves'} (constants "
                   f"{human_bytes(w['baked_bytes'])} in {w['baked_arrays']} arrays; inputs {human_bytes(w['input_bytes'])})"))
     if w["mode"] == "baked":
-        from ..signature.weights import AUTO_MIN_BYTES
+        from ..leaves.weights import AUTO_MIN_BYTES
 
         where = ("out of the module (XLA/IREE: weights.safetensors, SavedModel: variables/, ONNX: model.onnx.data)"
                  if w["baked_bytes"] >= AUTO_MIN_BYTES else "as constants in the module")
@@ -72,7 +76,7 @@ def print_signature(data: dict, keep_unused: bool) -> None:
     producer = data.get("producer", {})
     c.print(plain("Producer: " + ", ".join(f"{k} {v}" for k, v in producer.items())))
     for warning in data["warnings"]:
-        c.print(Text.assemble(("note: ", "yellow"), str(warning)))
+        c.print(Text.assemble(("note: ", "yellow"), visible(warning)))
 
 
 def print_export(artifact) -> None:
@@ -80,7 +84,7 @@ def print_export(artifact) -> None:
 
     m = artifact.manifest
     c = console()
-    c.print(Text.assemble((m.backend, "bold"), f" artifact for '{m.target}' written to {artifact.directory}"))
+    c.print(Text.assemble((visible(m.backend), "bold"), visible(f" artifact for '{m.target}' written to {artifact.directory}")))
     for role, name in m.files.items():
         size = (artifact.directory / name).stat().st_size
         c.print(plain(f"  {name:<28} {human_bytes(size):>10}  {role}"))
@@ -92,7 +96,7 @@ def print_export(artifact) -> None:
     if m.requires.get("note"):
         c.print(plain(f"  a consumer needs: {m.requires['note']}"))
     for warning in m.warnings:
-        c.print(Text.assemble(("  note: ", "yellow"), str(warning)))
+        c.print(Text.assemble(("  note: ", "yellow"), visible(warning)))
 
 
 def print_outputs(manifest, outputs) -> None:
@@ -141,15 +145,26 @@ def print_results(results) -> None:
             c.print(plain(line, "dim"))
     for name, r in results.backends.items():
         if r.status.value != "ok":
-            c.print(Text.assemble((name, "red"), f": {r.status.value}: {r.reason}"))
+            c.print(Text.assemble((visible(name), "red"), visible(f": {r.status.value}: {r.reason}")))
+        elif r.parity is not None and r.parity.weak:
+            weak = [n for n in r.parity.notes if "weak check" in n]
+            c.print(Text.assemble((visible(name), "yellow"), visible(f": ok, but a weak check: {' '.join(weak)}")))
         if r.error_vs_float64:
             errs = ", ".join(f"{k} {v:.2e}" for k, v in r.error_vs_float64.items())
             c.print(plain(f"{name} error vs float64 truth (max abs / max |truth|): {errs}"))
     if results.reference.jax_error_vs_float64:
         errs = ", ".join(f"{k} {v:.2e}" for k, v in results.reference.jax_error_vs_float64.items())
         c.print(plain(f"jax.jit error vs float64 truth: {errs}"))
+    widened = sorted({n for r in results.backends.values() if r.parity is not None for n in r.parity.notes
+                      if "instead of the" in n and "rounding alone" in n})
+    for note in widened:  # once per leaf, not once per backend
+        c.print(plain(note, "dim"))
+    if results.reference.no_float64_truth:
+        c.print(plain(f"no float64 truth for {', '.join(results.reference.no_float64_truth)}: the function casts back "
+                      "to a narrower float even with x64 on (e.g. a Keras dtype policy), so no error vs float64 is "
+                      "reported for them"))
     rec = recommend(results)
-    c.print(Text.assemble(("verdict: ", "bold"), rec.verdict))
+    c.print(Text.assemble(("verdict: ", "bold"), visible(rec.verdict)))
     plan = results.device or {}
     if plan.get("requested", "cpu") != "cpu":
         ran = [n for n, r in results.backends.items() if r.status.value not in ("no-gpu", "unavailable")]

@@ -13,7 +13,7 @@ from ..measure.bench import BenchConfig
 TARGET_HELP = (
     "what to export: path/to/file.py:attr or package.module:attr, where attr is a multiexport.Target "
     "or a zero-argument function returning one (attr defaults to 'target'); omitted: the built-in "
-    "seed example, fn(foo) = sum(foo.baz) on a flax.struct dataclass Foo(bar, baz)"
+    "seed example, fn(foo) = sum(foo.baz) on a dataclass Foo(bar, baz)"
 )
 EXTERNAL_WEIGHTS_HELP = (
     "where weights the target closes over go: auto (default: out of the module once they reach 16 MiB), "
@@ -23,7 +23,7 @@ OPTION_HELP = ("a backend's own option, BACKEND.NAME=VALUE, e.g. onnx.opset=21 (
 
 
 def _formats() -> str:
-    from ..export.registry import describe_all
+    from ..exporting.registry import describe_all
 
     try:
         return describe_all()
@@ -88,10 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=commands.cmd_run)
 
     p = sub.add_parser(
-        "native", help="run an artifact in its native, Python-free consumer (PJRT C API, TF C API, IREE's tools)",
+        "native", help="run an artifact in its native, Python-free consumer (PJRT C API, TF C API, OpenVINO C API, "
+             "IREE's tools)",
         description=("Run DIR with a compiled program that reads only the artifact and its manifest: XLA through the "
                      "PJRT C API (a PJRT CPU plugin: pip install 'multiexport[native]'), a SavedModel through the TF "
-                     "C API, IREE through its own iree-run-module. The C/C++ programs are compiled on first use with "
+                     "C API, OpenVINO through its C API (the openvino wheel's headers and libopenvino_c), IREE "
+                     "through its own iree-run-module. The C/C++ programs are compiled on first use with "
                      "the system compiler and cached per machine. Inputs and outputs are .npz files keyed by leaf "
                      "name. A symbolic XLA artifact runs at the sizes it has refined static modules for "
                      "('multiexport export --static-sizes')."))
@@ -106,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="intra-op threads for the runtime (default: its own choice)")
     p.add_argument("--plugin", type=Path, help="the PJRT plugin .so for XLA (default: $MULTIEXPORT_PJRT_PLUGIN, else "
                                                 "the installed one)")
+    p.add_argument("--trust-artifact", action="store_true",
+                   help="run a format that carries code (a SavedModel) without checking its graph first; only for "
+                        "artifacts you trust like your own code (the program that runs it is always multiexport's)")
     p.set_defaults(handler=commands.cmd_native)
 
     _compare_parser(sub)

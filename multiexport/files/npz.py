@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tokenize
 import zipfile
 from pathlib import Path
@@ -20,8 +21,11 @@ import numpy as np
 from ..dtypes import parse_dtype
 from ..errors import InputError
 from .atomic import write_bytes_atomic
+from .bounded import check_inflation, loads, open_regular
+from .owned import seal_zip, zip_placeholder
 
 DTYPES_KEY = "__dtypes__"
+NPZ_LIMIT = 1 << 40  # the archive itself; what its members inflate to is checked member by member
 EXPECTED = "expected an .npz of named arrays (numpy.savez, or `multiexport run --out`)"
 
 
@@ -41,11 +45,12 @@ def save_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
     # arguments (a leaf named `file` would collide with savez's own parameter).
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        archive.comment = zip_placeholder()  # sealed below: proves later that multiexport wrote the file
         for name, array in stored.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as fh:
                 np.lib.format.write_array(fh, np.ascontiguousarray(array) if array.ndim else array,
                                           allow_pickle=False)
-    write_bytes_atomic(path, buf.getvalue())
+    write_bytes_atomic(path, seal_zip(buf.getvalue()))
     return path
 
 
@@ -59,27 +64,33 @@ def _is_extension(dtype: np.dtype) -> bool:
 
 
 def load_npz(path: str | Path, what: str = "Inputs file") -> dict[str, np.ndarray]:
-    """Named arrays from an .npz; anything unexpected is an InputError naming the file (and member)."""
+    """Named arrays from an .npz; anything unexpected is an InputError naming the file (and member).
+
+    Only a regular file is opened (a FIFO or a device is refused at once), and every member's inflated size
+    is checked from the zip's own header before a byte is inflated (a deflate bomb is refused, not inflated).
+    """
     path = Path(path)
-    if path.is_dir():
-        raise InputError(f"{what} '{path}' | is a directory, {EXPECTED}")
-    if not path.is_file():
-        raise InputError(f"{what} '{path}' | does not exist, {EXPECTED}")
-    try:
-        if not zipfile.is_zipfile(path):
-            raise InputError(f"{what} '{path}' | is not a zip archive, {EXPECTED}")
-        with zipfile.ZipFile(path) as archive:
-            arrays = _read_members(path, archive, what)
-    except InputError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError) as exc:
-        raise InputError(f"{what} '{path}' | unreadable ({type(exc).__name__}: {exc}), {EXPECTED}") from exc
+    fd = open_regular(path, what, NPZ_LIMIT, InputError, EXPECTED)
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            if not zipfile.is_zipfile(fh):
+                raise InputError(f"{what} '{path}' | is not a zip archive, {EXPECTED}")
+            with zipfile.ZipFile(fh) as archive:
+                arrays = _read_members(path, archive, what, os.fstat(fd).st_size)
+        except InputError:
+            raise
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError) as exc:
+            raise InputError(f"{what} '{path}' | unreadable ({type(exc).__name__}: {exc}), {EXPECTED}") from exc
     return _apply_dtypes(path, arrays, what)
 
 
-def _read_members(path: Path, archive: zipfile.ZipFile, what: str) -> dict[str, np.ndarray]:
+def _read_members(path: Path, archive: zipfile.ZipFile, what: str, archive_bytes: int) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {}
-    for info in archive.infolist():
+    infos = archive.infolist()
+    for info in infos:  # every header first: a bomb in the last member is refused before the first is read
+        check_inflation(f"{what} '{path}'", info.filename, info.file_size, info.compress_size,
+                        info.compress_type == zipfile.ZIP_STORED, archive_bytes, InputError, EXPECTED)
+    for info in infos:
         if not info.filename:  # zipfile cuts a name at its first NUL: a NUL-led name is empty
             raise InputError(f"{what} '{path}' | holds a member with an empty or NUL-led name, expected array names")
         if info.is_dir():
@@ -114,8 +125,10 @@ def _read_array(path: Path, name: str, fh, size: int, what: str) -> np.ndarray:
         raise InputError(f"{what} '{path}' | member '{name}' claims shape {tuple(shape)} of {dtype} "
                          f"({count * dtype.itemsize} bytes) but holds {size - header} bytes, {EXPECTED}")
     data = fh.read(count * dtype.itemsize)
-    array = np.frombuffer(data, dtype=dtype, count=count)
-    return array.reshape(shape, order="F" if fortran else "C").copy()
+    array = np.frombuffer(data, dtype=dtype, count=count).reshape(shape, order="F" if fortran else "C")
+    # A file written on (or for) a machine of the other byte order holds the same numbers: read them natively,
+    # so a big-endian int32 is an int32 here, not "got int32, expected int32".
+    return array.astype(dtype.newbyteorder("="), copy=True) if dtype.byteorder not in ("=", "|") else array.copy()
 
 
 def _apply_dtypes(path: Path, arrays: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
@@ -123,10 +136,10 @@ def _apply_dtypes(path: Path, arrays: dict[str, np.ndarray], what: str) -> dict[
         return arrays
     raw = arrays.pop(DTYPES_KEY)
     try:
-        extension = json.loads(raw.tobytes())
+        extension = loads(raw.tobytes())
         if not isinstance(extension, dict):
             raise ValueError("not a mapping")
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # UnicodeDecodeError included
         raise InputError(f"{what} '{path}' | entry '{DTYPES_KEY}' is not a JSON mapping of name to dtype ({exc})") from exc
     for name, dtype_name in extension.items():
         if name not in arrays:

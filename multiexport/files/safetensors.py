@@ -15,6 +15,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..errors import ArtifactError, ExportError
+from .bounded import loads, open_regular
 
 ST_DTYPES = {
     "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
@@ -93,12 +94,13 @@ def iter_safetensors(path: Path, names: Sequence[str] | None = None) -> Iterator
 
 def _header(path: Path) -> tuple[dict[str, Any], int, int]:
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
+        fd = open_regular(path, f"Artifact '{path.parent}' | weights", 1 << 50, ArtifactError, "expected a safetensors file")
+        size = os.fstat(fd).st_size
+        with os.fdopen(fd, "rb") as f:
             length = int.from_bytes(f.read(8), "little")
             if not 2 <= length <= min(size - 8, _MAX_HEADER):
                 raise ValueError(f"header length {length} does not fit a {size}-byte file")
-            header = json.loads(f.read(length))
+            header = loads(f.read(length))
         if not isinstance(header, dict):
             raise ValueError("header is not a JSON object")
     except (OSError, ValueError, UnicodeDecodeError) as exc:

@@ -134,7 +134,7 @@ def bench_sizes(
             on_first_output()
             on_first_output = None
         if config.include_transfers:
-            from ..export.feed import check_feed
+            from ..exporting.feed import check_feed
 
             arrays, _ = check_feed(runner.manifest.inputs, feed)
             stats = summarize(*time_calls(lambda: runner.run_with_transfers(arrays), config))

@@ -203,7 +203,7 @@ def make_trials(
 def trial_at(inputs: Sequence, examples: Mapping[str, np.ndarray], setting: Mapping[str, int],
              rng: np.random.Generator, name: str, val_ranges: Mapping[str, tuple[float, float]] | None = None) -> Trial:
     """One trial with every symbolic dimension at its size in `setting`."""
-    from ..export.stablehlo import evaluate_dim
+    from ..exporting.stablehlo import evaluate_dim
 
     feed, origins = {}, set()
     for leaf in inputs:

@@ -13,7 +13,8 @@ import numpy as np
 
 from ..dtypes import is_complex, is_float, parse_dtype
 from ..results.parity import ExcludedTrial, LeafStats, LeafVerdict, ParityVerdict, Tolerance
-from .tolerance import tolerance_for
+from .rounding import DRAWS
+from .tolerance import SENSITIVITY_MARGIN, default_tolerance, tolerance_for, widened
 
 _ULP_INTS = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 
@@ -207,25 +208,93 @@ def check_parity(
     overrides: Mapping[str, Tolerance] | None = None,
     excluded: Sequence[ExcludedTrial] = (),
     inputs_notes: Sequence[str] | None = None,
+    feeds: Sequence[Mapping[str, np.ndarray]] | None = None,
+    sensitivity: Mapping[str, float] | None = None,
 ) -> ParityVerdict:
     """Compare every output leaf of every trial: `got[i]` and `expected[i]` are trial i's named outputs.
 
     excluded: trials that are no evidence (already left out of got/expected), recorded in the verdict.
+    feeds: the trials' inputs, to tell an output that ignores its inputs from trials that were all alike.
+    sensitivity: per output leaf, how far rounding alone moves it (measure/rounding.py): a default
+        tolerance's scale term is widened to it (measure/tolerance.widened), and the verdict says so.
     """
     overrides = overrides or {}
+    sensitivity = sensitivity or {}
     notes = list(inputs_notes) if inputs_notes is not None else [""] * len(trials)
     verdicts = []
     for trial, have, want, note in zip(trials, got, expected, notes, strict=True):
         for leaf in outputs:
-            tol = tolerance_for(leaf.name, leaf.dtype, overrides)
+            tol = tolerance_for(leaf.name, leaf.dtype, overrides, sensitivity.get(leaf.name))
             if leaf.name not in have:
                 stats = LeafStats(False, False, "missing", leaf.dtype, [], list(np.shape(want[leaf.name])), compared=False)
                 reason = f"Output '{leaf.name}' | got nothing, expected an array in trial '{trial}'"
                 verdicts.append(LeafVerdict(trial, leaf.name, False, tol, stats, [reason]))
                 continue
             verdicts.append(compare_leaf(leaf.name, have[leaf.name], want[leaf.name], leaf.dtype, tol, trial, note))
+    weak = weak_checks(expected, outputs, feeds)
     return ParityVerdict(backend, all(v.passed for v in verdicts) and bool(verdicts), verdicts, list(trials),
-                         excluded=list(excluded), notes=evidence_notes(verdicts, outputs))
+                         excluded=list(excluded),
+                         notes=[*evidence_notes(verdicts, outputs), *widening_notes(outputs, overrides, sensitivity),
+                                *weak.values()],
+                         weak=list(weak))
+
+
+def widening_notes(outputs: Sequence, overrides: Mapping[str, Tolerance], sensitivity: Mapping[str, float]) -> list[str]:
+    """Leaves whose default tolerance was widened to this model's rounding sensitivity, with the figures."""
+    notes = []
+    for leaf in outputs:
+        measured = sensitivity.get(leaf.name)
+        tol, default = tolerance_for(leaf.name, leaf.dtype, overrides, measured), default_tolerance(leaf.dtype)
+        if measured is None or tol == default or tol != widened(default, leaf.dtype, measured):
+            continue
+        capped = " (capped: the model amplifies rounding beyond it)" if tol.scale < SENSITIVITY_MARGIN * measured else ""
+        notes.append(f"Output '{leaf.name}' | tolerance scale {tol.scale:.2g}*max|ref| instead of the {leaf.dtype} "
+                     f"default {default.scale:g}: rounding alone (every float input and weight moved by one rounding "
+                     f"step, {DRAWS} draws) moves jax.jit's output by {measured:.2g} of its max |ref|, and "
+                     f"{SENSITIVITY_MARGIN:g}x that is allowed{capped}")
+    return notes
+
+
+def weak_checks(expected: Sequence[Mapping[str, np.ndarray]], outputs: Sequence,
+                feeds: Sequence[Mapping[str, np.ndarray]] | None = None) -> dict[str, str]:
+    """Output leaves whose check could not have failed much, with why: jax.jit's output exactly zero in every
+    trial, the same in every trial (it does not depend on the inputs checked: a zero-initialised head), or
+    only 0/1 values (a softmax of random-init logits saturated to one-hot). A random-init model can make
+    parity vacuous; such a leaf is said to be a weak check, never silently counted as evidence."""
+    weak: dict[str, str] = {}
+    for leaf in outputs:
+        indexed = [(i, np.asarray(trial[leaf.name])) for i, trial in enumerate(expected) if leaf.name in trial]
+        indexed = [(i, v) for i, v in indexed if v.size]
+        values = [v for _, v in indexed]
+        if not values or (values[0].dtype.kind in "fc" and not any(np.isfinite(v).any() for v in values)):
+            continue  # empty, or no finite value anywhere: evidence_notes already says it is no evidence
+        floating = is_float(parse_dtype(leaf.dtype)) or is_complex(parse_dtype(leaf.dtype))
+        by_shape: dict[tuple, list[int]] = {}
+        for i, v in indexed:
+            by_shape.setdefault(v.shape, []).append(i)
+        groups = [[np.asarray(expected[i][leaf.name]) for i in g] for g in by_shape.values() if len(g) > 1]
+        alike = feeds is not None and all(_same_feeds([feeds[i] for i in g]) for g in by_shape.values() if len(g) > 1)
+        if floating and all(not np.any(v) for v in values):
+            weak[leaf.name] = (f"Output '{leaf.name}' | weak check: jax.jit gives exactly 0 everywhere in all "
+                               f"{len(values)} trials (e.g. a zero-initialised last layer), so any artifact that "
+                               "returns zeros passes")
+        elif groups and alike:
+            weak[leaf.name] = (f"Output '{leaf.name}' | weak check: the {sum(map(len, groups))} trials of each "
+                               "size had identical inputs (an example that holds one value everywhere redraws as "
+                               "itself), so the check saw one input per size; give varied example values or "
+                               "--inputs")
+        elif groups and all(all(np.array_equal(g[0], v, equal_nan=floating) for v in g[1:]) for g in groups):
+            weak[leaf.name] = (f"Output '{leaf.name}' | weak check: jax.jit's output is the same in all "
+                               f"{sum(map(len, groups))} trials of the same shape"
+                               + (" although their inputs differ" if feeds is not None else "")
+                               + " (it does not depend on the inputs checked), so the check cannot tell a wrong "
+                               "computation of the inputs from a right one")
+        elif floating and sum(v.size for v in values) >= 4 and all(
+                np.isin(v.real if np.iscomplexobj(v) else v, (0.0, 1.0)).all() for v in values):
+            weak[leaf.name] = (f"Output '{leaf.name}' | weak check: jax.jit's output holds only 0 and 1 in every "
+                               "trial (saturated, e.g. a softmax of random-init logits), so parity compares the "
+                               "pattern, not the numbers behind it")
+    return weak
 
 
 def evidence_notes(verdicts: Sequence[LeafVerdict], outputs: Sequence) -> list[str]:
@@ -243,6 +312,12 @@ def evidence_notes(verdicts: Sequence[LeafVerdict], outputs: Sequence) -> list[s
             notes.append(f"Output '{leaf.name}' | {masked} elements hold mask constants (far above every other "
                          "value): each is checked against its own value, the leaf's scale comes from the rest")
     return notes
+
+
+def _same_feeds(feeds: Sequence[Mapping[str, np.ndarray]]) -> bool:
+    first = feeds[0]
+    return all(set(f) == set(first) and all(np.array_equal(np.asarray(f[k]), np.asarray(first[k])) for k in first)
+               for f in feeds[1:])
 
 
 def inputs_note(feed: Mapping[str, np.ndarray]) -> str:

@@ -96,7 +96,7 @@ def sizes_checked(sig, trials: Sequence[Trial], feeds: Sequence[tuple[int | None
 def native_supports(native: Mapping[str, Any] | None, dims: Mapping[str, int]) -> str | None:
     """None when the native consumer can run at `dims`, else why not (a symbolic XLA artifact has refined
     static modules for some sizes only)."""
-    from ..native.section import static_key
+    from ..exporting.native_section import static_key
 
     if not native or native.get("consumer") != "pjrt_c_api" or not native.get("symbolic_dims"):
         return None

@@ -14,11 +14,11 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..dtypes import is_complex, is_float
-from ..export.contract import RunOptions
-from ..export.jit_runner import JitRunner
-from ..export.manifest import Manifest
-from ..export.pipeline import bindings
-from ..signature import Target
+from ..exporting.contract import RunOptions
+from ..exporting.jit_runner import JitRunner
+from ..exporting.manifest import Manifest
+from ..exporting.pipeline import bindings
+from ..leaves import Target
 from ..versions import base_versions, utc_now
 
 
@@ -47,7 +47,7 @@ class ReferenceRunner(JitRunner):
     def __init__(self, target: Target, sig, device: str = "cpu", threads: int | None = None):
         import jax
 
-        from ..signature.weights import plan
+        from ..leaves.weights import plan
 
         jax_device = jax.devices("gpu" if device == "gpu" else "cpu")[0]
         options = RunOptions(device=device, threads=threads)
@@ -109,6 +109,24 @@ def float64_outputs(target: Target, sig, feeds: Sequence[dict[str, np.ndarray]])
             args = [_widen(feed[leaf.name]) for leaf in sig.inputs]
             outs.append({leaf.name: np.asarray(o) for leaf, o in zip(sig.outputs, jitted(*args))})
     return outs
+
+
+def not_float64(truth: Sequence[Mapping[str, np.ndarray]]) -> list[str]:
+    """Float output leaves the float64 run did not compute in 64 bits: the function casts back (a Keras layer
+    keeps its dtype policy's float32, `.astype(jnp.float32)`), so that 'truth' is another float32 result
+    and an error against it says nothing about accuracy."""
+    narrow = set()
+    for outputs in truth:
+        for name, value in outputs.items():
+            dt = np.asarray(value).dtype
+            if (is_float(dt) and dt != np.float64) or (is_complex(dt) and dt != np.complex128):
+                narrow.add(name)
+    return sorted(narrow)
+
+
+def without(truth: Sequence[Mapping[str, np.ndarray]], leaves: Sequence[str]) -> list[dict[str, np.ndarray]]:
+    """The truth less `leaves` (those with no float64 value)."""
+    return [{k: v for k, v in outputs.items() if k not in leaves} for outputs in truth]
 
 
 def _widen(value) -> np.ndarray:

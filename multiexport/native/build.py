@@ -3,9 +3,13 @@
 Each program is compiled with the system compiler (g++/gcc, or $CXX/$CC) against headers and libraries
 that come from Python packages, never vendored:
 
-- `pjrt_run` (C++): `pjrt_c_api.h` from the xla-cpu-pjrt wheel (`xla_plugins/xla_cpu_pjrt/include`) or
-  the tensorflow wheel (`tensorflow/include/xla/pjrt/c`). The PJRT plugin is not linked: the program
-  dlopens the one it is given (`find_pjrt_plugin`), so one build serves every plugin of API major 0.
+- `pjrt_run` (C++): `pjrt_c_api.h` from $MULTIEXPORT_PJRT_INCLUDE (a directory holding it, for a machine
+  with neither wheel, e.g. one with only JAX and its CUDA plugin), the xla-cpu-pjrt wheel
+  (`xla_plugins/xla_cpu_pjrt/include`) or the tensorflow wheel (`tensorflow/include/xla/pjrt/c`). The PJRT
+  plugin is not linked: the program dlopens the one it is given (`find_pjrt_plugin`: a CPU plugin, or the
+  CUDA plugin of jax's `jax-cuda*-pjrt` package), so one build serves every plugin of API major 0.
+- `ov_run` (C): OpenVINO's C API headers (`openvino/include`) and `libopenvino_c` of the openvino wheel,
+  linked with an rpath to the wheel's `openvino/libs`.
 - `tf_run` (C): the TF C API headers and `libtensorflow_cc.so.2` / `libtensorflow_framework.so.2` of the
   tensorflow wheel, linked with an rpath to the wheel so the program runs under `env -i`.
 
@@ -25,13 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BackendUnavailable
-from ..run.supervisor import run_command
+from ..system.process import run_command
 
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"  # package data: a wheel carries the sources
 COMMON = ("common/mx_json.c", "common/mx_npy.c", "common/mx_util.c")
 COMMON_HEADERS = ("common/mx_json.h", "common/mx_npy.h", "common/mx_util.h")
-PROGRAMS = ("pjrt_run", "tf_run")
+PROGRAMS = ("pjrt_run", "tf_run", "ov_run")
 PLUGIN_ENV = "MULTIEXPORT_PJRT_PLUGIN"
+HEADER_ENV = "MULTIEXPORT_PJRT_INCLUDE"
+# jax's CUDA PJRT plugins, newest CUDA first: the package `jax-cudaNN-pjrt` installs jax_plugins/xla_cudaNN/.
+CUDA_PLUGIN_PACKAGES = ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
+CUDA_PLUGIN_FILE = "xla_cuda_plugin.so"
 COMPILE_TIMEOUT_S = 600
 
 
@@ -79,7 +87,14 @@ def package_dir(module: str) -> Path | None:
 
 
 def find_pjrt_header() -> Path:
-    """The directory holding `pjrt_c_api.h`: the xla-cpu-pjrt wheel's, else the tensorflow wheel's."""
+    """The directory holding `pjrt_c_api.h`: $MULTIEXPORT_PJRT_INCLUDE's, else the xla-cpu-pjrt wheel's,
+    else the tensorflow wheel's. A directory named by the variable must hold it: no silent fallback."""
+    if os.environ.get(HEADER_ENV):
+        given = Path(os.environ[HEADER_ENV]).expanduser().resolve()
+        if not (given / "pjrt_c_api.h").is_file():
+            raise NativeBuildError(f"${HEADER_ENV} '{given}' | holds no pjrt_c_api.h, expected the directory "
+                                   "that does")
+        return given
     candidates = []
     xla = package_dir("xla_plugins")
     if xla:
@@ -95,18 +110,25 @@ def find_pjrt_header() -> Path:
         f"i.e. xla-cpu-pjrt) or tensorflow; looked in {', '.join(map(str, candidates)) or 'no installed package'}")
 
 
-def find_pjrt_plugin(explicit: str | os.PathLike | None = None) -> Path:
-    """The PJRT CPU plugin to dlopen: `explicit`, else $MULTIEXPORT_PJRT_PLUGIN, else an installed one.
+def find_pjrt_plugin(explicit: str | os.PathLike | None = None, device: str = "cpu") -> Path:
+    """The PJRT plugin to dlopen: `explicit`, else $MULTIEXPORT_PJRT_PLUGIN, else an installed one for
+    `device` ("cpu" or "gpu").
 
-    Installed plugins, best first: lammps-jax-pjrt-cpu (built from the XLA of jaxlib 0.11.2: measured
+    Installed CPU plugins, best first: lammps-jax-pjrt-cpu (built from the XLA of jaxlib 0.11.2: measured
     bit-equal to JAX 0.10.2 on the MLP), then xla-cpu-pjrt 0.0.1 (an older XLA: its dots differ from
-    jaxlib 0.10.2's in the last bit, since jaxlib fuses them into YNNPACK by default).
+    jaxlib 0.10.2's in the last bit, since jaxlib fuses them into YNNPACK by default). The GPU plugin is
+    the one jax itself loads: `jax_plugins/xla_cuda13/xla_cuda_plugin.so` of jax-cuda13-pjrt (else 12),
+    the same XLA as the installed jaxlib.
     """
     if explicit or os.environ.get(PLUGIN_ENV):
         path = Path(explicit or os.environ[PLUGIN_ENV]).expanduser().resolve()
         if not path.is_file():
             raise NativeBuildError(f"PJRT plugin '{path}' | no such file")
         return path
+    if device == "gpu":
+        return find_cuda_plugin()
+    if device != "cpu":
+        raise NativeBuildError(f"Device '{device}' | no PJRT plugin kind for it, expected cpu or gpu")
     candidates = []
     lammps = package_dir("lammps_jax_pjrt_cpu")
     if lammps:
@@ -122,6 +144,61 @@ def find_pjrt_plugin(explicit: str | os.PathLike | None = None) -> Path:
         f"lammps-jax-pjrt-cpu), or name its .so with --plugin or ${PLUGIN_ENV}")
 
 
+def find_cuda_plugin() -> Path:
+    """jax's CUDA PJRT plugin (`jax-cuda13-pjrt`, else `jax-cuda12-pjrt`), found without importing JAX."""
+    looked = []
+    for module in CUDA_PLUGIN_PACKAGES:
+        directory = package_dir(module)
+        if directory is None:
+            continue
+        looked.append(str(directory))
+        if (directory / CUDA_PLUGIN_FILE).is_file():
+            return (directory / CUDA_PLUGIN_FILE).resolve()
+    raise NativeBuildError(
+        "no CUDA PJRT plugin: install JAX's (pip install 'jax[cuda13]', which brings jax-cuda13-pjrt and its "
+        f"jax_plugins/xla_cuda13/{CUDA_PLUGIN_FILE}), or name a .so with --plugin or ${PLUGIN_ENV}"
+        + (f"; looked in {', '.join(looked)}" if looked else ""))
+
+
+def is_cuda_plugin(plugin: Path) -> bool:
+    """Whether `plugin` is a CUDA PJRT plugin (jax's layout: jax_plugins/xla_cudaNN/xla_cuda_plugin.so)."""
+    return plugin.name == CUDA_PLUGIN_FILE or plugin.parent.name.startswith("xla_cuda")
+
+
+def nvidia_library_dirs() -> list[Path]:
+    """The `lib/` directories of the installed NVIDIA wheels (nvidia-cublas, nvidia-cuda-runtime, ... and
+    CUDA 13's single `nvidia/cu13`), in a stable order."""
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ModuleNotFoundError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    found = []
+    for root in spec.submodule_search_locations:
+        found += [d for d in sorted(Path(root).glob("*/lib")) if d.is_dir()]
+    return found
+
+
+def plugin_environment(plugin: Path) -> dict[str, str]:
+    """What the native program's environment (nothing inherited, as `env -i`) needs for `plugin`.
+
+    A CPU plugin needs nothing. jax's CUDA plugin dlopens the CUDA libraries (cudart, cuBLAS, cuDNN, ...)
+    that jax preloads from the NVIDIA wheels before registering it (jax_plugins/xla_cuda13/__init__.py):
+    without Python, LD_LIBRARY_PATH names those directories instead, followed by this process's own
+    LD_LIBRARY_PATH, which is where a container puts the driver (libcuda.so.1, e.g. /usr/local/nvidia/lib64).
+    PATH is passed on too (XLA looks for ptxas there), and CUDA_VISIBLE_DEVICES when set.
+    """
+    if not is_cuda_plugin(plugin):
+        return {}
+    inherited = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    env = {"LD_LIBRARY_PATH": os.pathsep.join([*map(str, nvidia_library_dirs()), *inherited]),
+           "PATH": os.environ.get("PATH") or "/usr/local/cuda/bin:/usr/bin:/bin"}
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return {k: v for k, v in env.items() if v}
+
+
 def find_tensorflow() -> tuple[Path, Path]:
     """(include dir, library dir) of the tensorflow wheel's C API."""
     tf = package_dir("tensorflow")
@@ -135,6 +212,20 @@ def find_tensorflow() -> tuple[Path, Path]:
     return tf / "include", tf
 
 
+def find_openvino() -> tuple[Path, Path]:
+    """(include dir, libopenvino_c) of the openvino wheel's C API."""
+    ov = package_dir("openvino")
+    if ov is None:
+        raise NativeBuildError("no openvino: the OpenVINO C API consumer links the openvino wheel's libopenvino_c; "
+                               "pip install 'multiexport[openvino]'")
+    header = ov / "include" / "openvino" / "c" / "openvino.h"
+    libs = sorted((ov / "libs").glob("libopenvino_c.so*"))
+    if not header.is_file() or not libs:
+        raise NativeBuildError(f"openvino at {ov} | no include/openvino/c/openvino.h or libs/libopenvino_c.so*: this "
+                               "wheel lacks the C API")
+    return ov / "include", libs[0]
+
+
 def toolchain(program: str) -> Toolchain:
     """How `program` is compiled here; raises NativeBuildError naming what is missing."""
     if program == "pjrt_run":
@@ -145,6 +236,10 @@ def toolchain(program: str) -> Toolchain:
         return Toolchain(find_compiler("c"), [
             "-std=c99", f"-I{include}", f"-L{lib}", "-l:libtensorflow_cc.so.2", "-l:libtensorflow_framework.so.2",
             f"-Wl,-rpath,{lib}"], [include / "tensorflow" / "c" / "c_api.h", lib / "libtensorflow_cc.so.2"])
+    if program == "ov_run":
+        include, lib = find_openvino()
+        return Toolchain(find_compiler("c"), ["-std=c99", f"-I{include}", f"-l:{lib.name}", f"-L{lib.parent}",
+                                              f"-Wl,-rpath,{lib.parent}"], [include / "openvino" / "c" / "openvino.h", lib])
     raise NativeBuildError(f"Program '{program}' | unknown, expected one of {', '.join(PROGRAMS)}")
 
 
@@ -167,7 +262,7 @@ def _key(program: str, chain: Toolchain) -> str:
 
 
 def build(program: str, *, force: bool = False) -> Path:
-    """Path of the compiled `program` ('pjrt_run' or 'tf_run'), compiling it first if this machine has none."""
+    """Path of the compiled `program` (one of PROGRAMS), compiling it first if this machine has none."""
     chain = toolchain(program)
     target = cache_root() / _key(program, chain) / program
     if target.is_file() and not force:
@@ -208,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--cflags", action="store_true", help="include flags: the shared C sources and pjrt_c_api.h")
     group.add_argument("--sources", action="store_true", help="the shared C sources (JSON, .npy, manifest helpers)")
-    group.add_argument("--plugin", action="store_true", help="the installed PJRT CPU plugin to dlopen")
+    group.add_argument("--plugin", action="store_true", help="the installed PJRT plugin to dlopen (see --device)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="with --plugin: the CPU plugin (default) or jax's CUDA plugin")
     group.add_argument("--program", choices=PROGRAMS, help="build (if needed) and print the path of a native program")
     args = parser.parse_args(argv)
     try:
@@ -217,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.sources:
             print(" ".join(str(SOURCE_DIR / c) for c in COMMON))
         elif args.plugin:
-            print(find_pjrt_plugin())
+            print(find_pjrt_plugin(device=args.device))
         else:
             print(build(args.program))
     except NativeBuildError as exc:

@@ -5,8 +5,8 @@ names as a .npy file, runs the consumer through the one supervisor with an envir
 what `print_command` prints (so the two cannot drift apart), and reads the outputs back by leaf name.
 With `iters`, the program times that many calls itself and `run` returns its figures too.
 
-Consumers: xla -> pjrt_run (PJRT C API), savedmodel -> tf_run (TF C API), iree -> the iree-base-runtime
-wheel's iree-run-module / iree-benchmark-module.
+Consumers: xla -> pjrt_run (PJRT C API), savedmodel -> tf_run (TF C API), openvino -> ov_run (OpenVINO C
+API), iree -> the iree-base-runtime wheel's iree-run-module / iree-benchmark-module.
 """
 
 from __future__ import annotations
@@ -14,21 +14,22 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import tempfile
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import ArtifactError, InputError, RunError, leaf_message
-from ..export.feed import check_feed
-from ..export.manifest import Manifest
-from ..run.supervisor import run_command
-from .build import NativeBuildError, build, find_pjrt_plugin, package_dir
-from .section import INPUT_DIR, OUTPUT_DIR, check_section, iree_section
+from ..errors import ArtifactError, InputError, InternalError, RunError, leaf_message
+from ..exporting.feed import check_feed
+from ..exporting.manifest import Manifest
+from ..exporting.native_section import INPUT_DIR, IREE_TOOLS, OUTPUT_DIR, check_section, iree_section, openvino_section
+from ..files.temporary import make_temporary
+from ..system.process import run_command
+from .build import NativeBuildError, build, find_pjrt_plugin, package_dir, plugin_environment
 
-PROGRAM_FOR = {"xla": "pjrt_run", "savedmodel": "tf_run", "iree": "iree"}
+PROGRAM_FOR = {"xla": "pjrt_run", "savedmodel": "tf_run", "iree": "iree", "openvino": "ov_run"}
 _MESSAGE_LIMIT = 4000
 BENCHMARK_FILE = "benchmark.json"  # iree-benchmark-module's figures, in the outputs directory
 
@@ -53,7 +54,7 @@ def consumer_of(backend: str) -> str | None:
     return PROGRAM_FOR.get(backend)
 
 
-def _iree_tool(name: str) -> Path:
+def iree_tool(name: str) -> Path:
     """IREE's native tool from the iree-base-runtime wheel (the one on PATH is a Python wrapper)."""
     libs = package_dir("iree._runtime_libs")
     if libs is None or not (libs / name).is_file():
@@ -62,19 +63,41 @@ def _iree_tool(name: str) -> Path:
     return libs / name
 
 
-def _checked(directory: Path) -> tuple[Manifest, dict[str, Any]]:
+def _checked(directory: Path, trust_artifact: bool) -> tuple[Manifest, dict[str, Any]]:
+    """The manifest and its native section, validated; and, unless trusted, the artifact through the trust
+    gate every loading path passes (`Backend.check_untrusted`): the TF C API runs a SavedModel's graph
+    as `tf.saved_model.load` does, file-writing ops included."""
+    from ..exporting.registry import get_backend
+
     manifest = Manifest.read(directory)
     if consumer_of(manifest.backend) is None:
         raise ArtifactError(f"Artifact '{directory}' | backend '{manifest.backend}' has no native consumer here, "
                             f"expected one of {', '.join(PROGRAM_FOR)}")
     native = check_section(manifest, directory)
+    if not trust_artifact:
+        get_backend(manifest.backend).check_untrusted(directory, manifest)
     if manifest.backend == "iree":
         expected = _iree_expected(manifest, native)
         for key in ("run_args", "benchmark_args"):
             if native.get(key) != expected[key]:
                 raise ArtifactError(f"Artifact '{directory}' | native.{key} differs from what the manifest's module, "
                                     "weights and leaves give: refusing to run a command the export did not write")
+    if manifest.backend == "openvino" and native != _openvino_expected(manifest):
+        raise ArtifactError(f"Artifact '{directory}' | native section differs from what the manifest's model, ports "
+                            "and leaves give: refusing to run a configuration the export did not write")
     return manifest, native
+
+
+def _openvino_expected(manifest: Manifest) -> dict[str, Any]:
+    from ..exporting.native_section import OPENVINO_PROPERTIES
+
+    return openvino_section(manifest.inputs, [_port(leaf.param) for leaf in manifest.inputs], manifest.outputs,
+                            [_port(leaf.param) for leaf in manifest.outputs], model=manifest.files.get("model", ""),
+                            properties=OPENVINO_PROPERTIES)
+
+
+def _port(param: int | str | None) -> str | None:
+    return None if param is None else str(param)
 
 
 def _iree_expected(manifest: Manifest, native: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,32 +114,41 @@ def _iree_expected(manifest: Manifest, native: Mapping[str, Any]) -> dict[str, A
 
 def command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DIR, outputs_dir: str = OUTPUT_DIR,
             iters: int = 0, warmup: int = 0, threads: int | None = None,
-            plugin: str | os.PathLike | None = None) -> tuple[list[str], dict[str, str]]:
+            plugin: str | os.PathLike | None = None, device: str = "cpu",
+            trust_artifact: bool = False) -> tuple[list[str], dict[str, str]]:
     """(argv, environment) of the native run of `artifact_dir`, run with the artifact as working directory.
 
     inputs_dir / outputs_dir: where the .npy files are and go, relative to the artifact or absolute.
     iters: time that many calls after `warmup` untimed ones (IREE: iree-benchmark-module, one call per
     repetition). threads: the runtime's intra-op threads (PJRT_NPROC for XLA's CPU client,
-    TF_NUM_INTRAOP_THREADS for TF, --task_topology_max_group_count for IREE), as compare gives every runtime.
+    TF_NUM_INTRAOP_THREADS for TF, --task_topology_max_group_count for IREE, INFERENCE_NUM_THREADS for
+    OpenVINO), as compare gives every runtime.
+    device: for XLA without `plugin`, which installed PJRT plugin runs it ("cpu", or "gpu": jax's CUDA plugin).
+    trust_artifact: skip the trust gate (`Backend.check_untrusted`); the program itself is always multiexport's.
     """
     directory = Path(artifact_dir).resolve()
-    manifest, native = _checked(directory)
+    manifest, native = _checked(directory, trust_artifact)
     env: dict[str, str] = {}
     if manifest.backend == "iree":
         pinned = [f"--task_topology_max_group_count={threads}"] if threads else []
         if iters:
             # The figures go to a file: thousands of repetitions print more JSON than a pipe's tail keeps.
-            return [str(_iree_tool(native["tools"]["benchmark"])), *pinned,
+            return [str(iree_tool(IREE_TOOLS["benchmark"])), *pinned,
                     *_iree_paths(native["benchmark_args"], inputs_dir, outputs_dir),
                     f"--benchmark_repetitions={iters}", f"--benchmark_out={outputs_dir}/{BENCHMARK_FILE}",
                     "--benchmark_out_format=json"], env
-        return [str(_iree_tool(native["tools"]["run"])), *pinned,
+        return [str(iree_tool(IREE_TOOLS["run"])), *pinned,
                 *_iree_paths(native["run_args"], inputs_dir, outputs_dir)], env
     argv = [str(build(PROGRAM_FOR[manifest.backend]))]
     if manifest.backend == "xla":
-        argv += ["--plugin", str(find_pjrt_plugin(plugin))]
+        found = find_pjrt_plugin(plugin, device)
+        argv += ["--plugin", str(found)]
+        env.update(plugin_environment(found))
         if threads:
             env["PJRT_NPROC"] = str(threads)
+    elif manifest.backend == "openvino":
+        if threads:
+            argv += ["--threads", str(threads)]
     else:
         env["TF_CPP_MIN_LOG_LEVEL"] = "1"  # read when the library loads: the program cannot set it itself
         if threads:
@@ -154,23 +186,27 @@ def print_command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DI
 
 
 def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int = 0, warmup: int = 0,
-        threads: int | None = None, plugin: str | os.PathLike | None = None, timeout: float = 600) -> NativeRun:
+        threads: int | None = None, plugin: str | os.PathLike | None = None, device: str = "cpu",
+        timeout: float = 600, trust_artifact: bool = False) -> NativeRun:
     """Run the artifact natively on `feed` (leaf name -> array), checked against the manifest first.
 
     A symbolic XLA artifact runs the refined static module of the sizes the feed binds; the program
     refuses sizes the artifact has no module for, naming those it has.
     """
     directory = Path(artifact_dir).resolve()
-    manifest, native = _checked(directory)
+    manifest, native = _checked(directory, trust_artifact)
     arrays, _ = check_feed(manifest.inputs, feed)
+    # Our programs read bfloat16 / float8 .npy files as the opaque bytes NumPy writes (<V2, <V1), dtype taken
+    # from the manifest; IREE's own tools do not.
     for kind, entries in (("Input", native["args"]), ("Output", native["results"])):
         for entry in entries:
-            if entry.get("kind") == "leaf" and not npy_can_carry(entry["dtype"]):
+            if manifest.backend == "iree" and entry.get("kind") == "leaf" and not npy_can_carry(entry["dtype"]):
                 raise RunError(leaf_message(kind, entry["leaf"], entry["dtype"], "a dtype .npy files describe "
-                                            "(numpy writes it as opaque bytes, which the native programs refuse)"),
+                                            "(numpy writes it as opaque bytes, which IREE's tools refuse)"),
                                category="unsupported-dtype")
-    with tempfile.TemporaryDirectory(prefix="multiexport-native-") as work:
-        work_in, work_out = Path(work) / INPUT_DIR, Path(work) / OUTPUT_DIR
+    work = make_temporary("native")  # marked: removed by the next command if this process is killed outright
+    try:
+        work_in, work_out = work / INPUT_DIR, work / OUTPUT_DIR
         work_in.mkdir()
         work_out.mkdir()  # iree-run-module does not create it
         for entry in native["args"]:
@@ -181,19 +217,23 @@ def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int 
                 value.tofile(work_in / entry["file"])
             else:
                 np.save(work_in / entry["file"], value, allow_pickle=False)
+        # checked above, just now: the artifact is not read through the gate twice
         argv, env = command(directory, inputs_dir=str(work_in), outputs_dir=str(work_out), iters=iters,
-                            warmup=warmup, threads=threads, plugin=plugin)
+                            warmup=warmup, threads=threads, plugin=plugin, device=device, trust_artifact=True)
         stdout = _run(argv, env, directory, timeout)
         if iters and manifest.backend == "iree":
             stdout = (work_out / BENCHMARK_FILE).read_text() if (work_out / BENCHMARK_FILE).is_file() else ""
         timing = _timing(manifest.backend, stdout) if iters else None
         if manifest.backend == "iree" and iters:  # the benchmark tool writes no outputs: run once for them
-            run_argv, _ = command(directory, inputs_dir=str(work_in), outputs_dir=str(work_out), threads=threads)
+            run_argv, _ = command(directory, inputs_dir=str(work_in), outputs_dir=str(work_out), threads=threads,
+                                  trust_artifact=True)
             _run(run_argv, env, directory, timeout)
         outputs = {}
         for entry in native["results"]:
             if entry.get("kind") == "leaf":
                 outputs[entry["leaf"]] = _load_output(work_out / entry["file"], entry)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return NativeRun(outputs, timing, argv)
 
 
@@ -202,7 +242,8 @@ def npy_can_carry(dtype: str) -> bool:
     from ..dtypes import parse_dtype
 
     descr = np.lib.format.dtype_to_descr(parse_dtype(dtype))
-    assert isinstance(descr, str)  # a list only for structured dtypes, which parse_dtype never gives
+    if not isinstance(descr, str):  # a list only for structured dtypes, which parse_dtype never gives
+        raise InternalError(f"multiexport bug: dtype '{dtype}' has a structured descr {descr!r}")
     return not descr.lstrip("<>|=").startswith("V")
 
 
@@ -224,6 +265,12 @@ def _load_output(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
     if not path.is_file():
         raise RunError(f"Output '{entry['leaf']}' | the native program wrote no {path.name}")
     value = np.load(path, allow_pickle=False)
+    if value.dtype.kind == "V" and not npy_can_carry(entry["dtype"]):
+        from ..dtypes import parse_dtype
+
+        want = parse_dtype(entry["dtype"])
+        if value.dtype.itemsize == want.itemsize:  # the opaque bytes a program wrote for bfloat16 / float8
+            value = value.view(want)
     if value.dtype.name != entry["dtype"]:
         raise RunError(leaf_message("Output", entry["leaf"], value.dtype.name, entry["dtype"]),
                        category="unsupported-dtype")

@@ -97,7 +97,21 @@ def recommend(results: Results) -> Recommendation:
         gaps = sorted({n for p in rec.picks for n in p.unsupported})
         if gaps:
             rec.verdict += f" ({', '.join(gaps)}: faithful, but not at every size; see the caveats.)"
+    rec.verdict = _weak_prefix(faithful, rec.picks) + rec.verdict
     return rec
+
+
+def _weak_prefix(faithful: dict, picks: list[Pick]) -> str:
+    """What the verdict must say first when the parity behind it could not have failed much."""
+    named = {p.backend for p in picks} or set(faithful)
+    weak = sorted({leaf for n in named if faithful[n].parity for leaf in faithful[n].parity.weak})
+    if not weak:
+        return ""
+    everywhere = all(faithful[n].parity and faithful[n].parity.weak_everywhere() for n in named)
+    what = "every output" if everywhere else ", ".join(weak)
+    return (f"Weak evidence: parity on {what} could not have failed much (jax.jit's output is zero, the same in "
+            "every trial, or saturated; see the caveats), so 'faithful' below says little; check with real "
+            "weights and inputs. ")
 
 
 def fixed_dims(row) -> dict[str, list[int]]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from ..files import write_text_atomic
+from ..files.text import visible
 from ..results import BackendResult, Results, Status
 from .text import md
 
@@ -226,15 +226,17 @@ def junit(diff: Diff, suite: str = "multiexport") -> str:
     """JUnit XML: one test case per backend x check; regressions are failures."""
     cases = []
     for c in diff.checks:
+        # a name or detail may hold characters XML 1.0 cannot carry at all (C0 controls): shown escaped
+        detail, backend, check = visible(c.detail), visible(c.backend), visible(c.check)
         body = ""
         if c.verdict in ("regression", "missing"):
-            body = f"<failure message={quoteattr(c.detail)}>{escape(c.detail)}</failure>"
+            body = f"<failure message={quoteattr(detail)}>{escape(detail)}</failure>"
         elif c.verdict == "new":
             body = f"<skipped message={quoteattr('not in the baseline')}/>"
-        cases.append(f'  <testcase classname={quoteattr(f"{suite}.{c.backend}")} name={quoteattr(c.check)}>{body}</testcase>')
+        cases.append(f'  <testcase classname={quoteattr(f"{visible(suite)}.{backend}")} name={quoteattr(check)}>{body}</testcase>')
     failures = sum(c.verdict in ("regression", "missing") for c in diff.checks)
     skipped = sum(c.verdict == "new" for c in diff.checks)
-    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name={quoteattr(suite)} tests="{len(diff.checks)}" '
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name={quoteattr(visible(suite))} tests="{len(diff.checks)}" '
             f'failures="{failures}" skipped="{skipped}">\n' + "\n".join(cases) + "\n</testsuite>\n")
 
 
@@ -242,7 +244,9 @@ def publish(diff: Diff, junit_path: str | os.PathLike | None = None) -> str:
     """Write the JUnit file if asked and append the Markdown to $GITHUB_STEP_SUMMARY when set."""
     text = markdown(diff)
     if junit_path:
-        write_text_atomic(Path(junit_path), junit(diff))
+        from ..files.owned import write_owned_text
+
+        write_owned_text(Path(junit_path), junit(diff), "Option '--junit'")  # never over a file of the user's
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as fh:

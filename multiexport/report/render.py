@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..files import write_text_atomic
+from ..errors import present
 from ..results import MEANING, LatencyStats, Results, SizeResult, Status, load_results
 from . import plots
 from .recommend import recommend
@@ -18,6 +18,7 @@ from .tables import (
     EXPORT_HEADER,
     NATIVE_HEADER,
     PARITY_HEADER,
+    TIMELINE_HEADER,
     TIMING_HEADER,
     VERSION_HEADER,
     binding_table,
@@ -29,6 +30,7 @@ from .tables import (
     native_rows,
     parity_rows,
     setup_lines,
+    timeline_rows,
     timing_line,
     timing_rows,
     version_rows,
@@ -48,6 +50,7 @@ def write_reports(results: Results, out_dir: str | Path, source: str | Path | No
         is one InputError naming the file rather than a crash.
     """
     from ..errors import InputError, MultiexportError
+    from ..files.owned import check_overwritable, write_owned_text
 
     out_dir = Path(out_dir)
     md_path, page = out_dir / "report.md", out_dir / "report.html"
@@ -61,8 +64,11 @@ def write_reports(results: Results, out_dir: str | Path, source: str | Path | No
         raise InputError(f"Results '{source}' | holds values the report cannot draw ({type(exc).__name__}: {exc}) "
                          "although they have the right types; expected a results.json written by `multiexport "
                          "compare` (if this one is unchanged from such a run, it is a bug: please report it)") from exc
-    write_text_atomic(md_path, markdown)
-    write_text_atomic(page, html)
+    # Only files multiexport wrote are replaced (their ownership stamp): both checked before either is written.
+    for path in (md_path, page):
+        check_overwritable(path, "Report")
+    write_owned_text(md_path, markdown, "Report")
+    write_owned_text(page, html, "Report")
     return md_path, page
 
 
@@ -133,6 +139,8 @@ def render_markdown(results: Results) -> str:
                                version_rows(results))):
         if body:
             out += [f"## {title}", "", _md_table(head, body), ""]
+    if timeline_rows(results):
+        out += ["## Where the time went", "", _md_table(TIMELINE_HEADER, timeline_rows(results)), ""]
     out += ["## Environment", ""] + [f"- {md(line)}" for line in setup_lines(results) + environment_lines(results)] + [""]
     return "\n".join(out)
 
@@ -161,14 +169,12 @@ def _html_table(header, rows, status_col: int | None = None) -> str:
 
 
 def _latency(size: SizeResult) -> LatencyStats:
-    assert size.latency is not None  # the charts draw measured() sizes only, which all have a latency
-    return size.latency
+    return present(size.latency, "the charts draw measured() sizes only, which all have a latency")
 
 
 def _point(x: float | None, y: float | None) -> tuple[float, float]:
     # the sweep keeps sizes with a batch only, and a measured size has its throughput
-    assert x is not None and y is not None
-    return x, y
+    return present(x, "a swept size has a batch"), present(y, "a measured size has its throughput")
 
 
 def _charts(results: Results) -> list[str]:
@@ -242,6 +248,8 @@ def render_html(results: Results) -> str:
                               ("Versions", VERSION_HEADER, version_rows(results))):
         if body:
             parts.append(f"<h2>{esc(title)}</h2>" + _html_table(head, body))
+    if timeline_rows(results):
+        parts.append("<h2>Where the time went</h2>" + _html_table(TIMELINE_HEADER, timeline_rows(results)))
     parts.append("<h2>Environment</h2><ul>" + "".join(
         f"<li>{esc(line)}</li>" for line in setup_lines(results) + environment_lines(results)) + "</ul>")
     parts.append("</body></html>")

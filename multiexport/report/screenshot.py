@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 from ..errors import UsageError
@@ -34,17 +33,28 @@ def screenshot(html_path: str | Path, png_path: str | Path, width: int = 1200, h
         raise UsageError(f"Screenshot | no Chromium on PATH (looked for {', '.join(BROWSERS)}); "
                          "install it, e.g. `apt-get install chromium`")
     html_path, png_path = Path(html_path).resolve(), Path(png_path).resolve()
-    with tempfile.TemporaryDirectory(prefix="multiexport-chromium-") as profile:
-        netlog = Path(profile) / "netlog.json"
+    from ..files.temporary import make_temporary
+
+    profile = make_temporary("chromium")  # marked: the next command removes it if this one is killed outright
+    try:
+        netlog, shot = profile / "netlog.json", profile / "screenshot.png"
         cmd = [browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
-               f"--screenshot={png_path}", f"--log-net-log={netlog}", html_path.as_uri()]
-        from ..run.supervisor import run_command
+               f"--screenshot={shot}", f"--log-net-log={netlog}", html_path.as_uri()]
+        from ..files import write_bytes_atomic
+        from ..files.owned import check_overwritable, stamped_bytes
+        from ..system.process import run_command
 
         outcome = run_command(cmd, timeout=timeout)
-        if outcome.returncode != 0 or not png_path.is_file():
+        if outcome.returncode != 0 or not shot.is_file():
             raise UsageError(f"Screenshot '{html_path}' | Chromium {outcome.how_it_ended()}: "
                              f"{(outcome.stderr.strip().splitlines() or ['no output'])[-1]}")
+        # Written by multiexport, not by the browser: only over a file multiexport wrote, with its stamp
+        # after the PNG's last chunk (image readers ignore it).
+        check_overwritable(png_path, "Screenshot")
+        write_bytes_atomic(png_path, stamped_bytes(shot.read_bytes()))
         return page_requests(netlog)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 def page_requests(netlog: Path) -> list[str]:

@@ -30,6 +30,16 @@ def headline(row: BackendResult) -> tuple[str, str, str]:
     return sci(s.err_scale), sci(s.max_rel), worst.tolerance.text()
 
 
+WEAK_OK = "ok (weak check)"
+
+
+def status_text(row) -> str:
+    """A row's status as shown: `ok (weak check)` when its parity could not have failed much on some leaf."""
+    if row.status is Status.OK and row.parity is not None and row.parity.weak:
+        return WEAK_OK
+    return row.status.value
+
+
 def summary_rows(results: Results) -> list[dict[str, Any]]:
     """Rows of formatted cells; the fastest faithful backend at each batch size gets `fastest: True`."""
     ref_bench = results.reference.bench
@@ -39,10 +49,10 @@ def summary_rows(results: Results) -> list[dict[str, Any]]:
     if ref_bench:
         rows += _rows("jax", "reference", ("", "", ""), ref_bench, ref_p50, True)
     for name, r in results.backends.items():
-        rows += _rows(name, r.status.value, headline(r), r.bench, ref_p50, r.status is Status.OK, _native_cells(r))
+        rows += _rows(name, status_text(r), headline(r), r.bench, ref_p50, r.status is Status.OK, _native_cells(r))
     by_batch: dict[Any, list[dict[str, Any]]] = {}
     for row in rows:
-        if row["backend"] != "jax" and row["status"] == "ok" and row["_p50"] is not None:
+        if row["backend"] != "jax" and row["status"] in ("ok", WEAK_OK) and row["_p50"] is not None:
             by_batch.setdefault(row["batch"], []).append(row)
     for candidates in by_batch.values():
         min(candidates, key=lambda row: row["_p50"])["fastest"] = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import present
 from ..results import BackendResult, BenchResult, Results, Status
 from .text import human_bytes, mib, one_line
 
@@ -33,16 +34,12 @@ COLD_HEADER = ["backend", "load s", "compile s", "first call s", "process start 
                "artifact size", "threads (asked / runtime's report)", "calling path"]
 
 
-# Where each runtime reports the threads it uses (the runner's describe()): TF and ONNX Runtime by API,
-# XLA and IREE by their pools' thread names, OpenVINO/LiteRT by their own keys.
-THREAD_REPORTS = ("intra_op_threads", "xla_eigen_threads", "iree_worker_threads", "inference_num_threads",
-                  "num_threads")
-
-
 def threads_text(runner: dict) -> str:
+    """Threads asked / threads the runtime reports using (each runner's describe() names its own report:
+    `Runner.threads_key`)."""
     asked = runner.get("threads_requested", "?")
-    seen = next((runner[k] for k in THREAD_REPORTS if runner.get(k) not in (None, "")), None)
-    return f"{asked} / {seen if seen is not None else 'not reported'}"
+    seen = runner.get("threads_reported")
+    return f"{asked} / {seen if seen not in (None, '') else 'not reported'}"
 
 
 def cold_rows(results: Results) -> list[list[str]]:
@@ -53,7 +50,7 @@ def cold_rows(results: Results) -> list[list[str]]:
         measured = bench.measured() if bench else []
         if not measured:
             continue
-        assert bench is not None  # measured is non-empty only when bench is
+        bench = present(bench, "measured is non-empty only when bench is")
         first = measured[0]
         runner = bench.runner
         threads = threads_text(runner)
@@ -292,3 +289,19 @@ def _opt(v, fmt) -> str:
 
 def failed(row: BackendResult) -> bool:
     return row.status.is_failure
+
+
+TIMELINE_HEADER = ["step (where the compare's seconds went, largest first)", "began at s", "seconds", "share"]
+
+
+def timeline_rows(results: Results, top: int = 8) -> list[list[str]]:
+    """The compare's longest steps, largest first, each with its share of the whole run (as the supervising
+    process waited: exports and paired workers overlap in other processes)."""
+    steps = results.timeline
+    if not steps:
+        return []
+    total = steps[-1].at_s + steps[-1].seconds
+    rows = [[s.what, f"{s.at_s:.1f}", f"{s.seconds:.1f}", f"{100 * s.seconds / total:.0f}%" if total > 0 else "-"]
+            for s in sorted(steps, key=lambda s: -s.seconds)[:top]]
+    return rows + [[f"the whole compare ({len(steps)} steps)", "0.0", f"{total:.1f}", "100%"]]
+

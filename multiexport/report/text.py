@@ -10,22 +10,30 @@ import html
 import math
 import re
 
+from ..files.text import visible
+
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|~])")
 # `_` starts emphasis only at a word boundary (CommonMark): `mlp_dynamic` stays readable, `_x_` is escaped.
 _MD_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+# What GitHub turns into a link by itself (extended autolinks): a scheme's "://" and "www.". A backslash
+# before the ':' / '.' (a CommonMark escape, rendered as the character) breaks the match (checked with
+# cmark-gfm, GitHub's renderer). An e-mail address stays a mailto link: no escape breaks that match.
+_MD_AUTOLINK = re.compile(r"(?i)(?<=https)(:)(?=//)|(?<=http)(:)(?=//)|(?<=ftp)(:)(?=//)|(?<=www)(\.)")
 
 
 def md(value: object) -> str:
-    """`value` as literal Markdown text: one line, no HTML, no links, no emphasis, no table breaks."""
-    text = " ".join(str(value).split())
+    """`value` as literal Markdown text: one line, no HTML, no links (a bare URL included), no emphasis, no
+    table breaks, no terminal or bidirectional controls."""
+    text = " ".join(visible(value).split())
     text = html.escape(text, quote=False)
     text = _MD_UNDERSCORE.sub(r"\\_", _MD_SPECIAL.sub(r"\\\1", text))
+    text = _MD_AUTOLINK.sub(lambda m: "\\" + m.group(), text)
     return "\\" + text if text.startswith(("#", ">")) else text
 
 
 def md_code(value: object) -> str:
     """`value` as one Markdown code span (a command line): literal inside, a fence longer than any backtick run in it."""
-    text = " ".join(str(value).split())
+    text = " ".join(visible(value).split())
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     return f"{fence} {text} {fence}" if longest else f"{fence}{text}{fence}"
@@ -33,11 +41,11 @@ def md_code(value: object) -> str:
 
 def esc(value: object) -> str:
     """`value` as HTML text."""
-    return html.escape(str(value), quote=True)
+    return html.escape(visible(value), quote=True)
 
 
 def one_line(value: object, limit: int = 600) -> str:
-    text = " ".join(str(value).split())
+    text = " ".join(visible(value).split())
     return text if len(text) <= limit else text[:limit] + " ..."
 
 

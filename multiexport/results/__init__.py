@@ -135,6 +135,17 @@ class TrialInfo:
 
 
 @dataclass
+class Step:
+    """One step of a compare as the supervising process saw it: it began `at_s` seconds after the command
+    started (the target build included) and the process moved on `seconds` later. Exports and paired workers
+    overlap in other processes: a step's seconds are what this process waited, not CPU time."""
+
+    at_s: float
+    what: str
+    seconds: float
+
+
+@dataclass
 class Reference:
     """The jax.jit reference every backend is judged against.
 
@@ -142,7 +153,12 @@ class Reference:
     lifted_weights: how many baked weights were passed as arguments (large targets).
     deterministic: whether two runs of the reference (and two traces of the target) agreed.
     jax_error_vs_float64: per output leaf, jax.jit's own error against the float64 truth.
+    no_float64_truth: float output leaves the float64 run still computed in a narrower type (the function
+        casts back): no error against float64 exists for them, and none is reported.
     bench: the reference's latency, measured like every backend's.
+    rounding_sensitivity: per float output leaf, how far jax.jit's output moves (max |change| / max |ref|)
+        when every float input and weight moves by one rounding step (measure/rounding.py): the floor
+        under parity, to which default tolerances widen. None when not measured.
     """
 
     kind: str = "jax.jit"
@@ -151,7 +167,9 @@ class Reference:
     lifted_weights: int = 0
     deterministic: bool | None = None
     jax_error_vs_float64: dict[str, float] | None = None
+    no_float64_truth: list[str] = field(default_factory=list)
     bench: BenchResult | None = None
+    rounding_sensitivity: dict[str, float] | None = None
 
 
 @dataclass
@@ -166,6 +184,8 @@ class Results:
     state: "running" while a compare writes it, "finished" or "interrupted" after.
     config: the options the compare ran with.
     pairing: how latency was measured across runners (paired rounds or sequential), with every ratio.
+    timeline: the compare's own steps in order (target build, exports, loads, parity, rounds), so a slow
+        compare says where its seconds went.
     """
 
     target: str
@@ -180,6 +200,7 @@ class Results:
     state: str = "finished"
     config: dict[str, Any] = field(default_factory=dict)
     pairing: Pairing | None = None
+    timeline: list[Step] = field(default_factory=list)
 
     def exit_code_allowing(self, allow_fail: Sequence[str] = ()) -> int:
         """The worst row's exit code: 0 faithful, 1 parity failed, 2 target at fault, 3 backend failed, 70 bug;
@@ -225,15 +246,8 @@ class Results:
 def load_results(path: str | Path, legacy: bool = False) -> Results:
     """A results.json, validated field by field; anything unexpected is one InputError naming the file.
     legacy: also read schema 1 (see `Results.from_json`)."""
-    path = Path(path)
-    if path.is_dir():
-        raise InputError(f"Results '{path}' | is a directory, expected a results.json written by `multiexport compare`")
-    try:
-        if path.stat().st_size > _MAX_RESULTS:
-            raise InputError(f"Results '{path}' | is {path.stat().st_size} bytes, expected a results.json (< 512 MiB)")
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"Results '{path}' | does not exist, expected a results.json written by `multiexport compare`") from None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"Results '{path}' | unreadable ({type(exc).__name__}: {exc}), expected JSON") from exc
+    from ..files.bounded import read_json
+
+    data = read_json(Path(path), "Results", _MAX_RESULTS, InputError,
+                     "expected a results.json written by `multiexport compare`")
     return Results.from_json(data, str(path), legacy=legacy)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,20 @@ class LatencyStats:
     ci95_high_ms: float
     quantiles_ms: list[float] = field(default_factory=list)
     stopped_by: str = "time"
+
+    def check_loaded(self, where: str) -> None:
+        """Refuse figures no timing produces (read from a results.json: a crafted NaN p50 would otherwise be
+        "the fastest", a negative one faster than anything real)."""
+        if self.n < 0:
+            raise _impossible(f"{where}.n", self.n, "a count of calls >= 0")
+        for name in ("min_ms", "p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms", "std_ms", "ci95_low_ms",
+                     "ci95_high_ms"):
+            _non_negative(f"{where}.{name}", getattr(self, name), "a finite latency >= 0 ms")
+        for i, value in enumerate(self.quantiles_ms):
+            _non_negative(f"{where}.quantiles_ms[{i}]", value, "a finite latency >= 0 ms")
+        if not self.min_ms <= self.p50_ms <= self.max_ms:
+            raise _impossible(f"{where}.p50_ms", self.p50_ms, f"a median between min_ms {self.min_ms} and max_ms "
+                              f"{self.max_ms}")
 
 
 @dataclass
@@ -67,6 +82,12 @@ class SizeResult:
     fraction_of_peak: float | None = None
     measured: str = "sequential"
 
+    def check_loaded(self, where: str) -> None:
+        for name in ("prepare_s", "compile_s", "first_call_s", "throughput_per_s"):
+            value = getattr(self, name)
+            if value is not None:
+                _non_negative(f"{where}.{name}", value, "a finite figure >= 0")
+
 
 @dataclass
 class BenchResult:
@@ -91,6 +112,9 @@ class BenchResult:
     process: str = "worker"
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def check_loaded(self, where: str) -> None:
+        _non_negative(f"{where}.load_s", self.load_s, "a finite time >= 0 s")
+
     def measured(self) -> list[SizeResult]:
         """The sizes with a latency."""
         return [s for s in self.sizes if s.latency is not None and s.status is Status.OK]
@@ -113,6 +137,12 @@ class Ratio:
     ci95_low: float
     ci95_high: float
     significant: bool
+
+    def check_loaded(self, where: str) -> None:
+        for name in ("ratio", "ci95_low", "ci95_high"):
+            _non_negative(f"{where}.{name}", getattr(self, name), "a finite ratio > 0")
+            if getattr(self, name) == 0:
+                raise _impossible(f"{where}.{name}", 0.0, "a finite ratio > 0")
 
 
 @dataclass
@@ -143,3 +173,14 @@ class Pairing:
     def ratio(self, batch, a: str, b: str) -> Ratio | None:
         """The measured ratio between runners a and b at `batch`, either way round."""
         return next((r for r in self.ratios if r.batch == batch and {r.faster, r.slower} == {a, b}), None)
+
+
+def _impossible(where: str, value: object, expected: str) -> Exception:
+    from ..errors import InputError
+
+    return InputError(f"{where} | got {value}, expected {expected} (no measurement gives that)")
+
+
+def _non_negative(where: str, value: float, expected: str) -> None:
+    if not math.isfinite(value) or value < 0:
+        raise _impossible(where, value, expected)

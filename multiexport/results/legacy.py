@@ -30,13 +30,21 @@ def upgrade(data: dict[str, Any], schema: str) -> dict[str, Any]:
     for row in [*rows, reference]:
         if not isinstance(row, dict):
             continue
+        # Any shape may be wrong here (a crafted file): only what has the expected shape is converted, the rest
+        # is left for from_json to refuse with the field's path.
         bench = row.get("bench")
-        for size in (bench.get("sizes") or []) if isinstance(bench, dict) else []:
+        for size in _items(bench, "sizes"):
             if isinstance(size, dict):
                 size.pop("native", None)
         parity = row.get("parity")
-        for leaf in (parity.get("leaves") or []) if isinstance(parity, dict) else []:
+        for leaf in _items(parity, "leaves"):
             stats = leaf.get("stats") if isinstance(leaf, dict) else None
             if isinstance(stats, dict) and "err_scale" not in stats:
                 stats["err_scale"] = LEGACY_SCALE
     return out
+
+
+def _items(parent: Any, key: str) -> list[Any]:
+    """parent[key] when parent is an object and that is a list, else no items."""
+    value = parent.get(key) if isinstance(parent, dict) else None
+    return value if isinstance(value, list) else []

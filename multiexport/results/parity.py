@@ -122,6 +122,8 @@ class ParityVerdict:
     excluded: trials that are no evidence either way, with the reason.
     reference: what the outputs were compared with.
     notes: facts that limit what the verdict shows (a leaf with no finite value in any trial).
+    weak: output leaves whose check could not have failed much (jax.jit's output zero, constant across
+        trials or saturated to 0/1): a pass there is weak evidence, and every display says so.
     """
 
     backend: str
@@ -131,6 +133,7 @@ class ParityVerdict:
     excluded: list[ExcludedTrial] = field(default_factory=list)
     reference: str = "jax.jit"
     notes: list[str] = field(default_factory=list)
+    weak: list[str] = field(default_factory=list)
 
     @property
     def failures(self) -> list[LeafVerdict]:
@@ -148,9 +151,14 @@ class ParityVerdict:
         """The single worst leaf verdict: what a one-line summary shows."""
         return max(self.leaves, key=LeafVerdict.severity, default=None)
 
+    def weak_everywhere(self) -> bool:
+        """Every output leaf checked was a weak check: the pass says almost nothing."""
+        return bool(self.weak) and {v.name for v in self.leaves} <= set(self.weak)
+
     def summary(self) -> str:
         if self.passed:
-            return f"{self.backend}: parity passed on {len(self.trials)} trials"
+            weak = f" (a weak check on {', '.join(self.weak)})" if self.weak else ""
+            return f"{self.backend}: parity passed on {len(self.trials)} trials{weak}"
         reasons = [r for v in self.failures for r in v.reasons]
         more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
         return "parity FAILED: " + "; ".join(reasons[:3]) + more

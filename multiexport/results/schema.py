@@ -91,12 +91,20 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise InputError(f"{where} | has no '{f.name}', expected one")
         # is_dataclass() narrows to "instance or class"; a type hint here is always the class
-        return typing.cast("type[Any]", hint)(**kwargs)
+        built = typing.cast("type[Any]", hint)(**kwargs)
+        check = getattr(built, "check_loaded", None)
+        if check is not None:  # figures a type cannot rule out (a NaN or negative latency)
+            check(where)
+        return built
     if hint is float:
         if isinstance(value, str) and value in _NONFINITE:
             return _NONFINITE[value]
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer such as 10**400: no float holds it
+                raise InputError(f"{where} | got an integer of {len(str(abs(value)))} digits, expected a number a "
+                                 "float can hold") from None
         raise InputError(f"{where} | got {_kind(value)}, expected a number")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -122,4 +130,6 @@ def _kind(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
+    if isinstance(value, int) and len(str(abs(value))) > 40:
+        return f"an integer of {len(str(abs(value)))} digits"
     return f"{type(value).__name__} {str(value)[:40]!r}" if isinstance(value, (int, float, str)) else type(value).__name__

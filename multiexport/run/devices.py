@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Mapping, Sequence
 
 from ..errors import UsageError
-from ..export.contract import Availability
+from ..exporting.contract import Availability
 
 CHOICES = ("cpu", "gpu", "auto")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MultiexportError
-from ..export.manifest import Manifest
+from ..exporting.manifest import Manifest
 from ..results import Binding, Status
 
 
@@ -104,23 +104,26 @@ def export_jobs(run, count: int) -> int:
 
 
 def _options(run, name: str, stage_artifact: str | None):
-    from ..export.contract import ExportOptions
+    from ..exporting.contract import ExportOptions
     from ..measure.plan import sizes_checked
 
     config = run.config
     checked = sizes_checked(run.sig, run.trials, run.bench_feeds)
     static = checked if config.native and name == "xla" else {}
     # No load check in the export worker: the run worker loads the artifact next, and the backend classifies
-    # a failure there the same way (one root cause, one category), without paying the load twice.
+    # a failure there the same way (one root cause, one category), without paying the load twice. Except for
+    # a symbolic signature: the check compares a symbolic artifact with jax.jit at the example, so one that
+    # computes wrong is rebuilt at static sizes (exporting/symbolic_check.py).
     return ExportOptions.for_device(run.plan.chosen, keep_unused=config.keep_unused,
                                     external_weights=config.external_weights, static_sizes=static,
                                     fallback_sizes=checked,
-                                    backend_options=dict(config.backend_options.get(name, {})), check_load=False,
+                                    backend_options=dict(config.backend_options.get(name, {})),
+                                    check_load=bool(run.sig.symbolic_dims),
                                     stage_artifact=stage_artifact)
 
 
 def _available(run, name: str) -> bool:
-    from ..export.registry import get_backend
+    from ..exporting.registry import get_backend
 
     row = run.rows[name]
     try:
@@ -135,7 +138,7 @@ def _available(run, name: str) -> bool:
 
 def _in_process(run, name: str, stage_artifact: str | None) -> Manifest | None:
     """Export in this process (no TARGET string to load the function elsewhere)."""
-    from ..export.registry import get_backend
+    from ..exporting.registry import get_backend
 
     if not _available(run, name):
         return None
@@ -155,7 +158,8 @@ def _in_process(run, name: str, stage_artifact: str | None) -> Manifest | None:
 
 def _in_worker(run, group: list[str]) -> dict[str, Manifest | None]:
     """Export `group` in one worker (a stage first, then what builds on it); {name: manifest or None}."""
-    from .supervisor import run_command
+    from ..exporting.outdir import remove_stale
+    from ..system.process import run_command
     from .workers import classify, classify_outcome, start_work_dir, worker_command
 
     done: dict[str, Manifest | None] = {n: None for n in group}
@@ -168,7 +172,8 @@ def _in_worker(run, group: list[str]) -> dict[str, Manifest | None]:
         payload = {"keep_unused": options.keep_unused, "platforms": list(options.platforms or []) or None,
                    "external_weights": options.external_weights, "backend_options": dict(options.backend_options),
                    "static_sizes": {d: list(v) for d, v in options.static_sizes.items()},
-                   "fallback_sizes": {d: list(v) for d, v in options.fallback_sizes.items()}, "check_load": False,
+                   "fallback_sizes": {d: list(v) for d, v in options.fallback_sizes.items()},
+                   "check_load": options.check_load,
                    "stage_artifact": options.stage_artifact}
         jobs.append((name, start_work_dir("export"), json.dumps(payload)))
         run.progress(f"{name}: export in a worker process" + (f" (after {names[0]}, in its worker)" if i else ""))
@@ -181,7 +186,10 @@ def _in_worker(run, group: list[str]) -> dict[str, Manifest | None]:
     except BaseException:  # a signal stopped the wait: the worker is gone, and so are its directories
         for _, work, _ in jobs:
             _remove(work)
+        remove_stale(run.out)  # its staging directories and locks in the output directory too
         raise
+    if outcome.returncode != 0:
+        remove_stale(run.out)
     reached, retry = True, []
     for i, (name, work, _) in enumerate(jobs):
         row = run.rows[name]
@@ -191,7 +199,8 @@ def _in_worker(run, group: list[str]) -> dict[str, Manifest | None]:
         elif info is None and reached:
             reached = False  # the worker ended on this export: the ones after it never ran there
             failure = classify_outcome(outcome, timeout) or (
-                "internal-error", f"the export worker exited without a result for {name}")
+                "export-failed", f"the worker exited with code 0 before reporting a result for {name} (something in "
+                                 "the process ended it early: the target's code calling exit from native code?)")
             if i > 0 and failure[0] != "internal-error":
                 retry.append(name)  # it died after another export in the same process: judge it alone
                 failure = None
@@ -241,7 +250,7 @@ def _record(run, name: str) -> Manifest:
 
 
 def _builds_on(name: str) -> str | None:
-    from ..export.registry import backend_class
+    from ..exporting.registry import backend_class
 
     try:
         return backend_class(name).builds_on

@@ -20,21 +20,25 @@ MIN_CALLS, MAX_CALLS, DEFAULT_CALLS = 20, 5000, 200
 def check_native(run, row, manifest, checked: Sequence[tuple[Any, Any]], excluded, bench: BenchResult | None
                  ) -> NativeResult | None:
     """The row's native verdict and latency, or None when its backend has no native consumer."""
+    from ..exporting.native_section import CONSUMERS
     from ..measure.parity import check_parity, inputs_note
     from ..measure.plan import native_supports
     from ..native.run import consumer_of, print_command, run as native_run
-    from ..native.section import CONSUMERS
 
     if consumer_of(row.backend) is None:
         return None
     consumer = CONSUMERS[row.backend]
     config, directory = run.config, row.artifact
-    if run.plan.chosen != "cpu":
-        return NativeResult(consumer, Status.NO_GPU, "the native consumers run on the CPU (their GPU plugins are "
-                                                     "not built here)")
+    if run.plan.chosen != "cpu" and row.backend != "xla":
+        return NativeResult(consumer, Status.NO_GPU, "only the XLA consumer runs on the GPU (through jax's CUDA "
+                                                     "PJRT plugin); this one runs on the CPU")
     if not manifest.native:
         return NativeResult(consumer, Status.UNAVAILABLE, "the artifact has no native section (re-export it)")
-    kwargs = {"threads": run.threads, "plugin": config.native_plugin}
+    # On a GPU plan pjrt_run loads jax's CUDA PJRT plugin (the static modules are refined for cuda there).
+    # Compare exported this artifact itself, into the directory it claimed, and its run worker loaded it
+    # through the trust gate: checking it again here would import TensorFlow into the compare's own process.
+    kwargs = {"threads": run.threads, "plugin": config.native_plugin, "device": run.plan.chosen,
+              "trust_artifact": True}
     try:
         command = print_command(directory, **kwargs)  # builds the program first, so "unavailable" is said once
     except BackendUnavailable as exc:
@@ -56,7 +60,7 @@ def check_native(run, row, manifest, checked: Sequence[tuple[Any, Any]], exclude
             return NativeResult(consumer, status, f"trial '{trial.name}': {exc}", command)
     verdict = check_parity(f"{row.backend} native", outputs, [r for _, r in usable], run.sig.outputs,
                            [t.name for t, _ in usable], config.tolerances, excluded=excluded,
-                           inputs_notes=[inputs_note(t.feed) for t, _ in usable])
+                           inputs_notes=[inputs_note(t.feed) for t, _ in usable], sensitivity=run.sensitivity)
     notes = [f"not run natively: {', '.join(skipped)}"] if skipped else []
     result = NativeResult(consumer, Status.OK if verdict.passed else Status.PARITY_FAILED,
                           "; ".join(notes) if verdict.passed else verdict.summary(), command, verdict)
@@ -105,8 +109,8 @@ def _latency(run, row, manifest, bench: BenchResult, kwargs) -> list[NativeSize]
 
 
 def _dims(sig, feed) -> dict[str, int]:
-    from ..export.feed import check_feed
-    from ..export.manifest import LeafBinding
+    from ..exporting.feed import check_feed
+    from ..exporting.manifest import LeafBinding
 
     leaves = [LeafBinding(leaf.name, leaf.alias, list(leaf.shape), leaf.dtype) for leaf in sig.inputs]
     return check_feed(leaves, feed)[1]

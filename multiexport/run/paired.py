@@ -21,15 +21,12 @@ import numpy as np
 
 from ..files.npz import save_npz
 from ..results import Pairing
-from .supervisor import Served, ServedExit
+from ..system.process import Served, ServedExit
 from .worker import thread_env
 from .workers import start_work_dir, worker_command
 
 if TYPE_CHECKING:
     from .runs import ArtifactRun
-
-READY_TIMEOUT_S = 900.0  # load, or prepare + compile + warm-up of every size
-
 
 @dataclass
 class Timed:
@@ -69,10 +66,10 @@ class Servers:
     def load(self, name: str, artifact: str | None = None) -> None:
         """Wait for the spawned worker's import, then have it load its runner (the timed load) from
         `artifact` (for a worker started before it was written)."""
-        imported = self.ask(name, None, READY_TIMEOUT_S)
+        imported = self.ask(name, None, self.timeout)  # --timeout for each step, as a sequential worker's whole run
         if imported is None:
             return
-        answer = self.ask(name, {"cmd": "load", **({"artifact": artifact} if artifact else {})}, READY_TIMEOUT_S)
+        answer = self.ask(name, {"cmd": "load", **({"artifact": artifact} if artifact else {})}, self.timeout)
         if answer is not None:
             self.ready[name] = {**answer, "import_s": imported.get("import_s"),
                                 "import_cpu_s": imported.get("import_cpu_s")}
@@ -130,7 +127,7 @@ def serve_artifact(servers: Servers, name: str, feeds: Sequence[dict[str, np.nda
     if bench and bench_feeds:
         write_bench_feeds(work / "bench", bench_feeds, unsupported)
         answer = servers.ask(name, {"cmd": "prepare", "bench_feeds": str(work / "bench"), "config": bench.to_json()},
-                             READY_TIMEOUT_S)
+                             servers.timeout)
         if answer is None:
             return ArtifactRun([], None, servers.failures[name], {})
         parsed = from_data(BenchResult, answer["bench"], "paired bench")

@@ -133,7 +133,8 @@ def check_row(run, row, manifest) -> None:
     row.bench = outcome.bench
     verdict = check_parity(row.backend, outcome.outputs, [r for _, r in checked], run.sig.outputs,
                            [t.name for t, _ in checked], config.tolerances, excluded=excluded,
-                           inputs_notes=[inputs_note(t.feed) for t, _ in checked])
+                           inputs_notes=[inputs_note(t.feed) for t, _ in checked], feeds=[t.feed for t, _ in checked],
+                           sensitivity=run.sensitivity)
     row.parity = verdict
     notes = [f"not supported by this artifact: trials {', '.join(skipped)}"] if skipped else []
     if not checked:
@@ -155,7 +156,7 @@ def manifest_dir(row) -> str:
 def _fits(manifest, feed) -> bool:
     """Whether a feed has the shapes the artifact takes (a specialised artifact takes one size only)."""
     from ..errors import InputError
-    from ..export.feed import check_feed
+    from ..exporting.feed import check_feed
 
     try:
         check_feed(manifest.inputs, feed)

@@ -53,11 +53,12 @@ def serve_main(argv: list[str]) -> int:
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from .worker import _register
+    from ..system.exits import exit_now
+    from .worker_io import register_entries
 
     state: dict = {"stage": "load", "backend": None, "slices": 0, "out": args.out, "runner": None}
     try:
-        _register(args.register)
+        register_entries(args.register)
         t0 = time.perf_counter()
         _import_runtime(state, args.mode, args.source, args.runtime)
         state["import_s"], state["import_cpu_s"] = time.perf_counter() - t0, time.process_time()
@@ -69,7 +70,7 @@ def serve_main(argv: list[str]) -> int:
                 protocol.flush()
                 sys.stderr.flush()
                 # Nothing is left to write: skip the runtimes' interpreter teardown (TensorFlow's takes ~1 s)
-                os._exit(0)
+                exit_now(0)
             if command == "load":
                 if args.mode == "run" and args.source == "-":
                     args.source = str(request["artifact"])  # started before the artifact was written
@@ -82,9 +83,9 @@ def serve_main(argv: list[str]) -> int:
                 raise ValueError(f"request {command!r} before 'load'")
             _answer(protocol, handler[command](state, request))
     except Exception as exc:
-        from .worker import _fail
+        from .worker_io import write_failure
 
-        _fail(args.out, exc, state["stage"], state["backend"])
+        write_failure(args.out, exc, state["stage"], state["backend"])
         _answer(protocol, {"error": json.loads((args.out / "error.json").read_text())})
         return 3
     return 0
@@ -94,12 +95,12 @@ def _import_runtime(state: dict, mode: str, source: str, runtime: str | None) ->
     """The runner's library, before any artifact is read: the backend's; for the reference, jax and the
     target's own module (its import is the reference's runtime, as the library is an artifact's)."""
     if mode == "reference":
-        from ..signature import load_target
+        from ..leaves import load_target
 
         state["target"] = load_target(source)
         return
     if runtime:
-        from ..export.registry import get_backend
+        from ..exporting.registry import get_backend
 
         get_backend(runtime).import_runtime()
 
@@ -107,13 +108,13 @@ def _import_runtime(state: dict, mode: str, source: str, runtime: str | None) ->
 def _load_runner(state: dict, args) -> dict:
     """Load the runner (timed: the artifact's load, with its library already imported)."""
     from ..measure.bench import memory_now
-    from .worker import _load
+    from .worker_io import load_runner
 
     if state["runner"] is not None:
         raise ValueError("asked to load twice")
     start = memory_now()
     t0 = time.perf_counter()
-    runner, state["backend"] = _load(args, state.get("target"))  # the reference's target is imported already
+    runner, state["backend"] = load_runner(args, state.get("target"))  # the reference's target is imported already
     state["runner"], state["load_s"] = runner, time.perf_counter() - t0
     state["memory"] = {"start_rss_bytes": start["rss_bytes"], "after_load_rss_bytes": memory_now()["rss_bytes"]}
     state["artifact_bytes"] = _bytes(args.source) if args.mode == "run" else None

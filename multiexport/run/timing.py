@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..export.manifest import Manifest
+from ..errors import present
+from ..exporting.manifest import Manifest
 from ..results import Status
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def prespawn(run) -> None:
 
 def _start_workers(config, spec: str | None, backends: list[str], device: str) -> Servers | None:
     """One paired worker per runner (and the reference's, given a TARGET), each importing its runtime."""
-    from ..export.contract import usable_cpus
+    from ..exporting.contract import usable_cpus
     from .paired import Servers
 
     runners = list(backends) + (["jax"] if spec else [])
@@ -143,8 +144,7 @@ def plan_timing(run, artifacts: dict[str, Manifest]) -> None:
 def start_servers(run, artifacts: dict[str, Manifest]) -> None:
     """One worker per runner, alive until the rounds are done; loads one after another, each timed alone
     (workers started early have imported their runtimes by now and wait for this)."""
-    servers = run.servers
-    assert servers is not None
+    servers = present(run.servers, "timing is planned after the paired workers are started")
     if run.spec is not None:
         if "jax" not in servers.dirs:
             servers.spawn("jax", ["reference", run.spec], None)
@@ -163,7 +163,8 @@ def start_servers(run, artifacts: dict[str, Manifest]) -> None:
 def paired_rounds(run) -> None:
     from .paired import apply, pairing_result, run_rounds
 
-    assert run.servers is not None and run.pairing is not None
+    present(run.servers, "paired rounds run on live servers")
+    present(run.pairing, "paired rounds run after plan_timing")
     benches = {"jax": run.reference.bench} if "jax" in run.servers.alive and run.reference.bench else {}
     for name, row in run.rows.items():
         if row.status is Status.OK and row.bench is not None and name in run.servers.alive:
@@ -181,7 +182,7 @@ def floors(run) -> None:
     """The per-call floor of every timed runtime: the floor target compared the same way, in OUT/floor."""
     import dataclasses
 
-    from ..examples import floor
+    from ..measure.floor import SPEC, floor
 
     timed = [n for n, r in run.rows.items() if r.status is Status.OK and r.bench is not None]
     if not timed:
@@ -190,16 +191,15 @@ def floors(run) -> None:
     config = dataclasses.replace(run.config, backends=tuple(timed), out_dir=run.out / "floor", trials=1,
                                  batch_sizes=None, native=False, native_plugin=None, floor=False, inputs=None,
                                  dim_sizes={}, val_ranges={}, tolerances={}, backend_options={})
-    spec = "multiexport.examples:floor" if run.spec is not None else None
+    spec = SPEC if run.spec is not None else None
     from .session import CompareRun
 
-    results = CompareRun(floor(), config, spec, lambda m: run.progress(f"floor: {m}")).run()
+    results = CompareRun(floor(), config, spec, lambda m: run.progress(f"floor: {m}"), report=run.report).run()
     benches = {"jax": results.reference.bench, **{n: r.bench for n, r in results.backends.items()}}
     for name, bench in benches.items():
         measured = bench.measured() if bench is not None else []
         if measured:
-            latency = measured[0].latency
-            assert latency is not None  # measured() keeps only the sizes with a latency
+            latency = present(measured[0].latency, "measured() keeps only the sizes with a latency")
             run.pairing.floors[name] = latency.p50_ms
 
 

@@ -21,9 +21,10 @@ import json
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
+
+from .worker_io import load_runner, register_entries, write_failure
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,34 +33,41 @@ def main(argv: list[str] | None = None) -> int:
     # The parent starts workers with its stop signals held back, and the mask is inherited.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     argv = sys.argv[1:] if argv is None else argv
+    from ..system.process import die_with_parent
+
+    die_with_parent()
     _exit_with_parent(argv)
     if argv and argv[0] != "export":
-        from ..signature.factory_cache import off_in_timed_worker
+        from ..leaves.factory_cache import off_in_timed_worker
 
         off_in_timed_worker()  # what it compiles must cost what it costs in a fresh process
+    from ..system.exits import target_cannot_exit
     from .serve import serve_main
 
     modes = {"export": export_main, "run": run_main, "reference": run_main, "devices": devices_main, "serve": serve_main}
     if not argv or argv[0] not in modes:
         print(f"usage: python -m multiexport.run.worker {{{','.join(modes)}}} ...", file=sys.stderr)
         return 2
-    return modes[argv[0]](argv)
+    with target_cannot_exit():  # the target's os._exit is its export's failure, reported, not a silent exit
+        return modes[argv[0]](argv)
 
 
 def _exit_with_parent(argv: list[str], interval: float = 1.0) -> None:
-    """Die when the process that started this worker dies, even by SIGKILL (which it cannot forward).
+    """Die when the process that started this worker dies, where the kernel cannot be asked to.
 
-    Workers run in sessions of their own (so a terminal's Ctrl-C reaches only the supervisor), so nothing else
-    would stop an orphan: it would run its export or timed loop to the end. A daemon thread notices the
-    re-parenting; one wake-up a second costs a timed loop nothing measurable. PR_SET_PDEATHSIG is not used:
-    it fires when the parent *thread* exits, and compare starts workers from a thread pool.
+    On Linux `system.process.die_with_parent` has the kernel kill this worker when its parent ends (even a worker
+    busy in a C call that holds the GIL, which no thread of its own could stop); the next multiexport command
+    removes the temporaries it could not (files.temporary). Elsewhere, or for a worker started by hand, a
+    daemon thread notices the re-parenting, removes the temporaries and kills the worker's group; one wake-up
+    a second costs a timed loop nothing measurable. (The parent thread that started the worker waits for
+    it, so PR_SET_PDEATHSIG, which fires when that *thread* exits, never fires early.)
     """
     import shutil
     import signal
     import threading
 
     from ..files.temporary import is_temporary
-    from ..signature.factory_cache import ENV
+    from ..leaves.factory_cache import ENV
 
     parent = os.getppid()
     # The supervisor's temporary directories this worker was given (an argument, or the directory holding
@@ -86,37 +94,6 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="a backend the parent registered at run time")
 
 
-def _register(entries) -> None:
-    from ..export.registry import register
-
-    for entry in entries:
-        name, _, locator = entry.partition("=")
-        register(name, locator)
-
-
-def _fail(out: Path, exc: BaseException, stage: str, backend=None) -> int:
-    """error.json for a failure, typed: the backend's own classification first, then the error's category."""
-    from ..errors import InternalError, MultiexportError
-    from ..files import write_text_atomic
-
-    known = backend.classify(exc, stage) if backend is not None and not isinstance(exc, MultiexportError) else None
-    if known:
-        category, message = known
-    elif isinstance(exc, InternalError):
-        category, message = "internal-error", f"{exc}\n{traceback.format_exc()}"
-    elif isinstance(exc, MemoryError):
-        category, message = "out-of-memory", f"MemoryError while {stage}: {exc}"
-    elif isinstance(exc, MultiexportError):
-        category = getattr(exc, "category", None) or f"{stage}-failed"
-        if category in ("run-failed", "export-failed") and stage != category.split("-")[0]:
-            category = f"{stage}-failed"
-        message = str(exc)
-    else:
-        category, message = f"{stage}-failed", " ".join(f"{type(exc).__name__}: {exc}".split())[:3000]
-    write_text_atomic(out / "error.json", json.dumps({"category": category, "message": message}))
-    return 3
-
-
 def devices_main(argv: list[str]) -> int:
     """Write status.json {ok, reason} for BACKEND on DEVICE: the runtime's own answer, in this throwaway process."""
     parser = argparse.ArgumentParser(prog="python -m multiexport.run.worker devices")
@@ -126,10 +103,10 @@ def devices_main(argv: list[str]) -> int:
     parser.add_argument("out", type=Path)
     _common(parser)
     args = parser.parse_args(argv)
-    from ..export.registry import get_backend
+    from ..exporting.registry import get_backend
     from ..files import write_text_atomic
 
-    _register(args.register)
+    register_entries(args.register)
     try:
         status = get_backend(args.backend).device_status(args.device)
         data = {"ok": status.ok, "reason": status.reason}
@@ -161,15 +138,15 @@ def export_main(argv: list[str]) -> int:
     jobs = [(args.backend, args.artifact, args.out, args.options),
             *((b, Path(a), Path(o), opts) for b, a, o, opts in args.then)]
     try:
-        from ..signature import build_signature
+        from ..leaves import build_signature
 
-        _register(args.register)
+        register_entries(args.register)
         target, loaded = _load_with_factory_cache(args.target)
         signature = build_signature(target)
         fingerprint = signature.fingerprint(target.fn)
     except Exception as exc:
         for _, _, out, _ in jobs:
-            _fail(out, exc, "export")
+            write_failure(out, exc, "export")
         return 3
     made: set[str] = set()
     codes = [_export_one(target, signature, fingerprint, job, made, loaded) for job in jobs]
@@ -181,8 +158,8 @@ def _load_with_factory_cache(spec: str) -> tuple[Any, dict]:
     parent recorded them, and {"target_load": {seconds, factory_cache, cache_hits, cache_misses}}."""
     import jax
 
-    from ..signature import load_target
-    from ..signature.factory_cache import use_in_export_worker
+    from ..leaves import load_target
+    from ..leaves.factory_cache import use_in_export_worker
 
     cached = use_in_export_worker()
     counts = {"/jax/compilation_cache/cache_hits": 0, "/jax/compilation_cache/cache_misses": 0}
@@ -204,8 +181,8 @@ def _load_with_factory_cache(spec: str) -> tuple[Any, dict]:
 
 
 def _export_one(target, signature, fingerprint: str, job, made: set[str], loaded: dict | None = None) -> int:
-    from ..export.contract import ExportOptions
-    from ..export.registry import get_backend
+    from ..exporting.contract import ExportOptions
+    from ..exporting.registry import get_backend
     from ..files import write_text_atomic
     from ..measure.bench import memory_now
 
@@ -228,7 +205,7 @@ def _export_one(target, signature, fingerprint: str, job, made: set[str], loaded
             "fingerprint": fingerprint, "peak_rss_bytes": memory_now()["peak_rss_bytes"], **(loaded or {})}))
         made.add(str(Path(artifact).resolve()))
     except Exception as exc:
-        return _fail(out, exc, "export", backend)
+        return write_failure(out, exc, "export", backend)
     return 0
 
 
@@ -255,10 +232,10 @@ def run_main(argv: list[str]) -> int:
         from ..results import BenchResult
         from ..results.schema import to_data
 
-        _register(args.register)
+        register_entries(args.register)
         memory_start = memory_now()
         t0 = time.perf_counter()
-        runner, backend = _load(args)
+        runner, backend = load_runner(args)
         load_s = time.perf_counter() - t0
         memory_loaded = memory_now()
 
@@ -300,31 +277,8 @@ def run_main(argv: list[str]) -> int:
                 save_npz(args.out / feed_path.name, runner(load_npz(feed_path)))
         write_text_atomic(args.out / "run.json", json.dumps({"load_s": load_s, "runner": runner.describe()}))
     except Exception as exc:  # reported to the parent as data, never as a traceback on its terminal
-        return _fail(args.out, exc, stage, backend)
+        return write_failure(args.out, exc, stage, backend)
     return 0
-
-
-def _load(args, target=None):
-    """(runner, backend) for the artifact or, in reference mode, for the target (`target`: already loaded)."""
-    from ..export.contract import RunOptions
-
-    if args.mode == "reference":
-        from ..measure.reference import ReferenceRunner
-        from ..signature import build_signature, load_target
-
-        target = load_target(args.source) if target is None else target
-        return ReferenceRunner(target, build_signature(target), device=args.device, threads=args.threads), None
-    from ..export.manifest import Manifest
-    from ..export.registry import get_backend
-
-    manifest = Manifest.read(args.source)
-    if manifest.supports.get("x64"):  # this process is ours: 64-bit mode on for everything, no per-call cost
-        import jax
-
-        jax.config.update("jax_enable_x64", True)
-    backend = get_backend(manifest.backend)
-    options = RunOptions(device=args.device, threads=args.threads, trust_artifact=args.trust_artifact)
-    return backend.load(args.source, options), backend
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -336,19 +290,7 @@ def thread_env(threads: int) -> dict[str, str]:
     """
     return {"PJRT_NPROC": str(threads), "OMP_NUM_THREADS": str(threads)}
 
-
-
-def exit_now(code: int) -> None:
-    """End this process now, its output streams flushed. For a worker (or the CLI) whose results are all
-    written and closed: the runtimes' interpreter teardown (TensorFlow's alone ~1.7 s, jax's ~0.7 s) would
-    only delay whoever waits for this exit."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
 if __name__ == "__main__":
+    from multiexport.system.exits import exit_now
+
     exit_now(main())

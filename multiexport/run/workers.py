@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..files.temporary import make_temporary
-from .supervisor import Outcome, run_command
+from ..system.process import Outcome, run_command
 
 WORKER_MODULE = "multiexport.run.worker"
 
@@ -44,7 +44,7 @@ class WorkerResult:
 
 
 def worker_command(*args: str) -> list[str]:
-    from ..export.registry import runtime_registered
+    from ..exporting.registry import runtime_registered
 
     cmd = [sys.executable, "-m", WORKER_MODULE, *args]
     for name, locator in runtime_registered().items():
@@ -79,7 +79,8 @@ def run_worker(args: Sequence[str], work: Path, timeout: float, expect: str | No
             except (OSError, ValueError) as exc:
                 failure = failure or ("internal-error", f"worker wrote an unreadable {name}: {exc}")
     if failure is None and expect and expect not in data:
-        failure = ("internal-error", f"worker exited 0 without writing {expect}: {_tail(outcome)}")
+        failure = ("crashed", f"the worker exited with code 0 before reporting (no {expect}; something in the process "
+                              f"ended it early): {_tail(outcome)}")
     return WorkerResult(failure, work, data, outcome.cpu_seconds, outcome.seconds)
 
 

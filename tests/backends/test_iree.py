@@ -17,12 +17,12 @@ import pytest
 from multiexport import ArtifactError, ExportError, InputError, RunError, Target, examples
 from multiexport.backends.iree import IreeBackend
 from multiexport.backends.iree.compile import compile_flags, compile_vmfb
-from multiexport.export import ExportOptions
-from multiexport.export.manifest import Manifest
+from multiexport.exporting import ExportOptions
+from multiexport.exporting.manifest import Manifest
+from multiexport.leaves import build_signature
 from multiexport.measure.parity import compare_leaf
 from multiexport.measure.tolerance import default_tolerance
 from multiexport.native import run as native
-from multiexport.signature import build_signature
 
 from ..cases import case, feed_for
 from ..conftest import reference_outputs, tamper
@@ -86,10 +86,12 @@ def test_seed_binding_and_manifest(built, tmp_path):
     assert (by_name["foo.baz"].used, by_name["foo.baz"].param) == (True, 0)
     assert m.format["module_args"] == ["foo.baz"] and m.format["module_results"] == ["out"]
     assert m.format["target_backends"] == ["llvm-cpu"]
-    assert m.format["compile_flags"] == compile_flags(["llvm-cpu"]) == ["--iree-llvmcpu-target-cpu=host"]
+    assert compile_flags(["llvm-cpu"]) == ["--iree-llvmcpu-target-cpu=host"]
+    assert m.format["compile_flags"] == ["--iree-llvmcpu-target-cpu=host", "--iree-opt-data-tiling"]  # no conv: no im2col
     assert m.format["module_signature"] == "sync func @main(%input0: tensor<10xi32>) -> (%output0: tensor<i32>)"
+    driver = m.format["drivers"]["llvm-cpu"]  # measured at export (tests/backends/test_iree_config.py)
     assert m.native["run_args"] == [
-        "--device=local-task", "--module=model.vmfb", "--function=main",
+        f"--device={driver}", "--module=model.vmfb", "--function=main",
         "--input=@inputs/input1.npy", "--output=@outputs/output0.npy"]  # file names never come from leaf names
     assert m.versions["iree_base_compiler"] == m.versions["iree_base_runtime"] == "3.13.0"
     assert "inputs/input1.npy" in m.inventory and m.files["example_inputs"] == "example_inputs.npz"
@@ -104,7 +106,7 @@ def test_seed_binding_and_manifest(built, tmp_path):
 def assert_manifest_command_reproduces(copy, m, python):
     """The manifest's command, verbatim, in the copied directory, in a process that inherits nothing:
     no Python, no environment, only the tool binary and the artifact's files; outputs equal `python`'s."""
-    command = [str(native._iree_tool(RUN_TOOL)), *m.native["run_args"]]
+    command = [str(native.iree_tool(RUN_TOOL)), *m.native["run_args"]]
     (copy / "outputs").mkdir()
     proc = subprocess.run(command, cwd=copy, env={}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -226,7 +228,7 @@ def test_prepared_inputs_run_synchronously_and_repeatably(built):
     again = runner._name_outputs(runner._fetch_impl(prepared))
     np.testing.assert_array_equal(first["out.logits"], again["out.logits"])
     assert runner.declaration.startswith("sync func @main")  # IREE's synchronous ABI: returns when done
-    assert runner.compile_count() == 0 and runner.describe()["driver"] == "local-task"
+    assert runner.compile_count() == 0 and runner.describe()["driver"] == artifact.manifest.format["drivers"]["llvm-cpu"]
 
 
 def test_broken_artifact_and_wrong_device_are_typed(built, tmp_path):

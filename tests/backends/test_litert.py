@@ -15,9 +15,9 @@ import pytest
 
 from multiexport import ExportError, Target, examples
 from multiexport.backends.litert import LiteRTBackend
-from multiexport.export import Artifact, ExportOptions, Manifest, RunOptions
+from multiexport.exporting import Artifact, ExportOptions, Manifest, RunOptions
 from multiexport.files.npz import load_npz, save_npz
-from multiexport.signature import build_signature
+from multiexport.leaves import build_signature
 
 from ..cases import feed_for
 from ..conftest import REPO, assert_matches_jit
@@ -169,7 +169,7 @@ def _tampered_to_jax_own_stablehlo(target, tmp_path) -> Artifact:
     from tensorflow.core.protobuf import saved_model_pb2
 
     from multiexport.backends.savedmodel import SavedModelBackend
-    from multiexport.export.stablehlo import export_module
+    from multiexport.exporting.stablehlo import export_module
 
     sig = build_signature(target)
     directory = tmp_path / "savedmodel"
@@ -189,7 +189,7 @@ def test_a_module_the_converter_cannot_read_is_version_skew_naming_both_versions
     from tensorflow.compiler.mlir.stablehlo import stablehlo as tfhlo
 
     from multiexport.backends.litert.convert import ConversionFailed, convert
-    from multiexport.export.stablehlo import export_module, jax_stablehlo_versions, producer_version
+    from multiexport.exporting.stablehlo import export_module, jax_stablehlo_versions, producer_version
 
     from ..cases import top_k
 

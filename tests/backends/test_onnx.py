@@ -13,10 +13,10 @@ import pytest
 
 from multiexport import ArtifactError, ExportError, RunError, Target, examples
 from multiexport.backends.onnx import OPSET, OnnxBackend
-from multiexport.export import ExportOptions
+from multiexport.exporting import ExportOptions
 from multiexport.files import current_umask
 from multiexport.files.npz import load_npz, save_npz
-from multiexport.signature import build_signature
+from multiexport.leaves import build_signature
 
 from ..cases import feed_for
 from ..conftest import assert_matches_jit, reference_outputs, run_cli, tamper
@@ -25,7 +25,6 @@ from ..conftest import assert_matches_jit, reference_outputs, run_cli, tamper
 KNOWN_UNSUPPORTED: dict[str, tuple[str, str]] = {
     "mlp_bf16": ("unsupported-dtype", "ONNX Runtime's CPU provider has no bfloat16 Gemm/MatMul kernel"),
     "float8": ("unsupported-dtype", "ONNX Runtime's Python binding cannot carry float8 arrays"),
-    "prng_key": ("unsupported-op", "jax2onnx lowers jax.random.normal(key) to ONNX RandomNormal, ignoring the key"),
 }
 
 _status = OnnxBackend().available()
@@ -158,7 +157,8 @@ def test_manifest_records_versions_opset_and_size(tmp_path):
     assert m.versions["onnx_opset"] == str(OPSET) and m.versions["jax2onnx"]
     assert m.format["model_bytes"] == (artifact.directory / "model.onnx").stat().st_size
     assert m.files == {"model": "model.onnx", "example_inputs": "example_inputs.npz"} and m.format["external_data"] is False
-    assert m.options == {"opset": OPSET, "external_data_threshold": 2**31 - 2**26}  # the options used, recorded
+    assert m.options == {"route": "auto", "opset": OPSET, "external_data_threshold": 2**31 - 2**26}  # the options used
+    assert m.format["route"] == "jax2onnx" and m.format["route_requested"] == "auto"  # jax2onnx's graph ran
 
 
 def test_first_use_cost_is_paid_once_per_process_and_recorded(tmp_path):
@@ -171,13 +171,15 @@ def test_first_use_cost_is_paid_once_per_process_and_recorded(tmp_path):
 
 
 def test_runner_records_threads_providers_and_calling_path(tmp_path):
-    from multiexport.export import RunOptions
+    from multiexport.exporting import RunOptions
 
     _, artifact = export(examples.seed(), tmp_path / "a")
     runner = OnnxBackend().load(artifact.directory)
     described = runner.describe()
     assert described["intra_op_threads"] >= 1 and described["inter_op_threads"] == 1
     assert described["graph_optimization_level"].endswith("ORT_ENABLE_ALL")
+    assert described["execution_mode"].endswith("ORT_SEQUENTIAL")
+    assert described["intra_op_allow_spinning"] == described["inter_op_allow_spinning"] == "1"  # read back from ORT
     assert described["providers"] == ["CPUExecutionProvider"]
     assert "run_with_iobinding" in runner.calling_path
     single = OnnxBackend().load(artifact.directory, RunOptions(threads=1)).describe()
@@ -211,7 +213,7 @@ def test_gpu_without_the_cuda_provider_is_a_run_error(tmp_path):
 def test_flax_avg_pool_is_an_unsupported_op_with_jax2onnx_reason(tmp_path):
     target = pool_cnn()
     with pytest.raises(ExportError) as info:
-        export(target, tmp_path / "a")
+        export(target, tmp_path / "a", backend_options={"route": "jax2onnx"})
     assert info.value.category == "unsupported-op" and info.value.backend == "onnx"
     assert "AvgPoolPlugin" in str(info.value) and "positional argument" in str(info.value)  # jax2onnx's reason
     assert not (tmp_path / "a").exists() and not list(tmp_path.iterdir())  # no artifact, no staging left
@@ -299,7 +301,7 @@ def test_external_weights_always_moves_initializers_and_never_refuses_past_the_l
 
     _, auto = export(target, tmp_path / "auto")  # below 16 MiB: one protobuf
     assert "external_data" not in auto.manifest.files and auto.manifest.weights["storage"] == "embedded"
-    from multiexport.signature import weights
+    from multiexport.leaves import weights
 
     monkeypatch.setattr(weights, "AUTO_MIN_BYTES", 1024)  # as if the weights were past 16 MiB
     _, auto = export(target, tmp_path / "auto-large")
@@ -438,7 +440,8 @@ def test_a_scan_whose_shape_jax2onnx_traces_is_a_converter_error_that_says_whose
 
     target = linen_lstm()
     with pytest.raises(ExportError) as info:
-        OnnxBackend().export(target.fn, build_signature(target), tmp_path / "lstm")
+        OnnxBackend().export(target.fn, build_signature(target), tmp_path / "lstm",  # auto: the StableHLO route
+                             ExportOptions(backend_options={"route": "jax2onnx"}))
     assert info.value.category == "converter-error"
     assert "Shapes must be 1D sequences of concrete values" in str(info.value)
     assert "a converter limitation, not the model's math" in str(info.value)
@@ -454,6 +457,7 @@ def test_an_operator_whose_onnx_schema_has_no_bfloat16_is_unsupported_dtype_nami
     b = np.ones((2, 4, 5), ml_dtypes.bfloat16)
     target = Target(lambda a, b: jax.numpy.einsum("bij,bjk->bik", a, b), args=(a, b), name="bf16_einsum")
     with pytest.raises(ExportError) as info:
-        OnnxBackend().export(target.fn, build_signature(target), tmp_path / "e")
+        OnnxBackend().export(target.fn, build_signature(target), tmp_path / "e",
+                             ExportOptions(backend_options={"route": "jax2onnx"}))
     assert info.value.category == "unsupported-dtype", str(info.value)
     assert "ONNX's Einsum operator does not take bfloat16" in str(info.value)

@@ -15,9 +15,9 @@ import pytest
 
 from multiexport import ExportError, RunError, Target, examples
 from multiexport.backends.openvino import OpenVINOBackend
-from multiexport.export import ExportOptions, RunOptions
+from multiexport.exporting import ExportOptions, RunOptions
 from multiexport.files.npz import load_npz, save_npz
-from multiexport.signature import build_signature
+from multiexport.leaves import build_signature
 
 from ..cases import case, feed_for
 from ..conftest import REPO, assert_matches_jit, reference_outputs
@@ -25,8 +25,9 @@ from ..conftest import REPO, assert_matches_jit, reference_outputs
 KNOWN_UNSUPPORTED: dict[str, tuple[str, str]] = {
     "float64": ("unsupported-dtype", "OpenVINO's CPU plugin computes float64 in float32 and int64 in int32 without "
                                      "an error: 64-bit leaves are refused unless openvino.allow_64bit"),
-    "prng_key": ("unsupported-op", "the ONNX stage refuses it: jax2onnx lowers jax.random.normal(key) to ONNX "
-                                   "RandomNormal, ignoring the key"),
+    "prng_key": ("unsupported-dtype", "the ONNX stage's StableHLO route computes threefry in uint32, which "
+                                      "OpenVINO's CPU plugin computes in signed 32 bits (jax2onnx's RandomNormal "
+                                      "ignores the key)"),
 }
 
 _status = OpenVINOBackend().available()
@@ -156,17 +157,57 @@ def test_compiled_model_cache_is_measured_at_export_and_used_when_asked(tmp_path
     assert OpenVINOBackend().load(plain.directory).describe()["loaded_from_cache"] is False
 
 
-def test_an_op_the_onnx_frontend_cannot_convert_is_unsupported_op_naming_it(tmp_path):
+def nhwc_maxpool() -> Target:
     image = np.random.default_rng(2).normal(size=(1, 8, 8, 3)).astype(np.float32)
 
     def maxpool(b):  # jax2onnx writes a 6-D MaxPool, which ONNX Runtime runs and OpenVINO refuses
         return {"y": jax.lax.reduce_window(b["img"], -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")}
 
-    with pytest.raises(ExportError) as info:
-        export(Target(maxpool, args=({"img": image},)), tmp_path / "a")
-    assert info.value.category == "unsupported-op" and info.value.backend == "openvino"
-    assert "cannot convert MaxPool" in str(info.value) and "Expected a 3D, 4D or 5D tensor" in str(info.value)
-    assert not (tmp_path / "a").exists()
+    return Target(maxpool, args=({"img": image},), name="maxpool")
+
+
+def test_an_op_the_onnx_frontend_cannot_convert_is_unsupported_op_naming_it_and_its_node(tmp_path):
+    import onnx
+    import openvino as ov
+    from onnx import TensorProto, helper
+
+    from multiexport.backends.openvino.runner import classify_text
+
+    # jax2onnx's graph for the NHWC max pool: a MaxPool over a 6-D input (its ONNX stage now refuses it
+    # first, since ONNX Runtime fails on it too), here written as it was and given to OpenVINO as it is.
+    node = helper.make_node("MaxPool", ["x"], ["pooled"], name="node_MaxPool_2", kernel_shape=[1, 2, 2, 1],
+                            strides=[1, 2, 2, 1])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 1, 8, 8, 3])],
+                              [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, tmp_path / "model.onnx")
+    with pytest.raises(RuntimeError) as info:
+        ov.Core().read_model(str(tmp_path / "model.onnx"))
+    category, reason = classify_text(str(info.value), tmp_path / "model.onnx")
+    assert category == "unsupported-op"
+    assert "cannot convert MaxPool-21 at node 'node_MaxPool_2' (output 'pooled')" in reason
+    assert "Expected a 3D, 4D or 5D tensor" in reason
+
+
+def test_auto_follows_the_stablehlo_route_when_jax2onnx_file_cannot_run(tmp_path):
+    target = nhwc_maxpool()
+    sig, artifact = export(target, tmp_path / "a")
+    m = artifact.manifest
+    assert m.format["onnx_route"] == "stablehlo" and m.format["onnx_route_requested"] == "auto"
+    note = next(w for w in m.warnings if w.startswith(("route stablehlo", "ONNX route stablehlo")))
+    assert "MaxPool" in note  # why jax2onnx's file was not used
+    assert_matches_jit(target, sig, OpenVINOBackend().load(artifact.directory)(sig.example_feed()),
+                       sig.example_feed(), "maxpool")
+
+
+def test_the_onnx_route_option_picks_the_stage_route(tmp_path):
+    target = examples.mlp()
+    sig, artifact = export(target, tmp_path / "a", backend_options={"onnx_route": "stablehlo"})
+    assert artifact.manifest.format["onnx_route"] == "stablehlo"
+    assert artifact.manifest.format["stage"]["backend"] == "onnx"
+    assert_matches_jit(target, sig, OpenVINOBackend().load(artifact.directory)(sig.example_feed()),
+                       sig.example_feed(), "mlp")
 
 
 def int64_target() -> Target:

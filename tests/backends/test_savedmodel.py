@@ -19,11 +19,11 @@ import pytest
 from multiexport import ArtifactError, ExportError, RunError, Target
 from multiexport.backends.savedmodel import SavedModelBackend, max_supported_call_module_version, read_saved_model
 from multiexport.examples import lm, mlp
-from multiexport.export import ExportOptions
+from multiexport.exporting import ExportOptions
 from multiexport.files.npz import load_npz, save_npz
+from multiexport.leaves import build_signature
 from multiexport.measure.parity import compare_leaf
 from multiexport.measure.tolerance import default_tolerance
-from multiexport.signature import build_signature
 
 from ..cases import case, feed_for
 from ..conftest import REPO, reference_outputs, tamper
@@ -371,7 +371,7 @@ def test_lm_weights_lifted_or_embedded_match_jax_jit_in_a_fresh_process(name, ex
 
 
 def test_restored_variables_hold_the_target_weights_and_feed_the_module(exported):
-    from multiexport.signature.weights import lift_weights
+    from multiexport.leaves.weights import lift_weights
 
     target, sig, artifact = exported["lm_lifted"]
     runner = SavedModelBackend().load(artifact.directory)
@@ -389,7 +389,7 @@ def test_restored_variables_hold_the_target_weights_and_feed_the_module(exported
 def test_the_module_is_written_for_the_stablehlo_tensorflow_reads(exported):
     """jax.export writes for its own window (1.15.0 from jax 0.10.2); TF 2.21 reads 1.13.7: the module in the
     graph is the one re-serialized for TF, and every leaf the module reads is what jax.export kept."""
-    from multiexport.export.stablehlo import producer_version
+    from multiexport.exporting.stablehlo import producer_version
 
     target, sig, artifact = exported["mlp"]
     module, = xla_call_modules(artifact.directory)

@@ -11,8 +11,8 @@ import pytest
 import multiexport
 from multiexport import ArtifactError, InputError, RunError
 from multiexport.backends.xla import XlaBackend
-from multiexport.export import ExportOptions
-from multiexport.signature import build_signature
+from multiexport.exporting import ExportOptions
+from multiexport.leaves import build_signature
 
 from ..cases import case
 from ..conftest import reference_outputs

@@ -84,7 +84,7 @@ def test_workers_start_during_exports_and_cold_start_is_the_sum_of_its_own_parts
             pytest.approx(parts), name
     stage = results.backends["openvino"]
     assert all(r.status is Status.OK for r in results.backends.values()), {n: r.reason for n, r in results.backends.items()}
-    from multiexport.export import Manifest
+    from multiexport.exporting import Manifest
 
     how = Manifest.read(tmp_path / "openvino").format["stage"]
     assert how["made"].startswith("reused") and how["from"] == "onnx", how
@@ -94,9 +94,9 @@ def test_workers_start_during_exports_and_cold_start_is_the_sum_of_its_own_parts
 def test_a_paired_worker_answers_nothing_before_its_timed_load(tmp_path):
     """The protocol: imported, then only `load` (timed) may come first; any other request is an error."""
     from multiexport.backends.xla import XlaBackend
-    from multiexport.run.supervisor import Served
+    from multiexport.leaves import build_signature
     from multiexport.run.workers import worker_command
-    from multiexport.signature import build_signature
+    from multiexport.system.process import Served
 
     target = examples.seed()
     sig = build_signature(target)

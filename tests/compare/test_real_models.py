@@ -17,7 +17,7 @@ import pytest
 from benchmarks import real_models
 from benchmarks.real_models import REAL_MODELS, select
 from multiexport.comparison import compare
-from multiexport.export.registry import get_backend
+from multiexport.exporting.registry import get_backend
 from multiexport.results import Status
 
 pytestmark = pytest.mark.slow  # minutes: deselect with `make test-fast`

@@ -10,9 +10,9 @@ import pytest
 from multiexport import examples
 from multiexport.backends import xla as xla_backend
 from multiexport.comparison import compare
-from multiexport.export.registry import backend_class, get_backend, names
+from multiexport.exporting.registry import backend_class, get_backend, names
+from multiexport.leaves import build_signature
 from multiexport.measure.bench import directory_bytes
-from multiexport.signature import build_signature
 
 AVAILABLE = [n for n in names() if get_backend(n).available().ok]
 
@@ -56,7 +56,7 @@ def test_baked_artifacts_carry_the_weights_and_input_artifacts_do_not(both_modes
 
 
 def test_manifests_say_where_the_weights_are(both_modes):
-    from multiexport.export.manifest import Manifest
+    from multiexport.exporting.manifest import Manifest
 
     for mode, res in both_modes.items():
         for name in AVAILABLE:
@@ -72,7 +72,7 @@ def test_manifests_say_where_the_weights_are(both_modes):
 
 def test_external_weights_leave_the_module_and_live_once_in_their_file(both_modes):
     """Each format keeps the lifted weights in its own external storage, and the rest of the artifact is small."""
-    from multiexport.export.manifest import Manifest
+    from multiexport.exporting.manifest import Manifest
 
     baked = both_modes["external"].signature.weights.baked_bytes
     for name in AVAILABLE:

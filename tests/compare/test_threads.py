@@ -6,7 +6,7 @@ import pytest
 
 from multiexport import examples
 from multiexport.comparison import compare
-from multiexport.export.registry import get_backend, names
+from multiexport.exporting.registry import get_backend, names
 from multiexport.measure.bench import BenchConfig
 from multiexport.report.tables import threads_text
 from multiexport.results import Status

@@ -8,7 +8,7 @@ import pytest
 
 from multiexport import Target
 from multiexport.comparison import compare
-from multiexport.export.registry import get_backend
+from multiexport.exporting.registry import get_backend
 from multiexport.measure.bench import BenchConfig
 from multiexport.report.recommend import recommend
 from multiexport.results import Status

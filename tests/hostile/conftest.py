@@ -211,9 +211,33 @@ def refresh_inventory(directory: Path) -> None:
     """What someone editing an artifact on purpose does: make the manifest's file sizes match again."""
     import json
 
-    from multiexport.export.pipeline import inventory
+    from multiexport.exporting.pipeline import inventory
 
     path = directory / "manifest.json"
     data = json.loads(path.read_text())
     data["inventory"] = inventory(directory)
     path.write_text(json.dumps(data))
+
+
+def build_evil_savedmodels(tmp_path_factory, name: str, modes) -> Path:
+    """Real hostile SavedModels (tests/hostile/evil_savedmodel.py, one per mode), built in a fresh process
+    with TensorFlow; each writes the file baked into its graph, under <dir>/PWNED-*, when its code runs."""
+    import subprocess
+    import sys
+
+    from ..conftest import REPO
+
+    pytest.importorskip("tensorflow")
+    work = tmp_path_factory.mktemp(name)
+    proc = subprocess.run([sys.executable, "-m", "tests.hostile.evil_savedmodel", str(work), str(work / "PWNED"),
+                           *modes], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return work
+
+
+def copy_evil(evil: Path, mode: str, sandbox) -> Path:
+    """A copy of one hostile artifact in the sandbox (the file it writes stays baked into its graph)."""
+    art = sandbox.root / mode
+    shutil.copytree(evil / mode, art)
+    sandbox.rebase()
+    return art

@@ -5,7 +5,7 @@ every option is validated in the Python API before any work (nothing written).
 Covered elsewhere, referenced rather than repeated: every bad compare option through the CLI
 (tests/compare/test_compare.py::test_cli_compare_usage_errors_exit_2), BenchConfig fields
 (tests/measure/test_bench.py), Python tolerances (tests/measure/test_tolerance.py), float8/int4/complex64
-statistics (tests/measure/test_parity.py), sys.exit at import (tests/signature/test_target.py), markup in
+statistics (tests/measure/test_parity.py), sys.exit at import (tests/leaves/test_target.py), markup in
 signature/export (tests/cli/test_cli.py::test_markup_in_leaf_and_target_names_prints_as_text).
 """
 

@@ -1,7 +1,7 @@
 """A manifest is user input (issue 16, items 2, 13 and 15): every path it names stays inside the artifact,
 file names never come from leaf names, and every malformed field is one line, exit 2, from the command line.
 
-tests/export/test_manifest.py checks Manifest.read field by field in-process and tests/files/test_paths.py
+tests/exporting/test_manifest.py checks Manifest.read field by field in-process and tests/files/test_paths.py
 checks `inside`; here the same hostile manifests go through the commands a user runs on them.
 """
 

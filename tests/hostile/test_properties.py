@@ -81,7 +81,7 @@ def trees(allow_abstract: bool = True):
 
 
 def _check_names(leaves) -> None:
-    from multiexport.signature.naming import split_name
+    from multiexport.leaves.naming import split_name
 
     names = [leaf.name for leaf in leaves]
     assert len(set(names)) == len(names), f"duplicate names: {names}"
@@ -94,7 +94,7 @@ def _check_names(leaves) -> None:
 
 @given(tree=trees())
 def test_any_pytree_gets_unique_names_and_identifier_aliases_or_a_typed_refusal(tree):
-    from multiexport.signature import build_signature
+    from multiexport.leaves import build_signature
 
     try:
         sig = build_signature(Target(lambda t: t, args=(tree,), name="hostile"))
@@ -112,7 +112,7 @@ def test_any_pytree_gets_unique_names_and_identifier_aliases_or_a_typed_refusal(
 @given(tree=trees(allow_abstract=False))
 def test_exporting_and_running_any_pytree_writes_only_inside_the_artifact(tree, tmp_path):
     from multiexport import export, load
-    from multiexport.export.manifest import Manifest
+    from multiexport.exporting.manifest import Manifest
 
     box = Path(tempfile.mkdtemp(dir=tmp_path))
     out = box / "art"
@@ -139,7 +139,7 @@ def test_exporting_and_running_any_pytree_writes_only_inside_the_artifact(tree, 
 
 
 def _leaf_name(keys) -> str:
-    from multiexport.signature.naming import component
+    from multiexport.leaves.naming import component
 
     return ".".join(["t", *(component(k) for k in keys)])
 
@@ -303,7 +303,7 @@ def _apply(document, edits):
 
 
 def _seed_manifest():
-    from multiexport.export.manifest import LeafBinding, Manifest
+    from multiexport.exporting.manifest import LeafBinding, Manifest
 
     return Manifest(backend="xla", target="seed",
                     inputs=[LeafBinding("foo.bar", "foo_bar", [10], "int32", used=False, param=None),
@@ -316,7 +316,7 @@ def _seed_manifest():
 @settings(max_examples=FEW * 2)
 @given(edits=mutations(_seed_manifest()))
 def test_any_manifest_is_refused_with_one_line_or_runs_and_nothing_leaves_the_artifact(edits, seed_xla, tmp_path):
-    from multiexport.export.manifest import Manifest
+    from multiexport.exporting.manifest import Manifest
 
     box = Path(tempfile.mkdtemp(dir=tmp_path))
     art = box / "art"

@@ -6,9 +6,6 @@ The hostile SavedModels are real: built with TensorFlow from a real export (test
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +13,7 @@ import pytest
 from multiexport import ArtifactError
 
 from ..conftest import REPO
-from .conftest import assert_one_line
+from .conftest import assert_one_line, build_evil_savedmodels, copy_evil
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 MODES = ("serving", "load", "traced_save", "load_save")
@@ -24,20 +21,7 @@ MODES = ("serving", "load", "traced_save", "load_save")
 
 @pytest.fixture(scope="module")
 def evil(tmp_path_factory) -> Path:
-    pytest.importorskip("tensorflow")
-    work = tmp_path_factory.mktemp("evil-savedmodels")
-    proc = subprocess.run([sys.executable, "-m", "tests.hostile.evil_savedmodel", str(work), str(work / "PWNED"),
-                           *MODES], cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return work
-
-
-def _copy(evil: Path, mode: str, sandbox) -> Path:
-    """A copy of the hostile artifact in the sandbox; the file it writes is baked into its graph: evil/PWNED-*."""
-    art = sandbox.root / mode
-    shutil.copytree(evil / mode, art)
-    sandbox.rebase()
-    return art
+    return build_evil_savedmodels(tmp_path_factory, "evil-savedmodels", MODES)
 
 
 def _written(pwned: Path) -> list[str]:
@@ -52,7 +36,7 @@ def _load(art: Path, **kwargs):
 
 @pytest.mark.parametrize("mode", ["serving", "load", "traced_save"])
 def test_a_savedmodel_with_file_writing_ops_is_refused_before_it_loads(evil, sandbox, mode):
-    art = _copy(evil, mode, sandbox)
+    art = copy_evil(evil, mode, sandbox)
     with pytest.raises(ArtifactError, match=r"its SavedModel graph holds ops multiexport never exports.*"
                                             r"--trust-artifact"):
         _load(art)
@@ -61,7 +45,7 @@ def test_a_savedmodel_with_file_writing_ops_is_refused_before_it_loads(evil, san
 
 
 def test_run_of_a_file_writing_savedmodel_is_one_line_and_writes_nothing(evil, sandbox):
-    art = _copy(evil, "serving", sandbox)
+    art = copy_evil(evil, "serving", sandbox)
     proc = sandbox.main("run", art)
     assert_one_line(proc, 2, str(art), "WriteFile", "--trust-artifact")
     assert not _written(evil / "PWNED-serving")
@@ -71,7 +55,7 @@ def test_run_of_a_file_writing_savedmodel_is_one_line_and_writes_nothing(evil, s
 def test_trust_artifact_is_the_one_way_to_run_it(evil, sandbox):
     import numpy as np
 
-    art = _copy(evil, "serving", sandbox)
+    art = copy_evil(evil, "serving", sandbox)
     try:
         runner = _load(art, trust_artifact=True)
         out = runner({"foo.bar": np.zeros(10, np.int32), "foo.baz": np.arange(10, dtype=np.int32)})
@@ -83,7 +67,7 @@ def test_trust_artifact_is_the_one_way_to_run_it(evil, sandbox):
 
 
 def test_a_load_time_function_renamed_like_tfs_saver_is_refused_too(evil, sandbox):
-    art = _copy(evil, "load_save", sandbox)
+    art = copy_evil(evil, "load_save", sandbox)
     pwned = evil / "PWNED-load_save"
     try:
         with pytest.raises(ArtifactError, match="holds ops multiexport never exports"):

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from multiexport import UsageError
+from multiexport.leaves import Leaf
 from multiexport.measure.inputs import DEFAULT_INT_RANGE, make_trials, parse_dim_sizes, parse_val_ranges
-from multiexport.signature import Leaf
 
 
 def leaves():

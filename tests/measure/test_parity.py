@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -11,12 +12,12 @@ import pytest
 from multiexport import Target, examples
 from multiexport.backends.xla import XlaBackend
 from multiexport.comparison import compare
+from multiexport.leaves import build_signature
 from multiexport.measure.inputs import make_trials
 from multiexport.measure.parity import check_parity, compare_leaf
 from multiexport.measure.tolerance import DEFAULTS, EXACT, Tolerance, default_tolerance
 from multiexport.results import ParityVerdict
 from multiexport.results.schema import from_data, to_data
-from multiexport.signature import build_signature
 
 from ..conftest import reference_outputs, run_in_worker
 
@@ -306,8 +307,8 @@ def test_large_values_that_are_real_data_keep_the_leafs_scale():
 
 
 def test_a_leaf_with_no_finite_value_in_any_trial_is_said_to_be_no_evidence():
+    from multiexport.leaves.signature import Leaf
     from multiexport.measure.parity import check_parity
-    from multiexport.signature.leaves import Leaf
 
     nan = {"out": np.full(3, np.nan, np.float32)}
     verdict = check_parity("x", [nan, nan], [nan, nan], [Leaf("out", "out", (3,), "float32")], ["a", "b"])
@@ -329,3 +330,75 @@ def test_an_inf_mismatch_says_which_side_holds_it_and_the_first_differing_pair()
     flipped = np.array([1.0, np.inf, 3.0, np.inf], np.float32)  # both infinite, opposite signs
     v = compare_leaf("out", flipped, ref, "float32", F32)
     assert "both non-finite, differently; first at (1,): got inf, expected -inf" in v.reasons[0]
+
+
+# -- weak checks: parity that could not have failed is said to be weak -----------------------
+
+
+def _zero_head_target():
+    """A real flax MLP whose last layer is zero-initialised (as Haiku ResNets and many heads are): its output
+    is exactly 0 for every input, so an artifact returning zeros would pass parity."""
+    import flax.linen as nn
+
+    class ZeroHead(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.relu(nn.Dense(16)(x))
+            return nn.Dense(4, kernel_init=nn.initializers.zeros)(h)
+
+    model = ZeroHead()
+    x = jax.random.normal(jax.random.key(1), (8, 16), jnp.float32)
+    params = model.init(jax.random.key(0), x)["params"]
+    return Target(lambda params, batch: {"logits": model.apply({"params": params}, batch["x"])},
+                  args=(params, {"x": x}), name="zero_head", batch_leaves=("batch.*",))
+
+
+def test_a_zero_initialised_head_is_a_weak_check_everywhere_it_is_shown(tmp_path):
+    from multiexport.report.recommend import recommend
+    from multiexport.report.summary import WEAK_OK, summary_rows
+
+    results = compare(_zero_head_target(), out_dir=tmp_path, trials=2, backends=["xla"], bench=None)
+    row = results.backends["xla"]
+    assert row.status.value == "ok" and row.parity.passed
+    assert row.parity.weak == ["out.logits"] and row.parity.weak_everywhere()
+    assert any("exactly 0 everywhere" in n for n in row.parity.notes)
+    assert [r["status"] for r in summary_rows(results) if r["backend"] == "xla"] == [WEAK_OK]
+    assert recommend(results).verdict.startswith("Weak evidence: parity on every output")
+    # and it survives the round trip through results.json, as `report` reads it
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["backends"]["xla"]["parity"]["weak"] == ["out.logits"]
+
+
+@pytest.mark.parametrize("make", [examples.mlp, examples.transformer, examples.cnn])
+def test_models_whose_outputs_follow_their_inputs_are_not_weak(make, tmp_path):
+    target = make()
+    sig = build_signature(target)
+    trials = make_trials(sig.inputs, examples=sig.example_feed())
+    ref = [reference_outputs(target, sig, t.feed) for t in trials]
+    verdict = check_parity("jax", ref, ref, sig.outputs, [t.name for t in trials], feeds=[t.feed for t in trials])
+    assert verdict.passed and verdict.weak == [], verdict.notes
+
+
+def _outputs(name="out.y", dtype="float32"):
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(name=name, dtype=dtype)]
+
+
+def test_weak_check_kinds_are_told_apart():
+    from multiexport.measure.parity import weak_checks
+
+    a, b = {"x": np.arange(4.0)}, {"x": np.arange(4.0) + 1}
+    varied = np.array([0.3, 1.5, -2.0, 4.0], np.float32)
+    # an output that follows its inputs is a real check
+    assert weak_checks([{"out.y": varied}, {"out.y": varied * 2}], _outputs(), [a, b]) == {}
+    # the same output for different inputs: it ignores what was varied
+    assert "the same in all 2 trials" in weak_checks([{"out.y": varied}, {"out.y": varied}], _outputs(), [a, b])["out.y"]
+    # the same output because the trials themselves were identical: the trials are at fault, not the model
+    assert "identical inputs" in weak_checks([{"out.y": varied}, {"out.y": varied}], _outputs(), [a, dict(a)])["out.y"]
+    # saturated softmax: one-hot rows that differ between trials still only compare a pattern
+    one_hot = [{"out.y": np.eye(4, dtype=np.float32)}, {"out.y": np.eye(4, dtype=np.float32)[::-1]}]
+    assert "only 0 and 1" in weak_checks(one_hot, _outputs(), [a, b])["out.y"]
+    # integer outputs holding 0/1 (a mask, a class id) are exact data, not saturation
+    ints = [{"out.y": np.array([0, 1, 1, 0])}, {"out.y": np.array([1, 0, 0, 1])}]
+    assert weak_checks(ints, _outputs(dtype="int32"), [a, b]) == {}

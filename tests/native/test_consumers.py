@@ -4,7 +4,8 @@ Each backend's artifacts are exported once; `multiexport run`'s outputs come fro
 (tests.run_many, the user's path); the native programs run each artifact from its directory and manifest
 alone. Cases: static and symbolic-batch (two sizes, refined static modules), an XLA export for two
 platforms (a platform-index argument), lifted weights in weights.safetensors, 64-bit leaves, dotted
-names, a 0-d input, and twelve outputs (SavedModel's sorted output tensors).
+names, a 0-d input, and twelve outputs (SavedModel's sorted output tensors). OpenVINO's consumer is its
+C API (ov_run) on the very ONNX file the Python runner reads.
 """
 
 from __future__ import annotations
@@ -20,24 +21,28 @@ import jax
 import numpy as np
 import pytest
 
-from multiexport.export import ExportOptions
-from multiexport.export.registry import get_backend
+from multiexport.exporting import ExportOptions
+from multiexport.exporting.registry import get_backend
 from multiexport.files.npz import load_npz, save_npz
+from multiexport.leaves import build_signature
 from multiexport.measure.parity import compare_leaf
 from multiexport.measure.tolerance import default_tolerance
 from multiexport.native.build import NativeBuildError, find_pjrt_plugin
 from multiexport.native.run import print_command, run
-from multiexport.signature import build_signature
 
 from ..cases import case, feed_for
 from ..conftest import REPO
 
-COMMON = ["seed", "mlp", "symbolic_batch", "lifted_weights", "float64", "dotted_keys", "scalar_0d", "many_outputs"]
+COMMON = ["seed", "mlp", "symbolic_batch", "lifted_weights", "float64", "dotted_keys", "scalar_0d", "many_outputs",
+          "mlp_bf16"]
 PLANS = {  # backend -> (artifact name, case, ExportOptions fields)
     "xla": [(c, c, {"static_sizes": {"b": (1, 7)}} if c == "symbolic_batch" else {}) for c in COMMON]
            + [("mlp_two_platforms", "mlp", {"platforms": ("cpu", "cuda")})],
     "savedmodel": [(c, c, {}) for c in COMMON],
-    "iree": [(c, c, {}) for c in COMMON],
+    # IREE's tools read no bfloat16 .npy (refused by name: test_iree_refuses_what_its_tools_cannot_read)
+    "iree": [(c, c, {}) for c in COMMON if c != "mlp_bf16"],
+    # OpenVINO refuses 64-bit leaves at export (its CPU plugin computes them in 32 bits)
+    "openvino": [(c, c, {}) for c in COMMON if c != "float64"],
 }
 # Plugins built from the XLA of the jaxlib in the locks: XLA outputs must then match jax bit for bit. Another
 # plugin (xla-cpu-pjrt 0.0.1, an older XLA) differs in the last bit of fused dots; it is held to the defaults.
@@ -78,6 +83,13 @@ def exported(request, tmp_path_factory):
     (root / "jobs.json").write_text(json.dumps(jobs))
     subprocess.run([sys.executable, "-m", "tests.run_many", str(root / "jobs.json")], cwd=REPO, check=True, timeout=900)
     return backend.name, plugin, done
+
+
+def _as_dtype(value: np.ndarray, dtype: str) -> np.ndarray:
+    """An output .npy as a C program wrote it: bfloat16 comes back as NumPy's opaque <V2."""
+    from multiexport.dtypes import parse_dtype
+
+    return value.view(parse_dtype(dtype)) if value.dtype.kind == "V" else value
 
 
 def _assert_same(backend: str, plugin, got: dict, want: dict, sig, where: str) -> None:
@@ -150,20 +162,39 @@ def test_savedmodel_twelve_outputs_follow_the_sorted_keys(exported):
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("name", ["seed", "lifted_weights"])
+@pytest.mark.parametrize("name", ["seed", "lifted_weights", "mlp_bf16"])
 def test_printed_command_runs_under_env_i_from_the_artifact_directory(exported, name, tmp_path):
     """The printed line, run literally by a shell with nothing inherited, writes what `multiexport run` gives on
-    the artifact's own example inputs."""
+    the artifact's own example inputs (bfloat16 too: its inputs/ files are the <V2 bytes NumPy writes)."""
     backend, plugin, done = exported
+    if name not in done:
+        pytest.skip(f"not planned for {backend}")
     directory, sig, _ = done[name]
     line = print_command(directory)
     assert line.startswith(f"cd {shlex.quote(str(directory))} && mkdir -p outputs && env -i ")
     proc = subprocess.run(["bash", "-c", line], env={}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((directory / "manifest.json").read_text())
-    got = {r["leaf"]: np.load(directory / "outputs" / r["file"]) for r in manifest["native"]["results"]
-           if r["kind"] == "leaf"}
+    got = {r["leaf"]: _as_dtype(np.load(directory / "outputs" / r["file"]), r["dtype"])
+           for r in manifest["native"]["results"] if r["kind"] == "leaf"}
     save_npz(tmp_path / "ex.npz", sig.example_feed())
     subprocess.run([sys.executable, "-m", "multiexport", "run", str(directory), "--inputs", str(tmp_path / "ex.npz"),
                     "--out", str(tmp_path / "want.npz")], check=True, capture_output=True, timeout=600)
     _assert_same(backend, plugin, got, load_npz(tmp_path / "want.npz"), sig, f"{backend}/{name} printed command")
+
+
+@pytest.mark.subprocess
+def test_iree_refuses_what_its_tools_cannot_read(tmp_path):
+    """IREE's own tools read no bfloat16 .npy: refused by leaf and dtype before any tool runs, and no inputs/
+    example files are written that the printed command could not use."""
+    from multiexport.errors import RunError
+
+    backend = get_backend("iree")
+    if not backend.available().ok:
+        pytest.skip(f"iree unavailable: {backend.available().reason}")
+    target = case("mlp_bf16").make()
+    sig = build_signature(target)
+    directory = backend.export(target.fn, sig, tmp_path / "iree", ExportOptions()).directory
+    with pytest.raises(RunError, match=r"Input 'params\.Dense_0\.bias' \| got bfloat16, .*IREE's tools refuse"):
+        run(directory, sig.example_feed())
+    assert not (directory / "inputs").exists()

@@ -8,7 +8,7 @@ import pytest
 
 from multiexport import UsageError, examples
 from multiexport.comparison import compare
-from multiexport.export import Availability, ExportOptions
+from multiexport.exporting import Availability, ExportOptions
 from multiexport.measure.bench import BenchConfig
 from multiexport.run.devices import probe_gpu, resolve
 
@@ -38,7 +38,7 @@ def test_cpu_and_bad_choices():
 
 def test_gpu_artifacts_are_lowered_for_both_platforms():
     assert ExportOptions.for_device("gpu").platforms == ("cpu", "cuda")
-    assert ExportOptions.for_device("cpu").platforms is None
+    assert ExportOptions.for_device("cpu").platforms == ("cpu",)  # not None: a GPU machine's default is cuda
 
 
 def test_runtimes_answer_no_gpu_here_with_their_reasons():

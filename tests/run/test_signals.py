@@ -53,7 +53,7 @@ def _finish(proc, timeout=90):
 def _hang_target(tmp_path):
     path = tmp_path / "with_hang.py"
     path.write_text(textwrap.dedent(f"""
-        from multiexport.export.registry import register
+        from multiexport.exporting.registry import register
         from multiexport.examples import seed
         register("xla_hang", {ALL['xla_hang']!r})
         target = seed

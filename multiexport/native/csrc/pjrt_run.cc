@@ -9,6 +9,7 @@
 //
 // Everything about the binding comes from manifest.json; see native/README.md for the section.
 #include <dlfcn.h>
+#include <strings.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -217,6 +218,22 @@ static const mx_json *choose_module(const mx_json *native, const mx_sizes &sizes
   return chosen;
 }
 
+// A module lowered for other platforms than the plugin's would compile into something else or fail deep
+// inside the compiler: refuse it first, naming both (a static module refined for cuda on a CPU plugin).
+static void require_platform(const mx_json *platforms, const std::string &plugin_platform,
+                             const std::string &program) {
+  if (!platforms || mx_json_len(platforms) == 0) return;  // older manifests: the platform index decides
+  std::string have;
+  for (size_t k = 0; k < mx_json_len(platforms); k++) {
+    const char *name = mx_json_str(mx_json_at(platforms, k), "");
+    if (strcasecmp(name, plugin_platform.c_str()) == 0) return;
+    have += std::string(k ? ", " : "") + name;
+  }
+  mx_die("%s | lowered for %s, this plugin's platform is '%s': use a plugin of that platform, or re-export on "
+         "a machine of this one (or with platforms including it)", program.c_str(), have.c_str(),
+         plugin_platform.c_str());
+}
+
 static size_t num_outputs(PJRT_LoadedExecutable *loaded) {
   PJRT_LoadedExecutable_GetExecutable_Args g{};
   g.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
@@ -286,6 +303,7 @@ int main(int argc, char **argv) {
 
   Plugin p = create_client();
   std::string program_path = mx_json_str(mx_require(module, "program", "native module"), "");
+  require_platform(mx_json_get(module, "platforms"), p.platform, program_path);
   char err[MX_ERR];
   size_t code_len, options_len = 0;
   char *dir_program = mx_join(opts.artifact, program_path.c_str());

@@ -1,0 +1,105 @@
+"""The two ways an ONNX graph is made, and the check that picks between them.
+
+`jax2onnx` traces the jaxpr with high-level plugins (Gelu, LayerNormalization, Einsum: compact graphs);
+`stablehlo` converts the module `jax.export` produced op by op (stablehlo/). `auto` takes jax2onnx's
+graph when it converts, validates and runs once in ONNX Runtime, and the StableHLO route's otherwise:
+a graph ONNX Runtime cannot run is the converter's fault, and the other converter may not make it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from multiexport.errors import ExportError
+
+ROUTES = ("auto", "jax2onnx", "stablehlo")
+
+
+def stablehlo_model(fn, signature, opset: int):
+    """The StableHLO route's onnx_ir model of the flat function: inputs named by leaf, outputs by output leaf."""
+    import onnx_ir as ir
+    import onnx_ir.passes.common as passes
+
+    from multiexport.exporting.stablehlo import export_module, ir_context, parse_module
+
+    from .stablehlo import Unsupported, convert_module
+
+    if signature.symbolic_dims:
+        raise ExportError(f"Backend 'onnx' | route 'stablehlo' converts static shapes only, got the symbolic "
+                          f"dimension{'s' if len(signature.symbolic_dims) > 1 else ''} "
+                          f"{', '.join(signature.symbolic_dims)} (each fixed size is converted on its own)",
+                          backend="onnx", category="unsupported-signature")
+    try:
+        exported = export_module(fn, signature, keep_unused=True)
+    except Exception as exc:
+        raise ExportError(f"Backend 'onnx' | route 'stablehlo': jax.export failed: {type(exc).__name__}: "
+                          f"{' '.join(str(exc).split())[:800]}", backend="onnx", category="export-failed") from exc
+    names = [leaf.name for leaf in signature.inputs]
+    outputs = [leaf.name for leaf in signature.outputs]
+    try:
+        with ir_context() as ctx:
+            module = parse_module(exported, ctx)
+            proto = convert_module(module, names, outputs, opset, signature.name or "model")
+    except Unsupported as exc:
+        raise ExportError(f"Backend 'onnx' | route 'stablehlo' has no ONNX form for {exc.op}"
+                          f"{': ' + exc.why if exc.why else ''}", backend="onnx", category="unsupported-op") from exc
+    model = ir.serde.deserialize_model(proto)
+    passes.RemoveUnusedNodesPass()(model)  # constants a pattern read but no node uses
+    return model
+
+
+def run_once(path, signature, model) -> None:
+    """Run the written graph once in ONNX Runtime on the example inputs (zeros where none); ExportError
+    `invalid-model` naming the node when it fails: a graph that validates can still fail on every call."""
+    import onnxruntime as ort
+
+    from .runner import NODE_FAILURE, node_failure
+
+    if any(leaf.dtype == "bfloat16" or leaf.dtype.startswith("float8") for leaf in signature.inputs):
+        return  # ONNX Runtime's Python binding cannot carry these: the load check says so, typed
+    feed = feed_for(signature, model)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+        if isinstance(exc, state.NotImplemented):  # a kernel this runtime lacks: the op or its dtype, named
+            special = any(leaf.dtype in ("bfloat16", "float16", "float64") or leaf.dtype.startswith("float8")
+                          for leaf in (*signature.inputs, *signature.outputs))
+            raise ExportError(f"Backend 'onnx' | ONNX Runtime has no kernel: {node_failure(exc)}", backend="onnx",
+                              category="unsupported-dtype" if special else "unsupported-op") from exc
+        raise ExportError(f"Backend 'onnx' | {node_failure(exc)}", backend="onnx", category="invalid-model") from exc
+    try:
+        session.run(None, feed)
+    except Exception as exc:  # a named node that fails is the graph's fault; anything else is the run's
+        named = NODE_FAILURE.search(str(exc)) is not None
+        raise ExportError(f"Backend 'onnx' | {node_failure(exc)}", backend="onnx",
+                          category="invalid-model" if named else "load-failed") from exc
+
+
+def feed_for(signature, model) -> dict[str, Any]:
+    """Graph input name -> the example value (zeros at the input's shape when the example does not fit)."""
+    from multiexport.dtypes import parse_dtype
+
+    examples = signature.example_feed()
+    by_name = {leaf.name: leaf for leaf in signature.inputs}
+    feed = {}
+    for value in model.graph.inputs:
+        leaf = by_name[value.name]
+        shape = tuple(d if isinstance(d, int) else 2 for d in leaf.shape)
+        example = examples.get(leaf.name)
+        fits = example is not None and tuple(np.shape(example)) == shape
+        feed[value.name] = np.asarray(example) if fits else np.zeros(shape, parse_dtype(leaf.dtype))
+    return feed
+
+
+def route_failure(first: ExportError, second: ExportError) -> ExportError:
+    """Both routes failed: the jax2onnx error stands (its category), with the StableHLO route's words."""
+    text = re.sub(r"^Backend 'onnx' \| ", "", str(second))
+    return ExportError(f"{first} (route 'stablehlo' failed too: {text})", backend="onnx", category=first.category)

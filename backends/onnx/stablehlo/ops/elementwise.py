@@ -1,0 +1,268 @@
+"""Constants, elementwise math, comparison, convert, select, clamp: one ONNX node (or a few) per op."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from ..builder import Unsupported, np_dtype
+
+_UNARY = {
+    "stablehlo.negate": "Neg", "stablehlo.abs": "Abs", "stablehlo.exponential": "Exp", "stablehlo.log": "Log",
+    "stablehlo.sqrt": "Sqrt", "stablehlo.tanh": "Tanh", "stablehlo.logistic": "Sigmoid", "stablehlo.sine": "Sin",
+    "stablehlo.cosine": "Cos", "stablehlo.tan": "Tan", "stablehlo.floor": "Floor", "stablehlo.ceil": "Ceil",
+    "stablehlo.round_nearest_even": "Round", "stablehlo.sign": "Sign", "chlo.erf": "Erf",
+}
+_BINARY = {
+    "stablehlo.add": "Add", "stablehlo.subtract": "Sub", "stablehlo.multiply": "Mul", "stablehlo.divide": "Div",
+    "stablehlo.maximum": "Max", "stablehlo.minimum": "Min", "stablehlo.power": "Pow",
+}
+_LOGICAL = {"stablehlo.and": ("And", "BitwiseAnd"), "stablehlo.or": ("Or", "BitwiseOr"),
+            "stablehlo.xor": ("Xor", "BitwiseXor")}
+_COMPARE = {"EQ": "Equal", "LT": "Less", "GT": "Greater", "LE": "LessOrEqual", "GE": "GreaterOrEqual"}
+
+
+def dense_value(cx, attr: Any, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """A dense elements attribute as a numpy array of `shape` and `dtype` (bfloat16 and float8 included)."""
+    ir = cx.ir
+    want = np_dtype(dtype)
+    try:
+        array = np.asarray(attr)
+        if array.dtype != want:
+            array = array.astype(want)
+        return np.broadcast_to(array, shape).copy() if array.shape != shape else array
+    except Exception:  # types the binding has no buffer for (bf16, f16 on some builds, float8)
+        pass
+    dense = ir.DenseElementsAttr(attr)
+    if dense.is_splat:
+        splat = dense.get_splat_value().maybe_downcast()
+        value = splat.value
+        return np.full(shape, value, dtype=want)
+    text = str(attr)
+    hexed = re.match(r'dense<"0x([0-9A-Fa-f]+)">', text)
+    if hexed:
+        return np.frombuffer(bytes.fromhex(hexed.group(1)), dtype=want).reshape(shape).copy()
+    body = text[text.index("<") + 1:text.rindex(">")]
+    body = body.replace("true", "1").replace("false", "0")
+    numbers = [float.fromhex(n) if n.startswith(("0x", "-0x")) else float(n)
+               for n in re.findall(r"-?0x[0-9A-Fa-f]+|[-+]?(?:inf|nan|\d[\d.e+-]*)", body)]
+    return np.asarray(numbers, dtype=np.float64).astype(want).reshape(shape)
+
+
+def constant(cx, op) -> list[str]:
+    t = cx.type_of(op.result)
+    return [cx.b.const(dense_value(cx, cx.attr(op, "value"), t.shape, t.dtype), hint="const")]
+
+
+def _elementwise(cx, op, op_type: str, **attrs) -> list[str]:
+    """One ONNX op that broadcasts like numpy: lazy broadcasts stay unexpanded (see Converter.lazy)."""
+    names, lazy = cx.broadcast_inputs(op)
+    return [cx.lazy_result(cx.b.op1(op_type, names, **attrs), lazy)]
+
+
+def unary(cx, op) -> list[str]:
+    return _elementwise(cx, op, _UNARY[op.operation.name])
+
+
+def binary(cx, op) -> list[str]:
+    kind = op.operation.name
+    if kind == "stablehlo.power" and cx.type_of(op.result).dtype.startswith(("int", "uint")):
+        # ONNX Pow on integers has no kernel for every width; compute in float64 (exact below 2**53).
+        a, b = cx.inputs(op)
+        t = cx.type_of(op.result).dtype
+        return [cx.b.cast(cx.b.op1("Pow", [cx.b.cast(a, "float64"), cx.b.cast(b, "float64")]), t)]
+    if kind == "stablehlo.maximum":  # max(x, 0): Relu, which ONNX Runtime fuses into the op before it
+        (a, b), lazy = cx.broadcast_inputs(op)
+        for x, other in ((a, b), (b, a)):
+            zero = cx.b.known(other)
+            if lazy is None and zero is not None and zero.size == 1 and float(zero.reshape(-1)[0]) == 0.0 \
+                    and cx.type_of(op.result).dtype.startswith(("float", "bfloat")):
+                return [cx.b.op1("Relu", [x])]
+    return _elementwise(cx, op, _BINARY[kind])
+
+
+def remainder(cx, op) -> list[str]:
+    # StableHLO's remainder has the dividend's sign (C fmod), which is ONNX Mod with fmod=1.
+    return _elementwise(cx, op, "Mod", fmod=1)
+
+
+def logical(cx, op) -> list[str]:
+    boolean, bitwise = _LOGICAL[op.operation.name]
+    return _elementwise(cx, op, boolean if cx.type_of(op.result).dtype == "bool" else bitwise)
+
+
+def logical_not(cx, op) -> list[str]:
+    return _elementwise(cx, op, "Not" if cx.type_of(op.result).dtype == "bool" else "BitwiseNot")
+
+
+def rsqrt(cx, op) -> list[str]:
+    (x,), lazy = cx.broadcast_inputs(op)
+    return [cx.lazy_result(cx.b.op1("Reciprocal", [cx.b.op1("Sqrt", [x])]), lazy)]
+
+
+def expm1(cx, op) -> list[str]:
+    t = cx.type_of(op.result)
+    (x,), lazy = cx.broadcast_inputs(op)
+    return [cx.lazy_result(cx.b.op1("Sub", [cx.b.op1("Exp", [x]), cx.b.const(1, t.dtype)]), lazy)]
+
+
+def log1p(cx, op) -> list[str]:
+    t = cx.type_of(op.result)
+    (x,), lazy = cx.broadcast_inputs(op)
+    return [cx.lazy_result(cx.b.op1("Log", [cx.b.op1("Add", [x, cx.b.const(1, t.dtype)])]), lazy)]
+
+
+def cbrt(cx, op) -> list[str]:
+    (x,) = cx.inputs(op)
+    t = cx.type_of(op.result)
+    magnitude = cx.b.op1("Pow", [cx.b.op1("Abs", [x]), cx.b.const(1 / 3, t.dtype)])
+    return [cx.b.op1("Mul", [cx.b.op1("Sign", [x]), magnitude])]
+
+
+def round_afz(cx, op) -> list[str]:
+    (x,) = cx.inputs(op)
+    t = cx.type_of(op.result)
+    rounded = cx.b.op1("Floor", [cx.b.op1("Add", [cx.b.op1("Abs", [x]), cx.b.const(0.5, t.dtype)])])
+    return [cx.b.op1("Mul", [cx.b.op1("Sign", [x]), rounded])]
+
+
+def is_finite(cx, op) -> list[str]:
+    (x,) = cx.inputs(op)
+    bad = cx.b.op1("Or", [cx.b.op1("IsInf", [x]), cx.b.op1("IsNaN", [x])])
+    return [cx.b.op1("Not", [bad])]
+
+
+def atan2(cx, op) -> list[str]:
+    y, x = cx.inputs(op)
+    b = cx.b
+    dt = cx.type_of(op.result).dtype
+    zero, pi, half = b.const(0, dt), b.const(math.pi, dt), b.const(math.pi / 2, dt)
+    base = b.op1("Atan", [b.op1("Div", [y, x])])
+    x_neg, y_neg = b.op1("Less", [x, zero]), b.op1("Less", [y, zero])
+    shift = b.op1("Where", [y_neg, b.op1("Neg", [pi]), pi])
+    out = b.op1("Where", [x_neg, b.op1("Add", [base, shift]), base])
+    at_zero = b.op1("Where", [b.op1("Greater", [y, zero]), half,
+                              b.op1("Where", [y_neg, b.op1("Neg", [half]), zero])])
+    return [b.op1("Where", [b.op1("Equal", [x, zero]), at_zero, out])]
+
+
+def compare(cx, op) -> list[str]:
+    direction = cx.ir.Attribute(cx.attr(op, "comparison_direction"))
+    text = re.search(r"comparison_direction (\w+)", str(direction))
+    kind = text.group(1) if text else str(direction)
+    (a, b), lazy = cx.broadcast_inputs(op)
+    if kind == "NE":
+        return [cx.lazy_result(cx.b.op1("Not", [cx.b.op1("Equal", [a, b])]), lazy)]
+    if kind not in _COMPARE:
+        raise Unsupported("stablehlo.compare", f"direction {kind}")
+    if cx.type_of(op.operands[0]).dtype == "bool" and kind != "EQ":
+        a, b = cx.b.cast(a, "int8"), cx.b.cast(b, "int8")  # ONNX orders numbers, not booleans
+    return [cx.lazy_result(cx.b.op1(_COMPARE[kind], [a, b]), lazy)]
+
+
+def convert(cx, op) -> list[str]:
+    src, dst = cx.type_of(op.operands[0]), cx.type_of(op.result)
+    (x,), lazy = cx.broadcast_inputs(op)
+    if src.dtype == dst.dtype:
+        return [x]  # the same name: lazy or not as it was
+    return [cx.lazy_result(cx.b.cast(x, dst.dtype), lazy)]
+
+
+# ONNX Runtime's Where kernels (CPU); other element types are selected in a wider type and cast back.
+_WHERE_TYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8")
+_WIDER = {"int8": "int32", "int16": "int32", "uint16": "int32", "uint32": "int64"}
+
+
+def select(cx, op) -> list[str]:
+    t = cx.type_of(op.result)
+    if t.dtype == "bool":  # no boolean Where kernel: (p and a) or (not p and b)
+        (pred, a, b), lazy = cx.broadcast_inputs(op)
+        both = cx.b.op1("Or", [cx.b.op1("And", [pred, a]), cx.b.op1("And", [cx.b.op1("Not", [pred]), b])])
+        return [cx.lazy_result(both, lazy)]
+    if t.dtype in _WHERE_TYPES or t.dtype not in _WIDER:
+        return _elementwise(cx, op, "Where")
+    (pred, a, b), lazy = cx.broadcast_inputs(op)
+    wide = _WIDER[t.dtype]
+    chosen = cx.b.op1("Where", [pred, cx.b.cast(a, wide), cx.b.cast(b, wide)])
+    return [cx.lazy_result(cx.b.cast(chosen, t.dtype), lazy)]
+
+
+def clamp(cx, op) -> list[str]:
+    (low, x, high), lazy = cx.broadcast_inputs(op)
+    return [cx.lazy_result(cx.b.op1("Max", [cx.b.op1("Min", [x, high]), low]), lazy)]
+
+
+def identity(cx, op) -> list[str]:
+    return cx.inputs(op)
+
+
+def shift(cx, op) -> list[str]:
+    """shift_left / shift_right_logical on unsigned views (ONNX BitShift takes unsigned integers only)."""
+    t = cx.type_of(op.result)
+    if not t.dtype.startswith(("int", "uint")):
+        raise Unsupported(op.operation.name, f"on {t.dtype}")
+    unsigned = t.dtype if t.dtype.startswith("uint") else "u" + t.dtype
+    a, s = (cx.b.cast(v, unsigned) if t.dtype != unsigned else v for v in cx.inputs(op))
+    direction = "LEFT" if op.operation.name == "stablehlo.shift_left" else "RIGHT"
+    out = cx.b.cast(cx.b.op1("BitShift", [a, s], direction=direction), "int64")
+    # StableHLO gives 0 for a shift by the width or more; C (and so ONNX Runtime) does not define it. The
+    # select runs on int64: ONNX Runtime's Where and Less have no unsigned kernels.
+    width = np.dtype(unsigned).itemsize * 8
+    amount = cx.inputs(op)[1] if t.dtype == "int64" else cx.b.cast(cx.inputs(op)[1], "int64")
+    out = cx.b.op1("Where", [cx.b.op1("Less", [amount, cx.b.const(width, "int64")]), out, cx.b.const(0, "int64")])
+    return [cx.b.cast(out, t.dtype) if t.dtype != "int64" else out]
+
+
+def bitcast_convert(cx, op) -> list[str]:
+    """32-bit integer bits -> float32 (jax.random's uniform draws), computed from sign, exponent and mantissa:
+    ONNX (opset 21) has no bit reinterpretation, and this is exact (float64 holds every float32)."""
+    src, dst = cx.type_of(op.operands[0]), cx.type_of(op.result)
+    if src.dtype not in ("uint32", "int32") or dst.dtype != "float32" or src.shape != dst.shape:
+        raise Unsupported("stablehlo.bitcast_convert", f"{src.dtype} -> {dst.dtype}: ONNX (opset 21) has no bit "
+                                                       "reinterpretation; only 32-bit integers -> float32 is written")
+    b = cx.b
+    (x,) = cx.inputs(op)
+    bits = b.cast(x, "int64") if src.dtype == "uint32" else b.op1("BitwiseAnd", [b.cast(x, "int64"),
+                                                                                  b.const(0xFFFFFFFF, "int64")])
+    field = lambda shift, mask: b.op1("BitwiseAnd", [b.op1("Div", [bits, b.const(2**shift, "int64")]),  # noqa: E731
+                                                     b.const(mask, "int64")])
+    sign, exponent, mantissa = field(31, 1), field(23, 0xFF), field(0, 0x7FFFFF)
+    f = lambda v: b.cast(v, "float64")  # noqa: E731
+    m, e = f(mantissa), f(exponent)
+    normal = b.op1("Mul", [b.op1("Add", [b.const(1.0, "float64"), b.op1("Mul", [m, b.const(2.0**-23, "float64")])]),
+                           b.op1("Pow", [b.const(2.0, "float64"), b.op1("Sub", [e, b.const(127.0, "float64")])])])
+    subnormal = b.op1("Mul", [m, b.const(2.0**-149, "float64")])
+    special = b.op1("Where", [b.op1("Equal", [mantissa, b.const(0, "int64")]), b.const(np.inf, "float64"),
+                              b.const(np.nan, "float64")])
+    value = b.op1("Where", [b.op1("Equal", [exponent, b.const(0, "int64")]), subnormal,
+                            b.op1("Where", [b.op1("Equal", [exponent, b.const(255, "int64")]), special, normal])])
+    signed = b.op1("Where", [b.op1("Equal", [sign, b.const(1, "int64")]), b.op1("Neg", [value]), value])
+    return [b.cast(signed, "float32")]
+
+
+HANDLERS = {
+    "stablehlo.bitcast_convert": bitcast_convert,
+    "stablehlo.constant": constant,
+    **{k: unary for k in _UNARY},
+    **{k: binary for k in _BINARY},
+    **{k: logical for k in _LOGICAL},
+    "stablehlo.not": logical_not,
+    "stablehlo.remainder": remainder,
+    "stablehlo.rsqrt": rsqrt,
+    "stablehlo.exponential_minus_one": expm1,
+    "stablehlo.log_plus_one": log1p,
+    "stablehlo.cbrt": cbrt,
+    "stablehlo.round_nearest_afz": round_afz,
+    "stablehlo.is_finite": is_finite,
+    "stablehlo.atan2": atan2,
+    "stablehlo.compare": compare,
+    "stablehlo.convert": convert,
+    "stablehlo.select": select,
+    "stablehlo.clamp": clamp,
+    "stablehlo.optimization_barrier": identity,
+    "stablehlo.shift_left": shift,
+    "stablehlo.shift_right_logical": shift,
+}

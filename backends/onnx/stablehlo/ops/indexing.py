@@ -1,0 +1,109 @@
+"""gather -> GatherND, scatter -> ScatterND, in the forms models lower to: every indexed operand dim taken
+whole-slice 1 (an embedding lookup, x[i], take_along_axis with batching dims), every other dim taken whole.
+
+Indices are clamped into range as StableHLO's gather does (jax's default `fill`/`clip` modes guard them
+before the op; an index still out of range would otherwise make ONNX Runtime fail the call)."""
+
+from __future__ import annotations
+
+from ..builder import Unsupported
+
+
+def _index_matrix(cx, indices: str, it, index_vector_dim: int, batching: list[int]) -> tuple[str, list[int]]:
+    """Indices as [batching..., other batch dims..., K] int64, and the order of the batch dims it has."""
+    b = cx.b
+    rank = it.rank
+    shape = list(it.shape)
+    if index_vector_dim == rank:
+        indices = b.unsqueeze(indices, [rank])
+        shape.append(1)
+        rank += 1
+    batch = [d for d in range(rank) if d != index_vector_dim]
+    order = batching + [d for d in batch if d not in batching]
+    indices = b.transpose(indices, order + [index_vector_dim])
+    if it.dtype != "int64":
+        indices = b.cast(indices, "int64")
+    return indices, order
+
+
+def gather(cx, op) -> list[str]:
+    from jax.extend.mlir.dialects import stablehlo as hlo
+
+    b = cx.b
+    x, idx = cx.inputs(op)
+    xt, it, out = cx.type_of(op.operands[0]), cx.type_of(op.operands[1]), cx.type_of(op.result)
+    dn = hlo.GatherDimensionNumbers(cx.attr(op, "dimension_numbers"))
+    sizes = cx.ints(op, "slice_sizes")
+    offset_dims, collapsed = list(dn.offset_dims), list(dn.collapsed_slice_dims)
+    start_map, ivd = list(dn.start_index_map), int(dn.index_vector_dim)
+    op_batch, idx_batch = list(dn.operand_batching_dims), list(dn.start_indices_batching_dims)
+    rest = [d for d in range(xt.rank) if d not in start_map and d not in op_batch]
+    if any(sizes[d] != 1 for d in start_map) or any(sizes[d] != xt.shape[d] for d in rest):
+        raise Unsupported("stablehlo.gather", f"slice sizes {sizes} of operand {list(xt.shape)} indexed at "
+                                              f"{start_map}: only whole slices at single indices are written")
+    # Operand as [batching..., indexed (in start_index_map order)..., rest...]
+    data = b.transpose(x, op_batch + start_map + rest)
+    indices, order = _index_matrix(cx, idx, it, ivd, idx_batch)
+    high = b.ints([xt.shape[d] - 1 for d in start_map])
+    indices = b.op1("Min", [b.op1("Max", [indices, b.ints([0] * len(start_map))]), high])
+    got = b.op1("GatherND", [data, indices], batch_dims=len(op_batch))
+    # got: [batch dims in `order`..., rest...]; StableHLO's result: batch dims in index order at the positions
+    # not in offset_dims, and the offset dims (rest, plus indexed dims not collapsed, as size 1) in operand order.
+    kept_indexed = [d for d in start_map if d not in collapsed]
+    offset_operand_dims = sorted(rest + kept_indexed)
+    n_batch = len(order)
+    if kept_indexed:
+        got = b.unsqueeze(got, [n_batch + len(rest) + i for i in range(len(kept_indexed))])
+    current = [("batch", d) for d in order] + [("offset", d) for d in rest] + [("offset", d) for d in kept_indexed]
+    batch_in_index_order = sorted(order)
+    target: list[tuple[str, int]] = []
+    batch_iter, offset_iter = iter(batch_in_index_order), iter(offset_operand_dims)
+    for pos in range(out.rank):
+        target.append(("offset", next(offset_iter)) if pos in offset_dims else ("batch", next(batch_iter)))
+    perm = [current.index(t) for t in target]
+    return [b.transpose(got, perm)]
+
+
+_SCATTER = {"replace": "none", "stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximum": "max",
+            "stablehlo.minimum": "min"}
+
+
+def scatter(cx, op) -> list[str]:
+    from jax.extend.mlir.dialects import stablehlo as hlo
+
+    from .regions import combiner
+
+    if len(op.operands) != 3:
+        raise Unsupported("stablehlo.scatter", "a variadic scatter")
+    b = cx.b
+    x, idx, upd = cx.inputs(op)
+    xt, it, ut = (cx.type_of(v) for v in op.operands)
+    dn = hlo.ScatterDimensionNumbers(cx.attr(op, "scatter_dimension_numbers"))
+    window, inserted = list(dn.update_window_dims), list(dn.inserted_window_dims)
+    to_operand, ivd = list(dn.scattered_dims_to_operand_dims), int(dn.index_vector_dim)
+    op_batch, idx_batch = list(dn.input_batching_dims), list(dn.scatter_indices_batching_dims)
+    kind = combiner(cx, op)
+    if kind not in _SCATTER:
+        raise Unsupported("stablehlo.scatter", f"with a {kind} body")
+    rest = [d for d in range(xt.rank) if d not in to_operand and d not in op_batch]
+    if sorted(inserted) != sorted(d for d in to_operand) or op_batch:
+        raise Unsupported("stablehlo.scatter", f"scattered dims {to_operand} not all inserted ({inserted}) or "
+                                               "batching dims: only single-index updates of whole slices are written")
+    window_sizes = [ut.shape[d] for d in window]
+    if window_sizes != [xt.shape[d] for d in rest]:
+        raise Unsupported("stablehlo.scatter", f"update windows {window_sizes} smaller than the operand's "
+                                               f"{[xt.shape[d] for d in rest]}")
+    perm = to_operand + rest
+    data = b.transpose(x, perm)
+    indices, _ = _index_matrix(cx, idx, it, ivd, idx_batch)
+    update_batch = [d for d in range(ut.rank) if d not in window]
+    updates = b.transpose(upd, update_batch + window)
+    reduction = _SCATTER[kind]
+    if reduction == "none":
+        written = b.op1("ScatterND", [data, indices, updates])
+    else:
+        written = b.op1("ScatterND", [data, indices, updates], reduction=reduction)
+    return [b.transpose(written, [perm.index(d) for d in range(xt.rank)])]
+
+
+HANDLERS = {"stablehlo.gather": gather, "stablehlo.scatter": scatter}

@@ -1,0 +1,380 @@
+"""The backend contract: what a format backend implements, and what the core does for every backend.
+
+A backend is one module under `multiexport.backends` holding only what is specific to its format:
+`_export_impl` writes the format's files and returns a `FormatResult` (its facts, as documented
+fields); `_load_impl` returns a `Runner` built from the artifact directory alone. The core
+(`export.pipeline`) does everything else once for all: option checks, the staging directory, example
+inputs, the manifest's common fields, the dtype audit, the load check, replacing an old artifact.
+
+Public methods validate and then call `_impl` methods that do the work. A backend that builds on
+another's export (LiteRT from the SavedModel, OpenVINO from the ONNX file) names it in `builds_on`;
+the core exports that stage first and hands the backend its directory, so no backend imports another.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import BackendUnavailable, RunError, UsageError, leaf_message
+from .feed import check_feed
+
+if TYPE_CHECKING:
+    from ..leaves import Signature
+    from .manifest import Manifest
+
+from .options import (  # noqa: F401  (re-exported: the contract's vocabulary)
+    DEVICES,
+    PLATFORMS,
+    PLATFORM_OF_DEVICE,
+    ExportOptions,
+    Option,
+    RunOptions,
+    observed_threads,
+    usable_cpus,
+)
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run here; if not, why and what to install (`reason`)."""
+
+    ok: bool
+    reason: str = ""
+
+
+@dataclass
+class FormatResult:
+    """What a backend's `_export_impl` reports about the files it wrote; the core builds the manifest.
+
+    files: role -> path relative to the artifact (`{"model": "model.onnx"}`).
+    used: per input leaf, whether the artifact's module reads it.
+    params: per input leaf, the format's parameter (an index for XLA/IREE, a name for SavedModel/ONNX),
+        None when the artifact does not take the leaf.
+    output_params: per output leaf, the format's result (an index or a name).
+    versions: producer versions specific to the format (`{"tensorflow": "2.21.0"}`).
+    requires: what a consumer needs to read the artifact (`{"stablehlo_version": "1.13.7"}`), with a
+        `note` saying which consumer releases qualify.
+    format: the format's own facts, documented by the backend (module_args, opset, compile flags, ...).
+    warnings: facts a user should know about this artifact.
+    weights: where this artifact keeps baked weights (see signature.weights).
+    declared: leaf name -> dtype the artifact itself declares for each input it takes and each output,
+        read back from the written files; the core refuses an artifact whose declared dtypes differ from
+        the leaves' (a manifest never states a dtype the artifact does not take).
+    fixed_dims: symbolic dimension -> the one size the artifact was compiled for, when the backend had to
+        specialise (the manifest then states concrete shapes and `supports` says so).
+    platforms: the platforms the artifact runs on (`["cpu"]`, `["cpu", "cuda"]`).
+    native: what the format's native consumer needs (see multiexport.native), or None.
+    setup: one-time setup this export paid, e.g. {"seconds": 9.8, "what": "jax2onnx plugin import"}.
+    """
+
+    files: dict[str, str]
+    used: list[bool]
+    params: Sequence[int | str | None]
+    output_params: list[int | str]
+    versions: dict[str, str] = field(default_factory=dict)
+    requires: dict[str, Any] = field(default_factory=dict)
+    format: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    weights: dict[str, Any] = field(default_factory=dict)
+    declared: dict[str, str] | None = None
+    fixed_dims: dict[str, int] | None = None
+    platforms: list[str] = field(default_factory=lambda: ["cpu"])
+    native: dict[str, Any] | None = None
+    setup: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """An exported artifact on disk: its backend, directory and manifest."""
+
+    backend: str
+    directory: Path
+    manifest: "Manifest"
+
+
+class Runner:
+    """Runs one loaded artifact on named inputs; a backend subclasses the `_impl` methods.
+
+    `prepare` validates a feed against the manifest and moves it into the runtime's own tensors once;
+    `run_prepared` is the timed call and is synchronous; `__call__` does both and returns named outputs.
+    """
+
+    calling_path: str = ""  # a class default that a runner may override per instance (its fallback path)
+    # The key of `_describe_impl()` under which the runtime reports the threads it really uses (by its API,
+    # or counted from its pool's thread names); describe() copies it to "threads_reported" for the report.
+    threads_key: ClassVar[str | None] = None
+
+    def __init__(self, manifest: "Manifest", directory: Path, options: RunOptions):
+        self.manifest = manifest
+        self.directory = directory
+        self.options = options
+
+    @property
+    def device(self) -> str:
+        return self.options.device
+
+    def __call__(self, feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        outputs = self._fetch_impl(self.prepare(feed))
+        return self._name_outputs(outputs)
+
+    def prepare(self, feed: Mapping[str, Any]) -> Any:
+        self._check_open()
+        arrays, _ = check_feed(self.manifest.inputs, feed)
+        return self._prepare_impl(arrays)
+
+    def run_prepared(self, prepared: Any) -> None:
+        self._run_impl(prepared)
+
+    def close(self) -> None:
+        """Release the runtime's handles (session, compiled model, interpreter, device buffers) now rather
+        than when the runner is collected; the runner refuses calls afterwards. Closing twice is harmless."""
+        if getattr(self, "_closed", False):
+            return
+        self._close_impl()
+        kept = {"manifest", "directory", "options"}
+        for name in [n for n in vars(self) if n not in kept]:
+            delattr(self, name)  # the runtime objects a backend's runner holds, whatever it named them
+        self._closed = True
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if getattr(self, "_closed", False):
+            raise RunError(f"Artifact '{self.directory}' | got a call on a closed runner, expected multiexport.load() again")
+
+    def run_with_transfers(self, arrays: list[np.ndarray]) -> None:
+        """End to end from host arrays (already checked by `prepare`) to host outputs: inputs copied to
+        the device, the call, outputs copied back. What `--include-transfers` times."""
+        self._fetch_impl(self._prepare_impl(arrays))
+
+    def compile(self, prepared: Any) -> bool:
+        """Compile ahead of the first call for these prepared inputs, if the runtime compiles lazily.
+
+        Returns False when there is nothing to compile separately (the runtime compiled at load).
+        """
+        return bool(self._compile_impl(prepared))
+
+    def compile_count(self) -> int | None:
+        """How many executables the runner has compiled so far, or None when the runtime cannot say."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """How this runner calls its runtime: calling path, device, threads as the runtime reports them."""
+        own = self._describe_impl()
+        reported = own.get(self.threads_key) if self.threads_key else None
+        return {"calling_path": self.calling_path, "device": self.device, "threads_requested": self.options.thread_count,
+                "threads_reported": reported, **own}
+
+    def _name_outputs(self, outputs: Sequence[Any]) -> dict[str, np.ndarray]:
+        expected = self.manifest.outputs
+        if len(outputs) != len(expected):
+            raise RunError(
+                f"Artifact '{self.directory}' | got {len(outputs)} outputs, expected {len(expected)} "
+                f"({', '.join(o.name for o in expected)})"
+            )
+        named = {}
+        for leaf, value in zip(expected, outputs):
+            value = np.asarray(value)
+            if value.dtype.name != leaf.dtype:
+                raise RunError(leaf_message("Output", leaf.name, value.dtype.name, leaf.dtype), category="unsupported-dtype")
+            named[leaf.name] = value
+        return named
+
+    # -- to implement -------------------------------------------------------------------------
+    def _close_impl(self) -> None:
+        """Anything to release explicitly before the runner drops its references (default: nothing)."""
+
+    def _prepare_impl(self, arrays: list[np.ndarray]) -> Any:
+        raise NotImplementedError
+
+    def _run_impl(self, prepared: Any) -> None:
+        raise NotImplementedError
+
+    def _fetch_impl(self, prepared: Any) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def _compile_impl(self, prepared: Any) -> bool:
+        return False
+
+    def _describe_impl(self) -> dict[str, Any]:
+        return {}
+
+
+class Backend:
+    """One export format. Subclasses set the class facts below and implement the `_impl` methods.
+
+    name: the CLI flag and report key.
+    summary: what the artifact is, in a few words, for help texts and reports.
+    requires: importable modules the backend needs, checked without importing them.
+    extra: the pip extra that installs them.
+    options: the backend's own options, as data.
+    builds_on: the backend whose export this one starts from (its directory is passed to `_export_impl`).
+    color: the backend's colour in every chart.
+    order: position in listings (lower first).
+    carries_code: whether an artifact of this format can run code beyond the model's math when loaded
+        (a SavedModel graph can hold file-writing ops): artifacts from others must be trusted like code, and
+        the backend implements `_check_untrusted_impl`, the gate every loading path passes first.
+    weight_storage: where the format can keep baked weights: "embedded" in its model file and/or
+        "external" beside it (a .tflite holds its weights inside: external_weights is then a warning).
+    runtime_modules: what a runner of this format imports before it can load anything (the runtime
+        library). A paired worker imports them while other work runs, so its timed load is the artifact's
+        load, the same for every format, and the library import is reported beside it in CPU seconds.
+    static_fallback: when the export of a symbolic signature fails, export one model per requested size
+        instead (`export.static_fallback`); False for a format that keeps every symbolic dim itself.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    requires: ClassVar[tuple[str, ...]] = ()
+    extra: ClassVar[str] = ""
+    # The distributions whose versions say what wrote and ran this format's artifacts (pip names): recorded
+    # in every compare's environment when installed, and listed in pyproject.toml under `extra`.
+    distributions: ClassVar[tuple[str, ...]] = ()
+    options: ClassVar[tuple[Option, ...]] = ()
+    builds_on: ClassVar[str | None] = None
+    color: ClassVar[str] = "#7f7f7f"
+    order: ClassVar[int] = 100
+    carries_code: ClassVar[bool] = False
+    weight_storage: ClassVar[tuple[str, ...]] = ("embedded", "external")
+    runtime_modules: ClassVar[tuple[str, ...]] = ()
+    static_fallback: ClassVar[bool] = True
+
+    def available(self) -> Availability:
+        missing = [m for m in self.requires if _find_spec(m) is None]
+        if missing:
+            hint = f"pip install 'multiexport[{self.extra}]'" if self.extra else f"pip install {' '.join(missing)}"
+            return Availability(False, f"{', '.join(missing)} not installed ({hint})")
+        return Availability(True)
+
+    def resolve_options(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Every declared option with its value: the given ones validated, the rest at their defaults."""
+        declared = {o.name: o for o in self.options}
+        unknown = [k for k in given if k not in declared]
+        if unknown:
+            known = ", ".join(declared) or "none"
+            raise UsageError(f"Option '{self.name}.{unknown[0]}' | unknown, expected one of: {known}")
+        return {name: (o.validate(self.name, given[name]) if name in given else o.default) for name, o in declared.items()}
+
+    def export(self, fn: Callable[..., Any], signature: "Signature", out_dir: str | os.PathLike,
+               options: ExportOptions = ExportOptions()) -> Artifact:
+        """Export `fn` into `out_dir` with a manifest.json (see `export.pipeline.export_artifact`)."""
+        from .pipeline import export_artifact
+
+        return export_artifact(self, fn, signature, Path(out_dir), options)
+
+    def load(self, artifact_dir: str | os.PathLike, options: RunOptions | str = RunOptions()) -> Runner:
+        """A runner for the artifact in `artifact_dir`, built from the directory alone."""
+        from .manifest import Manifest
+
+        self.require()
+        if isinstance(options, str):
+            options = RunOptions(device=options)
+        manifest = Manifest.read(artifact_dir)
+        if manifest.backend != self.name:
+            from ..errors import ArtifactError
+
+            raise ArtifactError(f"Artifact '{artifact_dir}' | got a '{manifest.backend}' artifact, expected '{self.name}'")
+        platform = PLATFORM_OF_DEVICE[options.device]
+        platforms = manifest.supports.get("platforms") or []
+        if platforms and platform not in platforms:
+            raise RunError(f"Artifact '{artifact_dir}' | exported for {', '.join(platforms)}, expected {platform}: "
+                           f"re-export with --platforms {','.join([*platforms, platform])}", backend=self.name,
+                           category="unsupported-platform")
+        if not options.trust_artifact:
+            self.check_untrusted(artifact_dir, manifest)
+        from .static_fallback import FORMAT_KEY, StaticSizesRunner
+
+        if FORMAT_KEY in manifest.format:  # one model per size: each loaded through this method on first use
+            return StaticSizesRunner(self, manifest, Path(artifact_dir), options)
+        return self._load_impl(manifest, Path(artifact_dir), options)
+
+    def check_untrusted(self, artifact_dir: str | os.PathLike, manifest: "Manifest | None" = None) -> None:
+        """Refuse an artifact whose files would run code beyond the model's math once loaded (ArtifactError, one
+        line naming what was found and --trust-artifact); nothing is loaded or run to find out.
+
+        The one trust gate: `load` (so `run`, compare's workers and the Python API) and the native consumers
+        call it before any runtime reads the files, unless the caller trusts the artifact like its own code.
+        A format that carries no code (`carries_code` False) passes as is. A static-sizes artifact is checked
+        model by model.
+        """
+        from .manifest import Manifest
+        from .static_fallback import FORMAT_KEY, models_of
+
+        directory = Path(artifact_dir)
+        manifest = Manifest.read(directory) if manifest is None else manifest
+        if not self.carries_code:
+            return
+        if FORMAT_KEY in manifest.format:
+            for model in models_of(manifest, directory).values():
+                self.check_untrusted(model)
+            return
+        self._check_untrusted_impl(manifest, directory)
+
+    def device_status(self, device: str) -> Availability:
+        """Whether this backend can run on `device` here, and what it found (imports the runtime).
+
+        Call it in a worker process where the runtime's import or GPU initialisation must not touch the
+        caller (compare does).
+        """
+        if device not in DEVICES:
+            raise UsageError(f"Device '{device}' | unknown, expected one of {', '.join(DEVICES)}")
+        status = self.available()
+        if not status.ok:
+            return status
+        if device == "cpu":
+            return Availability(True, "cpu")
+        return self._gpu_status_impl()
+
+    def import_runtime(self) -> None:
+        """Import `runtime_modules` (the runner's library) now, so a later `load` does not pay for it."""
+        self.require()
+        for module in self.runtime_modules:
+            importlib.import_module(module)
+
+    def require(self) -> None:
+        status = self.available()
+        if not status.ok:
+            raise BackendUnavailable(f"Backend '{self.name}' | unavailable: {status.reason}")
+
+    def stage_options(self, resolved: dict[str, Any]) -> dict[str, Any]:
+        """The backend options the stage this one builds on (`builds_on`) is exported with, from this backend's
+        resolved options (default: none, the stage's defaults)."""
+        return {}
+
+    def classify(self, exc: BaseException, stage: str) -> tuple[str, str] | None:
+        """(category, reason) for a failure this backend recognises (version skew, a missing kernel), else
+        None. `stage` is "export", "load" or "run". The worker and the load check both ask, so one root
+        cause gets one category wherever it surfaces."""
+        return None
+
+    # -- to implement -------------------------------------------------------------------------
+    def _export_impl(self, fn: Callable[..., Any], signature: "Signature", out_dir: Path, options: ExportOptions,
+                     resolved: dict[str, Any], frontend: Artifact | None) -> FormatResult:
+        raise NotImplementedError
+
+    def _load_impl(self, manifest: "Manifest", directory: Path, options: RunOptions) -> Runner:
+        raise NotImplementedError
+
+    def _gpu_status_impl(self) -> Availability:
+        return Availability(False, f"backend '{self.name}' has no GPU support")
+
+    def _check_untrusted_impl(self, manifest: "Manifest", directory: Path) -> None:
+        """Raise ArtifactError when the format's files in `directory` hold code (see `check_untrusted`)."""
+        raise NotImplementedError(f"backend '{self.name}' sets carries_code and must implement _check_untrusted_impl")
+
+
+def _find_spec(module: str):
+    try:
+        return importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a parent package that is missing or broken
+        return None

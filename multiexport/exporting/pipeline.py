@@ -1,0 +1,393 @@
+"""The export pipeline every backend goes through: one place for core policy.
+
+    options -> claimed staging directory -> [the stage it builds on] -> backend._export_impl
+    -> example inputs -> manifest (common fields + the backend's FormatResult) -> dtype audit
+    -> load check with the format's own runtime -> swapped into place
+
+A backend writes only its format's files and reports them; the core writes example_inputs.npz for every
+artifact, builds every manifest's common fields the same way, refuses an artifact whose declared dtypes
+differ from its leaves', and proves the installed consumer can load and run what was written, so an
+artifact a consumer cannot read fails here (`version-skew`), not later as a confusing run failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from ..dtypes import parse_dtype
+from ..errors import ExportError, MultiexportError, leaf_message
+from ..versions import base_versions, utc_now
+from .contract import Artifact, Backend, ExportOptions, FormatResult, RunOptions
+from .manifest import MANIFEST_NAME, LeafBinding, Manifest
+from .outdir import claimed, disk_error
+
+if TYPE_CHECKING:
+    from ..leaves import Signature
+
+EXAMPLE_INPUTS = "example_inputs.npz"
+EXAMPLE_LIMIT_BYTES = 64 << 20  # above this the artifact ships without example values
+
+
+def export_artifact(backend: Backend, fn: Callable[..., Any], signature: "Signature", out_dir: Path,
+                    options: ExportOptions) -> Artifact:
+    """Export `fn` with `backend` into `out_dir`: validated options, one manifest, a proven load.
+
+    When the export of a symbolic signature fails in a way a fixed size may avoid, the function is exported
+    once per requested size instead (`static_fallback`): one artifact holding a model per size, its
+    manifest saying which sizes it takes and why.
+    """
+    backend.require()
+    resolved = backend.resolve_options(options.backend_options)
+    with claimed(out_dir) as staging:
+        try:
+            export_into(backend, fn, signature, staging, options, resolved)
+        except ExportError as exc:
+            from .static_fallback import plan
+
+            fallback = plan(backend, signature, options, exc.category)
+            if fallback is None:
+                raise
+            _empty(staging)
+            _export_sizes(backend, fn, signature, staging, options, resolved, fallback, exc)
+    return Artifact(backend.name, out_dir, Manifest.read(out_dir))
+
+
+def export_into(backend: Backend, fn: Callable[..., Any], signature: "Signature", staging: Path,
+                options: ExportOptions, resolved: dict[str, Any]) -> Manifest:
+    """One export into the (empty) directory `staging`: the stage it builds on, the format's files, the
+    manifest, the dtype audit and the load check. Returns the manifest written."""
+    stage = _frontend(backend, fn, signature, options, staging.parent, backend.stage_options(resolved))
+    with stage as frontend:
+        try:
+            result = backend._export_impl(fn, signature, staging, options, resolved, frontend)
+        except MultiexportError:
+            raise
+        except OSError as exc:
+            error = disk_error(exc, staging)
+            if error is exc:
+                raise _unexpected(backend, exc) from exc
+            raise error from exc
+        except Exception as exc:
+            raise _unexpected(backend, exc) from exc
+    manifest = build_manifest(backend, signature, options, resolved, result, staging, stage.how)
+    audit_dtypes(backend.name, manifest, result)
+    manifest.write(staging)
+    if options.check_load:
+        notes = load_check(backend, staging, manifest, signature, fn)
+        if notes:
+            manifest = dataclasses.replace(manifest, warnings=[*manifest.warnings, *notes])
+            manifest.write(staging)
+    return manifest
+
+
+def _export_sizes(backend: Backend, fn: Callable[..., Any], signature: "Signature", staging: Path,
+                  options: ExportOptions, resolved: dict[str, Any], fallback: Any, symbolic: ExportError) -> None:
+    """The static-size fallback: one sub-artifact per size under static/, then the top-level manifest.
+
+    The example's size comes first; when it fails too, a fixed size does not help and the symbolic
+    export's error stands (with the static one's words beside it). A later size that fails is listed as
+    not built, and compare reports it `size-unsupported`.
+    """
+    from .static_fallback import describe_failure, manifest_for, size_dir, size_key, specialize
+
+    sized = dataclasses.replace(options, static_sizes={}, fallback_sizes={})
+    built: dict[str, Manifest] = {}
+    not_built = {key: "not attempted" for key in fallback.dropped}
+    for sizes in fallback.sizes:
+        key = size_key(sizes)
+        sub = staging / size_dir(sizes)
+        sub.mkdir(parents=True)
+        try:
+            built[key] = export_into(backend, fn, specialize(signature, sizes), sub, sized, resolved)
+        except ExportError as exc:
+            if not built:
+                raise ExportError(f"{symbolic} (a static export at {key} failed too: {describe_failure(exc)})",
+                                  backend=backend.name, category=symbolic.category) from symbolic
+            shutil.rmtree(sub, ignore_errors=True)
+            not_built[key] = describe_failure(exc)
+    manifest = manifest_for(backend, signature, options, resolved, built, not_built, symbolic, staging)
+    manifest.write(staging)
+
+
+def _empty(directory: Path) -> None:
+    """Remove what a failed attempt left in a staging directory (the directory itself stays claimed)."""
+    for child in directory.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def _unexpected(backend: Backend, exc: Exception) -> ExportError:
+    known = backend.classify(exc, "export")
+    if known:
+        return ExportError(f"Backend '{backend.name}' | {known[1]}", backend=backend.name, category=known[0])
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())[:1500]
+    return ExportError(f"Backend '{backend.name}' | export failed: {text}", backend=backend.name)
+
+
+class _frontend:
+    """The stage a backend builds on (`builds_on`): the given finished export of it when that was made as the
+    stage would be (`ExportOptions.stage_artifact`), else exported into a temporary directory; or None.
+    `how` says which, for the manifest's format.stage."""
+
+    def __init__(self, backend: Backend, fn, signature, options: ExportOptions, parent: Path,
+                 stage_options: dict[str, Any] | None = None):
+        self.backend, self.fn, self.signature, self.options, self.parent = backend, fn, signature, options, parent
+        self.stage_options = dict(stage_options or {})
+        self.tmp: Path | None = None
+        self.how: dict[str, Any] | None = None
+
+    def __enter__(self) -> Artifact | None:
+        if not self.backend.builds_on:
+            return None
+        from .registry import get_backend
+
+        stage = get_backend(self.backend.builds_on)
+        stage_options = dataclasses.replace(self.options, backend_options=self.stage_options, check_load=False,
+                                            stage_artifact=None)
+        reused = reusable_stage(stage, self.signature, stage_options, self.options.stage_artifact)
+        if reused is not None:
+            self.how = {"backend": stage.name, "made": "reused the stage artifact exported beside this one",
+                        "from": os.path.relpath(reused.directory, self.parent)}
+            return reused
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.backend.name}-stage-", dir=self.parent))
+        try:
+            made = stage.export(self.fn, self.signature, self.tmp / stage.name, stage_options)
+        except ExportError as exc:
+            # The row is the building backend's: say so, keep the stage's own words and category.
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise ExportError(f"Backend '{self.backend.name}' | its {stage.name} stage failed: {exc}",
+                              backend=self.backend.name, category=exc.category) from exc
+        self.how = {"backend": stage.name, "made": "exported for this artifact (its export time includes it)"}
+        return made
+
+    def __exit__(self, *exc_info) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def export_stage(backend: Backend, fn: Callable[..., Any], signature: "Signature", options: ExportOptions,
+                 parent: Path, stage_options: dict[str, Any]) -> "_frontend":
+    """A context manager giving a fresh export of `backend`'s stage with `stage_options` (e.g. the ONNX stage's
+    other route when the first one's file fails in the building backend), removed on exit."""
+    return _frontend(backend, fn, signature, dataclasses.replace(options, stage_artifact=None), parent, stage_options)
+
+
+def reusable_stage(stage: Backend, signature: "Signature", options: ExportOptions,
+                   directory: str | None) -> Artifact | None:
+    """The finished stage artifact in `directory` when its manifest shows it was made as `stage` with
+    `options` would make it for `signature` (same target, leaves and shapes, default backend options, keep_unused,
+    every platform asked for, the stage's backend options in `options`) and it passes the trust gate; None
+    otherwise, or when it cannot be read (then the stage is exported afresh)."""
+    if not directory:
+        return None
+    try:
+        manifest = Manifest.read(directory)
+    except (MultiexportError, OSError, ValueError):
+        return None
+    platforms = list(options.platforms or ("cpu",))
+    same = (manifest.backend == stage.name and manifest.target == signature.name
+            and [leaf.name for leaf in manifest.inputs] == [leaf.name for leaf in signature.inputs]
+            and [leaf.name for leaf in manifest.outputs] == [leaf.name for leaf in signature.outputs]
+            and [leaf.shape for leaf in manifest.inputs] == [list(leaf.shape) for leaf in signature.inputs]
+            and manifest.options == stage.resolve_options(options.backend_options)
+            and manifest.keep_unused == options.keep_unused
+            and set(platforms) <= set(manifest.supports.get("platforms") or ["cpu"]))
+    if not same:
+        return None
+    try:  # the building converter loads the stage (TF loads a SavedModel): through the one trust gate first
+        stage.check_untrusted(directory, manifest)
+    except MultiexportError:
+        return None
+    return Artifact(stage.name, Path(directory), manifest)
+
+
+def build_manifest(backend: Backend, signature: "Signature", options: ExportOptions, resolved: dict[str, Any],
+                   result: FormatResult, staging: Path, stage: dict[str, Any] | None = None) -> Manifest:
+    """The manifest: the core's common fields, the backend's facts, and the inventory of what was written
+    (stage: how the stage it builds on was made, recorded as format.stage)."""
+    fixed = result.fixed_dims or {}
+    files = dict(result.files)
+    if write_example_inputs(signature, staging, fixed):
+        files["example_inputs"] = EXAMPLE_INPUTS
+    _write_native_inputs(signature, staging, result.native)
+    dims = {d: ([fixed[d]] if d in fixed else "any") for d in signature.symbolic_dims}
+    fmt = dict(result.format)
+    if stage:
+        fmt["stage"] = stage
+    if result.setup:
+        fmt["setup"] = result.setup
+    return Manifest(
+        backend=backend.name,
+        target=signature.name,
+        inputs=bindings(signature.inputs, result.used, result.params, fixed),
+        outputs=bindings(signature.outputs, [True] * len(signature.outputs), result.output_params, fixed),
+        keep_unused=options.keep_unused,
+        symbolic_dims=[d for d in signature.symbolic_dims if d not in fixed],
+        files=files,
+        versions={**base_versions(), **result.versions},
+        created=utc_now(),
+        inventory=inventory(staging),
+        inventory_sha256=inventory_sha256(staging),
+        requires=dict(result.requires),
+        supports={"dims": dims, "platforms": list(result.platforms), "x64": signature.x64},
+        format=fmt,
+        warnings=[*signature.warnings, *result.warnings],
+        weights={**signature.weights, **result.weights},
+        options=resolved,
+        native=result.native,
+    )
+
+
+def bindings(leaves: Sequence[Any], used: Sequence[bool], params: Sequence[int | str | None],
+             fixed: dict[str, int] | None = None) -> list[LeafBinding]:
+    """LeafBindings for signature leaves, with the format's used flags and parameter ids.
+
+    fixed: symbolic dims the artifact was specialised to; those dims are written as their sizes.
+    """
+    from .stablehlo import evaluate_dim
+
+    out = []
+    for leaf, u, p in zip(leaves, used, params, strict=True):
+        shape: list[int | str] = list(leaf.shape)
+        if fixed:
+            shape = [d if isinstance(d, int) or not set(_symbols(d)) <= set(fixed) else evaluate_dim(d, fixed)
+                     for d in shape]
+        out.append(LeafBinding(name=leaf.name, alias=leaf.alias, shape=shape, dtype=leaf.dtype, used=bool(u), param=p,
+                               weak_type=leaf.weak_type, key_impl=leaf.key_impl))
+    return out
+
+
+def _symbols(dim: str) -> list[str]:
+    import re
+
+    return [s for s in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", dim) if s not in ("floordiv", "mod", "max", "min")]
+
+
+def inventory(directory: Path) -> dict[str, int]:
+    """Relative path -> size of every regular file under `directory` (manifest.json aside)."""
+    found = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            full = Path(root) / name
+            rel = full.relative_to(directory).as_posix()
+            if rel != MANIFEST_NAME and full.is_file() and not full.is_symlink():
+                found[rel] = full.stat().st_size
+    return dict(sorted(found.items()))
+
+
+def inventory_sha256(directory: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every file `inventory` lists: what proves later that multiexport wrote it."""
+    from ..files.owned import sha256_file
+
+    return {rel: sha256_file(directory / rel) for rel in inventory(directory)}
+
+
+def write_example_inputs(signature: "Signature", out_dir: Path, fixed: dict[str, int]) -> bool:
+    """The target's example values as example_inputs.npz, so `multiexport run DIR` works as is."""
+    from ..files.npz import save_npz
+
+    examples = signature.example_feed()
+    if len(examples) != len(signature.inputs) or sum(a.nbytes for a in examples.values()) > EXAMPLE_LIMIT_BYTES:
+        return False
+    save_npz(out_dir / EXAMPLE_INPUTS, examples)
+    return True
+
+
+def _write_native_inputs(signature: "Signature", out_dir: Path, native: dict[str, Any] | None) -> None:
+    """The example value of each leaf the native consumer takes, as inputs/input{i}.npy (the names the
+    native section gives), so the printed native command runs in the artifact directory as it is."""
+    import io
+
+    from ..files import write_bytes_atomic
+    from .native_section import INPUT_DIR
+
+    if not native:
+        return
+    entries = [a for a in native.get("args", []) if a.get("kind") == "leaf"]
+    values = [signature.examples[a["index"]] for a in entries]
+    if any(v is None for v in values) or sum(np.asarray(v).nbytes for v in values) > EXAMPLE_LIMIT_BYTES:
+        return
+    arrays = [np.asarray(v, order="C") for v in values]  # ascontiguousarray would make 0-d 1-d
+    # bfloat16 / float8 go as the opaque <V2 / <V1 bytes NumPy writes: multiexport's programs read them by the
+    # manifest's dtype; IREE's tools cannot, so an IREE artifact gets no examples at all then.
+    opaque_ok = native.get("consumer") != "iree_tools"
+    if any((a.dtype.kind == "V" and not opaque_ok) or a.dtype.name != e["dtype"] for a, e in zip(arrays, entries)):
+        return
+    for entry, array in zip(entries, arrays):
+        if entry.get("encoding") == "raw":  # the bytes alone (IREE's tools take a scalar so)
+            write_bytes_atomic(out_dir / INPUT_DIR / entry["file"], array.tobytes())
+            continue
+        buf = io.BytesIO()
+        np.save(buf, array, allow_pickle=False)
+        write_bytes_atomic(out_dir / INPUT_DIR / entry["file"], buf.getvalue())
+
+
+def audit_dtypes(backend: str, manifest: Manifest, result: FormatResult) -> None:
+    """Refuse an artifact whose own declared dtypes differ from the manifest's leaves (no false claims)."""
+    if result.declared is None:
+        return
+    for kind, leaves in (("Input", [leaf for leaf in manifest.inputs if leaf.param is not None]),
+                         ("Output", manifest.outputs)):
+        for leaf in leaves:
+            got = result.declared.get(leaf.name)
+            if got is not None and got != leaf.dtype:
+                raise ExportError(f"Backend '{backend}' | " + leaf_message(
+                    kind, leaf.name, f"{got} in the artifact", f"{leaf.dtype} as the function has it") +
+                    ": the format changed the leaf's dtype, so the artifact is refused", backend=backend,
+                    category="unsupported-dtype")
+
+
+def load_check(backend: Backend, directory: Path, manifest: Manifest, signature: "Signature",
+               fn: Callable[..., Any] | None = None) -> list[str]:
+    """Load the artifact with the format's own runtime and run it once; a failure is an ExportError.
+
+    A symbolic artifact of a backend with the static-size fallback is also compared with jax.jit of `fn` at
+    the example (exporting/symbolic_check.py): a grossly wrong one fails as `parity-failed`, so the fallback
+    builds the static sizes instead.
+    Returns notes for the manifest (e.g. that the check was skipped because no platform runs here).
+    """
+    if "cpu" not in manifest.supports.get("platforms", ["cpu"]):
+        return [f"load check skipped: the artifact is for {', '.join(manifest.supports['platforms'])} only"]
+    feed = _check_feed(manifest, signature)
+    try:
+        runner = backend.load(directory, RunOptions(device="cpu", threads=1, trust_artifact=True))
+        got = runner(feed)
+    except Exception as exc:
+        known = backend.classify(exc, "load")
+        if known:
+            raise ExportError(f"Backend '{backend.name}' | {known[1]}", backend=backend.name, category=known[0]) from exc
+        category = getattr(exc, "category", "load-failed")
+        text = " ".join(str(exc).split())[:1500]
+        raise ExportError(f"Backend '{backend.name}' | the installed runtime cannot load and run the artifact it "
+                          f"just wrote: {type(exc).__name__}: {text}", backend=backend.name,
+                          category=category if category not in ("run-failed", "export-failed") else "load-failed") from exc
+    if fn is not None and signature.symbolic_dims and backend.static_fallback:
+        from .symbolic_check import wrong_result
+
+        why = wrong_result(fn, signature, feed, got)
+        if why:
+            raise ExportError(f"Backend '{backend.name}' | the model converted with symbolic dimensions "
+                              f"({', '.join(signature.symbolic_dims)}) runs but computes a wrong result: {why}",
+                              backend=backend.name, category="parity-failed")
+    return []
+
+
+def _check_feed(manifest: Manifest, signature: "Signature") -> dict[str, np.ndarray]:
+    """The example values when they fit the artifact, else zeros at its shapes (symbolic dims at 2)."""
+    examples = signature.example_feed()
+    taken = [leaf for leaf in manifest.inputs if leaf.param is not None]
+    fits = all(leaf.name in examples and len(examples[leaf.name].shape) == len(leaf.shape) and all(
+        isinstance(d, str) or d == n for d, n in zip(leaf.shape, examples[leaf.name].shape)) for leaf in taken)
+    if fits:
+        return {leaf.name: examples[leaf.name] for leaf in taken}
+    return {leaf.name: np.zeros(tuple(d if isinstance(d, int) else 2 for d in leaf.shape), parse_dtype(leaf.dtype))
+            for leaf in taken}

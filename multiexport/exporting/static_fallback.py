@@ -1,0 +1,284 @@
+"""The static-size fallback: one model per size when a format's converter cannot keep a symbolic dimension.
+
+Converters break on symbolic shapes in ways that have nothing to do with the format: jax2onnx meets
+Python shape logic in a model's code, the TFLite converter has no `stablehlo.dynamic_gather`, IREE
+cannot compile some dynamic modules. The format can still run the model at fixed sizes, so instead of
+an honest but unhelpful "no", the pipeline exports the same function once per requested size (the
+signature specialised by `specialize`) into `static/<b8>/` sub-artifacts, each a complete artifact
+with its own manifest, and writes a top-level manifest whose `supports.dims` lists exactly the sizes
+built. `StaticSizesRunner` runs such an artifact: it picks the sub-artifact by the sizes the feed
+binds and refuses the others as `size-unsupported`, so compare checks and times only what exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import ArtifactError, RunError, UsageError
+from .contract import RunOptions, Runner
+from .feed import check_feed
+
+if TYPE_CHECKING:
+    from ..leaves import Signature
+    from .contract import Backend, ExportOptions
+    from .manifest import Manifest
+
+FORMAT_KEY = "static_fallback"  # the manifest's format facts of a fallback artifact live under this key
+STATIC_MODELS_DIR = "static"
+# Failures a fixed size cannot avoid: trying every size again would only repeat them.
+NOT_SHAPE_RELATED = frozenset({"unavailable", "unsupported-dtype", "size-limit", "unsupported-platform",
+                               "nondeterministic-target", "internal-error", "interrupted", "timeout",
+                               "out-of-memory"})
+
+
+@dataclass(frozen=True)
+class FallbackPlan:
+    """What the fallback builds after the symbolic export failed.
+
+    sizes: the size bindings to export, the example's first (its failure ends the fallback).
+    dropped: bindings asked for but not attempted, with why (more than the format may hold).
+    """
+
+    sizes: tuple[dict[str, int], ...]
+    dropped: tuple[str, ...] = ()
+
+
+def size_key(sizes: Mapping[str, int]) -> str:
+    """`{"b": 8, "s": 16}` -> `"b=8,s=16"` (symbols sorted): how sizes are named in manifests and messages."""
+    return ",".join(f"{name}={int(sizes[name])}" for name in sorted(sizes))
+
+
+def size_dir(sizes: Mapping[str, int]) -> str:
+    """Where the model for `sizes` lives inside the artifact: `static/b8`, `static/b8_s16`."""
+    return f"{STATIC_MODELS_DIR}/" + "_".join(f"{name}{int(sizes[name])}" for name in sorted(sizes))
+
+
+def plan(backend: "Backend", signature: "Signature", options: "ExportOptions", category: str) -> FallbackPlan | None:
+    """The sizes to try after `backend`'s symbolic export failed with `category`, or None when a fixed size
+    cannot help (no symbolic dims, the backend keeps every dim itself, a failure no shape causes)."""
+    from .native_section import MAX_STATIC_MODULES, static_size_sets
+
+    if not signature.symbolic_dims or not backend.static_fallback or category in NOT_SHAPE_RELATED:
+        return None
+    example = signature.example_sizes()
+    requested = dict(options.fallback_sizes or options.static_sizes)
+    requested = {d: v for d, v in requested.items() if d in signature.symbolic_dims}
+    try:
+        combos = static_size_sets(signature.symbolic_dims, requested, example)
+        dropped: tuple[str, ...] = ()
+    except UsageError:  # more bindings than an artifact may hold: the example's, and say what was left out
+        combos = static_size_sets(signature.symbolic_dims, {}, example)
+        dropped = (f"{', '.join(f'{d}={list(v)}' for d, v in requested.items())}: more than "
+                   f"{MAX_STATIC_MODULES} models",)
+    if not combos:
+        return None
+    first = [c for c in combos if example is not None and c == example]
+    ordered = first + [c for c in combos if c not in first]
+    return FallbackPlan(tuple(ordered), dropped)
+
+
+def specialize(signature: "Signature", sizes: Mapping[str, int]) -> "Signature":
+    """`signature` with every symbolic dimension fixed at `sizes`: static specs, concrete leaf shapes, and
+    example values tiled (or cut) along the symbolic axes so they stay in the example's domain."""
+    from .stablehlo import concrete_specs, evaluate_dim
+
+    sizes = dict(sizes)
+    example_sizes = signature.example_sizes() or {}
+
+    def concrete(leaf):
+        return dataclasses.replace(leaf, shape=tuple(d if isinstance(d, int) else evaluate_dim(d, sizes)
+                                                     for d in leaf.shape))
+
+    examples = []
+    for leaf, example in zip(signature.inputs, signature.examples):
+        if example is None or not leaf.is_symbolic:
+            examples.append(example)
+            continue
+        value = np.asarray(example)
+        for axis, dim in enumerate(leaf.shape):
+            if isinstance(dim, int):
+                continue
+            want = evaluate_dim(dim, sizes)
+            have = value.shape[axis] if not example_sizes else evaluate_dim(dim, example_sizes)
+            if want != have and have > 0:
+                value = np.take(value, np.arange(want) % have, axis=axis)
+        examples.append(value)
+    return dataclasses.replace(
+        signature,
+        inputs=tuple(concrete(leaf) for leaf in signature.inputs),
+        outputs=tuple(concrete(leaf) for leaf in signature.outputs),
+        symbolic_dims=(),
+        examples=tuple(examples),
+        specs=tuple(concrete_specs(signature, sizes)),
+    )
+
+
+def describe_failure(exc: BaseException) -> str:
+    """The converter's own words, on one line, without terminal escapes (they end up in reports)."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?", "", str(exc))
+    return " ".join(text.split())[:1500]
+
+
+def manifest_for(backend: "Backend", signature: "Signature", options: "ExportOptions",
+                 resolved: dict[str, Any], built: Mapping[str, "Manifest"], not_built: Mapping[str, str],
+                 symbolic_error: BaseException, staging: Path) -> "Manifest":
+    """The top-level manifest of a fallback artifact from its per-size manifests (`built`: size key -> the
+    sub-artifact's manifest, the example's size first)."""
+    from ..versions import utc_now
+    from .manifest import LeafBinding, Manifest
+    from .pipeline import EXAMPLE_INPUTS, inventory, inventory_sha256, write_example_inputs
+
+    first = next(iter(built.values()))
+    for key, sub in built.items():  # one binding for every size, or the manifest could not state it
+        if [(leaf.used, leaf.param) for leaf in sub.inputs] != [(leaf.used, leaf.param) for leaf in first.inputs]:
+            raise ArtifactError(f"Backend '{backend.name}' | the model for {key} binds its inputs differently from "
+                                f"the one for {next(iter(built))}, expected one binding for every size")
+
+    def symbolic(leaves, subs) -> list[LeafBinding]:
+        return [LeafBinding(name=leaf.name, alias=leaf.alias, shape=list(leaf.shape), dtype=leaf.dtype,
+                            used=sub.used, param=sub.param, weak_type=leaf.weak_type, key_impl=leaf.key_impl)
+                for leaf, sub in zip(leaves, subs)]
+
+    files = {f"model {key}": f"{size_dir(_parse_key(key))}/manifest.json" for key in built}
+    if write_example_inputs(signature, staging, {}):
+        files["example_inputs"] = EXAMPLE_INPUTS
+    dims: dict[str, list[int]] = {}
+    for key in built:
+        for d, n in _parse_key(key).items():
+            dims.setdefault(d, [])
+            if n not in dims[d]:
+                dims[d].append(n)
+    why = describe_failure(symbolic_error)
+    shown = "; ".join(key for key in built)
+    failed = "compute right with" if getattr(symbolic_error, "category", "") == "parity-failed" else "export"
+    warnings = [f"fixed sizes only: {backend.name} could not {failed} the symbolic "
+                f"dimension{'s' if len(signature.symbolic_dims) > 1 else ''} {', '.join(signature.symbolic_dims)}, "
+                f"so this artifact holds one model per size ({shown}) and takes no other size. The symbolic "
+                f"export said: {why}"]
+    warnings += [f"{key}: not built: {reason}" for key, reason in not_built.items()]
+    warnings += [w for w in first.warnings if w not in signature.warnings]
+    return Manifest(
+        backend=backend.name,
+        target=signature.name,
+        inputs=symbolic(signature.inputs, first.inputs),
+        outputs=symbolic(signature.outputs, first.outputs),
+        keep_unused=options.keep_unused,
+        symbolic_dims=list(signature.symbolic_dims),
+        files=files,
+        versions=dict(first.versions),
+        created=utc_now(),
+        inventory=inventory(staging),
+        inventory_sha256=inventory_sha256(staging),
+        requires=dict(first.requires),
+        supports={"dims": {d: sorted(v) for d, v in dims.items()}, "platforms": list(first.supports.get("platforms",
+                  ["cpu"])), "x64": signature.x64},
+        format={FORMAT_KEY: {
+            "why": why,
+            "category": getattr(symbolic_error, "category", "export-failed"),
+            "models": {key: size_dir(_parse_key(key)) for key in built},
+            "not_built": dict(not_built),
+            "note": "each model is a complete artifact of this format with its own manifest.json; a consumer "
+                    "picks the one whose sizes its inputs have",
+        }, "model_format": dict(first.format)},
+        warnings=[*signature.warnings, *warnings],
+        weights=dict(first.weights),
+        options=resolved,
+        native=None,
+    )
+
+
+def _parse_key(key: str) -> dict[str, int]:
+    out = {}
+    for part in key.split(","):
+        name, _, value = part.partition("=")
+        out[name] = int(value)
+    return out
+
+
+def models_of(manifest: "Manifest", directory: Path) -> dict[str, Path]:
+    """Size key -> the sub-artifact directory of a fallback artifact, each checked to lie inside it."""
+    from ..files import inside
+
+    facts = manifest.format.get(FORMAT_KEY)
+    if not isinstance(facts, dict) or not isinstance(facts.get("models"), dict) or not facts["models"]:
+        raise ArtifactError(f"Artifact '{directory}' | format.{FORMAT_KEY}.models is missing or empty, expected "
+                            "size -> model directory")
+    out = {}
+    for key, rel in facts["models"].items():
+        if not isinstance(key, str) or not isinstance(rel, str):
+            raise ArtifactError(f"Artifact '{directory}' | format.{FORMAT_KEY}.models has {key!r}: {rel!r}, "
+                                "expected size -> relative directory")
+        try:
+            sizes = _parse_key(key)
+        except ValueError:
+            raise ArtifactError(f"Artifact '{directory}' | format.{FORMAT_KEY}.models key {key!r}, expected "
+                                "sizes like b=8") from None
+        if set(sizes) != set(manifest.symbolic_dims):
+            raise ArtifactError(f"Artifact '{directory}' | format.{FORMAT_KEY}.models key {key!r}, expected a size "
+                                f"for each of {', '.join(manifest.symbolic_dims)}")
+        out[size_key(sizes)] = inside(directory, rel, "static model")
+    return out
+
+
+class StaticSizesRunner(Runner):
+    """Runs a fallback artifact: each feed goes to the model built for the sizes it binds.
+
+    The per-size runners are loaded on first use (a compare that checks two sizes loads two models) and
+    each is loaded through its backend's own `load`, so every check a single artifact gets applies.
+    """
+
+    def __init__(self, backend: "Backend", manifest: "Manifest", directory: Path, options: RunOptions):
+        super().__init__(manifest, directory, options)
+        self.backend = backend
+        self.models = models_of(manifest, directory)
+        self.runners: dict[str, Runner] = {}
+        self.calling_path = f"one {backend.name} model per size ({', '.join(self.models)})"
+
+    def runner_for(self, sizes: Mapping[str, int]) -> Runner:
+        """The loaded runner of the model for `sizes` (RunError `size-unsupported` when none was built)."""
+        key = size_key({d: sizes[d] for d in self.manifest.symbolic_dims if d in sizes})
+        if key not in self.models:
+            raise RunError(f"Artifact '{self.directory}' | got {key}, expected one of the sizes it was built for: "
+                           f"{'; '.join(self.models)} (its converter could not keep the symbolic dimension)",
+                           backend=self.backend.name, category="size-unsupported")
+        if key not in self.runners:
+            self.runners[key] = self.backend.load(self.models[key], self.options)
+        return self.runners[key]
+
+    def prepare(self, feed: Mapping[str, Any]) -> Any:
+        _, sizes = check_feed(self.manifest.inputs, feed)
+        runner = self.runner_for(sizes)
+        return runner, runner.prepare(feed)
+
+    def run_prepared(self, prepared: Any) -> None:
+        runner, inner = prepared
+        runner.run_prepared(inner)
+
+    def run_with_transfers(self, arrays: list[np.ndarray]) -> None:
+        _, sizes = check_feed(self.manifest.inputs, {leaf.name: a for leaf, a in zip(self.manifest.inputs, arrays)})
+        self.runner_for(sizes).run_with_transfers(arrays)
+
+    def compile(self, prepared: Any) -> bool:
+        runner, inner = prepared
+        return runner.compile(inner)
+
+    def compile_count(self) -> int | None:
+        counts = [r.compile_count() for r in self.runners.values()]
+        return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+    def _fetch_impl(self, prepared: Any) -> Sequence[Any]:
+        runner, inner = prepared
+        return runner._fetch_impl(inner)
+
+    def _describe_impl(self) -> dict[str, Any]:
+        described = {key: r.describe() for key, r in self.runners.items()}
+        first = next(iter(described.values()), {})
+        return {**{k: v for k, v in first.items() if k not in ("calling_path", "device")},
+                "models_loaded": sorted(described)}

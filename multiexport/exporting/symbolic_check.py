@@ -1,0 +1,71 @@
+"""A symbolic artifact computes what the function computes at the example, or the static sizes are tried.
+
+A converter can take a module with symbolic dimensions and write a model that runs but is wrong: LiteRT's
+converter turned keras-hub's LlamaBackbone with a symbolic batch into a model off by 1.1x its output's max
+on every element, while the same model converted at a static batch was right (benchmarks/real_models/
+MATRIX.md, class 6). Parity would report `parity-failed`, an honest no where a working artifact was within
+reach. So the export's load check of a symbolic artifact compares its outputs with jax.jit's on the
+example, and a gross difference fails the export, which the static-size fallback then answers.
+
+Only gross errors count here (beyond GROSS of a leaf's max |ref|, or a different NaN pattern): the
+compare's parity check, with its tolerances and every trial, still judges whatever is kept.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import numpy as np
+
+from ..dtypes import is_float
+
+if TYPE_CHECKING:
+    from ..leaves import Signature
+
+GROSS = 1e-2
+_MEMO: dict[tuple, dict[str, np.ndarray]] = {}  # one jax.jit per function and shapes in an export worker
+
+
+def wrong_result(fn: Callable[..., Any], signature: "Signature", feed: Mapping[str, np.ndarray],
+                 got: Mapping[str, Any]) -> str | None:
+    """Why the artifact's outputs `got` on `feed` are grossly wrong against jax.jit of `fn`, naming the
+    leaf; None when they agree or cannot be compared (`feed` is not the signature's example)."""
+    examples = signature.example_feed()
+    if any(name not in examples or not np.array_equal(np.asarray(value), examples[name]) for name, value in feed.items()):
+        return None
+    expected = _reference(fn, signature)
+    if expected is None:
+        return None
+    for name, ref in expected.items():
+        if name not in got or not is_float(ref.dtype):
+            continue
+        have = np.asarray(got[name]).astype(np.float64)
+        want = ref.astype(np.float64)
+        if have.shape != want.shape:
+            return f"Output '{name}' | got shape {have.shape}, expected {want.shape} at the example"
+        if not np.array_equal(np.isnan(have), np.isnan(want)):
+            return f"Output '{name}' | NaN pattern differs from jax.jit's at the example"
+        finite = np.isfinite(want) & np.isfinite(have)
+        top = float(np.abs(want[finite]).max()) if finite.any() else 0.0
+        err = float(np.abs(have[finite] - want[finite]).max()) if finite.any() else 0.0
+        if top and err > GROSS * top:
+            return (f"Output '{name}' | max err {err:.3g} ({err / top:.3g} of the leaf's max |ref|) against jax.jit "
+                    f"at the example, expected within {GROSS:g} of it")
+    return None
+
+
+def _reference(fn: Callable[..., Any], signature: "Signature") -> dict[str, np.ndarray] | None:
+    import jax
+
+    from .jit_runner import enable_x64_if_needed
+
+    examples = signature.example_feed()
+    if any(leaf.name not in examples for leaf in signature.inputs):
+        return None
+    args = [np.asarray(examples[leaf.name]) for leaf in signature.inputs]
+    key = (id(fn), signature.name, tuple((a.shape, a.dtype.str) for a in args))
+    if key not in _MEMO:
+        flat = jax.jit(signature.flat_function(fn))
+        outs = enable_x64_if_needed(signature.x64)(flat)(*args)
+        _MEMO[key] = {leaf.name: np.asarray(o) for leaf, o in zip(signature.outputs, outs)}
+    return _MEMO[key]

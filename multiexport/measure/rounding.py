@@ -1,0 +1,99 @@
+"""How far rounding alone moves each output leaf of this model: the floor under every parity check.
+
+Two faithful float32 implementations of a network (another summation order, another convolution
+algorithm, a fused multiply-add) differ by rounding, and a deep network amplifies rounding: on
+Keras MobileNetV2, EfficientNetB0 and ResNet50 every converter's output was 1e-5 to 7e-5 of the
+output's max |ref| from jax.jit, about as far as jax.jit itself is from a float64 build of the same
+model, ten times the float32 default tolerance calibrated on shallower models (benchmarks/real_models/
+MATRIX.md, class 5). A fixed tolerance is either too tight for such a model or too loose for a shallow one.
+
+So the reference measures it: jax.jit of the same function, with every float input leaf and every float
+constant it closes over (baked weights included) moved by one rounding step (x + x*u*N(0, 1), u the
+dtype's unit roundoff, then rounded to the dtype), a few independent draws. The output's largest
+change relative to its max |ref| is how much this model amplifies rounding of its operands: every
+dot product is exactly the product of slightly perturbed operands (backward stability), so a faithful
+implementation sits about that far from jax.jit. `measure.tolerance` widens the scale term of a leaf's
+default tolerance to a multiple of it, capped, and the verdict says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..dtypes import is_float
+
+DRAWS = 3
+
+
+def rounding_sensitivity(target: Any, sig: Any, feed: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
+                         device: str = "cpu", draws: int = DRAWS, seed: int = 0) -> dict[str, float]:
+    """Per float output leaf: the largest max|moved - ref| / max|ref| over `draws` rounding-level moves of
+    every float input leaf and closed-over float constant (module docstring).
+
+    Args:
+        target: the Target (its fn is traced once more, on `feed`'s shapes).
+        sig: its Signature (the flat function and leaf order).
+        feed: one trial's inputs by leaf name.
+        reference: jax.jit's outputs on `feed` by leaf name.
+        device: "cpu" or "gpu", where the reference ran.
+        draws: independent moves; the worst is kept.
+        seed: of the moves, so a compare is repeatable.
+    Returns:
+        leaf name -> relative move, for float leaves with a finite, nonzero max |ref| (others are absent).
+    """
+    import jax
+
+    from ..exporting.jit_runner import enable_x64_if_needed
+
+    flat = sig.flat_function(target.fn)
+    args = [np.asarray(feed[leaf.name]) for leaf in sig.inputs]
+    jax_device = jax.devices("gpu" if device == "gpu" else "cpu")[0]
+
+    def measure() -> list[list[np.ndarray]]:
+        # closure_convert hoists the float constants the function closes over (baked weights) into
+        # arguments, so they are moved like the input leaves.
+        converted, consts = jax.closure_convert(flat, *args)
+        moved_fn = jax.jit(lambda key, xs, cs: converted(*_moved(key, xs), *_moved(jax.random.fold_in(key, 1), cs)))
+        xs = [jax.device_put(a, jax_device) for a in args]
+        cs = [jax.device_put(c, jax_device) for c in consts]
+        return [[np.asarray(o) for o in moved_fn(jax.random.PRNGKey(seed + i), xs, cs)] for i in range(draws)]
+
+    outputs = enable_x64_if_needed(sig.x64)(measure)()
+    found: dict[str, float] = {}
+    for position, leaf in enumerate(sig.outputs):
+        ref = np.asarray(reference.get(leaf.name))
+        if not is_float(ref.dtype) or not ref.size:
+            continue
+        ref64 = ref.astype(np.float64)
+        finite = np.isfinite(ref64)
+        top = float(np.abs(ref64[finite]).max()) if finite.any() else 0.0
+        if top == 0.0:
+            continue
+        worst = 0.0
+        for draw in outputs:
+            got = np.asarray(draw[position]).astype(np.float64)
+            both = finite & np.isfinite(got)
+            if both.any():
+                worst = max(worst, float(np.abs(got[both] - ref64[both]).max()) / top)
+        found[leaf.name] = worst
+    return found
+
+
+def _moved(key: Any, values: Sequence[Any]) -> list[Any]:
+    """Each float array moved by one rounding step (x + x*u*N(0,1), rounded to its dtype); others as they are."""
+    import jax
+    import jax.numpy as jnp
+
+    keys = jax.random.split(key, max(len(values), 1))
+    out = []
+    for value, k in zip(values, keys):
+        if not (hasattr(value, "dtype") and jnp.issubdtype(value.dtype, jnp.floating)):
+            out.append(value)
+            continue
+        u = float(jnp.finfo(value.dtype).eps) / 2
+        wide = jnp.float64 if value.dtype == jnp.float64 else jnp.float32
+        x = value.astype(wide)
+        out.append((x + x * (u * jax.random.normal(k, value.shape, wide))).astype(value.dtype))
+    return out

@@ -1,0 +1,364 @@
+"""The one subprocess supervisor: every process multiexport starts (workers, device probes, native tools,
+the screenshot browser, paired-benchmark workers) is spawned, timed out, killed and reaped here.
+
+- Each child runs in a session of its own, so a kill reaches what it started too, and a terminal's
+  Ctrl-C reaches only multiexport, which stops its children itself and keeps what finished.
+- Each child dies with the thread that started it (PR_SET_PDEATHSIG, SIGKILL), so not even a `kill -9` of
+  multiexport leaves one running: a native consumer at 100 % CPU, or an export worker still writing into
+  the output directory. What the killed processes made is removed by the next command (files.temporary).
+- `stop_on_signals` turns SIGINT, SIGTERM and SIGHUP into `Interrupted` in the main thread, and waits
+  poll a flag, since a signal's exception raised inside a destructor is printed and dropped by Python.
+- Output goes to temporary files (no pipe can fill up and hang a child), and each child's CPU time is
+  its own (`wait4`), so overlapping children can be reported honestly.
+- A child killed by SIGKILL is called out of memory only with evidence: the cgroup's `oom_kill` count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+from ..errors import Interrupted, present
+from .oom import oom_kill_count
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_POLL_S = 0.25
+_OUTPUT_LIMIT = 1 << 20
+_stop: int | None = None
+_active = False  # a stop_on_signals block is open
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one child process ended.
+
+    returncode: its exit status (negative: killed by that signal), None if it never started.
+    stdout, stderr: the last MiB of each.
+    timed_out: it ran past its timeout and was killed.
+    start_error: why it could not be started, if it could not.
+    oom_kills: out-of-memory kills in this cgroup while it ran (None when the cgroup cannot say).
+    seconds: wall time; cpu_seconds: the child's own user + system time (its children included).
+    """
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    start_error: str = ""
+    oom_kills: int | None = None
+    seconds: float = 0.0
+    cpu_seconds: float | None = None
+
+    @property
+    def signal(self) -> int | None:
+        return -self.returncode if self.returncode is not None and self.returncode < 0 else None
+
+    def how_it_ended(self) -> str:
+        if self.start_error:
+            return f"could not start ({self.start_error})"
+        if self.timed_out:
+            return "ran past its timeout and was killed"
+        if self.signal:
+            return f"was killed by {_signal_name(self.signal)}"
+        return f"exited {self.returncode}"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def run_command(cmd: Sequence[str], *, timeout: float, cwd: str | os.PathLike | None = None,
+                env: Mapping[str, str] | None = None) -> Outcome:
+    """Run `cmd` to completion or `timeout`; a stop request (signal) kills it and raises Interrupted."""
+    raise_if_stopped()
+    before = oom_kill_count()
+    start = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            with _stop_signals_deferred():  # a signal between fork and Popen's return would orphan the child
+                argv, child_env = _dying_with_parent(cmd, env)
+                proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd,
+                                        env=child_env, start_new_session=True)
+        except OSError as exc:
+            return Outcome(None, "", "", start_error=f"{type(exc).__name__}: {exc}")
+        timed_out, cpu = False, None
+        try:
+            code, cpu = _wait(proc, start + timeout)
+        except TimeoutError:
+            timed_out = True
+            code = _kill(proc)
+        except BaseException:
+            _kill(proc)
+            raise
+        after = oom_kill_count()
+        return Outcome(code, _tail(out), _tail(err), timed_out=timed_out,
+                       oom_kills=None if before is None or after is None else after - before,
+                       seconds=time.monotonic() - start, cpu_seconds=cpu)
+
+
+class Served:
+    """A long-lived child that answers one JSON line per request on its stdout (a paired-benchmark worker).
+
+    It runs in its own session like every child; a request waits in slices for its answer, so a stop
+    signal or a timeout kills the child (and what it started) instead of hanging; a child that dies
+    mid-request ends the request with its `outcome()`. `close()` asks it to quit and reaps it.
+    """
+
+    def __init__(self, cmd: Sequence[str], *, env: Mapping[str, str] | None = None):
+        raise_if_stopped()
+        self._err = tempfile.TemporaryFile()
+        self._buffer = b""
+        self.timed_out = False
+        self._oom_before = oom_kill_count()
+        with _stop_signals_deferred():
+            argv, child_env = _dying_with_parent(cmd, env)
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                                         env=child_env, start_new_session=True)
+
+    def request(self, message: Mapping[str, object], timeout: float) -> dict:
+        """Send `message`, return the child's one-line JSON answer; raises ServedExit if the child is gone."""
+        import json
+
+        raise_if_stopped()
+        try:
+            stdin = present(self.proc.stdin, "the worker is started with stdin=PIPE")
+            stdin.write((json.dumps(message) + "\n").encode())
+            stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise ServedExit(self.outcome()) from None
+        return self.read_answer(timeout)
+
+    def read_answer(self, timeout: float) -> dict:
+        """The child's next JSON line (e.g. the one it writes when it is ready)."""
+        import json
+
+        deadline = time.monotonic() + timeout
+        fd = present(self.proc.stdout, "the worker is started with stdout=PIPE").fileno()
+        while b"\n" not in self._buffer:
+            raise_if_stopped()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.timed_out = True
+                self.kill()
+                raise ServedExit(self.outcome())
+            ready, _, _ = select.select([fd], [], [], min(_POLL_S, remaining))
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise ServedExit(self.outcome())
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            return json.loads(line)
+        except ValueError:
+            self.kill()
+            raise ServedExit(self.outcome(f"answered {line[:200]!r}, expected one JSON line")) from None
+
+    def outcome(self, note: str = "") -> Outcome:
+        """How the child ended (reaped here; killed first if it is still running)."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._err.seek(0)
+        after = oom_kill_count()
+        return Outcome(self.proc.returncode, note, _tail(self._err), timed_out=self.timed_out,
+                       oom_kills=None if self._oom_before is None or after is None else after - self._oom_before)
+
+    def kill(self) -> None:
+        _kill(self.proc)
+
+    def ask_to_quit(self) -> None:
+        """Send the quit request without waiting (`close` then waits): several children can end at once."""
+        if self.proc.poll() is None and self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.write(b'{"cmd": "quit"}\n')
+                self.proc.stdin.close()  # end of input is a quit request too
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ask the child to quit; kill it if it does not within `timeout` (at once when stopping on a signal)."""
+        if self.proc.poll() is None and _stop is not None:
+            self.kill()
+        if self.proc.poll() is None:
+            self.ask_to_quit()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+        self._err.close()
+
+
+class ServedExit(Exception):
+    """A served child ended (crashed, was killed, timed out) while a request was open."""
+
+    def __init__(self, outcome: Outcome):
+        super().__init__(outcome.how_it_ended())
+        self.outcome = outcome
+
+
+PARENT_ENV = "MULTIEXPORT_PARENT_PID"  # a multiexport worker: die with this pid (run.worker does it first thing)
+_WORKER_PREFIX = ("-m", "multiexport.run.worker")
+# Any other program starts behind this stub: it asks the kernel to kill it when its parent (thread) ends,
+# makes sure that parent is still there, and becomes the program (the death signal survives exec). The
+# child cannot be set up between fork and exec instead (preexec_fn): that forks a multithreaded process
+# (JAX warns of deadlocks, rightly), and the stub costs one bare interpreter start (~20 ms) per program.
+_STUB = ("import ctypes, os, sys; ctypes.CDLL(None).prctl(1, 9, 0, 0, 0); "  # PR_SET_PDEATHSIG, SIGKILL
+         "os.getppid() == int(sys.argv[1]) or os._exit(137); os.execv(sys.argv[2], sys.argv[2:])")
+
+
+def _dying_with_parent(cmd: Sequence[str], env: Mapping[str, str] | None) -> tuple[list[str], dict[str, str] | None]:
+    """(argv, environment) that make the child die with this process, however it ends (even by SIGKILL,
+    which no handler of ours can forward): a worker is told to, any other program starts behind `_STUB`."""
+    cmd = [str(c) for c in cmd]
+    if not sys.platform.startswith("linux"):
+        return cmd, dict(env) if env is not None else None
+    if len(cmd) > 2 and tuple(cmd[1:3]) == _WORKER_PREFIX:
+        return cmd, {**(os.environ if env is None else env), PARENT_ENV: str(os.getpid())}
+    program = shutil.which(cmd[0], path=(os.environ if env is None else env).get("PATH", os.defpath))
+    if program is None:  # not to be found: Popen says so as it always did (an Outcome's start_error)
+        return cmd, dict(env) if env is not None else None
+    return [sys.executable, "-I", "-S", "-c", _STUB, str(os.getpid()), program, *cmd[1:]], (
+        dict(env) if env is not None else None)
+
+
+def die_with_parent() -> None:
+    """In a worker, first thing: be killed when the process that started it ends (PARENT_ENV), or end now
+    if it already has. The kernel does it, so a worker busy in a C call that holds the GIL goes too."""
+    expected = os.environ.pop(PARENT_ENV, "")
+    if not expected or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(expected):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int, float | None]:
+    """Wait for `proc` in slices (checking for a stop request), reap it, return (exit code, CPU seconds)."""
+    fd = None
+    try:
+        fd = os.pidfd_open(proc.pid) if hasattr(os, "pidfd_open") else None
+    except OSError:
+        fd = None
+    try:
+        while True:
+            raise_if_stopped()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            if fd is not None:
+                ready, _, _ = select.select([fd], [], [], min(_POLL_S, remaining))
+                if not ready:
+                    continue
+                pid, status, usage = os.wait4(proc.pid, 0)
+            else:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid == 0:
+                    time.sleep(min(0.02, remaining))
+                    continue
+            code = os.waitstatus_to_exitcode(status)
+            proc.returncode = code  # reaped here: Popen must not wait for it again
+            return code, usage.ru_utime + usage.ru_stime
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _kill(proc: subprocess.Popen) -> int:
+    """Kill the child's whole session and reap the child; returns its exit code."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode is None:
+        try:
+            _, status, _ = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:
+            proc.returncode = -signal.SIGKILL
+    return proc.returncode
+
+
+def _tail(fh) -> str:
+    fh.seek(0, os.SEEK_END)
+    size = fh.tell()
+    fh.seek(max(0, size - _OUTPUT_LIMIT))
+    return fh.read().decode(errors="replace")
+
+
+# -- stopping on signals ---------------------------------------------------------------------------------
+
+def raise_if_stopped() -> None:
+    """Raise Interrupted if a stop signal arrived (even one whose exception a destructor swallowed)."""
+    if _stop is not None:
+        raise Interrupted(_stop)
+
+
+def stop_requested() -> int | None:
+    return _stop
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """For the block: SIGINT, SIGTERM and SIGHUP raise Interrupted and are remembered for `raise_if_stopped`.
+
+    Signals the caller ignores (a background job's SIGINT, nohup's SIGHUP) stay ignored; outside the main
+    thread nothing changes.
+    """
+    global _stop, _active
+    if threading.current_thread() is not threading.main_thread() or _active:
+        yield  # inside another one (the CLI's around compare's): that one is in charge
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+
+    def handler(signum, frame):
+        global _stop
+        first = _stop is None
+        _stop = signum
+        if first:
+            raise Interrupted(signum)
+
+    _stop, _active = None, True
+    for s, old in previous.items():
+        if old is not signal.SIG_IGN:
+            signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            if old is not signal.SIG_IGN:
+                signal.signal(s, old)
+        _stop, _active = None, False
+
+
+@contextlib.contextmanager
+def _stop_signals_deferred() -> Iterator[None]:
+    """Stop signals held back for the block (delivered when it ends), where the main thread can do so."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOP_SIGNALS))

@@ -1,0 +1,150 @@
+"""The ONNX backend's second route: multiexport's own StableHLO -> ONNX converter (backends/onnx/stablehlo).
+
+Parity over the whole case registry through `route=stablehlo`; functions jax2onnx cannot convert or
+writes dead (a 5-D max pool ONNX Runtime cannot run, flax's avg_pool, a keyed random draw) converted by the
+StableHLO route, under `auto` too; ops it refuses named with their reason; and a dead graph is one
+`invalid-model` naming its node, at export and in compare with or without the benchmark."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from multiexport import ExportError, Target
+from multiexport.backends.onnx import OnnxBackend
+from multiexport.exporting import ExportOptions
+from multiexport.leaves import build_signature
+from multiexport.measure.parity import compare_leaf
+from multiexport.measure.tolerance import default_tolerance
+
+from ..cases import CASES, CASE_IDS, feed_for
+from ..conftest import reference_outputs, run_cli
+from .test_onnx import pool_cnn
+
+# Cases the StableHLO route cannot run, with the category its export fails with.
+STABLEHLO_UNSUPPORTED = {
+    "mlp_bf16": "unsupported-dtype",  # ONNX Runtime's CPU provider has no bfloat16 Expand/MatMul kernels
+    "float8": "unsupported-dtype",  # ONNX Runtime's Python binding cannot carry float8 arrays
+}
+
+_status = OnnxBackend().available()
+pytestmark = pytest.mark.skipif(not _status.ok, reason=f"onnx backend unavailable: {_status.reason}")
+
+
+def export(target, path, route="stablehlo", **options):
+    sig = build_signature(target)
+    return sig, OnnxBackend().export(target.fn, sig, path, ExportOptions(backend_options={"route": route}, **options))
+
+
+def assert_parity(target, sig, artifact, batch=None):
+    feed = feed_for(sig, batch)
+    got = OnnxBackend().load(artifact.directory)(feed)
+    want = reference_outputs(target, sig, feed)
+    for leaf in sig.outputs:
+        verdict = compare_leaf(leaf.name, got[leaf.name], want[leaf.name], leaf.dtype, default_tolerance(leaf.dtype))
+        assert verdict.passed, (leaf.name, batch, verdict.reasons)
+
+
+@pytest.mark.parametrize("c", CASES, ids=CASE_IDS)
+def test_stablehlo_route_matches_jit_on_every_case_it_converts(c, tmp_path):
+    with jax.enable_x64(True) if c.x64 else contextlib.nullcontext():
+        target = c.make()
+        sizes = {"fallback_sizes": {"b": tuple(c.batch_sizes)}} if c.batch_sizes else {}
+        if c.name in STABLEHLO_UNSUPPORTED:
+            with pytest.raises(ExportError) as info:
+                export(target, tmp_path / "a", **c.options, **sizes)
+            assert info.value.category == STABLEHLO_UNSUPPORTED[c.name], str(info.value)
+            return
+        sig, artifact = export(target, tmp_path / "a", **c.options, **sizes)
+        m = artifact.manifest
+        facts = m.format.get("model_format", m.format)  # a symbolic case: one static model per size
+        assert facts["route"] == "stablehlo" and facts["producer"].startswith("multiexport-stablehlo")
+        assert {leaf.name for leaf in m.inputs if leaf.used} == set(c.used)
+        for batch in c.batch_sizes or (None,):
+            assert_parity(target, sig, artifact, batch)
+
+
+def pool5d() -> Target:
+    """A max pool over two middle axes of a 5-D array (as Haiku's NHWC max_pool is written with extra axes):
+    jax2onnx writes it as one MaxPool that ONNX Runtime refuses on every call ('Unsupported pooling size')."""
+    x = np.random.default_rng(0).normal(size=(2, 3, 8, 8, 4)).astype(np.float32)
+    return Target(lambda x: jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 1, 2, 2, 1), (1, 1, 2, 2, 1), "VALID"),
+                  args=(x,), name="pool5d")
+
+
+def prng_normal() -> Target:
+    """jax.random.normal from a key input: jax2onnx writes RandomNormal (which ignores the key) and is refused."""
+    from ..cases import case
+
+    return case("prng_key").make()
+
+
+@pytest.mark.parametrize("make", [pool5d, pool_cnn, prng_normal], ids=lambda f: f.__name__)
+def test_auto_takes_the_stablehlo_route_where_jax2onnx_fails_and_matches_jit(make, tmp_path):
+    target = make()
+    with pytest.raises(ExportError) as info:  # jax2onnx alone: a failure the route option lets one avoid
+        export(target, tmp_path / "j", route="jax2onnx", check_load=False)
+    assert info.value.category in ("invalid-model", "unsupported-op", "unsupported-dtype"), str(info.value)
+    sig, artifact = export(target, tmp_path / "a", route="auto")
+    assert artifact.manifest.format["route"] == "stablehlo" and artifact.manifest.format["route_requested"] == "auto"
+    note = next(w for w in artifact.manifest.warnings if w.startswith("route stablehlo"))
+    assert "jax2onnx's graph was not used" in note
+    assert_parity(target, sig, artifact)
+
+
+def test_a_graph_that_fails_on_every_call_is_invalid_model_naming_its_node_at_export(tmp_path):
+    # check_load=False is how compare exports: the export itself must still run the graph once.
+    with pytest.raises(ExportError) as info:
+        export(pool5d(), tmp_path / "a", route="jax2onnx", check_load=False)
+    assert info.value.category == "invalid-model"
+    assert "at node 'node_MaxPool" in str(info.value) and "(MaxPool)" in str(info.value)
+    assert "Unsupported pooling size" in str(info.value)
+    assert not (tmp_path / "a").exists()
+
+
+def _rbg(key, x):
+    return x + jax.random.uniform(jax.random.wrap_key_data(key, impl="rbg"), x.shape)
+
+
+@pytest.mark.parametrize("fn, args, op, words", [
+    (_rbg, (np.zeros(4, np.uint32), np.zeros(3, np.float32)), "stablehlo.rng_bit_generator", "threefry"),
+    (lambda x: jnp.linalg.cholesky(x @ x.T + 3 * jnp.eye(3)), (np.eye(3, dtype=np.float32),),
+     "stablehlo.custom_call", "target 'lapack_spotrf_ffi'"),
+], ids=["rng_bit_generator", "custom_call"])
+def test_the_route_refuses_what_onnx_cannot_express_naming_the_op(fn, args, op, words, tmp_path):
+    with pytest.raises(ExportError) as info:
+        export(Target(fn, args=args, name="refused"), tmp_path / "a")
+    assert info.value.category == "unsupported-op"
+    assert f"route 'stablehlo' has no ONNX form for {op}" in str(info.value) and words in str(info.value)
+
+
+def test_a_symbolic_signature_goes_to_one_static_model_per_size(tmp_path):
+    from ..cases import case
+
+    c = case("symbolic_batch")
+    target = c.make()
+    sig, artifact = export(target, tmp_path / "a", fallback_sizes={"b": (1, 7)})
+    facts = artifact.manifest.format["static_fallback"]
+    assert "route 'stablehlo' converts static shapes only" in facts["why"]
+    assert set(facts["models"]) == {"b=1", "b=3", "b=7"}  # the sizes asked for and the example's
+    assert artifact.manifest.supports["dims"] == {"b": [1, 3, 7]}
+
+
+@pytest.mark.subprocess
+def test_the_dead_graph_is_one_category_with_and_without_the_benchmark(tmp_path):
+    module = tmp_path / "pool5d_target.py"
+    module.write_text("from tests.backends.test_onnx_stablehlo import pool5d\ntarget = pool5d()\n")
+    statuses = {}
+    for mode, extra in (("bench", ["--bench-time", "0.1"]), ("no-bench", ["--no-bench"])):
+        out = tmp_path / mode
+        run_cli("compare", f"{module}:target", "--backends", "onnx", "--backend-option", "onnx.route=jax2onnx",
+                "--out", out, "--trials", "1", *extra)
+        row = json.loads((out / "results.json").read_text())["backends"]["onnx"]
+        statuses[mode] = (row["status"], row["reason"])
+    assert statuses["bench"][0] == statuses["no-bench"][0] == "invalid-model", statuses
+    assert all("node_MaxPool" in reason for _, reason in statuses.values()), statuses

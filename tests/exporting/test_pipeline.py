@@ -1,0 +1,59 @@
+"""The export pipeline's stage reuse: a backend that builds on another starts from that one's finished artifact
+only when the artifact was made as the stage would be; otherwise it exports the stage itself, and says which."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from multiexport import examples
+from multiexport.backends.onnx import OnnxBackend
+from multiexport.backends.openvino import OpenVINOBackend
+from multiexport.exporting import ExportOptions
+from multiexport.exporting.pipeline import reusable_stage
+from multiexport.leaves import build_signature
+
+from ..conftest import assert_matches_jit
+
+pytestmark = pytest.mark.skipif(not (OnnxBackend().available().ok and OpenVINOBackend().available().ok),
+                                reason="needs the onnx and openvino backends")
+
+
+@pytest.fixture(scope="module")
+def stage(tmp_path_factory):
+    """The seed's ONNX export (the OpenVINO stage), and the mlp's (a stage of another target)."""
+    root = tmp_path_factory.mktemp("stage")
+    seed, mlp = examples.seed(), examples.mlp()
+    made = {}
+    for name, target in (("seed", seed), ("mlp", mlp)):
+        sig = build_signature(target)
+        made[name] = (target, sig, OnnxBackend().export(target.fn, sig, root / name / "onnx", ExportOptions()))
+    return made
+
+
+def test_a_matching_stage_artifact_is_reused_not_exported_again(stage, tmp_path):
+    target, sig, onnx = stage["seed"]
+    art = OpenVINOBackend().export(target.fn, sig, tmp_path / "openvino",
+                                   ExportOptions(stage_artifact=str(onnx.directory)))
+    how = art.manifest.format["stage"]
+    assert how["backend"] == "onnx" and how["made"].startswith("reused")
+    assert os.path.samefile(tmp_path / how["from"], onnx.directory)
+    model = art.manifest.files["model"]
+    assert (art.directory / model).read_bytes() == (onnx.directory / model).read_bytes()
+    feed = sig.example_feed()
+    assert_matches_jit(target, sig, OpenVINOBackend().load(art.directory)(feed), feed)
+
+
+@pytest.mark.parametrize("why", ["another target", "other options", "not an artifact"])
+def test_a_stage_artifact_made_otherwise_is_not_reused(stage, tmp_path, why):
+    target, sig, onnx = stage["seed"]
+    directory = {"another target": stage["mlp"][2].directory, "other options": onnx.directory,
+                 "not an artifact": tmp_path}[why]
+    options = ExportOptions(keep_unused=why == "other options", stage_artifact=str(directory))
+    assert reusable_stage(OnnxBackend(), sig, options, str(directory)) is None
+    art = OpenVINOBackend().export(target.fn, sig, tmp_path / "openvino", options)
+    assert art.manifest.format["stage"] == {"backend": "onnx", "made": "exported for this artifact (its export "
+                                                                       "time includes it)"}
+    feed = sig.example_feed()
+    assert_matches_jit(target, sig, OpenVINOBackend().load(art.directory)(feed), feed)

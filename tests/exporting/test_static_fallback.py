@@ -1,0 +1,122 @@
+"""The static-size fallback: a converter that cannot keep a symbolic dimension gets one model per size.
+
+Real converters where one exists (the TFLite converter has no stablehlo.dynamic_gather, which only a
+symbolic batch produces), and test backends that refuse symbolic signatures as jax2onnx does on Python
+shape logic, one of them numerically wrong so a fallback artifact can be shown to fail parity.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from multiexport import RunError, Target, export, load, signature
+from multiexport.comparison import compare
+from multiexport.exporting.registry import get_backend
+from multiexport.exporting.static_fallback import size_dir, specialize
+from multiexport.results import Status
+
+from ..conftest import assert_matches_jit, run_in_worker
+
+needs_litert = pytest.mark.skipif(not get_backend("litert").available().ok, reason="litert unavailable")
+
+
+def first_row() -> Target:
+    """`x[:, 0]` over a symbolic batch lowers to stablehlo.dynamic_gather (its slice sizes hold b)."""
+    x = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)
+    return Target(lambda x: {"first": jnp.tanh(x)[:, 0] * 2.0}, args=(x,), name="first_row", symbolic_batch="b")
+
+
+def scaled() -> Target:
+    """A symbolic batch through a matmul: every converter that takes symbolic dims at all takes this one."""
+    w = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+    x = np.random.default_rng(2).standard_normal((2, 4)).astype(np.float32)
+    return Target(lambda batch: {"y": jnp.tanh(batch["x"] @ w)}, args=({"x": x},), name="scaled",
+                  symbolic_batch="b", batch_leaves=("batch.*",))
+
+
+def test_specialize_fixes_every_symbolic_dim_and_tiles_the_examples_along_it():
+    sig = signature(scaled())
+    fixed = specialize(sig, {"b": 5})
+    assert fixed.symbolic_dims == () and fixed.inputs[0].shape == (5, 4) and fixed.outputs[0].shape == (5, 3)
+    assert [tuple(s.shape) for s in fixed.specs] == [(5, 4)]
+    example = sig.examples[0]
+    assert np.array_equal(fixed.examples[0], example[[0, 1, 0, 1, 0]])  # the example's rows, in its domain
+    assert specialize(sig, {"b": 1}).examples[0].shape == (1, 4)
+
+
+@needs_litert
+def test_a_symbolic_model_the_tflite_converter_cannot_take_is_exported_once_per_size(tmp_path):
+    target = first_row()
+    artifact = export(target, tmp_path / "litert", backend="litert", static_sizes={"b": (1, 3)})
+    manifest = artifact.manifest
+    assert manifest.supports["dims"] == {"b": [1, 2, 3]}
+    facts = manifest.format["static_fallback"]
+    assert "dynamic_gather" in facts["why"] and sorted(facts["models"]) == ["b=1", "b=2", "b=3"]
+    assert any(w.startswith("fixed sizes only: litert could not export the symbolic dimension b") and
+               "dynamic_gather" in w for w in manifest.warnings)
+    assert [leaf.shape for leaf in manifest.inputs] == [["b", 5, 3]]  # the leaves as the function declares them
+    for key in facts["models"]:
+        assert (artifact.directory / size_dir({"b": int(key[2:])}) / "model.tflite").is_file()
+
+    sig = signature(target)
+    feeds = [{"x": np.random.default_rng(n).standard_normal((n, 5, 3)).astype(np.float32)} for n in (3, 1)]
+    worker = run_in_worker(artifact.directory, feeds)  # from disk, in a fresh process, as compare runs it
+    assert worker.failure is None, worker.failure
+    for feed, got in zip(feeds, worker.outputs):
+        assert_matches_jit(target, sig, got, feed)
+    with pytest.raises(RunError, match=r"got b=4, expected one of the sizes it was built for") as caught:
+        load(artifact.directory)({"x": np.zeros((4, 5, 3), np.float32)})
+    assert caught.value.category == "size-unsupported"
+
+
+def test_without_a_size_a_converter_takes_the_symbolic_error_stands(tmp_path, fault_backends):
+    """A failure no fixed size avoids (the static export fails too) is the symbolic export's error, with the
+    static attempt's words beside it: never an artifact, never a different category."""
+    with pytest.raises(Exception, match=r"does not support the op 'reduce_precision' \(a static export at b=2 failed "
+                                        r"too: .*reduce_precision") as caught:
+        export(scaled(), tmp_path / "x", backend="xla_export_fails")
+    assert getattr(caught.value, "category", None) == "export-failed"
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_compare_checks_and_times_a_fallback_artifact_at_every_size_it_checks(tmp_path, fault_backends):
+    from multiexport.measure.bench import BenchConfig
+
+    results = compare(scaled(), backends=["xla", "xla_static_only"], out_dir=tmp_path, trials=2,
+                      dim_sizes={"b": (1, 4)}, batch_sizes=(1, 4), paired=False,
+                      bench=BenchConfig(warmup_iters=1, warmup_time=0.0, min_iters=5, bench_time=0.05))
+    row = results.backends["xla_static_only"]
+    assert row.status is Status.OK, row.reason
+    assert row.supports["dims"] == {"b": [1, 2, 4]}  # the example's size and every size the compare checks
+    assert any("b=1" in t for t in row.parity.trials) and any("b=4" in t for t in row.parity.trials)
+    assert {s.batch: s.status for s in row.bench.sizes} == {1: Status.OK, 4: Status.OK}
+    assert any("fixed sizes only" in w and "requires a constant" in w for w in row.warnings)
+
+
+def test_a_fallback_artifact_that_disagrees_with_jax_is_parity_failed(tmp_path, fault_backends):
+    results = compare(scaled(), backends=["xla_static_only_perturbed"], out_dir=tmp_path, trials=2, bench=None)
+    row = results.backends["xla_static_only_perturbed"]
+    assert row.status is Status.PARITY_FAILED, row.reason
+    assert "static_fallback" in (tmp_path / "xla_static_only_perturbed" / "manifest.json").read_text()
+
+
+def test_a_symbolic_model_that_runs_but_computes_wrong_is_rebuilt_at_static_sizes(tmp_path, fault_backends):
+    """The export's load check compares a symbolic artifact with jax.jit at the example; a grossly wrong one
+    (LiteRT on keras-hub's Llama) is replaced by the static sizes, which parity then checks like any other."""
+    results = compare(scaled(), backends=["xla_symbolic_wrong"], out_dir=tmp_path, trials=2, bench=None,
+                      dim_sizes={"b": (1, 4)})
+    row = results.backends["xla_symbolic_wrong"]
+    assert row.status is Status.OK, row.reason
+    assert row.supports["dims"] == {"b": [1, 2, 4]}
+    why = [w for w in row.warnings if "fixed sizes only" in w]
+    assert why and "computes a wrong result" in why[0] and "out.y" in why[0]
+
+
+def test_a_symbolic_model_off_by_less_than_gross_is_kept_and_left_to_parity(tmp_path, fault_backends):
+    """1e-3 off is no gross error: the symbolic artifact stays, and parity, not the export, says it is wrong."""
+    results = compare(scaled(), backends=["xla_perturbed"], out_dir=tmp_path, trials=2, bench=None)
+    row = results.backends["xla_perturbed"]
+    assert row.status is Status.PARITY_FAILED, row.reason
+    assert row.supports["dims"] == {"b": "any"}

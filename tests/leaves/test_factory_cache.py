@@ -1,0 +1,62 @@
+"""The TARGET's factory is built once: export workers read the programs the parent's load compiled, and no timed
+worker ever sees a JAX compilation cache (a cold start must cost what it costs in a fresh process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ..conftest import REPO, run_cli
+
+SPEC = "benchmarks.real_models:eqx_mlp"  # equinox's MLP: its weights are drawn eagerly, one XLA compile per op
+
+
+def _export_worker_after_a_recorded_load(tmp_path, record: bool) -> dict:
+    """A fresh parent that loads SPEC (recording, or not) and then runs one real export worker; its export.json."""
+    worker = [sys.executable, "-m", "multiexport.run.worker", "export", SPEC, "xla", str(tmp_path / "xla"),
+              str(tmp_path / "work")]
+    script = textwrap.dedent(f"""
+        import contextlib, subprocess
+        from multiexport.leaves.factory_cache import FactoryCache
+        from multiexport.leaves import load_target
+        with {"FactoryCache()" if record else "contextlib.nullcontext()"} as cache:
+            (cache.load if cache else load_target)({SPEC!r})
+            print(subprocess.run({worker!r}).returncode)
+    """)
+    (tmp_path / "work").mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.split()[-1] == "0", proc.stderr[-2000:]
+    return json.loads((tmp_path / "work" / "export.json").read_text())["target_load"]
+
+
+@pytest.mark.subprocess
+def test_an_export_worker_builds_the_target_from_the_programs_the_parents_load_compiled(tmp_path):
+    recorded = _export_worker_after_a_recorded_load(tmp_path / "a", record=True)
+    assert recorded["factory_cache"] is True
+    assert recorded["cache_hits"] >= 3 and recorded["cache_misses"] == 0  # every eager init op: read, none compiled
+    fresh = _export_worker_after_a_recorded_load(tmp_path / "b", record=False)
+    assert fresh["factory_cache"] is False and fresh["cache_hits"] == 0
+
+
+@pytest.mark.subprocess
+def test_no_timed_worker_reads_or_writes_the_users_jax_compilation_cache(tmp_path):
+    """A user's JAX_COMPILATION_CACHE_DIR, set to write every compile: a compare leaves it empty, so neither
+    the reference's nor the xla runner's cold-start compile could have been a hit from an earlier run there."""
+    users = tmp_path / "users-jax-cache"
+    users.mkdir()
+    env = {"JAX_COMPILATION_CACHE_DIR": str(users), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+    proc = run_cli("compare", "--backends", "xla", "--trials", "1", "--bench-time", "0.05", "--out", tmp_path / "out",
+                   env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["backends"]["xla"]["status"] == "ok" and results["pairing"]["mode"] == "paired"
+    assert list(users.iterdir()) == []
+    probe = subprocess.run([sys.executable, "-c", "import jax, jax.numpy as jnp; jax.jit(jnp.sin)(1.0)"], env={
+        **os.environ, **env}, capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0 and list(users.iterdir()), "the environment above does write a cache"
