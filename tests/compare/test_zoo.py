@@ -37,8 +37,11 @@ def test_quick_zoo_run_writes_results_and_matrix_and_gates(tmp_path):
         out = copy.deepcopy(combined)
         for model in models:
             for size in out["models"][model]["backends"]["xla"]["bench"]["sizes"]:
-                for key in ("p50_ms", "ci95_low_ms", "ci95_high_ms"):
-                    size["latency"][key] *= factor
+                latency = size["latency"]  # the whole distribution, so it stays one a measurement could give
+                for key in ("min_ms", "p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms", "std_ms", "ci95_low_ms",
+                            "ci95_high_ms"):
+                    latency[key] *= factor
+                latency["quantiles_ms"] = [q * factor for q in latency["quantiles_ms"]]
         return out
 
     # a synthetic 3x slowdown of the backend (every model): caught, as one per-backend check
