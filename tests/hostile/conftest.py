@@ -178,6 +178,19 @@ def seed_xla(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def seed_iree(tmp_path_factory) -> Path:
+    """A real IREE export of the seed example (its native consumer is IREE's own iree-*-module tools)."""
+    pytest.importorskip("iree.runtime")
+    pytest.importorskip("iree.compiler")
+    from multiexport import export
+    from multiexport.examples import seed
+
+    out = tmp_path_factory.mktemp("hostile-seed-iree") / "iree"
+    export(seed(), out, "iree")
+    return out
+
+
+@pytest.fixture(scope="session")
 def seed_results(tmp_path_factory) -> Path:
     """A real results.json of a compare of the seed example (XLA only, no latency)."""
     from multiexport import compare

@@ -152,3 +152,21 @@ def test_a_full_disk_while_writing_results_is_an_environment_error_and_the_run_i
     assert "results of this run were not saved" in str(caught.value)
     marker = json.loads((out / ".multiexport-run").read_text())
     assert marker["state"] == "failed"
+
+
+@pytest.mark.parametrize("command", ["compare", "export"])
+def test_a_full_disk_on_the_command_line_is_exit_2_in_one_line(sandbox, small_disk, command):
+    """The command line's side of the test above: the user sees exit 2 (the environment) and one line naming
+    the output directory, never a traceback or exit 70 (a multiexport bug)."""
+    with open(small_disk / "filler", "wb") as fh:  # a real full disk: writes fail with ENOSPC
+        try:
+            while True:
+                fh.write(bytes(1 << 16))
+        except OSError:
+            pass
+    out = small_disk / "out"
+    args = (["compare", "multiexport.examples:seed", "--backends", "xla", "--trials", "1", "--no-bench"]
+            if command == "compare" else ["export", "multiexport.examples:seed", "--backend", "xla"])
+    proc = sandbox.cli(*args, "--out", out)
+    # export names the directory it stages in, beside out
+    assert_one_line(proc, 2, f"Output '{out if command == 'compare' else small_disk}'", "no space left")

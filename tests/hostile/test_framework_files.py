@@ -2,7 +2,7 @@
 
 Real exports and runs in fresh processes, with HOME and TMPDIR pointed at the test's own directories: ONNX
 Runtime must write no ~/.cache/Microsoft telemetry database and no $TMPDIR/.ses (unless
-MULTIEXPORT_RUNTIME_TELEMETRY=1), TensorFlow no `__autograph_generated_file*.py` per SavedModel export.
+MULTIEXPORT_RUNTIME_TELEMETRY=1), TensorFlow no `__autograph_generated_file*.py` per SavedModel or LiteRT export.
 """
 
 from __future__ import annotations
@@ -62,10 +62,12 @@ def test_onnx_export_and_run_write_no_telemetry(sandbox, home):
     assert _left(home, sandbox.tmp) == []
 
 
-@pytest.mark.skipif(not _available("savedmodel"), reason="savedmodel backend not installed")
-def test_a_savedmodel_export_leaves_no_autograph_files(sandbox, home):
-    proc = sandbox.cli("export", "multiexport.examples:seed", "--backend", "savedmodel", "--out",
-                       sandbox.root / "sm", env={"HOME": str(home)})
+@pytest.mark.parametrize("backend", ["savedmodel", "litert"])  # both trace through TensorFlow's tf.function
+def test_a_tensorflow_export_leaves_no_autograph_files(sandbox, home, backend):
+    if not _available(backend):
+        pytest.skip(f"{backend} backend not installed")
+    proc = sandbox.cli("export", "multiexport.examples:seed", "--backend", backend, "--out",
+                       sandbox.root / backend, env={"HOME": str(home)})
     assert proc.returncode == 0, proc.stderr
     assert _left(home, sandbox.tmp) == []  # before: one __autograph_generated_file*.py per export
 

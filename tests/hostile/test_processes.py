@@ -8,6 +8,7 @@ Processes are found through /proc: every descendant of the command under test, c
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import textwrap
 import time
@@ -197,6 +198,30 @@ def test_a_sigkill_to_native_kills_the_consumer_and_the_next_command_removes_its
         assert not run.survivors(), "the native consumer outlived a kill -9 of multiexport"
         assert [n for n in sandbox.tmp_left() if n.startswith("multiexport-native-")], sandbox.tmp_left()
         _later_command(sandbox)
+        assert sandbox.tmp_left() == []
+    finally:
+        run.kill_survivors()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
+def test_a_signal_to_native_kills_iree_benchmark_module_too(sandbox, seed_iree, signum):
+    """IREE's consumer is a third-party binary (iree-benchmark-module for --iters), not a program of ours:
+    it must die with multiexport as pjrt_run does, and a kill -9's temporary goes with the next command."""
+    art = sandbox.root / "art"
+    shutil.copytree(seed_iree, art)
+    sandbox.rebase()
+    run = _start_in(sandbox, ["native", art, "--iters", "1000000000"])
+    try:
+        # /proc/PID/comm holds the first 15 characters of the name
+        run.wait_for(lambda: [p for p in run.seen if _comm(p) == "iree-benchmark-module"[:15]], "iree-benchmark-module")
+        run.proc.send_signal(signum)
+        _, err = _finish(run.proc)
+        assert run.proc.returncode == (-signum if signum == signal.SIGKILL else 128 + signum), err
+        assert not run.survivors(), "iree-benchmark-module outlived multiexport"
+        if signum == signal.SIGKILL:
+            _later_command(sandbox)
+        else:
+            assert "Traceback" not in err
         assert sandbox.tmp_left() == []
     finally:
         run.kill_survivors()
