@@ -156,9 +156,9 @@ def _hanging(pid_file: Path, tag: str):
     return ready
 
 
-def _start_in(sandbox, args, **env):
+def _start_in(sandbox, args, cwd=None, **env):
     return Watched(_start(args, {"TMPDIR": str(sandbox.tmp), "HOSTILE_PID_FILE": str(_pid_file(sandbox)),
-                                 **{k: str(v) for k, v in env.items()}}))
+                                 **{k: str(v) for k, v in env.items()}}, **({"cwd": cwd} if cwd else {})))
 
 
 def _hidden(directory: Path) -> list[str]:
@@ -341,6 +341,24 @@ def test_a_second_compare_into_the_same_out_is_refused_naming_the_first(sandbox,
         first.wait_for(_hanging(_pid_file(sandbox), "export"), "the first compare's export")
         before = sorted(p.name for p in out.iterdir())
         second = sandbox.cli("compare", "multiexport.examples:seed", "--backends", "xla", "--no-bench", "--out", out)
+        assert_one_line(second, 2, str(out), f"pid {first.proc.pid}")
+        assert sorted(p.name for p in out.iterdir()) == before, "the refused compare changed the directory"
+        first.proc.send_signal(signal.SIGTERM)
+        _finish(first.proc)
+        assert first.proc.returncode == 128 + signal.SIGTERM
+    finally:
+        first.kill_survivors()
+
+
+def test_two_compares_of_one_target_without_out_are_one_directory_and_the_second_is_refused(sandbox, hostile):
+    """No --out: both default to ./multiexport-out/<target name>, so the lock must hold there too."""
+    out = sandbox.root / "multiexport-out" / "seed"
+    first = _start_in(sandbox, ["compare", f"{hostile}:export_hangs", "--backends", "xla", "--no-bench"],
+                      cwd=sandbox.root, HOSTILE_STAGING_IN=out)
+    try:
+        first.wait_for(_hanging(_pid_file(sandbox), "export"), "the first compare's export")
+        before = sorted(p.name for p in out.iterdir())
+        second = sandbox.cli("compare", "multiexport.examples:seed", "--backends", "xla", "--no-bench", cwd=sandbox.root)
         assert_one_line(second, 2, str(out), f"pid {first.proc.pid}")
         assert sorted(p.name for p in out.iterdir()) == before, "the refused compare changed the directory"
         first.proc.send_signal(signal.SIGTERM)

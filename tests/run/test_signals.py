@@ -18,7 +18,7 @@ from ..fault_backends import ALL
 pytestmark = pytest.mark.subprocess
 
 
-def _start(args, env=None):
+def _start(args, env=None, cwd=REPO):
     # As from a terminal: a runner started in the background (`cmd &`) has SIGINT ignored, and one started
     # under nohup SIGHUP; children inherit that, and multiexport rightly leaves an ignored signal ignored.
     # The compare under test starts with both at their defaults. (preexec_fn would fork a JAX process.)
@@ -26,7 +26,7 @@ def _start(args, env=None):
     for s in ignored:
         signal.signal(s, signal.SIG_DFL)
     try:
-        return subprocess.Popen([sys.executable, "-m", "multiexport", *map(str, args)], cwd=REPO,
+        return subprocess.Popen([sys.executable, "-m", "multiexport", *map(str, args)], cwd=cwd,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, **(env or {})})
     finally:
