@@ -16,7 +16,8 @@ path gets the same threads and the example inputs. Vendor paths (the vendor's to
 The ratio is runner / the fastest vendor path; above FLAG (10 % slower) the row is flagged: a defect to fix
 or explain.
 
-Run: `.venv/bin/python -m benchmarks.vendor_check [--models seed,mlp,cnn] [--backends iree,onnx,...] [--rounds 5]`
+Run: `.venv/bin/python -m benchmarks.vendor_check [--models seed,mlp,cnn,benchmarks.real_models:hf_bert]
+[--backends iree,onnx,...] [--rounds 5]`
 """
 
 from __future__ import annotations
@@ -164,9 +165,14 @@ def vendor_litert(directory: Path, manifest, feed, threads: int) -> dict[str, Bl
 def vendor_xla(directory: Path, manifest, feed, threads: int) -> dict[str, Block]:
     import jax
 
+    from multiexport.backends.xla import external_tensors, load_weights
+
     exported = jax.export.deserialize(bytearray((directory / manifest.files["exported"]).read_bytes()))
     call = jax.jit(exported.call)
-    args = [jax.device_put(np.asarray(feed[leaf.name])) for leaf in manifest.inputs]
+    device = jax.devices("cpu")[0]
+    # baked weights lifted out of the module (--external-weights auto) follow the leaves, as the caller passes them
+    weights = load_weights(directory, manifest, device) if external_tensors(manifest) else []
+    args = [jax.device_put(np.asarray(feed[leaf.name]), device) for leaf in manifest.inputs] + weights
     jax.block_until_ready(call(*args))
     return {"jax.jit(exported.call)": loop(lambda: jax.block_until_ready(call(*args)))}
 
@@ -208,7 +214,7 @@ def check(model: str, target, backend_name: str, rounds: int, block_s: float, ro
     ratio = runner_us / us[best]
     described = runner.describe()
     gap = runner_us - us[best]
-    note = (f"gap {gap:.1f} us < {FLOOR_US:g} us: one Python call into the binding (the vendor path is a C loop "
+    note = (f"gap {gap:.2f} us < {FLOOR_US:g} us: one Python call into the binding (the vendor path is a C loop "
             "or a bare method)" if ratio > FLAG and gap < FLOOR_US else "")
     return Row(model, backend_name, runner_us, us, best, ratio, ratio > FLAG,
                {k: described.get(k) for k in ("driver", "compile_flags", "intra_op_threads", "intra_op_allow_spinning",
@@ -226,9 +232,20 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _target(spec: str):
+    """A built-in example by name (seed, mlp, cnn), else any target spec 'module:function' (as the CLI takes:
+    benchmarks.real_models:hf_bert is a Hugging Face Flax BERT)."""
+    if ":" not in spec:
+        return getattr(examples, spec)()
+    from multiexport.api import load_target
+
+    return load_target(spec)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="seed,mlp,cnn")
+    parser.add_argument("--models", default="seed,mlp,cnn",
+                        help="comma-separated: built-in examples, or target specs module:function")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--block-seconds", type=float, default=0.05, help="wall time of one timed block")
@@ -241,7 +258,8 @@ def main() -> None:
                 if not get_backend(name).available().ok:
                     print(f"{name}: unavailable ({get_backend(name).available().reason})")
                     continue
-                rows.append(check(model, getattr(examples, model)(), name, args.rounds, args.block_seconds, Path(tmp)))
+                rows.append(check(model.rsplit(":", 1)[-1], _target(model), name, args.rounds, args.block_seconds,
+                                  Path(tmp)))
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
     print(table(rows))
     if args.json:
