@@ -25,3 +25,18 @@ def test_vendor_check_times_the_runner_against_the_vendor_paths(backend, tmp_pat
     else:
         assert row.runner["intra_op_allow_spinning"] == "1"
     assert f"| seed | {backend} |" in vendor_check.table([row])
+
+
+def test_the_xla_vendor_path_passes_the_lifted_weights_and_a_target_spec_loads(tmp_path):
+    """Baked weights of 16 MiB and more are lifted out of the XLA module (--external-weights auto) and passed
+    after the leaves; jax.jit(exported.call) with the leaves alone failed ("a tuple of length 2 ... 3")."""
+    import numpy as np
+
+    from multiexport import Target
+
+    w = np.random.default_rng(0).normal(size=(2100, 2100)).astype(np.float32)  # 17.6 MB: lifted
+    target = Target(lambda x: {"y": x @ w}, (np.ones((1, 2100), np.float32),), name="baked_big")
+    row = vendor_check.check("baked_big", target, "xla", rounds=2, block_s=0.005, root=tmp_path)
+    assert set(row.vendor_us) == {"jax.jit(exported.call)"} and row.runner_us > 0
+    assert vendor_check._target("multiexport.examples:seed").name == "seed"
+    assert vendor_check._target("mlp").name == examples.mlp().name
