@@ -47,6 +47,14 @@ class IreeRunner(Runner):
         import iree.runtime as rt
 
         super().__init__(manifest, directory, options)
+        self._driver_note = None
+        if driver == "local-task" and options.thread_count == 1:
+            # One thread: the pool would add a hand-off and no parallelism (the export's own driver rule), and
+            # sizing it is process-wide and first-come: export's one-thread load check pinned every later
+            # local-task runner and driver measurement of the process at one worker (BERT-base: 2x slower).
+            driver = "local-sync"
+            self._driver_note = "one thread requested: local-sync runs the module on the calling thread instead " \
+                                "of the artifact's local-task, whose pool would be a single worker"
         self._rt, self._driver = rt, driver
         if driver == "local-task":
             set_threads(rt, options.thread_count)
@@ -136,7 +144,8 @@ class IreeRunner(Runner):
         return 0  # compiled ahead of time at export; nothing compiles at run time, whatever the shapes
 
     def _describe_impl(self) -> dict[str, Any]:
-        return {"driver": self._driver, "driver_choice": self.manifest.format.get("driver_choice"),
+        return {"driver": self._driver, "driver_note": self._driver_note,
+                "driver_choice": self.manifest.format.get("driver_choice"),
                 "compile_flags": self.manifest.format.get("compile_flags"), "module_signature": self.declaration,
                 "target_backends": self.manifest.format.get("target_backends"),
                 "task_topology_max_group_count": _THREADS_SET[0] if _THREADS_SET and self._driver == "local-task" else None,

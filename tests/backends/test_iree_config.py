@@ -139,3 +139,37 @@ def test_conv_contractions_read_the_kernel_layout_and_cuda_compiles_get_neither_
     assert cpu_config({"im2col": "auto", "data_tiling": True}, ["llvm-cpu"], text).flags == (DATA_TILING, IM2COL)
     both = cpu_config({"im2col": "on", "data_tiling": True}, ["llvm-cpu", "cuda"], text)
     assert both.flags == () and "global" in both.why["im2col"]
+
+
+@pytest.mark.subprocess
+def test_export_s_one_thread_load_check_leaves_later_local_task_runners_their_threads(tmp_path):
+    """IREE sizes local-task's pool once per process. Export's load check runs with one thread; it pinned every
+    later local-task runner and driver measurement of that process to one worker (BERT-base measured 795 ms on
+    local-task vs 804 on local-sync, instead of 406 vs 798, so the export chose local-sync). In a fresh process."""
+    import subprocess
+    import sys
+
+    from multiexport.exporting.options import usable_cpus
+
+    if usable_cpus() < 2:
+        pytest.skip("one CPU: a pool of one is all there is")
+    script = f"""
+import json, sys
+from pathlib import Path
+from multiexport import examples
+from multiexport.backends.iree import IreeBackend
+from multiexport.exporting import ExportOptions, RunOptions
+from multiexport.leaves import build_signature
+target = examples.mlp()
+artifact = IreeBackend().export(target.fn, build_signature(target), Path({str(tmp_path / 'task')!r}),
+                                ExportOptions(backend_options={{"driver": "local-task"}}))
+one = IreeBackend().load(artifact.directory, RunOptions(threads=1)).describe()
+two = IreeBackend().load(artifact.directory, RunOptions(threads=2)).describe()
+print(json.dumps({{"one": [one["driver"], one.get("driver_note"), one["num_threads"]],
+                   "two": [two["driver"], two["num_threads"]]}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["two"] == ["local-task", 2], got  # before: ["local-task", 1]
+    assert got["one"][0] == "local-sync" and "one thread requested" in got["one"][1] and got["one"][2] == 1
