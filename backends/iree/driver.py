@@ -26,6 +26,7 @@ TASK_MARGIN = 0.05  # local-task must beat local-sync by 5% to be kept
 BUDGET_S = 2.0  # time spent measuring, at most about this (one call of each driver always runs)
 BLOCK_S = 0.005  # a timed block is at least this long (many calls for a small model)
 ROUNDS = 5
+ONE_THREAD_RULE = "one thread: local-task's pool would add a hand-off and no parallelism"
 
 
 def open_call(rt, driver: str, module_path: Path, weights_path: Path | None,
@@ -76,8 +77,7 @@ def choose_driver(module_path: Path, weights_path: Path | None, arrays: Sequence
     from .runner import set_threads
 
     if threads <= 1:
-        return {"driver": "local-sync", "rule": "one thread: local-task's pool would add a hand-off and no "
-                "parallelism", "threads": threads}
+        return {"driver": "local-sync", "rule": ONE_THREAD_RULE, "threads": threads}
     set_threads(rt, threads)
     calls = {d: open_call(rt, d, module_path, weights_path, arrays, n_outputs) for d in CPU_DRIVERS}
     first = max(_per_call(calls[d], 1) for d in CPU_DRIVERS)

@@ -11,6 +11,7 @@ from multiexport.errors import ArtifactError, RunError, leaf_message
 from multiexport.exporting import Manifest, Runner
 from multiexport.exporting.contract import observed_threads
 
+from .driver import ONE_THREAD_RULE
 from .fixups import FUNCTION, PARAMETER_SCOPE
 
 _THREADS_SET: list[int] = []  # iree.runtime reads its task-topology flag once per process
@@ -49,12 +50,11 @@ class IreeRunner(Runner):
         super().__init__(manifest, directory, options)
         self._driver_note = None
         if driver == "local-task" and options.thread_count == 1:
-            # One thread: the pool would add a hand-off and no parallelism (the export's own driver rule), and
-            # sizing it is process-wide and first-come: export's one-thread load check pinned every later
-            # local-task runner and driver measurement of the process at one worker (BERT-base: 2x slower).
+            # The export's own rule, and more: sizing the pool is process-wide and first-come, so export's
+            # one-thread load check pinned every later local-task runner and driver measurement of the
+            # process at one worker (BERT-base: 2x slower).
             driver = "local-sync"
-            self._driver_note = "one thread requested: local-sync runs the module on the calling thread instead " \
-                                "of the artifact's local-task, whose pool would be a single worker"
+            self._driver_note = f"one thread requested, so local-sync instead of the artifact's local-task ({ONE_THREAD_RULE})"
         self._rt, self._driver = rt, driver
         if driver == "local-task":
             set_threads(rt, options.thread_count)

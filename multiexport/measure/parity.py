@@ -14,7 +14,7 @@ import numpy as np
 from ..dtypes import is_complex, is_float, parse_dtype
 from ..results.parity import ExcludedTrial, LeafStats, LeafVerdict, ParityVerdict, Tolerance
 from .rounding import DRAWS
-from .tolerance import SENSITIVITY_MARGIN, default_tolerance, tolerance_for, widened
+from .tolerance import SENSITIVITY_MARGIN, default_tolerance, tolerance_for
 
 _ULP_INTS = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 
@@ -216,7 +216,8 @@ def check_parity(
     excluded: trials that are no evidence (already left out of got/expected), recorded in the verdict.
     feeds: the trials' inputs, to tell an output that ignores its inputs from trials that were all alike.
     sensitivity: per output leaf, how far rounding alone moves it (measure/rounding.py): a default
-        tolerance's scale term is widened to it (measure/tolerance.widened), and the verdict says so.
+        tolerance's scale term is widened to it (measure/tolerance.widened), and the verdict says so where that
+        decided the leaf.
     """
     overrides = overrides or {}
     sensitivity = sensitivity or {}
@@ -254,12 +255,10 @@ def widening_notes(outputs: Sequence, overrides: Mapping[str, Tolerance], sensit
     changed nothing there (its tolerance is still recorded in the leaf's verdict)."""
     notes = []
     for leaf in outputs:
-        measured = sensitivity.get(leaf.name)
-        if leaf.name not in decided:
+        if leaf.name not in decided:  # only a widened tolerance (no override, a measured floor) can decide
             continue
+        measured = sensitivity[leaf.name]
         tol, default = tolerance_for(leaf.name, leaf.dtype, overrides, measured), default_tolerance(leaf.dtype)
-        if measured is None or tol == default or tol != widened(default, leaf.dtype, measured):
-            continue
         capped = " (capped: the model amplifies rounding beyond it)" if tol.scale < SENSITIVITY_MARGIN * measured else ""
         notes.append(f"Output '{leaf.name}' | tolerance scale {tol.scale:.2g}*max|ref| instead of the {leaf.dtype} "
                      f"default {default.scale:g}: rounding alone (every float input and weight moved by one rounding "

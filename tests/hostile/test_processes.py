@@ -333,32 +333,19 @@ def test_ctrl_c_during_an_export_leaves_no_staging_or_lock_in_out(sandbox, hosti
 
 # -- one compare per output directory ------------------------------------------------------------------------
 
-def test_a_second_compare_into_the_same_out_is_refused_naming_the_first(sandbox, hostile):
-    out = sandbox.root / "o"
-    first = _start_in(sandbox, ["compare", f"{hostile}:export_hangs", "--backends", "xla", "--no-bench", "--out", out],
-                      HOSTILE_STAGING_IN=out)
-    try:
-        first.wait_for(_hanging(_pid_file(sandbox), "export"), "the first compare's export")
-        before = sorted(p.name for p in out.iterdir())
-        second = sandbox.cli("compare", "multiexport.examples:seed", "--backends", "xla", "--no-bench", "--out", out)
-        assert_one_line(second, 2, str(out), f"pid {first.proc.pid}")
-        assert sorted(p.name for p in out.iterdir()) == before, "the refused compare changed the directory"
-        first.proc.send_signal(signal.SIGTERM)
-        _finish(first.proc)
-        assert first.proc.returncode == 128 + signal.SIGTERM
-    finally:
-        first.kill_survivors()
-
-
-def test_two_compares_of_one_target_without_out_are_one_directory_and_the_second_is_refused(sandbox, hostile):
-    """No --out: both default to ./multiexport-out/<target name>, so the lock must hold there too."""
-    out = sandbox.root / "multiexport-out" / "seed"
-    first = _start_in(sandbox, ["compare", f"{hostile}:export_hangs", "--backends", "xla", "--no-bench"],
+@pytest.mark.parametrize("given", [True, False], ids=["--out", "default-out"])
+def test_a_second_compare_into_the_same_out_is_refused_naming_the_first(sandbox, hostile, given):
+    """With --out, and without: both then default to ./multiexport-out/<target name> (two CI jobs in one
+    checkout), so the lock must hold there too."""
+    out = sandbox.root / "o" if given else sandbox.root / "multiexport-out" / "seed"
+    where = ["--out", out] if given else []
+    first = _start_in(sandbox, ["compare", f"{hostile}:export_hangs", "--backends", "xla", "--no-bench", *where],
                       cwd=sandbox.root, HOSTILE_STAGING_IN=out)
     try:
         first.wait_for(_hanging(_pid_file(sandbox), "export"), "the first compare's export")
         before = sorted(p.name for p in out.iterdir())
-        second = sandbox.cli("compare", "multiexport.examples:seed", "--backends", "xla", "--no-bench", cwd=sandbox.root)
+        second = sandbox.cli("compare", "multiexport.examples:seed", "--backends", "xla", "--no-bench", *where,
+                             cwd=sandbox.root)
         assert_one_line(second, 2, str(out), f"pid {first.proc.pid}")
         assert sorted(p.name for p in out.iterdir()) == before, "the refused compare changed the directory"
         first.proc.send_signal(signal.SIGTERM)
