@@ -52,3 +52,19 @@ def is_integer(dtype: str | np.dtype) -> bool:
     """Integers, ml_dtypes' int4/uint4/int2 included (bool is not an integer here)."""
     dt = parse_dtype(dtype) if isinstance(dtype, str) else np.dtype(dtype)
     return dt.kind in "iu" or (dt.kind == "V" and "int" in dt.name)
+
+
+def is_extension(dtype: np.dtype) -> bool:
+    """A dtype numpy cannot name from its own .npy header (bfloat16, float8_*, int4: ml_dtypes types, some of
+    which even claim a float descr such as '<f1' that numpy cannot read back)."""
+    try:
+        return np.dtype(dtype.str) != dtype
+    except TypeError:
+        return True
+
+
+def npy_storable(array: np.ndarray) -> np.ndarray:
+    """`array` as a .npy file can hold it: an extension dtype as opaque bytes of its size (`V2`, `V1`), which
+    every reader takes back by the dtype the manifest or a side table names."""
+    return array.view(f"V{array.dtype.itemsize}") if is_extension(array.dtype) else array
+

@@ -18,11 +18,10 @@ from typing import Any
 from multiexport.dtypes import parse_dtype
 from multiexport.errors import ArtifactError, ExportError, RunError, present
 from multiexport.exporting import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
-from multiexport.exporting.native_section import check_iree_tools, iree_section
+from multiexport.exporting.native_section import NoNativeSection, check_iree_tools, iree_section
 from multiexport.exporting.stablehlo import concrete_specs, export_module, leaf_binding, module_interface
 from multiexport.files import write_bytes_atomic
 from multiexport.leaves.weights import WEIGHTS_FILE, embedded, plan
-from multiexport.native.run import npy_can_carry
 
 from .compile import compile_exported, compile_flags, cuda_arch, targets_for
 from .config import OPTIONS, CpuConfig, cpu_config
@@ -94,12 +93,15 @@ class IreeBackend(Backend):
         if "llvm-cpu" in targets:
             choice = _choose_driver(resolved["driver"], out_dir, files, signature, arg_index)
             drivers["llvm-cpu"] = choice["driver"]
-        native = iree_section([(i, _at_sizes(signature.inputs[i], sizes)) for i in arg_index],
-                              [_at_sizes(leaf, sizes) for leaf in signature.outputs], driver=drivers[targets[0]],
-                              module=MODULE, function=FUNCTION,
-                              parameters=f"{PARAMETER_SCOPE}={WEIGHTS_FILE}" if lifted else None)
-
         warnings = []
+        try:
+            native = iree_section([(i, _at_sizes(signature.inputs[i], sizes)) for i in arg_index],
+                                  [_at_sizes(leaf, sizes) for leaf in signature.outputs], driver=drivers[targets[0]],
+                                  module=MODULE, function=FUNCTION,
+                                  parameters=f"{PARAMETER_SCOPE}={WEIGHTS_FILE}" if lifted else None)
+        except NoNativeSection as exc:
+            native = None
+            warnings.append(f"no native section: {exc}")
         if sizes is not None:
             dynamic_error = present(dynamic_error, "set with sizes, when the symbolic module failed")
             shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
@@ -109,10 +111,6 @@ class IreeBackend(Backend):
                 f"{dynamic_error.splitlines()[0][:500]}")
         if notes["custom_call_targets"]:
             warnings.append(f"the module calls custom call targets {notes['custom_call_targets']}")
-        opaque = sorted({leaf.dtype for leaf in [*arg_leaves, *signature.outputs] if not npy_can_carry(leaf.dtype)})
-        if opaque:
-            warnings.append(f"{', '.join(opaque)} has no .npy form: IREE's native tools need raw inputs and outputs "
-                            "(--input=SHAPExTYPE=@file.bin, --output=@file.bin); `multiexport native` refuses it")
         declaration = _declaration(vmfb)
         return FormatResult(
             files=files, used=used, params=params, output_params=list(range(len(signature.outputs))),

@@ -25,9 +25,14 @@ from ..files.bounded import read_json
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = "multiexport.manifest/2"
+# The same rules as a JSON Schema (draft 2020-12) for consumers in other languages; documented in docs/manifest.md.
+# This reader does not use it (no dependency): tests/exporting/test_manifest_schema.py keeps the two in agreement.
+SCHEMA_PATH = Path(__file__).with_name("manifest.schema.json")
 _ALIAS = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _DIM = re.compile(r"^[A-Za-z0-9_+\-*/() ]+$")  # a symbol or an expression of symbols (jax.export syntax)
 _MAX_MANIFEST = 64 << 20
+# numpy's extended precision (x87 long double): no JAX array and no format has it.
+_NO_JAX_DTYPE = ("float128", "complex256")
 # Files a user may rewrite with other tools (weights edited by name in any safetensors writer): their size may
 # change, and their own reader checks every entry against the file instead.
 EDITABLE_ROLES = ("weights",)
@@ -77,6 +82,8 @@ class LeafBinding:
             parse_dtype(dtype)
         except TypeError:
             raise ArtifactError(f"{where} | got dtype {dtype!r}, expected a numeric or bool dtype name") from None
+        if dtype in _NO_JAX_DTYPE:
+            raise ArtifactError(f"{where} | got dtype {dtype!r}, expected a dtype a JAX array can have")
         param = known.get("param")
         if param is not None and not (isinstance(param, str) or (isinstance(param, int) and not isinstance(param, bool)
                                                                and param >= 0)):

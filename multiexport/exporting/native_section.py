@@ -24,7 +24,8 @@ STATIC_DIR = "static"
 INPUT_DIR, OUTPUT_DIR = "inputs", "outputs"  # relative to the directory the consumer runs in
 MAX_STATIC_MODULES = 32  # the product of --static-sizes; each refined module is a full copy of embedded weights
 IREE_ELEMENT = {"float16": "f16", "float32": "f32", "float64": "f64", "int8": "i8", "int16": "i16", "int32": "i32",
-                "int64": "i64", "uint8": "ui8", "uint16": "ui16", "uint32": "ui32", "uint64": "ui64"}
+                "int64": "i64", "uint8": "ui8", "uint16": "ui16", "uint32": "ui32", "uint64": "ui64",
+                "bfloat16": "bf16"}
 CONSUMERS = {"xla": "pjrt_c_api", "savedmodel": "tf_c_api", "iree": "iree_tools", "openvino": "openvino_c_api"}
 # The IREE native tools by role: the only programs an IREE section may name (binaries of the
 # iree-base-runtime wheel, found by multiexport in iree/_runtime_libs/).
@@ -47,6 +48,19 @@ def input_file(index: int) -> str:
 def output_file(index: int) -> str:
     """The .npy file (in the consumer's outputs directory) of the manifest's output leaf `index`."""
     return f"output{index}.npy"
+
+
+class NoNativeSection(Exception):
+    """The format's native consumer cannot take this artifact: the export writes no native section and says why
+    in the manifest's warnings (never a section naming files or flags that cannot work)."""
+
+
+def npy_describes(dtype: str) -> bool:
+    """Whether a .npy header names `dtype` itself; bfloat16 and the float8s (ml_dtypes) are stored as opaque
+    bytes, `V2` / `V1`, whose type only the manifest gives."""
+    from ..dtypes import is_extension, parse_dtype
+
+    return not is_extension(parse_dtype(dtype))
 
 
 def leaf_entry(leaf: Any, index: int, role: str, shape: Sequence[int | str] | None = None) -> dict[str, Any]:
@@ -194,25 +208,34 @@ def iree_section(args: Sequence[tuple[int, Any]], outputs: Sequence[Any], *, dri
     iree-base-runtime wheel's binaries (`iree/_runtime_libs/`); those on PATH are Python wrappers.
     """
     entries = [leaf_entry(leaf, i, "input") for i, leaf in args]
-    for entry in entries:
-        if entry["shape"] == [] and entry["dtype"] in IREE_ELEMENT:
+    results = [leaf_entry(leaf, j, "output") for j, leaf in enumerate(outputs)]
+    for role, entry in [*(("Input", e) for e in entries), *(("Output", e) for e in results)]:
+        if not npy_describes(entry["dtype"]):
+            # IREE's tools read and write no .npy of bfloat16 / float8 (numpy writes them as opaque bytes), but
+            # take raw bytes with the shape and element type in the flag: possible only for a static shape.
+            if entry["dtype"] not in IREE_ELEMENT or not all(isinstance(d, int) for d in entry["shape"]):
+                raise NoNativeSection(
+                    f"{role} '{entry['leaf']}' | {entry['dtype']} of shape {entry['shape']}: IREE's tools read no .npy "
+                    "of it and take raw bytes only for a static shape of " + ", ".join(IREE_ELEMENT))
+            entry.update(file=entry["file"].replace(".npy", ".bin"), encoding="raw")
+        elif role == "Input" and entry["shape"] == [] and entry["dtype"] in IREE_ELEMENT:
             # iree-run-module reads a 0-d .npy as shape [1] (measured, IREE 3.13): a scalar goes in as raw bytes.
             entry.update(file=entry["file"].replace(".npy", ".bin"), encoding="raw")
     common = [f"--device={driver}", *([f"--parameters={parameters}"] if parameters else []),
               f"--module={module}", f"--function={function}",
-              *[f"--input={IREE_ELEMENT[e['dtype']]}=@{INPUT_DIR}/{e['file']}" if e.get("encoding") == "raw"
-                else f"--input=@{INPUT_DIR}/{e['file']}" for e in entries]]
+              *[f"--input={''.join(f'{d}x' for d in e['shape'])}{IREE_ELEMENT[e['dtype']]}=@{INPUT_DIR}/{e['file']}"
+                if e.get("encoding") == "raw" else f"--input=@{INPUT_DIR}/{e['file']}" for e in entries]]
     return {
         "schema": NATIVE_SCHEMA,
         "consumer": CONSUMERS["iree"],
         "tools": dict(IREE_TOOLS),
         "tool_location": "iree-base-runtime wheel: site-packages/iree/_runtime_libs/ (native binaries)",
         "mkdir": [OUTPUT_DIR],
-        "run_args": common + [f"--output=@{OUTPUT_DIR}/{output_file(j)}" for j in range(len(outputs))],
+        "run_args": common + [f"--output=@{OUTPUT_DIR}/{e['file']}" for e in results],
         "benchmark_args": common + ["--benchmark_format=json", "--benchmark_min_time=1x",
                                     "--benchmark_report_aggregates_only=false"],
         "args": entries,
-        "results": [leaf_entry(leaf, j, "output") for j, leaf in enumerate(outputs)],
+        "results": results,
         "symbolic_dims": symbolic_names([leaf for _, leaf in args]),
     }
 
@@ -249,8 +272,10 @@ def check_section(manifest, directory) -> dict[str, Any]:
     where = f"Artifact '{directory}' | native section"
     native = manifest.native
     if not isinstance(native, dict):
-        raise ArtifactError(f"Artifact '{directory}' | manifest.json has no \"native\" section: backend "
-                            f"'{manifest.backend}' has no native consumer, or the artifact predates it")
+        why = next((w for w in manifest.warnings if w.startswith("no native section: ")), None)
+        raise ArtifactError(f"Artifact '{directory}' | manifest.json has no \"native\" section: " + (
+            why[len("no native section: "):] if why else
+            f"backend '{manifest.backend}' has no native consumer, or the artifact predates it"))
     if native.get("schema") != NATIVE_SCHEMA or native.get("consumer") != CONSUMERS.get(manifest.backend):
         raise ArtifactError(f"{where} | got schema {native.get('schema')!r} consumer {native.get('consumer')!r}, expected "
                             f"{NATIVE_SCHEMA!r} {CONSUMERS.get(manifest.backend)!r}")

@@ -218,7 +218,10 @@ def build_manifest(backend: Backend, signature: "Signature", options: ExportOpti
     files = dict(result.files)
     if write_example_inputs(signature, staging, fixed):
         files["example_inputs"] = EXAMPLE_INPUTS
-    _write_native_inputs(signature, staging, result.native)
+    native = result.native
+    if native is not None:
+        # A consumer reads inputs/ only where the export wrote it: never a section naming files that are not there.
+        native = {**native, "inputs_written": _write_native_inputs(signature, staging, native)}
     dims = {d: ([fixed[d]] if d in fixed else "any") for d in signature.symbolic_dims}
     fmt = dict(result.format)
     if stage:
@@ -243,7 +246,7 @@ def build_manifest(backend: Backend, signature: "Signature", options: ExportOpti
         warnings=[*signature.warnings, *result.warnings],
         weights={**signature.weights, **result.weights},
         options=resolved,
-        native=result.native,
+        native=native,
     )
 
 
@@ -302,33 +305,32 @@ def write_example_inputs(signature: "Signature", out_dir: Path, fixed: dict[str,
     return True
 
 
-def _write_native_inputs(signature: "Signature", out_dir: Path, native: dict[str, Any] | None) -> None:
+def _write_native_inputs(signature: "Signature", out_dir: Path, native: dict[str, Any]) -> bool:
     """The example value of each leaf the native consumer takes, as inputs/input{i}.npy (the names the
-    native section gives), so the printed native command runs in the artifact directory as it is."""
+    native section gives), so the printed native command runs in the artifact directory as it is. False
+    when there are no example values (a target given as shapes only) or they exceed EXAMPLE_LIMIT_BYTES."""
     import io
 
+    from ..dtypes import npy_storable
     from ..files import write_bytes_atomic
     from .native_section import INPUT_DIR
 
-    if not native:
-        return
     entries = [a for a in native.get("args", []) if a.get("kind") == "leaf"]
     values = [signature.examples[a["index"]] for a in entries]
     if any(v is None for v in values) or sum(np.asarray(v).nbytes for v in values) > EXAMPLE_LIMIT_BYTES:
-        return
+        return False
     arrays = [np.asarray(v, order="C") for v in values]  # ascontiguousarray would make 0-d 1-d
-    # bfloat16 / float8 go as the opaque <V2 / <V1 bytes NumPy writes: multiexport's programs read them by the
-    # manifest's dtype; IREE's tools cannot, so an IREE artifact gets no examples at all then.
-    opaque_ok = native.get("consumer") != "iree_tools"
-    if any((a.dtype.kind == "V" and not opaque_ok) or a.dtype.name != e["dtype"] for a, e in zip(arrays, entries)):
-        return
+    if any(a.dtype.name != e["dtype"] for a, e in zip(arrays, entries)):
+        return False  # an example value of another dtype than the leaf (a weakly typed Python scalar)
     for entry, array in zip(entries, arrays):
-        if entry.get("encoding") == "raw":  # the bytes alone (IREE's tools take a scalar so)
+        if entry.get("encoding") == "raw":  # the bytes alone (IREE's tools take a scalar, and bfloat16, so)
             write_bytes_atomic(out_dir / INPUT_DIR / entry["file"], array.tobytes())
             continue
+        # bfloat16 / float8 as opaque V2 / V1 bytes: the programs take the dtype from the manifest
         buf = io.BytesIO()
-        np.save(buf, array, allow_pickle=False)
+        np.save(buf, npy_storable(array), allow_pickle=False)
         write_bytes_atomic(out_dir / INPUT_DIR / entry["file"], buf.getvalue())
+    return True
 
 
 def audit_dtypes(backend: str, manifest: Manifest, result: FormatResult) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dtypes import parse_dtype
+from ..dtypes import is_extension, parse_dtype
 from ..errors import InputError
 from .atomic import write_bytes_atomic
 from .bounded import check_inflation, loads, open_regular
@@ -37,7 +37,7 @@ def save_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
     path = Path(path)
     if path.is_dir():
         raise InputError(f"Output file '{path}' | is a directory, expected a file name such as out.npz")
-    extension = {name: a.dtype.name for name, a in arrays.items() if _is_extension(a.dtype)}
+    extension = {name: a.dtype.name for name, a in arrays.items() if is_extension(a.dtype)}
     stored = {name: (a.view(f"V{a.dtype.itemsize}") if name in extension else a) for name, a in arrays.items()}
     if extension:
         stored[DTYPES_KEY] = np.frombuffer(json.dumps(extension).encode(), dtype=np.uint8)
@@ -52,15 +52,6 @@ def save_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
                                           allow_pickle=False)
     write_bytes_atomic(path, seal_zip(buf.getvalue()))
     return path
-
-
-def _is_extension(dtype: np.dtype) -> bool:
-    """A dtype numpy cannot name from its own header (bfloat16, float8_*, int4: ml_dtypes types, some of
-    which even claim a float descr such as '<f1' that numpy cannot read back)."""
-    try:
-        return np.dtype(dtype.str) != dtype
-    except TypeError:
-        return True
 
 
 def load_npz(path: str | Path, what: str = "Inputs file") -> dict[str, np.ndarray]:

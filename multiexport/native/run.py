@@ -21,10 +21,19 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import ArtifactError, InputError, InternalError, RunError, leaf_message
+from ..dtypes import npy_storable
+from ..errors import ArtifactError, InputError, RunError, leaf_message
 from ..exporting.feed import check_feed
 from ..exporting.manifest import Manifest
-from ..exporting.native_section import INPUT_DIR, IREE_TOOLS, OUTPUT_DIR, check_section, iree_section, openvino_section
+from ..exporting.native_section import (
+    INPUT_DIR,
+    IREE_TOOLS,
+    OUTPUT_DIR,
+    check_section,
+    iree_section,
+    npy_describes,
+    openvino_section,
+)
 from ..files.temporary import make_temporary
 from ..system.process import run_command
 from .build import NativeBuildError, build, find_pjrt_plugin, package_dir, plugin_environment
@@ -32,6 +41,7 @@ from .build import NativeBuildError, build, find_pjrt_plugin, package_dir, plugi
 PROGRAM_FOR = {"xla": "pjrt_run", "savedmodel": "tf_run", "iree": "iree", "openvino": "ov_run"}
 _MESSAGE_LIMIT = 4000
 BENCHMARK_FILE = "benchmark.json"  # iree-benchmark-module's figures, in the outputs directory
+TIMES_FILE = "times.npy"  # our programs' --times, in the run's work directory
 
 
 @dataclass(frozen=True)
@@ -42,11 +52,14 @@ class NativeRun:
     timing: the program's own per-call figures when timed (min_ms, median_ms, p90_ms, max_ms, mean_ms,
         calls), else None.
     command: the argv that ran (absolute paths), in the artifact directory.
+    samples_ns: when timed, every timed call's own wall time in call order (int64 ns), which the caller pools
+        into the same statistic as the Python runner's; else None.
     """
 
     outputs: dict[str, np.ndarray]
     timing: dict[str, Any] | None
     command: list[str]
+    samples_ns: np.ndarray | None = None
 
 
 def consumer_of(backend: str) -> str | None:
@@ -82,7 +95,8 @@ def _checked(directory: Path, trust_artifact: bool) -> tuple[Manifest, dict[str,
             if native.get(key) != expected[key]:
                 raise ArtifactError(f"Artifact '{directory}' | native.{key} differs from what the manifest's module, "
                                     "weights and leaves give: refusing to run a command the export did not write")
-    if manifest.backend == "openvino" and native != _openvino_expected(manifest):
+    written = {"inputs_written": native.get("inputs_written")}  # the pipeline's record, not the consumer's binding
+    if manifest.backend == "openvino" and native != {**_openvino_expected(manifest), **written}:
         raise ArtifactError(f"Artifact '{directory}' | native section differs from what the manifest's model, ports "
                             "and leaves give: refusing to run a configuration the export did not write")
     return manifest, native
@@ -196,11 +210,12 @@ def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int 
     directory = Path(artifact_dir).resolve()
     manifest, native = _checked(directory, trust_artifact)
     arrays, _ = check_feed(manifest.inputs, feed)
-    # Our programs read bfloat16 / float8 .npy files as the opaque bytes NumPy writes (<V2, <V1), dtype taken
-    # from the manifest; IREE's own tools do not.
+    # Our programs read bfloat16 / float8 .npy files as opaque bytes (V2, V1), dtype taken from the manifest;
+    # IREE's own tools take them as raw bytes only ("encoding": "raw"), which an older artifact may lack.
     for kind, entries in (("Input", native["args"]), ("Output", native["results"])):
         for entry in entries:
-            if manifest.backend == "iree" and entry.get("kind") == "leaf" and not npy_can_carry(entry["dtype"]):
+            if manifest.backend == "iree" and entry.get("kind") == "leaf" and entry.get("encoding") != "raw" \
+                    and not npy_describes(entry["dtype"]):
                 raise RunError(leaf_message(kind, entry["leaf"], entry["dtype"], "a dtype .npy files describe "
                                             "(numpy writes it as opaque bytes, which IREE's tools refuse)"),
                                category="unsupported-dtype")
@@ -216,14 +231,17 @@ def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int 
             if entry.get("encoding") == "raw":
                 value.tofile(work_in / entry["file"])
             else:
-                np.save(work_in / entry["file"], value, allow_pickle=False)
+                np.save(work_in / entry["file"], npy_storable(value), allow_pickle=False)
         # checked above, just now: the artifact is not read through the gate twice
         argv, env = command(directory, inputs_dir=str(work_in), outputs_dir=str(work_out), iters=iters,
                             warmup=warmup, threads=threads, plugin=plugin, device=device, trust_artifact=True)
+        times = work / TIMES_FILE  # our programs' --times: every timed call, in call order
+        if iters and manifest.backend != "iree":
+            argv = [*argv, "--times", str(times)]
         stdout = _run(argv, env, directory, timeout)
         if iters and manifest.backend == "iree":
             stdout = (work_out / BENCHMARK_FILE).read_text() if (work_out / BENCHMARK_FILE).is_file() else ""
-        timing = _timing(manifest.backend, stdout) if iters else None
+        timing, samples = _timing(manifest.backend, stdout, times) if iters else (None, None)
         if manifest.backend == "iree" and iters:  # the benchmark tool writes no outputs: run once for them
             run_argv, _ = command(directory, inputs_dir=str(work_in), outputs_dir=str(work_out), threads=threads,
                                   trust_artifact=True)
@@ -231,20 +249,10 @@ def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int 
         outputs = {}
         for entry in native["results"]:
             if entry.get("kind") == "leaf":
-                outputs[entry["leaf"]] = _load_output(work_out / entry["file"], entry)
+                outputs[entry["leaf"]] = read_output(work_out / entry["file"], entry)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return NativeRun(outputs, timing, argv)
-
-
-def npy_can_carry(dtype: str) -> bool:
-    """Whether .npy describes `dtype` itself (bfloat16 and the float8s are written as opaque void)."""
-    from ..dtypes import parse_dtype
-
-    descr = np.lib.format.dtype_to_descr(parse_dtype(dtype))
-    if not isinstance(descr, str):  # a list only for structured dtypes, which parse_dtype never gives
-        raise InternalError(f"multiexport bug: dtype '{dtype}' has a structured descr {descr!r}")
-    return not descr.lstrip("<>|=").startswith("V")
+    return NativeRun(outputs, timing, argv, samples)
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> str:
@@ -261,14 +269,22 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> str
     return outcome.stdout
 
 
-def _load_output(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
+def read_output(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
+    """One file a native program wrote, as the array the `native.results[]` entry describes: a .npy (bfloat16 /
+    float8 as opaque bytes, viewed as the manifest's dtype) or raw bytes of a static shape (`"encoding": "raw"`)."""
+    from ..dtypes import parse_dtype
+
     if not path.is_file():
         raise RunError(f"Output '{entry['leaf']}' | the native program wrote no {path.name}")
+    want = parse_dtype(entry["dtype"])
+    if entry.get("encoding") == "raw":  # bytes alone, of the static shape the section gives
+        count = int(np.prod(entry["shape"], dtype=np.int64))
+        if path.stat().st_size != count * want.itemsize:
+            raise RunError(f"Output '{entry['leaf']}' | {path.name} holds {path.stat().st_size} bytes, expected "
+                           f"{count * want.itemsize} ({entry['shape']} of {entry['dtype']})")
+        return np.fromfile(path, dtype=want).reshape(entry["shape"])
     value = np.load(path, allow_pickle=False)
-    if value.dtype.kind == "V" and not npy_can_carry(entry["dtype"]):
-        from ..dtypes import parse_dtype
-
-        want = parse_dtype(entry["dtype"])
+    if value.dtype.kind == "V" and not npy_describes(entry["dtype"]):
         if value.dtype.itemsize == want.itemsize:  # the opaque bytes a program wrote for bfloat16 / float8
             value = value.view(want)
     if value.dtype.name != entry["dtype"]:
@@ -277,24 +293,31 @@ def _load_output(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
     return value
 
 
-def _timing(backend: str, stdout: str) -> dict[str, Any]:
+def _timing(backend: str, stdout: str, times: Path) -> tuple[dict[str, Any], np.ndarray]:
+    """The program's own figures and every timed call's time (ns, call order): our programs' --times file,
+    iree-benchmark-module's per-repetition rows."""
     try:
         if backend != "iree":
             figures = json.loads(stdout.strip().splitlines()[-1])
             figures.setdefault("statistic", "wall time of each call, measured inside the program")
-            return figures
+            samples = np.load(times, allow_pickle=False) if times.is_file() else None
+            if samples is None or samples.dtype != np.int64 or samples.ndim != 1 or len(samples) != figures["calls"]:
+                raise RunError(f"Native program | wrote no per-call times to --times, expected {figures['calls']}")
+            return figures, samples
         rows = [r for r in json.loads(stdout)["benchmarks"] if r.get("run_type") == "iteration"]
-    except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
         raise RunError(f"Native program | got unreadable timing output ({exc}), expected JSON") from exc
     if not rows:
         raise RunError("Native program 'iree-benchmark-module' | reported no iterations")
     scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-    times = sorted(r["real_time"] * scale[r["time_unit"]] for r in rows)
-    n = len(times)
-    return {"consumer": "iree-benchmark-module", "calls": n, "min_ms": times[0],
-            "median_ms": (times[(n - 1) // 2] + times[n // 2]) / 2, "p90_ms": times[int(0.9 * (n - 1) + 0.5)],
-            "max_ms": times[-1], "mean_ms": sum(times) / n,
-            "statistic": "wall time of single calls (--benchmark_min_time=1x), measured inside the tool"}
+    in_order = [r["real_time"] * scale[r["time_unit"]] for r in rows]
+    times_ms = sorted(in_order)
+    n = len(times_ms)
+    return ({"consumer": "iree-benchmark-module", "calls": n, "min_ms": times_ms[0],
+             "median_ms": (times_ms[(n - 1) // 2] + times_ms[n // 2]) / 2,
+             "p90_ms": times_ms[int(0.9 * (n - 1) + 0.5)], "max_ms": times_ms[-1], "mean_ms": sum(times_ms) / n,
+             "statistic": "wall time of single calls (--benchmark_min_time=1x), measured inside the tool"},
+            np.rint(np.asarray(in_order) * 1e6).astype(np.int64))
 
 
 def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:

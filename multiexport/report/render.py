@@ -88,9 +88,13 @@ def _statuses(results: Results) -> list[Status]:
 
 
 NATIVE_NOTE = ("Each artifact run from disk by a compiled program that reads only the artifact and its manifest "
-               "(XLA: the PJRT C API; SavedModel: the TF C API; IREE: iree-run-module), on the same trials, checked "
-               "against jax.jit with the same tolerances. Its latency is measured inside the program (inputs on the "
-               "device, one call per sample) for as many calls as the Python runner made at that size.")
+               "(XLA: the PJRT C API; SavedModel: the TF C API; OpenVINO: its C API; IREE: iree-run-module), on the "
+               "same trials, checked against jax.jit with the same tolerances. Its latency is measured inside the "
+               "program (inputs on the device, one call per sample; compile and warm-up excluded) and summarised "
+               "with the Python runner's statistic: the p50 of every timed call with its 95 % interval. 'paired': "
+               "timed in the compare's interleaved rounds, a slice per round beside the Python runner's, so the "
+               "speed-up's interval is over the same seconds of machine noise; 'alone': one run of at least 200 "
+               "calls after the Python runner was timed.")
 
 
 def render_markdown(results: Results) -> str:

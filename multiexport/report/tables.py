@@ -186,8 +186,8 @@ def timing_line(results: Results) -> str:
     return text
 
 
-NATIVE_HEADER = ["backend", "native consumer", "status", "max err / scale", "batch", "native p50 ms", "Python p50 ms",
-                 "native speedup", "calls"]
+NATIVE_HEADER = ["backend", "native consumer", "status", "max err / scale", "batch", "native p50 ms [95% CI]",
+                 "Python p50 ms", "native speedup [95% CI]", "calls", "measured"]
 
 
 def native_rows(results: Results) -> list[list[str]]:
@@ -201,15 +201,33 @@ def native_rows(results: Results) -> list[list[str]]:
         err = f"{worst.stats.err_scale:.3g}" if worst is not None and worst.stats.compared else ""
         head = [name, n.consumer, n.status.value, err]
         if not n.sizes:
-            rows.append(head + ["", "", "", "", ""])
+            rows.append(head + ["", "", "", "", "", ""])
         for s in n.sizes:
             batch = "-" if s.batch is None else str(s.batch)
             if s.status is not Status.OK:
-                rows.append(head + [batch, s.status.value, "", "", ""])
+                rows.append(head + [batch, s.status.value, "", "", "", ""])
                 continue
-            rows.append(head + [batch, f"{s.median_ms:.4g}", _opt(s.python_p50_ms, "{:.4g}"),
-                                "" if s.speedup is None else f"{s.speedup:.2f}x", str(s.calls)])
+            rows.append(head + [batch, _native_p50(s), _opt(s.python_p50_ms, "{:.4g}"), _native_speedup(s),
+                                str(s.calls), s.measured or "alone"])
     return rows
+
+
+def _native_p50(s) -> str:
+    if s.latency is None:  # a results.json of an older multiexport: the program's median alone
+        return f"{s.median_ms:.4g}"
+    return f"{s.latency.p50_ms:.4g} [{s.latency.ci95_low_ms:.4g}, {s.latency.ci95_high_ms:.4g}]"
+
+
+def _native_speedup(s) -> str:
+    """Python p50 / native p50 (> 1: native faster); with the paired ratio's interval, turned the same way."""
+    if s.speedup is None:
+        return ""
+    if s.ratio is None:
+        return f"{s.speedup:.2f}x"
+    lo, hi = s.ratio.ci95_low, s.ratio.ci95_high
+    if not s.ratio.faster.endswith(" native"):
+        lo, hi = 1 / hi, 1 / lo
+    return f"{s.speedup:.2f}x [{lo:.2f}, {hi:.2f}]" + ("" if s.ratio.significant else " (tie)")
 
 
 def native_lines(results: Results) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from ..errors import InputError
 from .bench import BenchResult, LatencyStats, Pairing, Ratio, SizeResult
 from .legacy import LEGACY_SCHEMA, upgrade
-from .native import NativeResult, NativeSize
+from .native import NATIVE_SUFFIX, NativeResult, NativeSize
 from .parity import ExcludedTrial, LeafStats, LeafVerdict, ParityVerdict, Tolerance
 from .schema import from_data, to_data
 from .status import MEANING, Status
@@ -24,7 +24,7 @@ RESULTS_SCHEMA = "multiexport.results/2"
 _MAX_RESULTS = 512 << 20
 
 __all__ = ["RESULTS_SCHEMA", "BackendResult", "BenchResult", "ExcludedTrial", "LatencyStats", "LeafStats",
-           "LeafVerdict", "MEANING", "NativeResult", "NativeSize", "Pairing", "ParityVerdict", "Ratio", "Reference", "Results", "SizeResult", "Status", "Tolerance",
+           "LeafVerdict", "MEANING", "NATIVE_SUFFIX", "NativeResult", "NativeSize", "Pairing", "ParityVerdict", "Ratio", "Reference", "Results", "SizeResult", "Status", "Tolerance",
            "TrialInfo", "Binding", "LeafData", "SignatureData", "WeightsData", "load_results"]
 
 

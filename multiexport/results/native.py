@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .bench import LatencyStats, Ratio
 from .parity import ParityVerdict
 from .status import Status
+
+NATIVE_SUFFIX = " native"  # a native consumer's name in a paired Ratio: "<backend> native"
 
 
 @dataclass
@@ -19,6 +22,12 @@ class NativeSize:
     min_ms, median_ms, p90_ms, max_ms, mean_ms: the program's own figures (wall time of each call, inputs
         already on the device, outputs freed outside the timed region).
     python_p50_ms: the Python runner's p50 at the same size in the same compare, for the ratio.
+    latency: the same statistic as the Python runner's (`LatencyStats`: p50 with its 95 % interval, from every
+        timed call's own time), pooled over the runs that measured it.
+    measured: "paired" (timed in the compare's interleaved rounds, a slice per round beside the Python
+        runner's) or "alone" (one run after the Python runner was timed: sequential mode, or no paired worker).
+    ratio: the paired ratio between the native consumer and the Python runner at this size, with its interval
+        (None unless measured paired). Its names are "<backend>" and "<backend> native".
     """
 
     batch: int | None
@@ -31,12 +40,19 @@ class NativeSize:
     max_ms: float | None = None
     mean_ms: float | None = None
     python_p50_ms: float | None = None
+    latency: LatencyStats | None = None
+    measured: str = ""
+    ratio: Ratio | None = None
 
     @property
     def speedup(self) -> float | None:
-        """How many times faster the native call is than the Python one (> 1: native is faster)."""
-        if self.median_ms and self.python_p50_ms:
-            return self.python_p50_ms / self.median_ms
+        """How many times faster the native call is than the Python one (> 1: native is faster): the paired
+        ratio when measured paired, else the two p50s."""
+        if self.ratio is not None:
+            return self.ratio.ratio if self.ratio.faster.endswith(NATIVE_SUFFIX) else 1 / self.ratio.ratio
+        p50 = self.latency.p50_ms if self.latency is not None else self.median_ms
+        if p50 and self.python_p50_ms:
+            return self.python_p50_ms / p50
         return None
 
 

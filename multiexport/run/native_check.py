@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..errors import BackendUnavailable, MultiexportError, RunError
+from ..errors import BackendUnavailable, MultiexportError, RunError, present
 from ..results import BenchResult, NativeResult, NativeSize, Status
 
-MIN_CALLS, MAX_CALLS, DEFAULT_CALLS = 20, 5000, 200
+# At least MIN_CALLS timed calls, or as many as fill the bench time, whichever is more (capped at MAX_CALLS).
+MIN_CALLS, MAX_CALLS = 200, 5000
 
 
 def check_native(run, row, manifest, checked: Sequence[tuple[Any, Any]], excluded, bench: BenchResult | None
@@ -90,22 +91,88 @@ def _latency(run, row, manifest, bench: BenchResult, kwargs) -> list[NativeSize]
             sizes.append(NativeSize(batch, Status.SIZE_UNSUPPORTED, why))
             continue
         # As many calls as fill the configured bench time at the Python runner's speed (its cold-start call in
-        # paired mode, where its steady-state figure comes later): the same budget, not the same count.
+        # paired mode, where its steady-state figure comes later), and never fewer than MIN_CALLS. In paired
+        # mode this first figure also sizes the native slices of the interleaved rounds, which replace it.
         per_call = max(size.latency.p50_ms if size.latency is not None else 1e3 * (size.first_call_s or 0.0), 1e-3)
-        calls = max(MIN_CALLS, min(MAX_CALLS, int(config.bench.bench_time * 1e3 / per_call) or DEFAULT_CALLS))
+        calls = max(MIN_CALLS, min(MAX_CALLS, int(config.bench.bench_time * 1e3 / per_call)))
         run.progress(f"{row.backend}: native latency" + (f" at batch {batch}" if batch is not None else "") +
                      f" ({calls} calls)")
         try:
-            timing = native_run(row.artifact, feed, iters=calls, warmup=max(config.bench.warmup_iters, 1),
-                                timeout=config.timeout, **kwargs).timing or {}
+            done = native_run(row.artifact, feed, iters=calls, warmup=max(config.bench.warmup_iters, 1),
+                              timeout=config.timeout, **kwargs)
         except MultiexportError as exc:
             sizes.append(NativeSize(batch, Status.BENCH_FAILED, str(exc)))
             continue
-        sizes.append(NativeSize(batch, calls=int(timing.get("calls", calls)), min_ms=timing.get("min_ms"),
-                                median_ms=timing.get("median_ms"), p90_ms=timing.get("p90_ms"),
-                                max_ms=timing.get("max_ms"), mean_ms=timing.get("mean_ms"),
-                                python_p50_ms=size.latency.p50_ms if size.latency is not None else None))
+        sizes.append(measured_size(batch, present(done.samples_ns, "a timed native run gives its samples"),
+                                   "alone", size.latency.p50_ms if size.latency is not None else None))
     return sizes
+
+
+def measured_size(batch: int | None, samples_ns, measured: str, python_p50_ms: float | None) -> NativeSize:
+    """A native size from every timed call's time: the Python runner's statistic (p50 with its interval), and
+    the program's own order statistics kept beside it."""
+    import numpy as np
+
+    from ..measure.bench import summarize
+
+    stats = summarize(np.asarray(samples_ns))
+    return NativeSize(batch, calls=stats.n, min_ms=stats.min_ms, median_ms=stats.p50_ms, p90_ms=stats.p90_ms,
+                      max_ms=stats.max_ms, mean_ms=stats.mean_ms, python_p50_ms=python_p50_ms, latency=stats,
+                      measured=measured)
+
+
+def native_slices(run) -> dict[str, Any]:
+    """The paired rounds' native participants: "<backend> native" -> a slice function, for every row whose
+    native run passed parity and was timed alone at some size (that figure sizes its slices)."""
+    from ..native.run import run as native_run
+    from ..results import NATIVE_SUFFIX
+
+    slices = {}
+    for name, row in run.rows.items():
+        native = row.native
+        if native is None or native.status is not Status.OK or not any(s.latency for s in native.sizes):
+            continue
+        estimate = {s.batch: s.latency.p50_ms for s in native.sizes if s.latency is not None}
+        kwargs = {"threads": run.threads, "plugin": run.config.native_plugin, "device": run.plan.chosen,
+                  "trust_artifact": True}
+
+        def one_slice(i, seconds, min_calls, max_calls, row=row, estimate=estimate, kwargs=kwargs):
+            batch, feed = run.bench_feeds[i]
+            if batch not in estimate:
+                raise RunError(f"Native consumer | not timed alone at batch {batch}, so not paired there")
+            calls = max(min_calls, min(max_calls, int(seconds * 1e3 / max(estimate[batch], 1e-4))))
+            done = native_run(row.artifact, feed, iters=calls, warmup=max(run.config.bench.warmup_iters, 1),
+                              timeout=run.config.timeout, **kwargs)
+            return present(done.samples_ns, "a timed native run gives its samples")
+
+        slices[name + NATIVE_SUFFIX] = one_slice
+    return slices
+
+
+def apply_paired(run, timed: dict[str, Any]) -> None:
+    """Replace each native size's figure by the one its paired slices give, with the paired ratio to its
+    Python runner over the same rounds (the rounds every participant completed at that size)."""
+    import numpy as np
+
+    from ..measure.pairing import all_ratios
+    from ..results import NATIVE_SUFFIX
+
+    rounds = run.config.rounds
+    for name, row in run.rows.items():
+        native, ours = row.native, timed.get(name + NATIVE_SUFFIX)
+        if native is None or ours is None:
+            continue
+        python = timed.get(name)
+        for i, (batch, _) in enumerate(run.bench_feeds):
+            slices = ours.samples.get(i, [])
+            at = next((k for k, s in enumerate(native.sizes) if s.batch == batch and s.status is Status.OK), None)
+            if at is None or len(slices) != rounds:
+                continue
+            old = native.sizes[at]
+            size = measured_size(batch, np.concatenate(slices), "paired", old.python_p50_ms)
+            if python is not None and len(python.samples.get(i, [])) == rounds:
+                size.ratio = all_ratios({name: python.samples[i], name + NATIVE_SUFFIX: slices}, batch)[0]
+            native.sizes[at] = size
 
 
 def _dims(sig, feed) -> dict[str, int]:

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -144,34 +144,55 @@ def serve_artifact(servers: Servers, name: str, feeds: Sequence[dict[str, np.nda
     return ArtifactRun(outputs, parsed, None, servers.ready.get(name, {}).get("runner", {}))
 
 
+# A native consumer's slice: (size index, seconds, min calls, max calls) -> every timed call's ns, call order.
+NativeSlice = Callable[[int, float, int, int], np.ndarray]
+
+
 def run_rounds(servers: Servers, names: Sequence[str], feeds: Sequence[tuple[int | None, dict | None]],
-               unsupported: dict[str, set[int]], bench, rounds: int, progress) -> tuple[dict[str, Timed], dict]:
+               unsupported: dict[str, set[int]], bench, rounds: int, progress,
+               natives: Mapping[str, NativeSlice] | None = None) -> tuple[dict[str, Timed], dict]:
     """Time every runner in `names` on every size it supports, in interleaved rounds; then the peak.
 
-    unsupported: name -> indices of sizes it has no prepared feed for. Returns (per runner what was timed,
-    the peak measurement or {}); failures land in `servers.failures`.
+    unsupported: name -> indices of sizes it has no prepared feed for. natives: more participants, each a
+    native consumer run for one slice per round (a process of its own: not a server); one that fails is
+    dropped from the rounds and keeps the figure it had. Returns (per participant what was timed, the peak
+    measurement or {}); runner failures land in `servers.failures`.
     """
+    from ..errors import MultiexportError
     from ..measure.pairing import round_orders, slice_plan
 
+    natives = dict(natives or {})
     timed = {n: Timed() for n in names if n in servers.alive}
+    timed.update({n: Timed() for n in natives})
     seconds, min_calls, max_calls = slice_plan(bench.bench_time, bench.min_iters, bench.max_iters, rounds)
     for i, (batch, feed) in enumerate(feeds):
-        here = [n for n in timed if feed is not None and i not in unsupported.get(n, set()) and n in servers.alive]
+        here = [n for n in timed if feed is not None and i not in unsupported.get(n, set())
+                and (n in servers.alive or n in natives)]
         if len(here) == 0:
             continue
         progress(f"paired benchmark: {len(here)} runners, {rounds} interleaved rounds"
                  + (f" at batch {batch}" if batch is not None else ""))
         for order in round_orders(here, rounds):
             for name in order:
-                answer = servers.ask(name, {"cmd": "time", "size": i, "seconds": seconds, "min_calls": min_calls,
-                                            "max_calls": max_calls}, seconds * 20 + servers.timeout)
-                if answer is None:
-                    continue
-                samples = np.load(answer["file"])
+                if name in natives:
+                    try:
+                        samples = natives[name](i, seconds, min_calls, max_calls)
+                        stopped: str | None = "max_iters" if len(samples) >= max_calls else "time"
+                    except MultiexportError as exc:
+                        progress(f"{name}: dropped from the paired rounds ({exc})")
+                        del natives[name], timed[name]
+                        continue
+                else:
+                    answer = servers.ask(name, {"cmd": "time", "size": i, "seconds": seconds,
+                                                "min_calls": min_calls, "max_calls": max_calls},
+                                         seconds * 20 + servers.timeout)
+                    if answer is None:
+                        continue
+                    samples, stopped = np.load(answer["file"]), answer.get("stopped")
                 t = timed[name]
                 t.samples.setdefault(i, []).append(samples)
                 t.medians.setdefault(i, []).append(float(np.median(samples)) / 1e6)
-                t.capped[i] = t.capped.get(i, False) or answer.get("stopped") == "max_iters"
+                t.capped[i] = t.capped.get(i, False) or stopped == "max_iters"
     peak = (servers.ask("jax", {"cmd": "peak"}, servers.timeout) or {}) if "jax" in servers.alive else {}
     return {n: t for n, t in timed.items() if n not in servers.failures}, peak
 

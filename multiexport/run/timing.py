@@ -161,6 +161,7 @@ def start_servers(run, artifacts: dict[str, Manifest]) -> None:
 
 
 def paired_rounds(run) -> None:
+    from .native_check import apply_paired, native_slices
     from .paired import apply, pairing_result, run_rounds
 
     present(run.servers, "paired rounds run on live servers")
@@ -170,12 +171,16 @@ def paired_rounds(run) -> None:
         if row.status is Status.OK and row.bench is not None and name in run.servers.alive:
             benches[name] = row.bench
     unsupported = {n: {i for i, s in enumerate(b.sizes) if s.status is not Status.OK} for n, b in benches.items()}
+    # Each native consumer that passed takes a slice per round too, beside its Python runner (--native).
+    natives = native_slices(run) if run.config.native and run.config.bench else {}
     timed, peak = run_rounds(run.servers, list(benches), run.bench_feeds, unsupported, run.config.bench,
-                             run.config.rounds, run.progress)
+                             run.config.rounds, run.progress, natives)
+    runners = {n: t for n, t in timed.items() if n not in natives}
     failures = {n: f for n, f in run.servers.failures.items() if n in benches}
-    run.pairing = pairing_result("paired", run.pairing.reason, timed, run.bench_feeds, run.config.rounds,
+    run.pairing = pairing_result("paired", run.pairing.reason, runners, run.bench_feeds, run.config.rounds,
                                   run.config.bench, failures, peak)
-    apply(run.pairing, timed, benches, {n: r.native for n, r in run.rows.items() if r.native is not None})
+    apply(run.pairing, runners, benches, {n: r.native for n, r in run.rows.items() if r.native is not None})
+    apply_paired(run, timed)
 
 
 def floors(run) -> None:

@@ -270,15 +270,23 @@ def test_a_hostile_manifest_cannot_make_the_native_runner_write_outside(built, t
     assert not (tmp_path / "x").exists() and not list(tmp_path.rglob("escaped*"))
 
 
-def test_bfloat16_runs_in_python_and_the_native_runner_refuses_it_typed(tmp_path):
+def test_bfloat16_runs_in_python_and_natively_as_raw_bytes_of_a_static_shape(tmp_path):
+    """IREE's tools read no bfloat16 .npy: the native section passes it as raw bytes with the shape in the flag,
+    and the native run gives the Python runner's outputs bit for bit (the same module, the same runtime)."""
     target = examples.mlp_bf16()
     sig = build_signature(target)
     artifact = IreeBackend().export(target.fn, sig, tmp_path / "a")
-    assert any("bfloat16 has no .npy form" in w for w in artifact.manifest.warnings)
+    native = artifact.manifest.native
+    assert "--input=32xbf16=@inputs/input0.bin" in native["run_args"], native["run_args"]
+    assert native["results"][0]["file"] == "output0.bin" and native["results"][0]["encoding"] == "raw"
+    assert native["inputs_written"] and (artifact.directory / "inputs" / "input0.bin").stat().st_size == 32 * 2
     feed = sig.example_feed()
-    assert_faithful(IreeBackend().load(artifact.directory)(feed), reference_outputs(target, sig, feed), sig)
-    with pytest.raises(RunError, match="Input 'params.Dense_0.bias' \\| got bfloat16, expected a dtype .npy files describe"):
-        run_native(artifact.directory, feed)
+    python = IreeBackend().load(artifact.directory)(feed)
+    assert_faithful(python, reference_outputs(target, sig, feed), sig)
+    got = run_native(artifact.directory, feed)
+    for leaf in sig.outputs:
+        assert got[leaf.name].dtype == python[leaf.name].dtype
+        np.testing.assert_array_equal(got[leaf.name].view(np.uint16), np.asarray(python[leaf.name]).view(np.uint16))
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU is visible: this checks the refusal without one")

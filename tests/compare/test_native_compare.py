@@ -35,8 +35,10 @@ def test_native_parity_and_latency_at_every_batch_size(plugin, tmp_path):
         assert native is not None and native.status is Status.OK, (name, native and native.reason)
         assert native.parity.passed and {v.trial for v in native.parity.leaves} == {v.trial for v in row.parity.leaves}
         assert [s.batch for s in native.sizes] == [1, 8]
+        python = {s.batch: s for s in row.bench.sizes}
         for s in native.sizes:
-            assert s.status is Status.OK and s.median_ms > 0 and s.python_p50_ms > 0 and s.calls >= 20, (name, s)
+            assert s.status is Status.OK and s.median_ms > 0 and s.python_p50_ms > 0, (name, s)
+            assert_paired_native(name, s, python[s.batch], results.pairing)
         assert native.command.startswith("cd ") and " env -i " in native.command
     # XLA's refined modules cover every size compare checked or timed (the trials' and the sweep's)
     manifest = json.loads((tmp_path / "xla" / "manifest.json").read_text())
@@ -47,6 +49,31 @@ def test_native_parity_and_latency_at_every_batch_size(plugin, tmp_path):
     assert "## Native consumers (no Python)" in report and "pjrt_c_api" in report and "tf_c_api" in report
     assert "openvino_c_api" in report
     assert render_markdown(again) == unstamped(report)  # the file ends with multiexport's ownership stamp
+
+
+def assert_paired_native(name, s, python, pairing) -> None:
+    """A native size timed in the paired rounds: the Python runner's statistic over every round's slice, and the
+    paired ratio to that runner, which the runners' own ratios do not include."""
+    assert pairing.mode == "paired" and s.measured == "paired", (name, s.measured)
+    lat = s.latency
+    assert lat is not None and lat.n == s.calls and lat.ci95_low_ms <= lat.p50_ms <= lat.ci95_high_ms, (name, lat)
+    assert s.median_ms == lat.p50_ms and s.python_p50_ms == python.latency.p50_ms
+    assert s.ratio is not None and {s.ratio.faster, s.ratio.slower} == {name, f"{name} native"}, s.ratio
+    assert s.ratio.ci95_low <= s.ratio.ratio <= s.ratio.ci95_high
+    speedup = s.speedup  # python / native, from the paired ratio turned the right way
+    assert (speedup >= 1) == (s.ratio.faster == f"{name} native"), (speedup, s.ratio)
+    assert all(not r.faster.endswith(" native") and not r.slower.endswith(" native") for r in pairing.ratios)
+
+
+@pytest.mark.subprocess
+def test_native_latency_alone_is_at_least_200_calls_with_the_python_statistic(plugin, tmp_path):
+    """Sequential mode (no paired rounds): the native figure is one run of at least 200 timed calls, summarised
+    as the Python runner's are (p50 with its 95 % interval from every call)."""
+    results = compare(examples.seed(), backends=["xla"], out_dir=tmp_path, trials=1, paired=False, native=True)
+    s = results.backends["xla"].native.sizes[0]
+    assert (results.pairing is None or results.pairing.mode != "paired") and s.measured == "alone" and s.ratio is None
+    assert s.calls >= 200 and s.latency.n == s.calls and s.latency.ci95_low_ms <= s.latency.p50_ms
+    assert "[" in (tmp_path / "report.md").read_text().split("## Native consumers")[1].split("\n\n")[2]
 
 
 @pytest.mark.subprocess

@@ -94,6 +94,8 @@ def test_export_then_run_from_disk_in_a_fresh_process(runs, c):
     assert all(leaf.param is not None for leaf in m.inputs if leaf.used)
     assert [(leaf.name, leaf.dtype) for leaf in m.inputs] == [(leaf.name, leaf.dtype) for leaf in sig.inputs]
     assert "example_inputs" in m.files  # `multiexport run DIR` works on every artifact as it is
+    directory = result["artifact"].directory
+    assert_manifest_valid(directory)
     for batch, _feed, want, out in result["feeds"]:
         error = __import__("pathlib").Path(out).with_suffix(".error.txt")
         assert not error.exists(), error.read_text() if error.exists() else ""
@@ -104,6 +106,33 @@ def test_export_then_run_from_disk_in_a_fresh_process(runs, c):
             tol = EXACT if backend.name in BIT_EXACT else default_tolerance(leaf.dtype)
             verdict = compare_leaf(leaf.name, got[leaf.name], want[leaf.name], leaf.dtype, tol, f"batch={batch}")
             assert verdict.passed, verdict.reasons
+
+
+def assert_manifest_valid(directory) -> None:
+    """The artifact's manifest.json against the shipped JSON Schema, and every file its native section tells a
+    consumer to read exists (example inputs in inputs/, static modules, weights)."""
+    from multiexport.exporting.manifest import SCHEMA_PATH
+    from multiexport.exporting.native_section import INPUT_DIR
+
+    jsonschema = pytest.importorskip("jsonschema", reason="the test extra brings jsonschema")
+    document = json.loads((directory / "manifest.json").read_text())
+    problems = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+                for e in jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text())).iter_errors(document)]
+    assert not problems, problems
+    native = document.get("native") or {}
+    assert not native or native["inputs_written"] is True, "every registry case has example values"
+    bindings = [native, *(native.get("static_modules") or {}).values()]
+    for binding in bindings:
+        for entry in binding.get("args", []):
+            where = directory / INPUT_DIR / entry["file"] if entry.get("kind") == "leaf" else None
+            if entry.get("kind") == "weight":
+                where = directory / entry["file"]
+            assert where is None or where.is_file(), f"native.args names {entry.get('file')}, which was not written"
+        if binding is not native:
+            assert (directory / binding["program"]).is_file(), binding["program"]
+    for key in ("program", "model", "compile_options"):
+        if key in native:
+            assert (directory / native[key]).is_file(), native[key]
 
 
 @pytest.mark.parametrize("c", [c for c in CASES if c.unused], ids=lambda c: c.name)

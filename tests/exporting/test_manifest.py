@@ -57,7 +57,8 @@ def _base():
     return sample(files={}, inventory={}).to_json()
 
 
-@pytest.mark.parametrize("mutate, message", [
+# Shared with test_manifest_schema.py: the JSON Schema must refuse every one of these too.
+MALFORMED = [
     (lambda d: d.clear() or d.update(schema=MANIFEST_SCHEMA), "has no field 'backend'"),
     (lambda d: d.update(inputs=None), "field 'inputs' is NoneType"),
     (lambda d: d.update(outputs=[]), "lists no outputs"),
@@ -76,7 +77,10 @@ def _base():
     (lambda d: d.update(files={"model": 3}), "expected a relative path"),
     (lambda d: d.update(inventory={"a": -1}), "expected a size in bytes"),
     (lambda d: d.update(native=[]), "field 'native' is list"),
-])
+]
+
+
+@pytest.mark.parametrize("mutate, message", MALFORMED)
 def test_malformed_manifests_are_refused_naming_the_field(tmp_path, mutate, message):
     data = _base()
     mutate(data)

@@ -137,3 +137,20 @@ def test_the_openvino_consumer_compiles_as_the_python_runner_does():
     from multiexport.exporting.native_section import OPENVINO_PROPERTIES
 
     assert {k: str(v) for k, v in config(3).items() if k != "INFERENCE_NUM_THREADS"} == OPENVINO_PROPERTIES
+
+
+def test_a_target_without_example_values_says_its_native_inputs_were_not_written(tmp_path):
+    """A leaf given as a jax.ShapeDtypeStruct has no example value: the section says so (inputs_written false)
+    instead of naming inputs/ files that are not there."""
+    import jax
+    import jax.numpy as jnp
+
+    from multiexport.exporting import ExportOptions
+    from multiexport.exporting.registry import get_backend
+    from multiexport.leaves import build_signature
+    from multiexport.leaves.target import Target
+
+    target = Target(lambda x: {"y": x * 2}, args=(jax.ShapeDtypeStruct((3,), jnp.float32),), name="no_examples")
+    artifact = get_backend("xla").export(target.fn, build_signature(target), tmp_path / "a", ExportOptions())
+    assert artifact.manifest.native["inputs_written"] is False
+    assert not (artifact.directory / "inputs").exists()

@@ -39,8 +39,8 @@ PLANS = {  # backend -> (artifact name, case, ExportOptions fields)
     "xla": [(c, c, {"static_sizes": {"b": (1, 7)}} if c == "symbolic_batch" else {}) for c in COMMON]
            + [("mlp_two_platforms", "mlp", {"platforms": ("cpu", "cuda")})],
     "savedmodel": [(c, c, {}) for c in COMMON],
-    # IREE's tools read no bfloat16 .npy (refused by name: test_iree_refuses_what_its_tools_cannot_read)
-    "iree": [(c, c, {}) for c in COMMON if c != "mlp_bf16"],
+    # bfloat16 goes to IREE's tools as raw bytes with the shape in the flag (they read no bfloat16 .npy)
+    "iree": [(c, c, {}) for c in COMMON],
     # OpenVINO refuses 64-bit leaves at export (its CPU plugin computes them in 32 bits)
     "openvino": [(c, c, {}) for c in COMMON if c != "float64"],
 }
@@ -85,11 +85,16 @@ def exported(request, tmp_path_factory):
     return backend.name, plugin, done
 
 
-def _as_dtype(value: np.ndarray, dtype: str) -> np.ndarray:
-    """An output .npy as a C program wrote it: bfloat16 comes back as NumPy's opaque <V2."""
+def _read(path, entry: dict) -> np.ndarray:
+    """An output as a native program wrote it: a .npy (bfloat16 comes back as NumPy's opaque V2), or, where the
+    section says raw (IREE's bfloat16), the bytes alone of the entry's static shape."""
     from multiexport.dtypes import parse_dtype
 
-    return value.view(parse_dtype(dtype)) if value.dtype.kind == "V" else value
+    dtype = parse_dtype(entry["dtype"])
+    if entry.get("encoding") == "raw":
+        return np.fromfile(path, dtype=dtype).reshape(entry["shape"])
+    value = np.load(path)
+    return value.view(dtype) if value.dtype.kind == "V" else value
 
 
 def _assert_same(backend: str, plugin, got: dict, want: dict, sig, where: str) -> None:
@@ -175,7 +180,7 @@ def test_printed_command_runs_under_env_i_from_the_artifact_directory(exported, 
     proc = subprocess.run(["bash", "-c", line], env={}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((directory / "manifest.json").read_text())
-    got = {r["leaf"]: _as_dtype(np.load(directory / "outputs" / r["file"]), r["dtype"])
+    got = {r["leaf"]: _read(directory / "outputs" / r["file"], r)
            for r in manifest["native"]["results"] if r["kind"] == "leaf"}
     save_npz(tmp_path / "ex.npz", sig.example_feed())
     subprocess.run([sys.executable, "-m", "multiexport", "run", str(directory), "--inputs", str(tmp_path / "ex.npz"),
@@ -184,17 +189,26 @@ def test_printed_command_runs_under_env_i_from_the_artifact_directory(exported, 
 
 
 @pytest.mark.subprocess
-def test_iree_refuses_what_its_tools_cannot_read(tmp_path):
-    """IREE's own tools read no bfloat16 .npy: refused by leaf and dtype before any tool runs, and no inputs/
-    example files are written that the printed command could not use."""
-    from multiexport.errors import RunError
+def test_iree_bfloat16_at_a_symbolic_size_has_no_native_section_and_says_why(tmp_path):
+    """IREE's tools read no bfloat16 .npy and take raw bytes only at a static shape (the shape is in the flag):
+    a bfloat16 leaf of symbolic size gets no native section, the manifest's warnings say why, `native` refuses
+    naming the leaf, and no inputs/ files are written that no command could use."""
+    import ml_dtypes
+
+    from multiexport.errors import ArtifactError
+    from multiexport.leaves.target import Target
 
     backend = get_backend("iree")
     if not backend.available().ok:
         pytest.skip(f"iree unavailable: {backend.available().reason}")
-    target = case("mlp_bf16").make()
+    x = np.ones((3, 4), ml_dtypes.bfloat16)
+    target = Target(lambda batch: {"y": batch["x"] * 2}, args=({"x": x},), name="bf16_symbolic", symbolic_batch="b",
+                    batch_leaves=("batch.*",))
     sig = build_signature(target)
     directory = backend.export(target.fn, sig, tmp_path / "iree", ExportOptions()).directory
-    with pytest.raises(RunError, match=r"Input 'params\.Dense_0\.bias' \| got bfloat16, .*IREE's tools refuse"):
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["native"] is None
+    assert any("Input 'batch.x' | bfloat16 of shape ['b', 4]" in w for w in manifest["warnings"]), manifest["warnings"]
+    with pytest.raises(ArtifactError, match=r"Input 'batch\.x' \| bfloat16 of shape \['b', 4\]: IREE's tools"):
         run(directory, sig.example_feed())
     assert not (directory / "inputs").exists()

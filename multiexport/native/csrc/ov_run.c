@@ -21,7 +21,7 @@
 #include "openvino/c/openvino.h"
 
 static const char *USAGE =
-    "usage: ov_run [--artifact DIR] [--inputs DIR] [--outputs DIR] [--threads N] [--warmup N] [--iters N]\n"
+    "usage: ov_run [--artifact DIR] [--inputs DIR] [--outputs DIR] [--threads N] [--warmup N] [--iters N] [--times FILE]\n"
     "              [--no-outputs]\n"
     "  Runs the OpenVINO artifact in DIR (default .) on OpenVINO's CPU plugin through its C API. Inputs: one\n"
     "  .npy per model input, named as the manifest's native.args[].file, in --inputs (default inputs/).\n"

@@ -28,7 +28,7 @@ extern "C" {
 
 static const char *USAGE =
     "usage: pjrt_run --plugin PATH/xla_cpu_pjrt.so [--artifact DIR] [--inputs DIR] [--outputs DIR]\n"
-    "                [--warmup N] [--iters N] [--no-outputs] [--info]\n"
+    "                [--warmup N] [--iters N] [--times FILE] [--no-outputs] [--info]\n"
     "  Runs the XLA artifact in DIR (default .) through the PJRT C API. Inputs: one .npy per leaf\n"
     "  argument, named as the manifest's native.args[].file, in --inputs (default inputs/); outputs\n"
     "  are written to --outputs (default outputs/, created). --iters N: time N calls (after --warmup\n"

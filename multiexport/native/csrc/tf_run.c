@@ -18,7 +18,7 @@
 #include "tensorflow/c/c_api.h"
 
 static const char *USAGE =
-    "usage: tf_run [--artifact DIR] [--inputs DIR] [--outputs DIR] [--warmup N] [--iters N] [--no-outputs]\n"
+    "usage: tf_run [--artifact DIR] [--inputs DIR] [--outputs DIR] [--warmup N] [--iters N] [--times FILE] [--no-outputs]\n"
     "  Runs the SavedModel artifact in DIR (default .) through the TensorFlow C API. Inputs: one .npy per\n"
     "  signature input, named as the manifest's native.args[].file, in --inputs (default inputs/); every\n"
     "  input key must be fed, read by the model or not. Outputs go to --outputs (default outputs/).\n"

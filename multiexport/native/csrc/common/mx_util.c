@@ -24,6 +24,8 @@ void mx_die(const char *fmt, ...) {
   exit(1);
 }
 
+static const char *times_path; /* --times: where mx_print_timing writes every call's time */
+
 void mx_parse_options(int argc, char **argv, mx_options *opts, const char *usage,
                       int (*extra)(const char *, const char *, void *), void *user) {
   opts->artifact = ".";
@@ -32,6 +34,7 @@ void mx_parse_options(int argc, char **argv, mx_options *opts, const char *usage
   opts->warmup = 0;
   opts->iters = 0;
   opts->no_outputs = 0;
+  opts->times = NULL;
   for (int i = 1; i < argc; i++) {
     const char *flag = argv[i];
     if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) { fputs(usage, stdout); exit(0); }
@@ -43,9 +46,11 @@ void mx_parse_options(int argc, char **argv, mx_options *opts, const char *usage
     else if (strcmp(flag, "--outputs") == 0) opts->outputs = value;
     else if (strcmp(flag, "--warmup") == 0) opts->warmup = atoi(value);
     else if (strcmp(flag, "--iters") == 0) opts->iters = atoi(value);
+    else if (strcmp(flag, "--times") == 0) opts->times = value;
     else if (!extra || !extra(flag, value, user)) mx_die("unknown flag %s\n%s", flag, usage);
   }
   if (opts->warmup < 0 || opts->iters < 0) mx_die("--warmup and --iters must be >= 0");
+  times_path = opts->times;
 }
 
 char *mx_read_file(const char *path, size_t *len, char *err, size_t err_len) {
@@ -285,6 +290,12 @@ static double percentile_ms(const int64_t *sorted, int n, double q) {
 
 void mx_print_timing(const char *consumer, int64_t *times_ns, int n, int warmup, const char *extra_json) {
   if (n <= 0) return;
+  if (times_path) { /* before sorting: the caller pools samples across runs with the same statistic as its own */
+    char err[MX_ERR];
+    int64_t shape[1] = {n};
+    if (mx_npy_write(times_path, "<i8", 1, shape, times_ns, (size_t)n * sizeof *times_ns, err, sizeof err) != 0)
+      mx_die("%s", err);
+  }
   qsort(times_ns, (size_t)n, sizeof *times_ns, cmp_i64);
   double total = 0;
   for (int i = 0; i < n; i++) total += (double)times_ns[i];

@@ -29,6 +29,7 @@ typedef struct {
   const char *outputs;  /* --outputs DIR (default "outputs"): created if missing */
   int warmup, iters;    /* --warmup N --iters N: untimed then timed calls; iters 0 = one call, no timing */
   int no_outputs;       /* --no-outputs: run and time, write nothing */
+  const char *times;    /* --times FILE: every timed call's wall time (ns, int64, call order) as .npy, or NULL */
 } mx_options;
 
 /* Parses argv; `extra(flag, value, user)` returns 1 if it took a flag with a value, 0 if unknown. */
@@ -83,7 +84,8 @@ void mx_safetensors_close(mx_safetensors *st);
 
 /* Monotonic wall clock in nanoseconds. */
 int64_t mx_now_ns(void);
-/* Prints {"calls": n, "min_ms":..., "median_ms":..., "p90_ms":..., "mean_ms":..., ...} on stdout. */
+/* Prints {"calls": n, "min_ms":..., "median_ms":..., "p90_ms":..., "mean_ms":..., ...} on stdout; with --times
+   given to mx_parse_options, first writes the n times in call order to that file (.npy of int64 ns). */
 void mx_print_timing(const char *consumer, int64_t *times_ns, int n, int warmup, const char *extra_json);
 
 #ifdef __cplusplus

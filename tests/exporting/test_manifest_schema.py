@@ -1,0 +1,119 @@
+"""manifest.json's JSON Schema (multiexport/exporting/manifest.schema.json) against the reader it documents.
+
+A C++ or Go consumer validates manifests with the schema; multiexport reads them with its own checks
+(exporting/manifest.py). These tests keep the two in agreement: the schema names exactly the dataclass
+fields, its dtypes are exactly those the reader accepts, every malformed manifest the reader refuses the
+schema refuses too, and every manifest a real export writes is valid (tests/exporting/test_contract.py
+validates the artifacts of every backend and case; here one real export per backend that is installed).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from multiexport import ArtifactError
+from multiexport.exporting.manifest import SCHEMA_PATH, LeafBinding, Manifest
+
+from .test_manifest import MALFORMED, _base
+
+jsonschema = pytest.importorskip("jsonschema", reason="the test extra brings jsonschema: pip install -e '.[test]'")
+
+
+def schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def validator():
+    jsonschema.Draft202012Validator.check_schema(schema())
+    return jsonschema.Draft202012Validator(schema())
+
+
+def errors(document) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator().iter_errors(document)]
+
+
+def test_the_schema_is_a_valid_draft_2020_12_schema_shipped_with_the_package():
+    jsonschema.Draft202012Validator.check_schema(schema())
+    import tomllib
+
+    from tests.conftest import REPO
+
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert SCHEMA_PATH.name in data["multiexport.exporting"], "a wheel would ship no schema"
+
+
+def test_the_schema_names_exactly_the_manifest_fields_and_their_required_ones():
+    s = schema()
+    fields = dataclasses.fields(Manifest)
+    assert set(s["properties"]) == {f.name for f in fields}
+    no_default = {f.name for f in fields if f.default is dataclasses.MISSING
+                  and f.default_factory is dataclasses.MISSING}
+    assert set(s["required"]) == no_default | {"schema"}
+    leaf = s["$defs"]["leaf"]
+    assert set(leaf["properties"]) == {f.name for f in dataclasses.fields(LeafBinding)}
+    assert set(leaf["required"]) == {f.name for f in dataclasses.fields(LeafBinding)
+                                     if f.default is dataclasses.MISSING}
+
+
+def test_the_schema_dtypes_are_exactly_the_names_the_reader_accepts():
+    candidates = {np.dtype(t).name for t in np.sctypeDict.values()} | {
+        n for n in dir(ml_dtypes) if isinstance(getattr(ml_dtypes, n), type) and not n.startswith("_")}
+    accepted = set()
+    for name in candidates:
+        try:
+            LeafBinding.from_json({"name": "x", "alias": "x", "shape": [], "dtype": name}, "leaf")
+        except ArtifactError:
+            continue
+        accepted.add(name)
+    assert "bfloat16" in accepted and "float8_e4m3fn" in accepted and "float128" not in accepted
+    assert set(schema()["$defs"]["dtype"]["enum"]) == accepted
+
+
+def test_a_valid_manifest_passes_and_each_malformed_one_the_reader_refuses_fails():
+    assert errors(_base()) == []
+    for mutate, message in MALFORMED:
+        data = copy.deepcopy(_base())
+        mutate(data)
+        assert errors(data), f"the schema accepts a manifest the reader refuses with {message!r}"
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d["inputs"][0].update(dtype="float128"),
+    lambda d: d["inputs"][0].update(shape=["-"]),
+    lambda d: d.update(inventory_sha256={"model.bin": "XYZ"}),
+    lambda d: d.update(native={"schema": "multiexport.native/1", "consumer": "pjrt_c_api", "args": [],
+                               "results": [], "symbolic_dims": [], "program": "/abs/model.mlirbc", "format": "mlir",
+                               "compile_options": "c.pb", "platforms": ["cpu"], "compilable": True}),
+    lambda d: d.update(native={"schema": "multiexport.native/1", "consumer": "iree_tools", "args": [], "results": [],
+                               "symbolic_dims": [], "tools": {"run": "/bin/sh"}, "run_args": [],
+                               "benchmark_args": []}),
+    lambda d: d.update(native={"schema": "multiexport.native/1", "consumer": "tf_c_api", "symbolic_dims": [],
+                               "export_dir": ".", "tags": ["serve"], "signature": "s", "results": [],
+                               "args": [{"kind": "leaf", "leaf": "x", "index": 0, "file": "../x.npy", "shape": [],
+                                         "dtype": "float32"}]}),
+], ids=["dtype", "dim", "sha256", "absolute-program", "iree-tool", "leaf-file"])
+def test_the_schema_refuses_what_a_consumer_must_not_trust(mutate):
+    data = copy.deepcopy(_base())
+    mutate(data)
+    assert errors(data)
+    reader_refuses(data)
+
+
+def reader_refuses(data) -> None:
+    """Assert that multiexport's own reader (manifest fields, then the native section) refuses `data`."""
+    from multiexport import ArtifactError
+    from multiexport.exporting.native_section import check_section
+
+    try:
+        manifest = Manifest.from_json(data)
+        if manifest.native is not None:
+            check_section(manifest, SCHEMA_PATH.parent)
+    except ArtifactError:
+        return
+    raise AssertionError("multiexport's reader accepts a manifest its schema refuses")
