@@ -189,7 +189,7 @@ def openvino_section(inputs: Sequence[Any], params: Sequence[str | None], output
 # The SessionOptions of every ONNX Runtime session here (backends/onnx/runner.py `session_options` reads
 # them from this table, and ort_run sets the same), less the intra-op threads, which the caller chooses.
 # Names, not numbers: the program maps each to ONNX Runtime's documented enum value and refuses others.
-ONNX_SESSION_OPTIONS = {
+ONNX_SESSION_OPTIONS: dict[str, Any] = {
     "graph_optimization_level": "ORT_ENABLE_ALL",
     "execution_mode": "ORT_SEQUENTIAL",
     "inter_op_threads": 1,
@@ -287,6 +287,12 @@ def check_section(manifest, directory) -> dict[str, Any]:
 
     where = f"Artifact '{directory}' | native section"
     native = manifest.native
+    fallback = manifest.format.get("static_fallback")
+    if not isinstance(native, dict) and isinstance(fallback, dict) and isinstance(fallback.get("models"), dict):
+        models = ", ".join(f"{key}: {rel}" for key, rel in fallback["models"].items())
+        raise ArtifactError(f"Artifact '{directory}' | holds one model per size ({models}) because its converter could "
+                            "not keep the symbolic dims, and has no native section of its own: run the model of your "
+                            "size natively (each is a complete artifact), e.g. `multiexport native DIR/<its directory>`")
     if not isinstance(native, dict):
         raise ArtifactError(f"Artifact '{directory}' | manifest.json has no \"native\" section: backend "
                             f"'{manifest.backend}' has no native consumer, or the artifact predates it")

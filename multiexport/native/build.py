@@ -276,10 +276,11 @@ def toolchain(program: str) -> Toolchain:
         return Toolchain(find_compiler("c"), ["-std=c99", f"-I{include}", f"-l:{lib.name}", f"-L{lib.parent}",
                                               f"-Wl,-rpath,{lib.parent}"], [include / "openvino" / "c" / "openvino.h", lib])
     if program == "ort_run":
-        include, library = find_onnxruntime()
-        header = [f"-I{include}", "-DMX_ORT_REAL_HEADER"] if include else []
-        return Toolchain(find_compiler("c"), ["-std=c11", *header, f'-DMX_ORT_LIBRARY="{library}"', "-ldl"],
-                         [include / "onnxruntime_c_api.h" if include else SOURCE_DIR / ORT_DECLARATION, library])
+        ort_include, ort_library = find_onnxruntime()
+        real = [f"-I{ort_include}", "-DMX_ORT_REAL_HEADER"] if ort_include else []
+        return Toolchain(find_compiler("c"), ["-std=c11", *real, f'-DMX_ORT_LIBRARY="{ort_library}"', "-ldl"],
+                         [ort_include / "onnxruntime_c_api.h" if ort_include else SOURCE_DIR / ORT_DECLARATION,
+                          ort_library])
     raise NativeBuildError(f"Program '{program}' | unknown, expected one of {', '.join(PROGRAMS)}")
 
 

@@ -128,7 +128,7 @@ static void check_names(OrtSession *session, OrtAllocator *allocator, const mx_j
     const char *want = mx_json_str(mx_require(e, "tensor", outputs ? "native.results[]" : "native.args[]"), "");
     if (strcmp(name, want) != 0)
       mx_die("%s '%s' | the model's %s %zu is named '%s', expected '%s'", outputs ? "Output" : "Input",
-             mx_json_str(mx_json_get(e, "leaf"), "?"), role, i, name, want);
+             mx_json_str(mx_json_get(e, "leaf"), "?"), outputs ? "output" : "input", i, name, want);
     check(ort->AllocatorFree(allocator, name), "AllocatorFree");
   }
 }
