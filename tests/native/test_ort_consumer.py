@@ -211,3 +211,41 @@ def test_a_static_size_fallback_artifact_is_refused_naming_its_models(exported, 
     assert proc.returncode == 1 and "holds one model per size (the first: b=3 in static/b3)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert run(top / "static" / "b3", sig.example_feed()).outputs["out.y"].shape[0] == 3
+
+
+@pytest.mark.subprocess
+def test_an_onnx_runtime_failure_is_one_line_with_its_status_message(exported, tmp_path):
+    """ORT's own status (GetErrorMessage, then ReleaseStatus) on a model file it cannot parse: one line
+    naming the call, exit status 1."""
+    directory, _, _ = exported["mlp"]
+    copy, _ = _copy(directory, tmp_path)
+    (copy / "model.onnx").write_bytes((copy / "model.onnx").read_bytes()[:100])
+    proc = subprocess.run([str(build("ort_run"))], cwd=copy, env={}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("ort_run: CreateSession | ONNX Runtime: ") and len(proc.stderr.splitlines()) == 1
+    assert "model.onnx" in proc.stderr or "Protobuf" in proc.stderr, proc.stderr
+
+
+@pytest.mark.subprocess
+def test_a_runtime_without_the_api_version_is_refused(exported, tmp_path, monkeypatch):
+    """GetApi returns NULL for an API version the runtime does not serve (a runtime older than 1.8): the
+    program says which version it needs instead of calling through a NULL table. The runtime here is a
+    stand-in library with ORT's one exported entry point whose GetApi serves no version."""
+    from multiexport.native.build import find_compiler
+
+    source = tmp_path / "old_ort.c"
+    source.write_text("typedef struct { const void *(*get_api)(unsigned); const char *(*version)(void); } base_t;\n"
+                      "static const void *get_api(unsigned v) { (void)v; return 0; }\n"
+                      "static const char *version(void) { return \"1.7.0\"; }\n"
+                      "static const base_t base = {get_api, version};\n"
+                      "const base_t *OrtGetApiBase(void) { return &base; }\n")
+    library = tmp_path / "libonnxruntime.so.1.7.0"
+    subprocess.run([find_compiler("c"), "-shared", "-fPIC", str(source), "-o", str(library)], check=True, timeout=120)
+    monkeypatch.setenv("MULTIEXPORT_ORT_LIBRARY", str(library))
+    monkeypatch.setenv("MULTIEXPORT_NATIVE_CACHE", str(tmp_path / "cache"))
+    directory, _, _ = exported["seed"]
+    proc = subprocess.run([str(build("ort_run")), "--outputs", str(tmp_path / "out")], cwd=directory, env={},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == ("ort_run: ONNX Runtime 1.7.0 | serves no C API version 8, expected a runtime that "
+                                   "does (1.8 or newer)")
