@@ -2,9 +2,9 @@
 
 For each model and backend: export once, then alternate rounds of (a) the harness timing the backend's
 Runner.run_prepared (what `compare` reports) and (b) the native program timing single calls inside itself
-(`multiexport native --iters`: PJRT C API, TF C API, iree-benchmark-module), so machine noise hits both
-alike. The ratio Python p50 / native p50 is what the Python binding costs per call. Every runtime gets the
-same thread count.
+(`multiexport native --iters`: PJRT C API, TF C API, ONNX Runtime C API, iree-benchmark-module), so machine
+noise hits both alike. The ratio Python p50 / native p50 is what the Python binding costs per call. Every
+runtime gets the same thread count.
 
 Run: `.venv/bin/python benchmarks/native_vs_python.py [--models seed,mlp,transformer] [--rounds 5]`
 """
@@ -57,7 +57,8 @@ def main() -> None:
     args = parser.parse_args()
     print("| model | backend | native consumer | Python p50 (us) | native p50 (us) | Python / native |")
     print("|---|---|---|---|---|---|")
-    consumer = {"xla": "PJRT C API", "savedmodel": "TF C API", "iree": "iree-benchmark-module"}
+    consumer = {"xla": "PJRT C API", "savedmodel": "TF C API", "iree": "iree-benchmark-module",
+                "onnx": "ONNX Runtime C API", "openvino": "OpenVINO C API"}
     for model in args.models.split(","):
         for backend in args.backends.split(","):
             r = measure(model, backend, args.rounds, args.seconds, args.calls, args.threads)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.exporting import Availability, Backend, FormatResult, Manifest, Option, RunOptions, Runner
+from multiexport.exporting.native_section import ONNX_SESSION_OPTIONS, onnx_section
 from multiexport.leaves.weights import embedded, externalizes
 from multiexport.versions import dist_version
 
@@ -157,6 +158,8 @@ class OnnxBackend(Backend):
             platforms=["cpu", "cuda"],  # an ONNX graph names no platform: the provider decides where it runs
             setup={"seconds": round(first_use, 3),
                    "what": f"jax2onnx plugin import, {PLUGIN_IMPORT[-1] if PLUGIN_IMPORT else 'all'} (once per process)"},
+            native=onnx_section(signature.inputs, params, signature.outputs, [o.name for o in signature.outputs],
+                                model=MODEL_FILE, session_options=ONNX_SESSION_OPTIONS),
         )
 
     def _write(self, model, signature, out_dir: Path, options, resolved):

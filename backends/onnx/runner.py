@@ -16,21 +16,26 @@ from .convert import first_lines
 
 # ONNX Runtime's session config keys for its thread pools' spinning (its default is "1": a worker spins
 # after its work instead of sleeping, which cuts the wake-up latency of the next call at the cost of busy
-# cores between calls). Set explicitly so the configuration is stated and read back into the results.
+# cores between calls). Set explicitly (ONNX_SESSION_OPTIONS) so the configuration is stated and read back
+# into the results.
 SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 
 
 def session_options(ort, threads: int):
     """The SessionOptions every ONNX Runtime session here gets, as ONNX Runtime documents for latency:
     every graph optimisation (ORT_ENABLE_ALL), `threads` intra-op threads, sequential execution with one
-    inter-op thread (one op at a time, like every runtime here), spinning on."""
+    inter-op thread (one op at a time, like every runtime here), spinning on. The values come from
+    ONNX_SESSION_OPTIONS, the table the manifest's native section gives the C consumer (ort_run), so the
+    two sessions cannot drift apart."""
+    from multiexport.exporting.native_section import ONNX_SESSION_OPTIONS as fixed
+
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, fixed["graph_optimization_level"])
     options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    for key in SPINNING:
-        options.add_session_config_entry(key, "1")
+    options.inter_op_num_threads = fixed["inter_op_threads"]
+    options.execution_mode = getattr(ort.ExecutionMode, fixed["execution_mode"])
+    for key, value in fixed["config_entries"].items():
+        options.add_session_config_entry(key, value)
     return options
 
 

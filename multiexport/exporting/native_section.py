@@ -26,7 +26,8 @@ MAX_STATIC_MODULES = 32  # the product of --static-sizes; each refined module is
 IREE_ELEMENT = {"float16": "f16", "float32": "f32", "float64": "f64", "int8": "i8", "int16": "i16", "int32": "i32",
                 "int64": "i64", "uint8": "ui8", "uint16": "ui16", "uint32": "ui32", "uint64": "ui64",
                 "bfloat16": "bf16"}
-CONSUMERS = {"xla": "pjrt_c_api", "savedmodel": "tf_c_api", "iree": "iree_tools", "openvino": "openvino_c_api"}
+CONSUMERS = {"xla": "pjrt_c_api", "savedmodel": "tf_c_api", "iree": "iree_tools", "openvino": "openvino_c_api",
+             "onnx": "onnxruntime_c_api"}
 # The IREE native tools by role: the only programs an IREE section may name (binaries of the
 # iree-base-runtime wheel, found by multiexport in iree/_runtime_libs/).
 IREE_TOOLS = {"run": "iree-run-module", "benchmark": "iree-benchmark-module"}
@@ -197,6 +198,44 @@ def openvino_section(inputs: Sequence[Any], params: Sequence[str | None], output
     }
 
 
+# -- ONNX / ONNX Runtime's C API ----------------------------------------------------------------------------
+
+# The SessionOptions of every ONNX Runtime session here (backends/onnx/runner.py `session_options` reads
+# them from this table, and ort_run sets the same), less the intra-op threads, which the caller chooses.
+# Names, not numbers: the program maps each to ONNX Runtime's documented enum value and refuses others.
+ONNX_SESSION_OPTIONS: dict[str, Any] = {
+    "graph_optimization_level": "ORT_ENABLE_ALL",
+    "execution_mode": "ORT_SEQUENTIAL",
+    "inter_op_threads": 1,
+    # the thread pools spin after their work (ONNX Runtime's default, stated so it is read back)
+    "config_entries": {"session.intra_op.allow_spinning": "1", "session.inter_op.allow_spinning": "1"},
+}
+
+
+def onnx_section(inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],
+                 output_params: Sequence[str | None], *, model: str,
+                 session_options: Mapping[str, Any]) -> dict[str, Any]:
+    """The section of an ONNX artifact for an ONNX Runtime C API consumer (csrc/ort_run.c).
+
+    params / output_params: each leaf's value name in the ONNX graph (None: an input the graph does not
+    take). session_options: what the Python runner sets (ONNX_SESSION_OPTIONS; threads are the caller's).
+    """
+    args = [{**leaf_entry(leaf, i, "input"), "tensor": name}
+            for i, (leaf, name) in enumerate(zip(inputs, params, strict=True)) if name is not None]
+    results = [{**leaf_entry(leaf, j, "output"), "tensor": name}
+               for j, (leaf, name) in enumerate(zip(outputs, output_params, strict=True))]
+    return {
+        "schema": NATIVE_SCHEMA,
+        "consumer": CONSUMERS["onnx"],
+        "model": model,
+        "provider": "CPUExecutionProvider",
+        "session_options": {**session_options, "config_entries": dict(session_options["config_entries"])},
+        "args": args,
+        "results": results,
+        "symbolic_dims": symbolic_names(inputs),
+    }
+
+
 # -- IREE ------------------------------------------------------------------------------------------------
 
 def iree_section(args: Sequence[tuple[int, Any]], outputs: Sequence[Any], *, driver: str, module: str,
@@ -271,6 +310,12 @@ def check_section(manifest, directory) -> dict[str, Any]:
 
     where = f"Artifact '{directory}' | native section"
     native = manifest.native
+    fallback = manifest.format.get("static_fallback")
+    if not isinstance(native, dict) and isinstance(fallback, dict) and isinstance(fallback.get("models"), dict):
+        models = ", ".join(f"{key}: {rel}" for key, rel in fallback["models"].items())
+        raise ArtifactError(f"Artifact '{directory}' | holds one model per size ({models}) because its converter could "
+                            "not keep the symbolic dims, and has no native section of its own: run the model of your "
+                            "size natively (each is a complete artifact), e.g. `multiexport native DIR/<its directory>`")
     if not isinstance(native, dict):
         why = next((w for w in manifest.warnings if w.startswith("no native section: ")), None)
         raise ArtifactError(f"Artifact '{directory}' | manifest.json has no \"native\" section: " + (

@@ -12,6 +12,11 @@ that come from Python packages, never vendored:
   linked with an rpath to the wheel's `openvino/libs`.
 - `tf_run` (C): the TF C API headers and `libtensorflow_cc.so.2` / `libtensorflow_framework.so.2` of the
   tensorflow wheel, linked with an rpath to the wheel so the program runs under `env -i`.
+- `ort_run` (C): ONNX Runtime's C API, declared by `csrc/ort_api.h` (no package here ships ORT's headers),
+  or ORT's own `onnxruntime_c_api.h` from $MULTIEXPORT_ORT_INCLUDE (a directory holding it, e.g. the
+  `include/` of ORT's release package). The library is dlopened by absolute path: $MULTIEXPORT_ORT_LIBRARY,
+  else the onnxruntime wheel's `capi/libonnxruntime.so.1.*` (which the wheel ships without the
+  `libonnxruntime.so.1` name its soname asks for, so it cannot be linked and found by soname).
 
 A build lands in `<cache>/<hash>/<program>`, the hash covering the sources, the compiler's version and
 the headers and libraries used, so an upgrade of any of them builds anew. The cache is
@@ -34,9 +39,11 @@ from ..system.process import run_command
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"  # package data: a wheel carries the sources
 COMMON = ("common/mx_json.c", "common/mx_npy.c", "common/mx_util.c")
 COMMON_HEADERS = ("common/mx_json.h", "common/mx_npy.h", "common/mx_util.h")
-PROGRAMS = ("pjrt_run", "tf_run", "ov_run")
+PROGRAMS = ("pjrt_run", "tf_run", "ov_run", "ort_run")
 PLUGIN_ENV = "MULTIEXPORT_PJRT_PLUGIN"
 HEADER_ENV = "MULTIEXPORT_PJRT_INCLUDE"
+ORT_HEADER_ENV, ORT_LIBRARY_ENV = "MULTIEXPORT_ORT_INCLUDE", "MULTIEXPORT_ORT_LIBRARY"
+ORT_DECLARATION = "ort_api.h"  # multiexport's declaration of the ORT C API that ort_run calls
 # jax's CUDA PJRT plugins, newest CUDA first: the package `jax-cudaNN-pjrt` installs jax_plugins/xla_cudaNN/.
 CUDA_PLUGIN_PACKAGES = ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
 CUDA_PLUGIN_FILE = "xla_cuda_plugin.so"
@@ -226,6 +233,34 @@ def find_openvino() -> tuple[Path, Path]:
     return ov / "include", libs[0]
 
 
+def find_onnxruntime() -> tuple[Path | None, Path]:
+    """(directory of ORT's own onnxruntime_c_api.h or None: ort_api.h then declares the API, libonnxruntime
+    to dlopen). $MULTIEXPORT_ORT_INCLUDE / $MULTIEXPORT_ORT_LIBRARY, when set, must name what they say: no
+    silent fallback."""
+    include = None
+    if os.environ.get(ORT_HEADER_ENV):
+        include = Path(os.environ[ORT_HEADER_ENV]).expanduser().resolve()
+        if not (include / "onnxruntime_c_api.h").is_file():
+            raise NativeBuildError(f"${ORT_HEADER_ENV} '{include}' | holds no onnxruntime_c_api.h, expected the "
+                                   "directory that does (the include/ of ONNX Runtime's release package)")
+    if os.environ.get(ORT_LIBRARY_ENV):
+        library = Path(os.environ[ORT_LIBRARY_ENV]).expanduser().resolve()
+        if not library.is_file():
+            raise NativeBuildError(f"${ORT_LIBRARY_ENV} '{library}' | no such file, expected libonnxruntime.so")
+    else:
+        capi = package_dir("onnxruntime")
+        found = sorted((capi / "capi").glob("libonnxruntime.so.1*")) if capi else []
+        if not found:
+            raise NativeBuildError("no libonnxruntime: the ONNX Runtime C API consumer dlopens the onnxruntime wheel's "
+                                   "capi/libonnxruntime.so.1.*; pip install 'multiexport[onnx]', or name one with "
+                                   f"${ORT_LIBRARY_ENV}")
+        library = found[-1]
+    if any(c in str(library) for c in '"\\\n'):
+        raise NativeBuildError(f"libonnxruntime '{library}' | a path with a quote, backslash or newline, expected a "
+                               "plain path (it is compiled into the program as a string)")
+    return include, library
+
+
 def toolchain(program: str) -> Toolchain:
     """How `program` is compiled here; raises NativeBuildError naming what is missing."""
     if program == "pjrt_run":
@@ -240,6 +275,12 @@ def toolchain(program: str) -> Toolchain:
         include, lib = find_openvino()
         return Toolchain(find_compiler("c"), ["-std=c99", f"-I{include}", f"-l:{lib.name}", f"-L{lib.parent}",
                                               f"-Wl,-rpath,{lib.parent}"], [include / "openvino" / "c" / "openvino.h", lib])
+    if program == "ort_run":
+        ort_include, ort_library = find_onnxruntime()
+        real = [f"-I{ort_include}", "-DMX_ORT_REAL_HEADER"] if ort_include else []
+        return Toolchain(find_compiler("c"), ["-std=c11", *real, f'-DMX_ORT_LIBRARY="{ort_library}"', "-ldl"],
+                         [ort_include / "onnxruntime_c_api.h" if ort_include else SOURCE_DIR / ORT_DECLARATION,
+                          ort_library])
     raise NativeBuildError(f"Program '{program}' | unknown, expected one of {', '.join(PROGRAMS)}")
 
 

@@ -61,6 +61,14 @@ def test_the_schema_names_exactly_the_manifest_fields_and_their_required_ones():
                                      if f.default is dataclasses.MISSING}
 
 
+def test_the_schema_knows_every_native_consumer_and_says_what_each_requires():
+    from multiexport.exporting.native_section import CONSUMERS
+
+    native = schema()["$defs"]["native"]
+    assert set(native["properties"]["consumer"]["enum"]) == set(CONSUMERS.values())
+    assert {rule["if"]["properties"]["consumer"]["const"] for rule in native["allOf"]} == set(CONSUMERS.values())
+
+
 def test_the_schema_dtypes_are_exactly_the_names_the_reader_accepts():
     candidates = {np.dtype(t).name for t in np.sctypeDict.values()} | {
         n for n in dir(ml_dtypes) if isinstance(getattr(ml_dtypes, n), type) and not n.startswith("_")}

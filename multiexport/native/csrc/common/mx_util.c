@@ -97,6 +97,11 @@ mx_json *mx_load_manifest(const char *dir, const mx_json **native, const char *e
   if (strcmp(backend, expected_backend) != 0)
     mx_die("%s: got a '%s' artifact, expected '%s'", path, backend, expected_backend);
   *native = mx_json_get(root, "native");
+  /* A static-size fallback artifact (exporting/static_fallback.py) holds one complete artifact per size. */
+  const mx_json *fallback = mx_json_get(mx_json_get(mx_json_get(root, "format"), "static_fallback"), "models");
+  if (!mx_json_is(*native, MX_JSON_OBJECT) && mx_json_is(fallback, MX_JSON_OBJECT) && mx_json_len(fallback) > 0)
+    mx_die("%s | holds one model per size (the first: %s in %s), no native section of its own: run the one of "
+           "your size, from its directory", path, fallback->keys[0], mx_json_str(&fallback->items[0], "?"));
   if (!mx_json_is(*native, MX_JSON_OBJECT))
     mx_die("%s has no \"native\" section: re-export it with a multiexport that writes one", path);
   free(path);
