@@ -25,7 +25,8 @@ INPUT_DIR, OUTPUT_DIR = "inputs", "outputs"  # relative to the directory the con
 MAX_STATIC_MODULES = 32  # the product of --static-sizes; each refined module is a full copy of embedded weights
 IREE_ELEMENT = {"float16": "f16", "float32": "f32", "float64": "f64", "int8": "i8", "int16": "i16", "int32": "i32",
                 "int64": "i64", "uint8": "ui8", "uint16": "ui16", "uint32": "ui32", "uint64": "ui64"}
-CONSUMERS = {"xla": "pjrt_c_api", "savedmodel": "tf_c_api", "iree": "iree_tools", "openvino": "openvino_c_api"}
+CONSUMERS = {"xla": "pjrt_c_api", "savedmodel": "tf_c_api", "iree": "iree_tools", "openvino": "openvino_c_api",
+             "litert": "litert_c_api"}
 # The IREE native tools by role: the only programs an IREE section may name (binaries of the
 # iree-base-runtime wheel, found by multiexport in iree/_runtime_libs/).
 IREE_TOOLS = {"run": "iree-run-module", "benchmark": "iree-benchmark-module"}
@@ -183,6 +184,35 @@ def openvino_section(inputs: Sequence[Any], params: Sequence[str | None], output
     }
 
 
+# -- LiteRT / its C API ------------------------------------------------------------------------------------
+
+LITERT_SIGNATURE = "serving_default"  # the signature backends/litert converts and binds by (its SIGNATURE_KEY)
+
+
+def litert_section(inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],
+                   output_params: Sequence[str | None], *, model: str) -> dict[str, Any]:
+    """The section of a LiteRT artifact for a LiteRT C API consumer (csrc/lite_run.c).
+
+    params / output_params: each leaf's name in the model's `serving_default` signature (its alias; None: an
+    input the SavedModel stage dropped, which the signature does not declare). The consumer binds by these
+    names, never by tensor position, and runs on the CPU accelerator (XNNPACK) with the caller's threads.
+    """
+    args = [{**leaf_entry(leaf, i, "input"), "key": key}
+            for i, (leaf, key) in enumerate(zip(inputs, params, strict=True)) if key is not None]
+    results = [{**leaf_entry(leaf, j, "output"), "key": key}
+               for j, (leaf, key) in enumerate(zip(outputs, output_params, strict=True))]
+    return {
+        "schema": NATIVE_SCHEMA,
+        "consumer": CONSUMERS["litert"],
+        "model": model,
+        "signature": LITERT_SIGNATURE,
+        "accelerator": "cpu",
+        "args": args,
+        "results": results,
+        "symbolic_dims": symbolic_names(inputs),
+    }
+
+
 # -- IREE ------------------------------------------------------------------------------------------------
 
 def iree_section(args: Sequence[tuple[int, Any]], outputs: Sequence[Any], *, driver: str, module: str,
@@ -249,6 +279,14 @@ def check_section(manifest, directory) -> dict[str, Any]:
     where = f"Artifact '{directory}' | native section"
     native = manifest.native
     if not isinstance(native, dict):
+        from .static_fallback import FORMAT_KEY
+
+        fallback = manifest.format.get(FORMAT_KEY) if isinstance(manifest.format, dict) else None
+        models = fallback.get("models") if isinstance(fallback, dict) else None
+        if isinstance(models, dict) and models:  # each per-size model is a complete artifact with its own section
+            raise ArtifactError(f"Artifact '{directory}' | a static-size fallback artifact has no native section of its "
+                                "own, expected the directory of one of its per-size models: "
+                                + ", ".join(f"{str(d)[:60]} ({str(k)[:40]})" for k, d in sorted(models.items())))
         raise ArtifactError(f"Artifact '{directory}' | manifest.json has no \"native\" section: backend "
                             f"'{manifest.backend}' has no native consumer, or the artifact predates it")
     if native.get("schema") != NATIVE_SCHEMA or native.get("consumer") != CONSUMERS.get(manifest.backend):
