@@ -166,14 +166,21 @@ def test_a_section_the_export_did_not_write_is_refused(exported, tmp_path, edit)
 
 
 @pytest.mark.subprocess
-def test_lite_run_itself_refuses_a_binding_the_model_lacks_in_one_line(exported, tmp_path):
-    """Run directly (no Python checks first): a signature name the model does not have is one stderr line."""
-    copy, _ = _tampered(exported, tmp_path, lambda n: n["results"][0].update(key="out_z"))
+@pytest.mark.parametrize(("edit", "said"), [
+    pytest.param(lambda n: n["results"][0].update(key="out_z"),
+                 "lite_run: Output 'out.y' | the model's signature has no output named 'out_z'", id="no-such-output"),
+    pytest.param(lambda n: n["results"][0].update(shape=[1, 2]),
+                 "lite_run: LiteRtRunCompiledModel: LiteRT status 3 (ErrorRuntimeFailure) (LiteRT: Custom allocation is "
+                 "too small for tensor idx: ", id="buffer-too-small"),
+])
+def test_lite_run_itself_refuses_what_the_model_does_not_match_in_one_line(exported, tmp_path, edit, said):
+    """Run directly (no Python checks first): one stderr line, LiteRT's own ERROR lines appended to it, none of its
+    INFO and WARNING chatter."""
+    copy, _ = _tampered(exported, tmp_path, edit)
     proc = subprocess.run([str(build("lite_run")), "--artifact", str(copy), "--inputs", str(copy / "inputs"),
                            "--outputs", str(tmp_path / "out")], env={}, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "lite_run: Output 'out.y' | the model's signature has no output named 'out_z'")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith(said), proc.stderr
 
 
 @pytest.mark.subprocess

@@ -4,19 +4,23 @@
  * every input and output by the leaf's alias, so each leaf is bound by that name (native.args[].key), never
  * by position: the raw tensor order of a converted model is neither leaf order nor sorted. The model is
  * compiled for LiteRT's CPU accelerator, which runs it through the XNNPACK delegate as the Python runner's
- * Interpreter does, with the thread count passed the same way (always: LiteRT's own default is 1 thread).
+ * Interpreter does, with the thread count always passed, as that runner passes it (default: the usable CPUs).
  * A symbolic batch stays dynamic: each input is resized to its .npy's shape
- * (LiteRtCompiledModelResizeInputTensor) and the output buffers are sized from the layouts the runtime
- * reports after the resize. With --iters N it times N LiteRtRunCompiledModel calls itself.
+ * (LiteRtCompiledModelResizeInputTensor) and each output buffer is sized from the manifest's shape at the bound
+ * sizes, then checked against the shape LiteRT computed in the call. With --iters N it times N
+ * LiteRtRunCompiledModel calls itself (each call registers the buffers and invokes, as the API does).
  *
  * litert_api.h declares the few functions used (the wheel ships no headers); the program links the
  * ai-edge-litert wheel's libLiteRt.so with an rpath to it, so it runs under `env -i`.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/mx_json.h"
 #include "common/mx_npy.h"
@@ -64,6 +68,62 @@ static LiteRtElementType element_type(const char *dtype, const char *who) {
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (strcmp(map[i].name, dtype) == 0) return map[i].type;
   mx_die("%s | dtype %s has no LiteRT element type here", who, dtype);
+}
+
+/* LiteRT logs INFO and WARNING lines on stderr on every run (its accelerator registry, the XNNPACK delegate)
+ * and exports no switch for them, so from the first LiteRT call on its stderr goes to an unlinked temporary
+ * file. At exit a failure of this program (mx_die's "lite_run: ..." line) is printed on the real stderr as one
+ * line, with LiteRT's own ERROR lines appended; on a crash the whole log is, so nothing is lost. */
+static int saved_stderr = -1, log_fd = -1;
+
+static void dump_log(void) { /* async-signal-safe: read/write/lseek only */
+  char buf[4096];
+  ssize_t n;
+  lseek(log_fd, 0, SEEK_SET);
+  while ((n = read(log_fd, buf, sizeof buf)) > 0)
+    if (write(2, buf, (size_t)n) < 0) break;
+}
+
+static void on_crash(int sig) {
+  dup2(saved_stderr, 2);
+  dump_log();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void release_stderr(void) {
+  fflush(stderr);
+  dup2(saved_stderr, 2);
+  struct stat st;
+  if (fstat(log_fd, &st) != 0 || st.st_size <= 0) return;
+  char *log = (char *)malloc((size_t)st.st_size + 1);
+  ssize_t n = log ? pread(log_fd, log, (size_t)st.st_size, 0) : -1;
+  if (n <= 0) { free(log); return; }
+  log[n] = 0;
+  const char *ours = NULL;
+  char theirs[640] = "";
+  for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+    if (strncmp(line, "lite_run: ", 10) == 0) ours = line;
+    else if (strncmp(line, "ERROR: ", 7) == 0 && strlen(theirs) + strlen(line) + 3 < sizeof theirs)
+      snprintf(theirs + strlen(theirs), sizeof theirs - strlen(theirs), "%s%s", theirs[0] ? "; " : "", line + 7);
+  }
+  if (ours) fprintf(stderr, "%s%s%s%s\n", ours, theirs[0] ? " (LiteRT: " : "", theirs, theirs[0] ? ")" : "");
+  free(log);
+}
+
+static void capture_stderr(void) {
+  FILE *tmp = tmpfile();
+  if (!tmp) return; /* no temporary file: LiteRT's lines stay on stderr */
+  fflush(stderr);
+  saved_stderr = dup(2);
+  log_fd = fileno(tmp);
+  if (saved_stderr < 0 || dup2(log_fd, 2) < 0) return;
+  atexit(release_stderr);
+  signal(SIGABRT, on_crash);
+  signal(SIGSEGV, on_crash);
+  signal(SIGBUS, on_crash);
+  signal(SIGILL, on_crash);
+  signal(SIGFPE, on_crash);
 }
 
 static int parse_threads(const char *flag, const char *value, void *user) {
@@ -233,6 +293,7 @@ int main(int argc, char **argv) {
       if (arrays[i].shape[d] > INT32_MAX) mx_die("Input '%s' | dim %d is past LiteRT's int32 dimensions", leaf, d);
   }
 
+  capture_stderr();
   int64_t t0 = mx_now_ns();
   LiteRtEnvironment env = NULL;
   LiteRtModel model = NULL;
