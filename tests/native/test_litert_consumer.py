@@ -4,9 +4,9 @@ Every LiteRT artifact is exported once; `multiexport run`'s outputs come from on
 the user's path: ai_edge_litert's Interpreter with XNNPACK); lite_run runs each artifact from its directory and
 manifest alone through LiteRT's CompiledModel on its CPU accelerator (XNNPACK too). The same XNNPACK kernels
 run in both, so outputs must be equal bit for bit. Cases: the shared registry's COMMON cases LiteRT exports
-(its converter has no float64 or bfloat16 kernels for these ops), a symbolic batch at two sizes, a flax.linen
-CNN from the examples, and a static-size fallback artifact (its per-size models run natively; the artifact
-itself is refused naming them).
+(its converter has no float64 or bfloat16 kernels for these ops) and three more (a dropped leaf, int32 leaves
+and outputs), a symbolic batch at two sizes, a flax.linen CNN from the examples, and a static-size fallback
+artifact (its per-size models run natively; the artifact itself is refused naming them).
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ from ..exporting.test_static_fallback import first_row
 from .test_consumers import COMMON, _as_dtype, _assert_same
 
 UNSUPPORTED = {"float64": "no float64 kernels", "mlp_bf16": "no bfloat16 batch_matmul kernel"}  # the converter's
-CASES = [c for c in COMMON if c not in UNSUPPORTED] + ["cnn"]
+# beyond COMMON: a leaf the SavedModel stage drops (no signature input), int32 leaves, an int32 and a float output
+EXTRA = ["unused_leaf", "int_leaves", "top_k"]
+CASES = [c for c in COMMON if c not in UNSUPPORTED] + EXTRA + ["cnn"]
 
 
 def _target(name: str):
