@@ -29,6 +29,7 @@ from typing import Any
 
 from multiexport.errors import ArtifactError, RunError
 from multiexport.exporting import Backend, FormatResult, Manifest, Option, RunOptions, Runner
+from multiexport.exporting.native_section import litert_section
 from multiexport.leaves.weights import embedded
 from multiexport.versions import dist_version
 
@@ -145,6 +146,7 @@ class LiteRTBackend(Backend):
                 "weights": "constant buffers inside model.tflite (the converter freezes the SavedModel's variables)",
             },
             warnings=warnings, weights=embedded(signature), declared=declared, platforms=["cpu"],
+            native=litert_section(signature.inputs, params, signature.outputs, output_params, model=MODEL_FILE),
         )
 
     def classify(self, exc: BaseException, stage: str) -> tuple[str, str] | None:

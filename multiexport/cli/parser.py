@@ -89,15 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "native", help="run an artifact in its native, Python-free consumer (PJRT C API, TF C API, ONNX Runtime C API, "
-             "OpenVINO C API, IREE's tools)",
+             "OpenVINO C API, LiteRT C API, IREE's tools)",
         description=("Run DIR with a compiled program that reads only the artifact and its manifest: XLA through the "
                      "PJRT C API (a PJRT CPU plugin: pip install 'multiexport[native]'), a SavedModel through the TF "
-                     "C API, ONNX through ONNX Runtime's C API (the onnxruntime wheel's libonnxruntime), OpenVINO through its "
-                     "C API (the openvino wheel's headers and libopenvino_c), IREE "
-                     "through its own iree-run-module. The C/C++ programs are compiled on first use with "
-                     "the system compiler and cached per machine. Inputs and outputs are .npz files keyed by leaf "
-                     "name. A symbolic XLA artifact runs at the sizes it has refined static modules for "
-                     "('multiexport export --static-sizes')."))
+                     "C API, ONNX through ONNX Runtime's C API (the onnxruntime wheel's libonnxruntime), OpenVINO "
+                     "through its C API (the openvino wheel's headers and libopenvino_c), LiteRT through its C API "
+                     "(the ai-edge-litert wheel's libLiteRt.so), IREE through its own iree-run-module. The C/C++ "
+                     "programs are compiled on first use with the system compiler and cached per machine. Inputs and "
+                     "outputs are .npz files keyed by leaf name. A symbolic XLA artifact runs at the sizes it has "
+                     "refined static modules for ('multiexport export --static-sizes')."))
     p.add_argument("artifact", type=Path, metavar="DIR", help="artifact directory written by 'multiexport export'")
     p.add_argument("--inputs", type=Path, help=".npz of named inputs (default: the artifact's example inputs)")
     p.add_argument("--out", type=Path, help="write outputs to this .npz file (default: print a table)")
@@ -205,7 +205,8 @@ def _compare_parser(sub) -> None:
                         "so a small model's latency reads as overhead vs compute")
     p.add_argument("--native", action="store_true",
                    help="also run each artifact in its native, Python-free consumer (XLA: PJRT C API, SavedModel: TF C "
-                        "API, ONNX: ONNX Runtime C API, OpenVINO: its C API, IREE: iree-run-module): parity against jax.jit and the latency measured inside the program")
+                        "API, ONNX: ONNX Runtime C API, OpenVINO and LiteRT: their C APIs, IREE: iree-run-module): "
+                        "parity against jax.jit and the latency measured inside the program")
     p.add_argument("--native-plugin", type=Path, help="the PJRT plugin .so for --native (default: the installed one)")
     p.set_defaults(handler=commands.cmd_compare)
 

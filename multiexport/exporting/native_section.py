@@ -27,7 +27,7 @@ IREE_ELEMENT = {"float16": "f16", "float32": "f32", "float64": "f64", "int8": "i
                 "int64": "i64", "uint8": "ui8", "uint16": "ui16", "uint32": "ui32", "uint64": "ui64",
                 "bfloat16": "bf16"}
 CONSUMERS = {"xla": "pjrt_c_api", "savedmodel": "tf_c_api", "iree": "iree_tools", "openvino": "openvino_c_api",
-             "onnx": "onnxruntime_c_api"}
+             "onnx": "onnxruntime_c_api", "litert": "litert_c_api"}
 # The IREE native tools by role: the only programs an IREE section may name (binaries of the
 # iree-base-runtime wheel, found by multiexport in iree/_runtime_libs/).
 IREE_TOOLS = {"run": "iree-run-module", "benchmark": "iree-benchmark-module"}
@@ -230,6 +230,35 @@ def onnx_section(inputs: Sequence[Any], params: Sequence[str | None], outputs: S
         "model": model,
         "provider": "CPUExecutionProvider",
         "session_options": {**session_options, "config_entries": dict(session_options["config_entries"])},
+        "args": args,
+        "results": results,
+        "symbolic_dims": symbolic_names(inputs),
+    }
+
+
+# -- LiteRT / its C API ------------------------------------------------------------------------------------
+
+LITERT_SIGNATURE = "serving_default"  # the signature backends/litert converts and binds by (its SIGNATURE_KEY)
+
+
+def litert_section(inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],
+                   output_params: Sequence[str | None], *, model: str) -> dict[str, Any]:
+    """The section of a LiteRT artifact for a LiteRT C API consumer (csrc/lite_run.c).
+
+    params / output_params: each leaf's name in the model's `serving_default` signature (its alias; None: an
+    input the SavedModel stage dropped, which the signature does not declare). The consumer binds by these
+    names, never by tensor position, and runs on the CPU accelerator (XNNPACK) with the caller's threads.
+    """
+    args = [{**leaf_entry(leaf, i, "input"), "key": key}
+            for i, (leaf, key) in enumerate(zip(inputs, params, strict=True)) if key is not None]
+    results = [{**leaf_entry(leaf, j, "output"), "key": key}
+               for j, (leaf, key) in enumerate(zip(outputs, output_params, strict=True))]
+    return {
+        "schema": NATIVE_SCHEMA,
+        "consumer": CONSUMERS["litert"],
+        "model": model,
+        "signature": LITERT_SIGNATURE,
+        "accelerator": "cpu",
         "args": args,
         "results": results,
         "symbolic_dims": symbolic_names(inputs),

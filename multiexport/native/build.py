@@ -39,7 +39,7 @@ from ..system.process import run_command
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"  # package data: a wheel carries the sources
 COMMON = ("common/mx_json.c", "common/mx_npy.c", "common/mx_util.c")
 COMMON_HEADERS = ("common/mx_json.h", "common/mx_npy.h", "common/mx_util.h")
-PROGRAMS = ("pjrt_run", "tf_run", "ov_run", "ort_run")
+PROGRAMS = ("pjrt_run", "tf_run", "ov_run", "ort_run", "lite_run")
 PLUGIN_ENV = "MULTIEXPORT_PJRT_PLUGIN"
 HEADER_ENV = "MULTIEXPORT_PJRT_INCLUDE"
 ORT_HEADER_ENV, ORT_LIBRARY_ENV = "MULTIEXPORT_ORT_INCLUDE", "MULTIEXPORT_ORT_LIBRARY"
@@ -261,6 +261,18 @@ def find_onnxruntime() -> tuple[Path | None, Path]:
     return include, library
 
 
+def find_litert() -> Path:
+    """libLiteRt.so of the ai-edge-litert wheel (its LiteRt* C API; the wheel ships no headers: the program
+    declares what it calls in csrc/litert_api.h)."""
+    litert = package_dir("ai_edge_litert")
+    if litert is None:
+        raise NativeBuildError("no ai_edge_litert: the LiteRT C API consumer links the ai-edge-litert wheel's "
+                               "libLiteRt.so; pip install 'multiexport[litert]'")
+    if not (litert / "libLiteRt.so").is_file():
+        raise NativeBuildError(f"ai_edge_litert at {litert} | no libLiteRt.so: this wheel lacks the C API library")
+    return litert / "libLiteRt.so"
+
+
 def toolchain(program: str) -> Toolchain:
     """How `program` is compiled here; raises NativeBuildError naming what is missing."""
     if program == "pjrt_run":
@@ -281,6 +293,11 @@ def toolchain(program: str) -> Toolchain:
         return Toolchain(find_compiler("c"), ["-std=c11", *real, f'-DMX_ORT_LIBRARY="{ort_library}"', "-ldl"],
                          [ort_include / "onnxruntime_c_api.h" if ort_include else SOURCE_DIR / ORT_DECLARATION,
                           ort_library])
+    if program == "lite_run":
+        lib = find_litert()
+        # C11: litert_api.h checks LiteRT's documented struct sizes with _Static_assert
+        return Toolchain(find_compiler("c"), ["-std=c11", f"-L{lib.parent}", "-l:libLiteRt.so",
+                                              f"-Wl,-rpath,{lib.parent}"], [SOURCE_DIR / "litert_api.h", lib])
     raise NativeBuildError(f"Program '{program}' | unknown, expected one of {', '.join(PROGRAMS)}")
 
 

@@ -6,8 +6,8 @@ what `print_command` prints (so the two cannot drift apart), and reads the outpu
 With `iters`, the program times that many calls itself and `run` returns its figures too.
 
 Consumers: xla -> pjrt_run (PJRT C API), savedmodel -> tf_run (TF C API), openvino -> ov_run (OpenVINO C
-API), onnx -> ort_run (ONNX Runtime C API), iree -> the iree-base-runtime wheel's iree-run-module /
-iree-benchmark-module.
+API), onnx -> ort_run (ONNX Runtime C API), litert -> lite_run (LiteRT C API), iree -> the iree-base-runtime
+wheel's iree-run-module / iree-benchmark-module.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from ..files.temporary import make_temporary
 from ..system.process import run_command
 from .build import NativeBuildError, build, find_pjrt_plugin, package_dir, plugin_environment
 
-PROGRAM_FOR = {"xla": "pjrt_run", "savedmodel": "tf_run", "iree": "iree", "openvino": "ov_run", "onnx": "ort_run"}
+PROGRAM_FOR = {"xla": "pjrt_run", "savedmodel": "tf_run", "iree": "iree", "openvino": "ov_run", "onnx": "ort_run",
+               "litert": "lite_run"}
 _MESSAGE_LIMIT = 4000
 BENCHMARK_FILE = "benchmark.json"  # iree-benchmark-module's figures, in the outputs directory
 TIMES_FILE = "times.npy"  # our programs' --times, in the run's work directory
@@ -104,7 +105,17 @@ def _checked(directory: Path, trust_artifact: bool) -> tuple[Manifest, dict[str,
     if manifest.backend == "onnx" and native != {**_onnx_expected(manifest), **written}:
         raise ArtifactError(f"Artifact '{directory}' | native section differs from what the manifest's model, input "
                             "and output names and leaves give: refusing to run a session the export did not write")
+    if manifest.backend == "litert" and native != {**_litert_expected(manifest), **written}:
+        raise ArtifactError(f"Artifact '{directory}' | native section differs from what the manifest's model, signature "
+                            "names and leaves give: refusing to run a binding the export did not write")
     return manifest, native
+
+
+def _litert_expected(manifest: Manifest) -> dict[str, Any]:
+    from ..exporting.native_section import litert_section
+
+    return litert_section(manifest.inputs, [_port(leaf.param) for leaf in manifest.inputs], manifest.outputs,
+                          [_port(leaf.param) for leaf in manifest.outputs], model=manifest.files.get("model", ""))
 
 
 def _openvino_expected(manifest: Manifest) -> dict[str, Any]:
@@ -149,7 +160,7 @@ def command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DIR, out
     iters: time that many calls after `warmup` untimed ones (IREE: iree-benchmark-module, one call per
     repetition). threads: the runtime's intra-op threads (PJRT_NPROC for XLA's CPU client,
     TF_NUM_INTRAOP_THREADS for TF, --task_topology_max_group_count for IREE, INFERENCE_NUM_THREADS for
-    OpenVINO, intra_op_num_threads for ONNX Runtime), as compare gives every runtime.
+    OpenVINO, intra_op_num_threads for ONNX Runtime, XNNPACK's num_threads for LiteRT), as compare gives every runtime.
     device: for XLA without `plugin`, which installed PJRT plugin runs it ("cpu", or "gpu": jax's CUDA plugin).
     trust_artifact: skip the trust gate (`Backend.check_untrusted`); the program itself is always multiexport's.
     """
@@ -173,7 +184,7 @@ def command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DIR, out
         env.update(plugin_environment(found))
         if threads:
             env["PJRT_NPROC"] = str(threads)
-    elif manifest.backend in ("openvino", "onnx"):
+    elif manifest.backend in ("openvino", "onnx", "litert"):
         if threads:
             argv += ["--threads", str(threads)]
     else:
