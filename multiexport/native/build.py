@@ -41,6 +41,7 @@ HEADER_ENV = "MULTIEXPORT_PJRT_INCLUDE"
 CUDA_PLUGIN_PACKAGES = ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
 CUDA_PLUGIN_FILE = "xla_cuda_plugin.so"
 COMPILE_TIMEOUT_S = 600
+BUNDLE_RPATH = "$ORIGIN/../lib"  # a bundled program's libraries: OUT/bin/PROG finds them in OUT/lib
 
 
 class NativeBuildError(BackendUnavailable):
@@ -261,9 +262,18 @@ def _key(program: str, chain: Toolchain) -> str:
     return digest.hexdigest()[:16]
 
 
-def build(program: str, *, force: bool = False) -> Path:
-    """Path of the compiled `program` (one of PROGRAMS), compiling it first if this machine has none."""
+def build(program: str, *, force: bool = False, bundled: bool = False) -> Path:
+    """Path of the compiled `program` (one of PROGRAMS), compiling it first if this machine has none.
+
+    bundled: the relocatable copy a bundle carries (`native/bundle.py`): its libraries are found through
+    DT_RPATH `$ORIGIN/../lib` instead of the wheels' directories. DT_RPATH rather than DT_RUNPATH: the
+    loader also applies an executable's DT_RPATH to the dependencies of every object that has no RUNPATH
+    of its own (a dlopened PJRT plugin), where DT_RUNPATH serves the executable's direct needs alone.
+    """
     chain = toolchain(program)
+    if bundled:  # the flags are hashed into the key: this copy is cached beside the ordinary one
+        chain = Toolchain(chain.compiler, [f for f in chain.flags if not f.startswith("-Wl,-rpath,")]
+                          + ["-Wl,--disable-new-dtags", f"-Wl,-rpath,{BUNDLE_RPATH}"], chain.inputs)
     target = cache_root() / _key(program, chain) / program
     if target.is_file() and not force:
         return target
