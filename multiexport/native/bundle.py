@@ -46,6 +46,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import ArtifactError, UsageError
 from ..exporting.manifest import Manifest
+from ..files.atomic import current_umask
 from ..files.owned import sha256_file
 from ..system.process import run_command
 from .build import BUNDLE_RPATH, NativeBuildError, build, find_pjrt_plugin, is_cuda_plugin, package_dir
@@ -197,6 +198,7 @@ def bundle(artifact_dir: str | os.PathLike, out: str | os.PathLike, *, plugin: s
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
+        staging.chmod(0o777 & ~current_umask())  # mkdtemp's 0700 would make OUT unreadable to the deployer's others
         made = _write(staging, directory, manifest, consumer, request, programs, runtime)
         _prove(staging, made)
         _check_out(target, directory)  # still new or empty: rename() replaces an empty directory, nothing else
@@ -325,15 +327,18 @@ def _prove(root: Path, made: Mapping[str, Any]) -> None:
     lib_names = {p.name for p in (root / "lib").iterdir()}
     for rel in made["files"]:
         path = root / rel
-        if not rel.startswith(("bin/", "lib/")) or Elf.read(path) is None:
+        elf = Elf.read(path) if rel.startswith(("bin/", "lib/")) else None
+        if elf is None:
             continue
         outcome = run_command(["ldd", str(path)], timeout=LDD_TIMEOUT_S, env={})
+        if outcome.returncode != 0:
+            raise ArtifactError(f"Bundle file '{rel}' | ldd {outcome.how_it_ended()}: {outcome.stderr.strip()[-500:]}")
         for line in outcome.stdout.splitlines():
             name, _, where = (s.strip() for s in line.strip().partition("=>"))
             if where.startswith("not found"):
                 # An object without RUNPATH of its own is served at run time by the program's DT_RPATH, which ldd
                 # of the object alone does not apply.
-                if name in lib_names and not Elf.read(path).search_paths():  # type: ignore[union-attr]
+                if name in lib_names and not elf.search_paths():
                     continue
                 raise ArtifactError(f"Bundle file '{rel}' | needs {name}, which the loader does not find from the "
                                     "bundle or the system, expected it in lib/")
