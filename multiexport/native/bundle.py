@@ -202,7 +202,11 @@ def bundle(artifact_dir: str | os.PathLike, out: str | os.PathLike, *, plugin: s
         made = _write(staging, directory, manifest, consumer, request, programs, runtime)
         _prove(staging, made)
         _check_out(target, directory)  # still new or empty: rename() replaces an empty directory, nothing else
-        os.replace(staging, target)
+        try:
+            os.replace(staging, target)
+        except OSError as exc:  # filled meanwhile (a concurrent bundle): refused as if found so
+            raise UsageError(f"Option '--bundle' | '{target}' exists and is not an empty directory ({exc.strerror}), "
+                             "expected a new or empty one; nothing was changed") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
