@@ -128,6 +128,8 @@ def cmd_native(args) -> int:
             raise UsageError(f"Option '--{name}' | got {getattr(args, name)}, expected an integer >= 0")
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
+    if args.bundle is not None:
+        return _native_bundle(args)
     if args.out is not None and args.out.is_dir():
         raise UsageError(f"Option '--out' | '{args.out}' is a directory, expected a file name such as out.npz")
     if args.out is not None:  # before any work: a file of the user's is never replaced
@@ -154,6 +156,16 @@ def cmd_native(args) -> int:
         t = result.timing
         print(f"native {visible(t.get('consumer', ''))}: {t.get('calls')} calls, median {t['median_ms']:.4g} ms, "
               f"p90 {t['p90_ms']:.4g} ms, min {t['min_ms']:.4g} ms (measured inside the program)")
+    return 0
+
+
+def _native_bundle(args) -> int:
+    from ..native.bundle import bundle
+
+    if args.inputs or args.out or args.iters or args.print_command or args.threads:
+        raise UsageError("Option '--bundle' | got --inputs/--out/--iters/--threads/--print-command too, expected it "
+                         "alone (or with --plugin, --trust-artifact): OUT/run.sh passes its arguments to the program")
+    print(visible(bundle(args.artifact, args.bundle, plugin=args.plugin, trust_artifact=args.trust_artifact).summary()))
     return 0
 
 

@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-artifact", action="store_true",
                    help="run a format that carries code (a SavedModel) without checking its graph first; only for "
                         "artifacts you trust like your own code (the program that runs it is always multiexport's)")
+    p.add_argument("--bundle", type=Path, metavar="OUT",
+                   help="instead of running, write a relocatable folder to copy to a server: the program, every "
+                        "library it loads from outside the system's directories, the runtime's plugins, the artifact "
+                        "and OUT/run.sh (OUT: a new or empty directory; proven by one run under env -i here)")
     p.set_defaults(handler=commands.cmd_native)
 
     _compare_parser(sub)

@@ -48,6 +48,7 @@ ORT_DECLARATION = "ort_api.h"  # multiexport's declaration of the ORT C API that
 CUDA_PLUGIN_PACKAGES = ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
 CUDA_PLUGIN_FILE = "xla_cuda_plugin.so"
 COMPILE_TIMEOUT_S = 600
+BUNDLE_RPATH = "$ORIGIN/../lib"  # a bundled program's libraries: OUT/bin/PROG finds them in OUT/lib
 
 
 class NativeBuildError(BackendUnavailable):
@@ -319,9 +320,22 @@ def _key(program: str, chain: Toolchain) -> str:
     return digest.hexdigest()[:16]
 
 
-def build(program: str, *, force: bool = False) -> Path:
-    """Path of the compiled `program` (one of PROGRAMS), compiling it first if this machine has none."""
+def build(program: str, *, force: bool = False, bundled: bool = False) -> Path:
+    """Path of the compiled `program` (one of PROGRAMS), compiling it first if this machine has none.
+
+    bundled: the relocatable copy a bundle carries (`native/bundle.py`): its libraries are found through
+    DT_RPATH `$ORIGIN/../lib` instead of the wheels' directories. DT_RPATH rather than DT_RUNPATH: the
+    loader also applies an executable's DT_RPATH to the dependencies of every object that has no RUNPATH
+    of its own (a dlopened PJRT plugin), where DT_RUNPATH serves the executable's direct needs alone.
+    """
     chain = toolchain(program)
+    if bundled:  # the flags are hashed into the key: this copy is cached beside the ordinary one
+        # A library the program dlopens by absolute path (ort_run's libonnxruntime) is named by file name instead:
+        # dlopen then searches the program's DT_RPATH, i.e. the bundle's lib/.
+        flags = [f'-DMX_ORT_LIBRARY="{Path(f.split("=", 1)[1].strip(chr(34))).name}"'
+                 if f.startswith("-DMX_ORT_LIBRARY=") else f for f in chain.flags if not f.startswith("-Wl,-rpath,")]
+        chain = Toolchain(chain.compiler, flags + ["-Wl,--disable-new-dtags", f"-Wl,-rpath,{BUNDLE_RPATH}"],
+                          chain.inputs)
     target = cache_root() / _key(program, chain) / program
     if target.is_file() and not force:
         return target

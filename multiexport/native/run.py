@@ -111,6 +111,9 @@ def _checked(directory: Path, trust_artifact: bool) -> tuple[Manifest, dict[str,
     return manifest, native
 
 
+check_artifact = _checked  # public for the bundler (bundle.py), which passes the same gate before copying anything
+
+
 def _litert_expected(manifest: Manifest) -> dict[str, Any]:
     from ..exporting.native_section import litert_section
 

@@ -1,0 +1,381 @@
+"""Relocatable bundles: one folder a C/C++ deployer copies to a server and runs there, with no Python and no venv.
+
+`bundle(DIR, OUT)` (`multiexport native DIR --bundle OUT`) writes:
+
+    OUT/run.sh        one line: cd "$(dirname "$0")/artifact" && exec ../bin/PROG ARGS "$@"
+    OUT/bin/          the consumer: our own program rebuilt with DT_RPATH $ORIGIN/../lib, or a prebuilt tool
+    OUT/lib/          every library the program and its runtime load that comes from outside the system's library
+                      directories, flat, under the name the loader asks for (a PJRT plugin, OpenVINO's device
+                      plugin and frontend, TF's libraries, ...)
+    OUT/artifact/     manifest.json and every file of the manifest's inventory, each checked against its sha256
+    OUT/bundle.json   where each file came from, what the server must provide, what was rewritten
+
+Which libraries: the loader's own view. `ldd` (run with an empty environment) on the program and on each file the
+runtime dlopens, which no ldd of the program shows: each consumer declares those (`CONSUMERS`: the PJRT plugin,
+OpenVINO's CPU plugin, its auto-batch plugin, the frontend of the model's format and TBB's own dlopened helpers,
+found by running `ov_run` under LD_DEBUG=files). A library is the server's to provide when the loader found it in
+the system's own directories (the defaults and those of `ldconfig -p`): glibc (never bundled, wherever it was
+found: it must match the server's loader), libstdc++ and libgcc_s, a GPU driver's libraries. They are listed in
+bundle.json with the newest symbol versions the bundle needs of them (`requires`: GLIBC_2.34, GLIBCXX_3.4.22, ...),
+so a deployer checks a server once; every wheel here needs less of libstdc++ than any glibc >= 2.34 system ships.
+Everything else (the venv's site-packages, our cache) is copied into OUT/lib.
+
+How they are found: our programs carry DT_RPATH `$ORIGIN/../lib`; a bundled library's own RUNPATH must stay inside
+OUT/lib, so one that names anything else (libtensorflow_cc.so.2 names `$ORIGIN/../../_solib_x86_64/...`, which in
+a bundle points next to OUT) gets `$ORIGIN` written over that string in place (`loader.rewrite_search_path`: the string is
+never shared with a symbol or another name, which is checked; no patchelf here). A prebuilt tool (IREE's) must need
+nothing from OUT/lib, since nothing can add a search path to it.
+
+Proof, before OUT appears: `ldd` on every ELF file of the bundle resolves only into OUT/lib and the system's
+directories, and the bundle runs once on the artifact's example inputs under `env -i LD_DEBUG=libs,files`, every
+object the loader mapped being inside the bundle or the system's directories. The bundle is built in a hidden
+sibling of OUT and renamed into place, so a failure leaves nothing at OUT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..errors import ArtifactError, UsageError
+from ..exporting.manifest import Manifest
+from ..files.atomic import current_umask
+from ..files.owned import sha256_file
+from ..system.process import run_command
+from .build import BUNDLE_RPATH, NativeBuildError, build, find_pjrt_plugin, is_cuda_plugin, package_dir
+from .loader import LDD_TIMEOUT_S, Elf, in_dirs, ldd, loaded_objects, rewrite_search_path, system_dirs
+
+SCHEMA = "multiexport.bundle/1"
+# glibc's own libraries: they must come from the server, matching its loader, whatever directory they came from here.
+GLIBC = re.compile(r"^(ld-linux[^/]*|linux-vdso\.so.*|linux-gate\.so.*|lib(c|m|dl|pthread|rt|resolv|util|anl|nsl|mvec|"
+                   r"BrokenLocale|thread_db|nss_[a-z]+)\.so(\.[0-9]+)*)$")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a consumer's entry is asked about: the checked manifest, its native section, the PJRT plugin asked for."""
+
+    manifest: Manifest
+    native: Mapping[str, Any]
+    plugin: Path | None = None
+
+
+@dataclass(frozen=True)
+class Program:
+    """A program bin/ holds: `copy` is the file copied, `seen_from` the one whose ldd gives its libraries (the same
+    program built with the wheels' rpath: the bundled copy's `$ORIGIN/../lib` means nothing before it is in place)."""
+
+    copy: Path
+    seen_from: Path
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """How one backend's artifacts run from a bundle. A new consumer is one entry of CONSUMERS.
+
+    programs: the programs bin/ holds; run.sh runs the first.
+    runtime: files the runtime dlopens that no ldd of the program shows; copied into lib/ with their own libraries.
+    argv: run.sh's arguments after the program (the working directory is artifact/, so lib/ is '../lib').
+    env: variables run.sh sets for the program. mkdir_outputs: the program does not create outputs/ itself.
+    """
+
+    programs: Callable[[Request], list[Program]]
+    runtime: Callable[[Request], list[Path]] = lambda request: []
+    argv: Callable[[Request], list[str]] = lambda request: []
+    env: tuple[tuple[str, str], ...] = ()
+    mkdir_outputs: bool = False
+
+
+def ours(program: str) -> Callable[[Request], list[Program]]:
+    """One of our programs (build.PROGRAMS): the bundled build, seen through the ordinary one."""
+    return lambda request: [Program(build(program, bundled=True), build(program))]
+
+
+def _xla_plugin(request: Request) -> Path:
+    plugin = find_pjrt_plugin(request.plugin)
+    if is_cuda_plugin(plugin):  # it dlopens CUDA from the NVIDIA wheels through LD_LIBRARY_PATH, and the driver
+        raise UsageError(f"PJRT plugin '{plugin}' | a CUDA plugin cannot be bundled yet, expected a CPU plugin: it "
+                         "loads the NVIDIA wheels' libraries through LD_LIBRARY_PATH and the server's driver")
+    return plugin
+
+
+def _openvino_runtime(request: Request) -> list[Path]:
+    """What OpenVINO loads at run time for ov_run, measured under LD_DEBUG=files (OpenVINO 2026.4): the device
+    plugin of native.device, the auto-batching plugin (compile_model consults it), the frontend of the model's
+    format and TBB's dlopened allocator and binding (libtbbbind needs libhwloc, which ldd then finds)."""
+    libs = (package_dir("openvino") or Path("openvino")) / "libs"
+    device = str(request.native.get("device", "CPU"))
+    plugins = {"CPU": "libopenvino_intel_cpu_plugin.so"}
+    if device not in plugins:
+        raise UsageError(f"OpenVINO device '{device}' | cannot be bundled, expected one of {', '.join(plugins)}")
+    frontends = {".onnx": "onnx", ".xml": "ir", ".pb": "tensorflow", ".tflite": "tensorflow_lite",
+                 ".pdmodel": "paddle"}
+    suffix = Path(str(request.native.get("model", ""))).suffix
+    if suffix not in frontends:
+        raise UsageError(f"OpenVINO model '{request.native.get('model')}' | no frontend known for {suffix!r}, "
+                         f"expected one of {', '.join(frontends)}")
+    wanted = [plugins[device], "libopenvino_auto_batch_plugin.so", f"libopenvino_{frontends[suffix]}_frontend.so.*",
+              "libtbbmalloc.so.*", "libtbbbind_2_5.so.*"]
+    found = []
+    for pattern in wanted:
+        matches = sorted(libs.glob(pattern))
+        if not matches:
+            raise NativeBuildError(f"OpenVINO runtime file '{pattern}' | not found in {libs}, expected the openvino "
+                                   "wheel's")
+        found.append(matches[0])
+    return found
+
+
+def _iree_programs(request: Request) -> list[Program]:
+    from .run import iree_tool
+
+    if any(a == "--device=cuda" for a in request.native.get("run_args", [])):
+        raise UsageError("IREE driver 'cuda' | cannot be bundled yet, expected local-task or local-sync: the bundle "
+                         "is proven by running it here on the CPU")
+    tools = [iree_tool(request.native["tools"]["run"]), iree_tool(request.native["tools"]["benchmark"])]
+    return [Program(t, t) for t in tools]
+
+
+def _onnxruntime(request: Request) -> list[Path]:
+    """The libonnxruntime ort_run dlopens (the bundled build names it by file name: found through $ORIGIN/../lib)."""
+    from .build import find_onnxruntime
+
+    return [find_onnxruntime()[1]]
+
+
+CONSUMERS: dict[str, Consumer] = {
+    "xla": Consumer(ours("pjrt_run"), runtime=lambda r: [_xla_plugin(r)],
+                    argv=lambda r: ["--plugin", f"../lib/{_xla_plugin(r).name}"]),
+    "savedmodel": Consumer(ours("tf_run"), env=(("TF_CPP_MIN_LOG_LEVEL", "1"),)),
+    "openvino": Consumer(ours("ov_run"), runtime=_openvino_runtime),
+    "iree": Consumer(_iree_programs, argv=lambda r: list(r.native["run_args"]), mkdir_outputs=True),
+    "onnx": Consumer(ours("ort_run"), runtime=_onnxruntime),
+    "litert": Consumer(ours("lite_run")),
+}
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A written bundle. files: path relative to OUT -> bytes; system: library name -> where the loader found it
+    here (the server provides it); requires: symbol family -> newest version needed of the system (GLIBC: 2.34)."""
+
+    directory: Path
+    backend: str
+    files: dict[str, int]
+    system: dict[str, str] = field(default_factory=dict)
+    requires: dict[str, str] = field(default_factory=dict)
+    rewritten: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(self.files.values())
+
+    def largest(self, n: int = 3) -> list[tuple[str, int]]:
+        return sorted(self.files.items(), key=lambda kv: -kv[1])[:n]
+
+    def summary(self) -> str:
+        """One line for the command line: where, how big, what dominates, what the server must provide."""
+        big = ", ".join(f"{name} {size / 2**20:.1f} MiB" for name, size in self.largest(2))
+        needs = ", ".join(f"{family} >= {version}" for family, version in self.requires.items())
+        return (f"wrote bundle {self.directory}: {self.size / 2**20:.1f} MiB in {len(self.files)} files (largest: "
+                f"{big}); run it from anywhere: {self.directory / 'run.sh'}; the server provides "
+                f"{', '.join(self.system) or 'nothing'} ({needs or 'no versioned symbols'})")
+
+
+def bundle(artifact_dir: str | os.PathLike, out: str | os.PathLike, *, plugin: str | os.PathLike | None = None,
+           trust_artifact: bool = False) -> Bundle:
+    """Write the relocatable bundle of `artifact_dir` to `out` (a new or empty directory), proven before it appears."""
+    from .run import check_artifact
+
+    directory = Path(artifact_dir).resolve()
+    target = Path(out).absolute()
+    _check_out(target, directory)
+    manifest, native = check_artifact(directory, trust_artifact)
+    consumer = CONSUMERS.get(manifest.backend)
+    if consumer is None:
+        raise ArtifactError(f"Artifact '{directory}' | backend '{manifest.backend}' has no bundle here, expected one "
+                            f"of {', '.join(CONSUMERS)}")
+    request = Request(manifest, native, Path(plugin) if plugin else None)
+    programs, runtime = consumer.programs(request), consumer.runtime(request)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        staging.chmod(0o777 & ~current_umask())  # mkdtemp's 0700 would make OUT unreadable to the deployer's others
+        made = _write(staging, directory, manifest, consumer, request, programs, runtime)
+        _prove(staging, made)
+        _check_out(target, directory)  # still new or empty: rename() replaces an empty directory, nothing else
+        try:
+            os.replace(staging, target)
+        except OSError as exc:  # filled meanwhile (a concurrent bundle): refused as if found so
+            raise UsageError(f"Option '--bundle' | '{target}' exists and is not an empty directory ({exc.strerror}), "
+                             "expected a new or empty one; nothing was changed") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Bundle(target, manifest.backend, made["files"], made["system"], made["requires"], made["rewritten"])
+
+
+def _check_out(target: Path, artifact: Path) -> None:
+    resolved = target.resolve()
+    if resolved == artifact or artifact in resolved.parents:
+        raise UsageError(f"Option '--bundle' | '{target}' is inside the artifact '{artifact}', expected a place outside "
+                         "it (the bundle holds a copy of the artifact)")
+    if os.path.lexists(target) and (target.is_symlink() or not target.is_dir() or any(target.iterdir())):
+        raise UsageError(f"Option '--bundle' | '{target}' exists and is not an empty directory, expected a new or empty "
+                         "one; nothing was changed")
+
+
+def _write(root: Path, artifact: Path, manifest: Manifest, consumer: Consumer, request: Request,
+           programs: list[Program], runtime: list[Path]) -> dict[str, Any]:
+    known = system_dirs()
+    bundled: dict[str, Path] = {}  # name in lib/ -> source
+    system: dict[str, str] = {}
+    why: dict[str, str] = {}
+
+    def take(name: str, source: Path, reason: str) -> None:
+        if GLIBC.match(name) or in_dirs(source, known):
+            system.setdefault(name, str(source))
+            return
+        if name in bundled and bundled[name].resolve() != source.resolve():
+            raise ArtifactError(f"Library '{name}' | found both at {bundled[name]} and {source}, expected one")
+        if name not in bundled:
+            bundled[name], why[name] = source, reason
+
+    for program in programs:
+        for name, path in ldd(program.seen_from):
+            take(name, path, f"needed by bin/{program.copy.name}")
+    for path in runtime:
+        take(path.name, path, "loaded at run time")
+        for name, dep in ldd(path):
+            take(name, dep, f"needed by lib/{path.name}")
+    (root / "bin").mkdir()
+    (root / "lib").mkdir()
+    sources: dict[str, str] = {}
+    for program in programs:
+        shutil.copy2(program.copy.resolve(), root / "bin" / program.copy.name)
+        sources[f"bin/{program.copy.name}"] = str(program.copy)
+    for name, source in sorted(bundled.items()):
+        shutil.copy2(source.resolve(), root / "lib" / name)
+        sources[f"lib/{name}"] = f"{source} ({why[name]})"
+    rewritten = {}
+    for rel in sorted(sources):
+        wanted = "$ORIGIN" if rel.startswith("lib/") else BUNDLE_RPATH
+        old = rewrite_search_path(root / rel, wanted)
+        if old is not None:
+            rewritten[rel] = f"{old} -> {wanted}"
+    _copy_artifact(artifact, manifest, root / "artifact")
+    _write_run_sh(root, consumer, request, programs[0].copy.name)
+    requires = _requires([root / rel for rel in sources], set(bundled))
+    files = {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*")) if p.is_file()}
+    record = {"schema": SCHEMA, "backend": manifest.backend, "run": "run.sh", "program": f"bin/{programs[0].copy.name}",
+              "sources": sources, "system_libraries": dict(sorted(system.items())), "requires": requires,
+              "rewritten_search_paths": rewritten, "bytes": sum(files.values()),
+              "rule": ("lib/ holds every library loaded from outside the system's library directories; the server "
+                       "provides system_libraries (glibc never bundled), needing at least the versions in requires")}
+    (root / "bundle.json").write_text(json.dumps(record, indent=1) + "\n")
+    files["bundle.json"] = (root / "bundle.json").stat().st_size
+    return {"files": files, "system": record["system_libraries"], "requires": requires, "rewritten": rewritten}
+
+
+def _copy_artifact(artifact: Path, manifest: Manifest, to: Path) -> None:
+    """manifest.json and every file of the inventory, each proven by its recorded sha256 (an edited file is refused)."""
+    to.mkdir()
+    shutil.copy2(artifact / "manifest.json", to / "manifest.json")
+    for rel in sorted(manifest.inventory):
+        source, dest = artifact / rel, to / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, dest, follow_symlinks=False)
+        want = manifest.inventory_sha256.get(rel)
+        if dest.is_symlink() or (want is not None and sha256_file(dest) != want) \
+                or dest.stat().st_size != manifest.inventory[rel]:
+            raise ArtifactError(f"Artifact file '{rel}' | differs from the manifest's inventory, expected the file the "
+                                "export wrote (edited since?)")
+
+
+def _write_run_sh(root: Path, consumer: Consumer, request: Request, program: str) -> None:
+    env = "".join(f"{k}={shlex.quote(v)} " for k, v in consumer.env)
+    mkdir = "mkdir -p outputs && " if consumer.mkdir_outputs else ""
+    argv = shlex.join([f"../bin/{program}", *consumer.argv(request)])
+    line = f'cd "$(dirname "$0")/artifact" && {mkdir}{env}exec {argv} "$@"'
+    (root / "run.sh").write_text(f"#!/bin/sh\n{line}\n")
+    (root / "run.sh").chmod(0o755)
+
+
+def _requires(files: list[Path], bundled: set[str]) -> dict[str, str]:
+    """Newest version of each symbol family (GLIBC, GLIBCXX, CXXABI, GCC, ...) the files need of the system."""
+    newest: dict[str, tuple[tuple[int, ...], str]] = {}
+    for path in files:
+        elf = Elf.read(path)
+        if elf is None:
+            continue
+        for library, versions in elf.version_needs().items():
+            if library in bundled:
+                continue
+            for version in versions:
+                family, _, number = version.rpartition("_")
+                try:
+                    key = tuple(int(x) for x in number.split("."))
+                except ValueError:
+                    continue
+                if family and (family not in newest or key > newest[family][0]):
+                    newest[family] = (key, number)
+    return {family: number for family, (_, number) in sorted(newest.items())}
+
+
+def _prove(root: Path, made: Mapping[str, Any]) -> None:
+    """ldd on every ELF file, then one run under env -i: nothing may come from outside the bundle and the system."""
+    known = system_dirs()
+    root = root.resolve()
+
+    def allowed(path: Path) -> bool:
+        return root in path.resolve().parents or in_dirs(path, known)
+
+    lib_names = {p.name for p in (root / "lib").iterdir()}
+    for rel in made["files"]:
+        path = root / rel
+        elf = Elf.read(path) if rel.startswith(("bin/", "lib/")) else None
+        if elf is None:
+            continue
+        outcome = run_command(["ldd", str(path)], timeout=LDD_TIMEOUT_S, env={})
+        if outcome.returncode != 0:
+            raise ArtifactError(f"Bundle file '{rel}' | ldd {outcome.how_it_ended()}: {outcome.stderr.strip()[-500:]}")
+        for line in outcome.stdout.splitlines():
+            name, _, where = (s.strip() for s in line.strip().partition("=>"))
+            if where.startswith("not found"):
+                # An object without RUNPATH of its own is served at run time by the program's DT_RPATH, which ldd
+                # of the object alone does not apply.
+                if name in lib_names and not elf.search_paths():
+                    continue
+                raise ArtifactError(f"Bundle file '{rel}' | needs {name}, which the loader does not find from the "
+                                    "bundle or the system, expected it in lib/")
+            where = where.split(" (0x")[0].strip()
+            if where.startswith("/") and not allowed(Path(where)):
+                raise ArtifactError(f"Bundle file '{rel}' | loads {where} from outside the bundle and the system's "
+                                    "library directories, expected it from lib/")
+    artifact = root / "artifact"
+    had_outputs = (artifact / "outputs").exists()
+    with tempfile.TemporaryDirectory(prefix="multiexport-bundle-ld-") as logs:
+        # env(1) sets LD_DEBUG for run.sh alone: run_command starts programs behind a Python stub, whose own
+        # loading must not be logged.
+        outcome = run_command(["env", "LD_DEBUG=libs,files", f"LD_DEBUG_OUTPUT={logs}/ld", str(root / "run.sh")],
+                              timeout=LDD_TIMEOUT_S, cwd=root, env={})
+        loaded = [p for log in sorted(Path(logs).iterdir()) for p in loaded_objects(log.read_text(errors="replace"),
+                                                                                    artifact)]
+    if not had_outputs:
+        shutil.rmtree(artifact / "outputs", ignore_errors=True)
+    if outcome.returncode != 0:
+        said = " ".join((outcome.stderr.strip() or outcome.stdout.strip()).split())[-2000:]
+        raise ArtifactError(f"Bundle run.sh | {outcome.how_it_ended()} on the artifact's example inputs under env -i: "
+                            f"{said}")
+    outside = sorted({str(p) for p in loaded if not allowed(p)})
+    if outside:
+        raise ArtifactError(f"Bundle run.sh | loaded {', '.join(outside)} from outside the bundle and the system's "
+                            "library directories, expected every library in lib/ (a file the runtime dlopens: declare "
+                            "it in the consumer's runtime files)")
