@@ -234,6 +234,17 @@ def find_openvino() -> tuple[Path, Path]:
     return ov / "include", libs[0]
 
 
+def find_openvino_cpp() -> tuple[Path, Path]:
+    """(include dir, libopenvino) of the openvino wheel's C++ API, for a user's own C++ program
+    (examples/cpp/batch_openvino.cpp); the wheel ships libopenvino.so.<version> without the plain name."""
+    include, _ = find_openvino()
+    libs = sorted((include.parent / "libs").glob("libopenvino.so*"))
+    if not (include / "openvino" / "openvino.hpp").is_file() or not libs:
+        raise NativeBuildError(f"openvino at {include.parent} | no include/openvino/openvino.hpp or libs/libopenvino.so*: "
+                               "this wheel lacks the C++ API")
+    return include, libs[0]
+
+
 def find_onnxruntime() -> tuple[Path | None, Path]:
     """(directory of ORT's own onnxruntime_c_api.h or None: ort_api.h then declares the API, libonnxruntime
     to dlopen). $MULTIEXPORT_ORT_INCLUDE / $MULTIEXPORT_ORT_LIBRARY, when set, must name what they say: no
@@ -366,8 +377,8 @@ def _compile(command: list[str], program: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m multiexport.native.build --cflags|--sources|--plugin|--program NAME`: what a user's own
-    C/C++ build needs (examples/cpp/Makefile uses it), one answer per line."""
+    """`python -m multiexport.native.build --cflags|--sources|--plugin|--openvino-cflags|--openvino-libs|--program
+    NAME`: what a user's own C/C++ build needs (examples/cpp/Makefile uses it), one answer per line."""
     import argparse
     import sys
 
@@ -376,6 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--cflags", action="store_true", help="include flags: the shared C sources and pjrt_c_api.h")
     group.add_argument("--sources", action="store_true", help="the shared C sources (JSON, .npy, manifest helpers)")
     group.add_argument("--plugin", action="store_true", help="the installed PJRT plugin to dlopen (see --device)")
+    group.add_argument("--openvino-cflags", action="store_true",
+                       help="include flags for a C++ program on OpenVINO's C++ API: the shared C sources, openvino.hpp")
+    group.add_argument("--openvino-libs", action="store_true",
+                       help="link flags for it: the openvino wheel's libopenvino, with an rpath to the wheel's libs")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                         help="with --plugin: the CPU plugin (default) or jax's CUDA plugin")
     group.add_argument("--program", choices=PROGRAMS, help="build (if needed) and print the path of a native program")
@@ -387,6 +402,11 @@ def main(argv: list[str] | None = None) -> int:
             print(" ".join(str(SOURCE_DIR / c) for c in COMMON))
         elif args.plugin:
             print(find_pjrt_plugin(device=args.device))
+        elif args.openvino_cflags:
+            print(f"-I{SOURCE_DIR} -I{find_openvino_cpp()[0]}")
+        elif args.openvino_libs:
+            library = find_openvino_cpp()[1]
+            print(f"{library} -Wl,-rpath,{library.parent}")
         else:
             print(build(args.program))
     except NativeBuildError as exc:

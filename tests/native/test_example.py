@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,3 +107,90 @@ def test_make_with_a_python_lacking_multiexport_says_what_to_do(tmp_path):
     assert proc.returncode != 0
     assert "cannot import multiexport: run `make setup`" in proc.stderr
     assert not list(tmp_path.iterdir())  # nothing half-built
+
+
+def readme_cpp_blocks() -> list[str]:
+    """The README's fenced ```sh blocks that run examples/cpp (those naming `make -C examples/cpp`), verbatim."""
+    import re
+
+    text = (REPO / "README.md").read_text()
+    return [b for b in re.findall(r"^```sh\n(.*?)^```$", text, flags=re.S | re.M) if "make -C examples/cpp" in b]
+
+
+def fnv1a64(array: np.ndarray) -> str:
+    """The hash batch_openvino prints: FNV-1a 64 over the array's C-order bytes, 16 hex digits."""
+    h = 1469598103934665603
+    for byte in np.ascontiguousarray(array).tobytes():
+        h = ((h ^ byte) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def test_the_readme_lines_for_examples_cpp_run_as_written(tmp_path):
+    """The README's examples/cpp block, run line by line as written with bash in a fresh directory: the seed
+    example prints 45 and the parameter order, the OpenVINO one's outputs at batch 1 and 8 equal `multiexport
+    run` on the same inputs, bit for bit. Nothing in the lines is replaced: the directory holds a copy of
+    examples/cpp (so the builds land there, not in the checkout) and `.venv`, a link to the venv running the
+    tests (what `make setup` makes); PYTHONPATH names the checkout, as the venv's editable install would; no
+    venv is on PATH."""
+    import json
+    import os
+
+    from multiexport.native.build import find_openvino_cpp
+
+    blocks = readme_cpp_blocks()
+    assert len(blocks) == 1, "README.md: expected one ```sh block running make -C examples/cpp"
+    lines = [x for x in blocks[0].splitlines() if x.strip() and not x.lstrip().startswith("#")]
+    assert any("run-openvino" in x for x in lines) and any(x.startswith("make -C examples/cpp run ") for x in lines)
+    if shutil.which("make") is None or shutil.which("c++") is None:
+        pytest.skip("no make or c++ on PATH")
+    try:
+        find_pjrt_header()
+        find_pjrt_plugin()
+        find_openvino_cpp()
+    except NativeBuildError as exc:
+        pytest.skip(str(exc))
+    pytest.importorskip("flax", reason="mlp_dynamic is a flax.linen example: pip install 'multiexport[flax]'")
+    venv = Path(sys.prefix)
+    if venv == Path(sys.base_prefix) or not (venv / "bin" / "multiexport").exists():
+        pytest.skip(f"the tests run outside a venv holding the multiexport script ({sys.prefix}): the lines use .venv/bin")
+
+    work = tmp_path / "checkout"
+    shutil.copytree(REPO / "examples" / "cpp", work / "examples" / "cpp",
+                    ignore=shutil.ignore_patterns("seed_pjrt", "batch_openvino", "*.o"))
+    (work / ".venv").symlink_to(venv, target_is_directory=True)
+    env = _plain_env(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    stdout = ""
+    for line in lines:
+        proc = subprocess.run(["bash", "-c", line], cwd=work, capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, f"README line failed: {line}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        stdout += proc.stdout
+
+    # The seed example: foo.bar dropped, foo.baz the module's one parameter, and the answer 45.
+    assert "foo.bar                  dropped: the module never reads it" in stdout
+    assert "0: foo.baz (int32) from inputs/input1.npy" in stdout
+    assert "output out (int32): 45\n" in stdout
+
+    # The OpenVINO example against the Python runner, at each batch it printed.
+    artifact = work / "multiexport-out" / "mlp-ov"
+    native = json.loads((artifact / "manifest.json").read_text())["native"]
+    example = dict(np.load(artifact / "example_inputs.npz"))
+    batched = {a["leaf"] for a in native["args"] if a["shape"] and a["shape"][0] == native["symbolic_dims"][0]}
+    printed = {}
+    for row in stdout.splitlines():
+        if row.startswith("batch ") and " fnv1a64=" in row:
+            head, rest = row.split(": ", 1)
+            name, rest = rest.split(" [", 1)
+            printed[(int(head.split()[1]), name)] = (rest.split("]")[0], rest.split("fnv1a64=")[1].split()[0])
+    assert {n for n, _ in printed} == {1, 8}, stdout
+    for n in (1, 8):
+        # Row r of a batched leaf is the example's row r % its batch, as batch_openvino.cpp builds it.
+        feed = {k: np.take(v, np.arange(n) % v.shape[0], axis=0) if k in batched else v for k, v in example.items()}
+        np.savez(tmp_path / f"in{n}.npz", **feed)
+        subprocess.run([sys.executable, "-m", "multiexport", "run", str(artifact), "--inputs", str(tmp_path / f"in{n}.npz"),
+                        "--out", str(tmp_path / f"out{n}.npz")], check=True, capture_output=True, timeout=600)
+        want = dict(np.load(tmp_path / f"out{n}.npz"))
+        assert {name for m, name in printed if m == n} == set(want)
+        for name, value in want.items():
+            shape, digest = printed[(n, name)]
+            assert shape == ", ".join(map(str, value.shape)), (n, name, shape, value.shape)
+            assert digest == fnv1a64(value), f"batch {n} {name}: the C++ output differs from multiexport run's"
