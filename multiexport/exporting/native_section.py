@@ -341,7 +341,7 @@ def check_section(manifest, directory) -> dict[str, Any]:
     native = manifest.native
     fallback = manifest.format.get("static_fallback")
     if not isinstance(native, dict) and isinstance(fallback, dict) and isinstance(fallback.get("models"), dict):
-        models = ", ".join(f"{key}: {rel}" for key, rel in fallback["models"].items())
+        models = ", ".join(f"{key}: {rel}" for key, rel in sorted(fallback["models"].items()))
         raise ArtifactError(f"Artifact '{directory}' | holds one model per size ({models}) because its converter could "
                             "not keep the symbolic dims, and has no native section of its own: run the model of your "
                             "size natively (each is a complete artifact), e.g. `multiexport native DIR/<its directory>`")

@@ -32,7 +32,7 @@ from multiexport.native.run import print_command, run
 from ..cases import case, feed_for
 from ..conftest import REPO
 from ..exporting.test_static_fallback import first_row
-from .test_consumers import COMMON, _as_dtype, _assert_same
+from .test_consumers import COMMON, _assert_same, _read
 
 UNSUPPORTED = {"float64": "no float64 kernels", "mlp_bf16": "no bfloat16 batch_matmul kernel"}  # the converter's
 # beyond COMMON: a leaf the SavedModel stage drops (no signature input), int32 leaves, an int32 and a float output
@@ -136,7 +136,7 @@ def test_printed_command_runs_under_env_i_from_the_artifact_directory(exported, 
     proc = subprocess.run(["bash", "-c", line], env={}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((directory / "manifest.json").read_text())
-    got = {r["leaf"]: _as_dtype(np.load(directory / "outputs" / r["file"]), r["dtype"])
+    got = {r["leaf"]: _read(directory / "outputs" / r["file"], r)
            for r in manifest["native"]["results"]}
     save_npz(tmp_path / "ex.npz", sig.example_feed())
     subprocess.run([sys.executable, "-m", "multiexport", "run", str(directory), "--inputs", str(tmp_path / "ex.npz"),
