@@ -52,9 +52,14 @@ def provenance(name: str) -> str:
 
 
 def plugin_info(plugin: Path) -> str:
-    out = subprocess.run([str(build("pjrt_run")), "--plugin", str(plugin), "--info", "1"], env={},
+    out = subprocess.run([str(build("pjrt_run")), "--plugin", str(plugin), "--info"], env={},
                          capture_output=True, text=True, timeout=120)
-    return " ".join((out.stdout or out.stderr).split())[:200]
+    try:
+        info = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return " ".join((out.stdout or out.stderr).split())[:200]
+    return (f"PJRT API {info.get('pjrt_api_version')}, StableHLO {info.get('stablehlo_minimum_version')} to "
+            f"{info.get('stablehlo_current_version')}")
 
 
 def ulps(got: np.ndarray, want: np.ndarray) -> int:
