@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import BackendUnavailable
 
 PLUGIN_ENV = "MULTIEXPORT_PJRT_PLUGIN"
+LITERT_CHECKED = ("2.3",)  # ai-edge-litert releases litert_api.h was checked against (major.minor)
 ORT_HEADER_ENV, ORT_LIBRARY_ENV = "MULTIEXPORT_ORT_INCLUDE", "MULTIEXPORT_ORT_LIBRARY"
 HEADER_ENV = "MULTIEXPORT_PJRT_INCLUDE"
 ORT_DECLARATION = "ort_api.h"  # multiexport's declaration of the ORT C API that ort_run calls
@@ -223,4 +224,16 @@ def find_litert() -> Path:
                                "libLiteRt.so; pip install 'multiexport[litert]'")
     if not (litert / "libLiteRt.so").is_file():
         raise NativeBuildError(f"ai_edge_litert at {litert} | no libLiteRt.so: this wheel lacks the C API library")
+    # litert_api.h is our declaration of a C API whose signatures have changed between releases, and no library
+    # call reports its version: a release it was not checked against is unavailable, never called on a guess.
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("ai-edge-litert")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    if not version.startswith(tuple(f"{v}." for v in LITERT_CHECKED)):
+        raise NativeBuildError(f"ai-edge-litert {version} | lite_run's declarations (csrc/litert_api.h) are checked "
+                               f"against {', '.join(f'{v}.x' for v in LITERT_CHECKED)}, expected one of those: "
+                               "its C API's signatures change between releases")
     return litert / "libLiteRt.so"
