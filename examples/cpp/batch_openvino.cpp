@@ -140,9 +140,13 @@ static int run(int argc, char **argv) {
 
   // 2. OpenVINO: read the model file, compile with the manifest's properties.
   ov::Core core;
-  std::shared_ptr<ov::Model> model = core.read_model(dir + "/" + mx_json_str(mx_require(native, "model", "native"), ""));
+  // mx_join refuses a model path that leaves the artifact (absolute, or with ".."): the manifest is input.
+  char *model_path = mx_join(dir.c_str(), mx_json_str(mx_require(native, "model", "native"), ""));
+  std::shared_ptr<ov::Model> model = core.read_model(model_path);
+  free(model_path);
   ov::AnyMap properties;
   const mx_json *props = mx_require(native, "properties", "native");
+  if (!mx_json_is(props, MX_JSON_OBJECT)) mx_die("manifest.json: native.properties | expected an object");
   for (size_t k = 0; k < props->count; k++) properties[props->keys[k]] = std::string(mx_json_str(&props->items[k], ""));
   if (!threads.empty()) properties["INFERENCE_NUM_THREADS"] = threads;
   ov::CompiledModel compiled = core.compile_model(model, mx_json_str(mx_require(native, "device", "native"), "CPU"),

@@ -249,6 +249,11 @@ def rewrite_search_path(path: Path, wanted: str) -> str | None:
     refs = elf.string_references()
     table, size = elf._strtab()
     old_all = []
+    try:
+        path.chmod(path.stat().st_mode | 0o200)  # the copy of a read-only library: ours to edit
+    except OSError as exc:
+        raise ArtifactError(f"Library '{path.name}' | cannot be made writable ({exc.strerror}), expected to rewrite "
+                            "its search path in the bundle's copy") from None
     with open(path, "r+b") as fh:
         for start, old in paths.items():
             end = start + len(old.encode("utf-8", "surrogateescape"))

@@ -98,7 +98,8 @@ def _checked(directory: Path, trust_artifact: bool) -> tuple[Manifest, dict[str,
             if native.get(key) != expected[key]:
                 raise ArtifactError(f"Artifact '{directory}' | native.{key} differs from what the manifest's module, "
                                     "weights and leaves give: refusing to run a command the export did not write")
-    written = {"inputs_written": native.get("inputs_written")}  # the pipeline's record, not the consumer's binding
+    # the pipeline's record, not the consumer's binding (absent from artifacts written before it existed)
+    written = {"inputs_written": native["inputs_written"]} if "inputs_written" in native else {}
     if manifest.backend == "openvino" and native != {**_openvino_expected(manifest), **written}:
         raise ArtifactError(f"Artifact '{directory}' | native section differs from what the manifest's model, ports "
                             "and leaves give: refusing to run a configuration the export did not write")
@@ -329,7 +330,8 @@ def _timing(backend: str, stdout: str, times: Path) -> tuple[dict[str, Any], np.
             figures.setdefault("statistic", "wall time of each call, measured inside the program")
             samples = np.load(times, allow_pickle=False) if times.is_file() else None
             if samples is None or samples.dtype != np.int64 or samples.ndim != 1 or len(samples) != figures["calls"]:
-                raise RunError(f"Native program | wrote no per-call times to --times, expected {figures['calls']}")
+                raise RunError(f"Native program | wrote no per-call times to {times.name} (--times), expected "
+                               f"{figures['calls']} of them")
             return figures, samples
         rows = [r for r in json.loads(stdout)["benchmarks"] if r.get("run_type") == "iteration"]
     except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:

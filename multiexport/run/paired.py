@@ -162,6 +162,7 @@ def run_rounds(servers: Servers, names: Sequence[str], feeds: Sequence[tuple[int
     from ..measure.pairing import round_orders, slice_plan
 
     natives = dict(natives or {})
+    unsupported = {n: set(v) for n, v in unsupported.items()}  # a native's failed sizes join it: the caller's stays
     timed = {n: Timed() for n in names if n in servers.alive}
     timed.update({n: Timed() for n in natives})
     seconds, min_calls, max_calls = slice_plan(bench.bench_time, bench.min_iters, bench.max_iters, rounds)
@@ -174,13 +175,17 @@ def run_rounds(servers: Servers, names: Sequence[str], feeds: Sequence[tuple[int
                  + (f" at batch {batch}" if batch is not None else ""))
         for order in round_orders(here, rounds):
             for name in order:
+                if i in unsupported.get(name, set()):  # a native that failed at this size in an earlier round
+                    continue
                 if name in natives:
                     try:
                         samples = natives[name](i, seconds, min_calls, max_calls)
                         stopped: str | None = "max_iters" if len(samples) >= max_calls else "time"
-                    except MultiexportError as exc:
-                        progress(f"{name}: dropped from the paired rounds ({exc})")
-                        del natives[name], timed[name]
+                    except MultiexportError as exc:  # this size only: what it gave at other sizes stands
+                        progress(f"{name}: not paired" + (f" at batch {batch}" if batch is not None else "") + f" ({exc})")
+                        unsupported.setdefault(name, set()).add(i)
+                        for figures in (timed[name].samples, timed[name].medians, timed[name].capped):
+                            figures.pop(i, None)
                         continue
                 else:
                     answer = servers.ask(name, {"cmd": "time", "size": i, "seconds": seconds,

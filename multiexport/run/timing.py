@@ -161,6 +161,7 @@ def start_servers(run, artifacts: dict[str, Manifest]) -> None:
 
 
 def paired_rounds(run) -> None:
+    from ..results import NATIVE_SUFFIX
     from .native_check import apply_paired, native_slices
     from .paired import apply, pairing_result, run_rounds
 
@@ -173,6 +174,9 @@ def paired_rounds(run) -> None:
     unsupported = {n: {i for i, s in enumerate(b.sizes) if s.status is not Status.OK} for n, b in benches.items()}
     # Each native consumer that passed takes a slice per round too, beside its Python runner (--native).
     natives = native_slices(run) if run.config.native and run.config.bench else {}
+    for name in natives:  # a native consumer is paired only at the sizes it was timed at alone
+        timed_alone = {s.batch for s in run.rows[name[:-len(NATIVE_SUFFIX)]].native.sizes if s.latency is not None}
+        unsupported[name] = {i for i, (batch, _) in enumerate(run.bench_feeds) if batch not in timed_alone}
     timed, peak = run_rounds(run.servers, list(benches), run.bench_feeds, unsupported, run.config.bench,
                              run.config.rounds, run.progress, natives)
     runners = {n: t for n, t in timed.items() if n not in natives}

@@ -109,3 +109,19 @@ def test_iree_column_is_the_raw_input_table():
     from multiexport.exporting.native_section import IREE_ELEMENT
 
     assert IREE_ELEMENT == {name: row["iree"] for name, row in table().items() if row["iree"]}
+
+
+def test_onnx_column_is_ort_runs_table():
+    consumer = _c_pairs(SOURCE_DIR / "ort_run.c", r'\{"([a-z0-9_]+)", ONNX_TENSOR_ELEMENT_DATA_TYPE_([A-Z0-9]+)\}')
+    assert consumer, "ort_run.c's dtype table not found"
+    rows = table()
+    for name, element in consumer.items():
+        assert rows[name]["onnx"] == element, name  # ORT's enum names are TensorProto's
+
+
+def test_tflite_column_is_lite_runs_table():
+    consumer = _c_pairs(SOURCE_DIR / "lite_run.c", r'\{"([a-z0-9_]+)", kLiteRtElementType([A-Za-z0-9]+)\}')
+    assert consumer, "lite_run.c's dtype table not found"
+    rows = table()
+    for name, element in consumer.items():
+        assert rows[name]["tflite"] == element.upper(), name  # kLiteRtElementTypeFloat32 is TFLite's FLOAT32

@@ -83,6 +83,14 @@ def test_the_schema_dtypes_are_exactly_the_names_the_reader_accepts():
     assert set(schema()["$defs"]["dtype"]["enum"]) == accepted
 
 
+@pytest.mark.parametrize("dim", ["b", "2*b", "b + 1", "floordiv(b, 2)", "max(b, 1)", "mod(b, 2) - 1"])
+def test_jax_shape_expressions_are_dims_for_both(dim):
+    data = copy.deepcopy(_base())
+    data["inputs"][0]["shape"] = [dim, 3]
+    assert errors(data) == []
+    assert Manifest.from_json(data).inputs[0].shape == [dim, 3]
+
+
 def test_a_valid_manifest_passes_and_each_malformed_one_the_reader_refuses_fails():
     assert errors(_base()) == []
     for mutate, message in MALFORMED:

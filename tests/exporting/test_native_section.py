@@ -135,6 +135,16 @@ def test_a_hostile_openvino_section_is_refused_before_any_program_runs(openvino_
         run(directory, sig.example_feed())
 
 
+@pytest.mark.subprocess
+def test_an_openvino_artifact_from_before_inputs_written_still_runs(openvino_artifact, tmp_path):
+    """`inputs_written` is the pipeline's record, not part of the binding the consumer trusts: an artifact written
+    before the field existed is not refused as tampered."""
+    source, sig = openvino_artifact
+    directory = _copy(source, tmp_path)
+    _edit_native(directory, lambda n: n.pop("inputs_written"))
+    assert set(run(directory, sig.example_feed()).outputs) == {leaf.name for leaf in sig.outputs}
+
+
 def test_the_openvino_consumer_compiles_as_the_python_runner_does():
     from multiexport.backends.openvino.runner import config
     from multiexport.exporting.native_section import OPENVINO_PROPERTIES

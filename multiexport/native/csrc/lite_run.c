@@ -28,7 +28,7 @@
 #include "litert_api.h"
 
 static const char *USAGE =
-    "usage: lite_run [--artifact DIR] [--inputs DIR] [--outputs DIR] [--threads N] [--warmup N] [--iters N]\n"
+    "usage: lite_run [--artifact DIR] [--inputs DIR] [--outputs DIR] [--threads N] [--warmup N] [--iters N] [--times FILE]\n"
     "                [--no-outputs]\n"
     "  Runs the LiteRT artifact in DIR (default .) on LiteRT's CPU accelerator (XNNPACK) through libLiteRt's C\n"
     "  API. Inputs: one .npy per model input, named as the manifest's native.args[].file, in --inputs (default\n"
@@ -126,15 +126,6 @@ static void capture_stderr(void) {
   signal(SIGFPE, on_crash);
 }
 
-static int parse_threads(const char *flag, const char *value, void *user) {
-  if (strcmp(flag, "--threads") != 0) return 0;
-  char *end = NULL;
-  long n = strtol(value, &end, 10);
-  if (!end || *end || n < 1 || n > 4096) mx_die("--threads | got '%s', expected an integer >= 1", value);
-  *(int *)user = (int)n;
-  return 1;
-}
-
 /* The CPUs this process may run on: the Python runner's default thread count (RunOptions.thread_count). */
 static int usable_cpus(void) {
   cpu_set_t set;
@@ -185,25 +176,49 @@ static LiteRtElementType signature_tensor(LiteRtSignature sig, int role, LiteRtP
 
 /* A dim of a manifest shape at the bound sizes: an int, a symbol ("b"), or jax's expression text over
  * symbols ("2*b", "b + 1", "floordiv(b, 2)", "mod(b, 2)", "max(b, 1)", "min(b, 4)"). */
-typedef struct { const char *p; const mx_sizes *sizes; const char *leaf; } dim_parser;
+typedef struct { const char *p; const mx_sizes *sizes; const char *leaf; int depth; } dim_parser;
+#define DIM_MAX_DEPTH 64 /* nesting of parentheses, calls and unary minus a manifest's expression may use */
 
 static int64_t dim_expr(dim_parser *q);
 
 static void dim_space(dim_parser *q) { while (*q->p == ' ') q->p++; }
 
+/* a manifest is input: its arithmetic is checked, never undefined */
+static int64_t dim_checked(dim_parser *q, int overflowed, int64_t v) {
+  if (overflowed) mx_die("Output '%s' | shape expression overflows 64 bits", q->leaf);
+  return v;
+}
+
+static void dim_enter(dim_parser *q) {
+  if (++q->depth > DIM_MAX_DEPTH) mx_die("Output '%s' | shape expression nested deeper than %d", q->leaf, DIM_MAX_DEPTH);
+}
+
 static int64_t dim_factor(dim_parser *q) {
   dim_space(q);
-  if (*q->p == '-') { q->p++; return -dim_factor(q); }
+  if (*q->p == '-') {
+    q->p++;
+    dim_enter(q);
+    int64_t v = dim_factor(q), r;
+    q->depth--;
+    int overflowed = __builtin_sub_overflow((int64_t)0, v, &r);
+    return dim_checked(q, overflowed, r);
+  }
   if (*q->p == '(') {
     q->p++;
+    dim_enter(q);
     int64_t v = dim_expr(q);
+    q->depth--;
     dim_space(q);
     if (*q->p++ != ')') mx_die("Output '%s' | unreadable shape expression", q->leaf);
     return v;
   }
   if (*q->p >= '0' && *q->p <= '9') {
     int64_t v = 0;
-    while (*q->p >= '0' && *q->p <= '9') v = v * 10 + (*q->p++ - '0');
+    while (*q->p >= '0' && *q->p <= '9') {
+      int64_t digit = *q->p++ - '0';
+      int overflowed = __builtin_mul_overflow(v, (int64_t)10, &v) || __builtin_add_overflow(v, digit, &v);
+      v = dim_checked(q, overflowed, v);
+    }
     return v;
   }
   char name[64];
@@ -216,18 +231,21 @@ static int64_t dim_factor(dim_parser *q) {
   dim_space(q);
   if (*q->p == '(') {
     q->p++;
+    dim_enter(q);
     int64_t a = dim_expr(q);
     dim_space(q);
     if (*q->p++ != ',') mx_die("Output '%s' | unreadable shape expression", q->leaf);
     int64_t b = dim_expr(q);
+    q->depth--;
     dim_space(q);
     if (*q->p++ != ')') mx_die("Output '%s' | unreadable shape expression", q->leaf);
     if (strcmp(name, "max") == 0) return a > b ? a : b;
     if (strcmp(name, "min") == 0) return a < b ? a : b;
     if (b == 0) mx_die("Output '%s' | shape expression divides by 0", q->leaf);
+    if (a == INT64_MIN && b == -1) mx_die("Output '%s' | shape expression overflows 64 bits", q->leaf);
     int64_t div = a / b - ((a % b != 0) && ((a < 0) != (b < 0))); /* floor division, as jax's */
     if (strcmp(name, "floordiv") == 0) return div;
-    if (strcmp(name, "mod") == 0) return a - div * b;
+    if (strcmp(name, "mod") == 0) return a - div * b; /* |div * b| <= |a|: cannot overflow */
     mx_die("Output '%s' | shape expression uses %s(), expected floordiv, mod, max or min", q->leaf, name);
   }
   for (int i = 0; i < q->sizes->count; i++)
@@ -241,7 +259,9 @@ static int64_t dim_term(dim_parser *q) {
     dim_space(q);
     if (*q->p != '*') return v;
     q->p++;
-    v *= dim_factor(q);
+    int64_t f = dim_factor(q);
+    int overflowed = __builtin_mul_overflow(v, f, &v);
+    v = dim_checked(q, overflowed, v);
   }
 }
 
@@ -249,15 +269,17 @@ static int64_t dim_expr(dim_parser *q) {
   int64_t v = dim_term(q);
   for (;;) {
     dim_space(q);
-    if (*q->p == '+') { q->p++; v += dim_term(q); }
-    else if (*q->p == '-') { q->p++; v -= dim_term(q); }
+    int overflowed;
+    if (*q->p == '+') { q->p++; int64_t t = dim_term(q); overflowed = __builtin_add_overflow(v, t, &v); }
+    else if (*q->p == '-') { q->p++; int64_t t = dim_term(q); overflowed = __builtin_sub_overflow(v, t, &v); }
     else return v;
+    v = dim_checked(q, overflowed, v);
   }
 }
 
 static int64_t output_dim(const mx_json *dim, const mx_sizes *sizes, const char *leaf) {
   if (mx_json_is(dim, MX_JSON_NUMBER)) return mx_json_int(dim, -1);
-  dim_parser q = {mx_json_str(dim, ""), sizes, leaf};
+  dim_parser q = {mx_json_str(dim, ""), sizes, leaf, 0};
   int64_t v = dim_expr(&q);
   dim_space(&q);
   if (*q.p) mx_die("Output '%s' | unreadable shape expression '%s'", leaf, mx_json_str(dim, ""));
@@ -270,7 +292,7 @@ int main(int argc, char **argv) {
   mx_set_program("lite_run");
   mx_options opts;
   int threads = 0;
-  mx_parse_options(argc, argv, &opts, USAGE, parse_threads, &threads);
+  mx_parse_options(argc, argv, &opts, USAGE, mx_parse_threads, &threads);
   if (threads == 0) threads = usable_cpus();
   const mx_json *native;
   mx_json *manifest = mx_load_manifest(opts.artifact, &native, "litert");
@@ -395,8 +417,12 @@ int main(int argc, char **argv) {
       out_dims[j][d] = output_dim(mx_json_at(shape, d), &sizes, leaf);
       if (out_dims[j][d] < 0 || out_dims[j][d] > INT32_MAX) mx_die("Output '%s' | dim %zu is %lld", leaf, d, (long long)out_dims[j][d]);
       type.layout.dimensions[d] = (int32_t)out_dims[j][d];
-      count *= (size_t)out_dims[j][d];
+      if (__builtin_mul_overflow(count, (size_t)out_dims[j][d], &count))
+        mx_die("Output '%s' | shape holds more elements than memory can", leaf);
     }
+    size_t bytes;
+    if (__builtin_mul_overflow(count, (size_t)dt->itemsize, &bytes))
+      mx_die("Output '%s' | shape holds more bytes than memory can", leaf);
     /* An output that is an input's own tensor (the converter folds x * 1 to x) or another output's takes that
      * tensor's buffer: LiteRT gives a tensor one host allocation per call, the one registered last, so a second
      * buffer would silently replace the input's data (measured, ai-edge-litert 2.3.0: every output of
@@ -408,24 +434,15 @@ int main(int argc, char **argv) {
       if (k != pos && out_buffers[k] && out_tensor[k] == out_tensor[pos]) out_buffers[pos] = out_buffers[k], shared[pos] = 1;
     if (!out_buffers[pos])
       check(LiteRtCreateManagedTensorBuffer(env, kLiteRtTensorBufferTypeHostMemory, &type,
-                                            count * (size_t)dt->itemsize, &out_buffers[pos]),
+                                            bytes, &out_buffers[pos]),
             leaf);
   }
   double load_ms = (double)(mx_now_ns() - t0) / 1e6;
 
-  for (int i = 0; i < opts.warmup; i++)
-    check(LiteRtRunCompiledModel(compiled, sig_index, n_in, in_buffers, n_out, out_buffers), "LiteRtRunCompiledModel");
-  int64_t *times = (int64_t *)calloc(opts.iters ? (size_t)opts.iters : 1, sizeof *times);
-  for (int i = 0; i < opts.iters; i++) {
-    int64_t start = mx_now_ns();
-    check(LiteRtRunCompiledModel(compiled, sig_index, n_in, in_buffers, n_out, out_buffers), "LiteRtRunCompiledModel");
-    times[i] = mx_now_ns() - start;
-  }
-  /* the call whose results are written */
+  /* One call first: the shapes LiteRT computed in it (a dynamic output's shape is known only now) must be the
+   * ones the buffers were sized for before any more calls run (LiteRT also refuses a buffer too small for its
+   * tensor). Every call computes the same values: the outputs written at the end are the last call's. */
   check(LiteRtRunCompiledModel(compiled, sig_index, n_in, in_buffers, n_out, out_buffers), "LiteRtRunCompiledModel");
-
-  /* The shapes LiteRT computed in that call (a dynamic output's shape is known only now) must be the ones the
-   * buffers were sized for. */
   LiteRtLayout *layouts = (LiteRtLayout *)calloc(n_out ? n_out : 1, sizeof *layouts);
   check(LiteRtGetCompiledModelOutputTensorLayouts(compiled, sig_index, n_out, layouts, false),
         "LiteRtGetCompiledModelOutputTensorLayouts");
@@ -442,7 +459,14 @@ int main(int argc, char **argv) {
              mx_json_str(mx_json_get(r, "leaf"), "?"), text);
     }
   }
-
+  for (int i = 0; i < opts.warmup; i++)
+    check(LiteRtRunCompiledModel(compiled, sig_index, n_in, in_buffers, n_out, out_buffers), "LiteRtRunCompiledModel");
+  int64_t *times = (int64_t *)calloc(opts.iters ? (size_t)opts.iters : 1, sizeof *times);
+  for (int i = 0; i < opts.iters; i++) {
+    int64_t start = mx_now_ns();
+    check(LiteRtRunCompiledModel(compiled, sig_index, n_in, in_buffers, n_out, out_buffers), "LiteRtRunCompiledModel");
+    times[i] = mx_now_ns() - start;
+  }
   if (!opts.no_outputs) {
     mx_make_dir(opts.outputs);
     for (size_t j = 0; j < n_out; j++) {

@@ -28,7 +28,7 @@
 #endif
 
 static const char *USAGE =
-    "usage: ort_run [--artifact DIR] [--inputs DIR] [--outputs DIR] [--threads N] [--warmup N] [--iters N]\n"
+    "usage: ort_run [--artifact DIR] [--inputs DIR] [--outputs DIR] [--threads N] [--warmup N] [--iters N] [--times FILE]\n"
     "               [--no-outputs] [--log-level verbose|info|warning|error]\n"
     "  Runs the ONNX artifact in DIR (default .) on ONNX Runtime's CPU provider through its C API. Inputs: one\n"
     "  .npy per model input, named as the manifest's native.args[].file, in --inputs (default inputs/).\n"
@@ -96,12 +96,7 @@ static int parse_flag(const char *flag, const char *value, void *user) {
       }
     mx_die("--log-level | got '%s', expected verbose, info, warning or error", value);
   }
-  if (strcmp(flag, "--threads") != 0) return 0;
-  char *end = NULL;
-  long n = strtol(value, &end, 10);
-  if (!end || *end || n < 1 || n > 4096) mx_die("--threads | got '%s', expected an integer >= 1", value);
-  f->threads = (int)n;
-  return 1;
+  return mx_parse_threads(flag, value, &f->threads);
 }
 
 static int usable_cpus(void) {
@@ -116,14 +111,14 @@ static void check_names(OrtSession *session, OrtAllocator *allocator, const mx_j
   size_t count = 0;
   const char *role = outputs ? "outputs" : "inputs";
   check(outputs ? ort->SessionGetOutputCount(session, &count) : ort->SessionGetInputCount(session, &count),
-        "SessionGetInputCount");
+        outputs ? "SessionGetOutputCount" : "SessionGetInputCount");
   if (count != mx_json_len(entries))
     mx_die("Model | has %zu %s, the manifest's native section lists %zu", count, role, mx_json_len(entries));
   for (size_t i = 0; i < count; i++) {
     char *name = NULL;
     check(outputs ? ort->SessionGetOutputName(session, i, allocator, &name)
                   : ort->SessionGetInputName(session, i, allocator, &name),
-          "SessionGetInputName");
+          outputs ? "SessionGetOutputName" : "SessionGetInputName");
     const mx_json *e = mx_json_at(entries, i);
     const char *want = mx_json_str(mx_require(e, "tensor", outputs ? "native.results[]" : "native.args[]"), "");
     if (strcmp(name, want) != 0)
@@ -192,7 +187,9 @@ int main(int argc, char **argv) {
     const mx_json *value = &entries->items[i];
     if (!mx_json_is(value, MX_JSON_STRING))
       mx_die("manifest.json: native.session_options.config_entries.%s | expected a string", key);
-    check(ort->AddSessionConfigEntry(options, key, value->string), key);
+    char what[256];
+    snprintf(what, sizeof what, "manifest.json: native.session_options.config_entries.%.180s", key);
+    check(ort->AddSessionConfigEntry(options, key, value->string), what);
   }
   check(ort->CreateSession(env, model_path, options, &session), "CreateSession");
   double load_ms = (double)(mx_now_ns() - t0) / 1e6;

@@ -43,20 +43,11 @@ static ov_element_type_e ov_type(const char *dtype, const char *who) {
   mx_die("%s | dtype %s has no OpenVINO element type here", who, dtype);
 }
 
-static int parse_threads(const char *flag, const char *value, void *user) {
-  if (strcmp(flag, "--threads") != 0) return 0;
-  char *end = NULL;
-  long n = strtol(value, &end, 10);
-  if (!end || *end || n < 1 || n > 4096) mx_die("--threads | got '%s', expected an integer >= 1", value);
-  *(int *)user = (int)n;
-  return 1;
-}
-
 int main(int argc, char **argv) {
   mx_set_program("ov_run");
   mx_options opts;
   int threads = 0;
-  mx_parse_options(argc, argv, &opts, USAGE, parse_threads, &threads);
+  mx_parse_options(argc, argv, &opts, USAGE, mx_parse_threads, &threads);
   const mx_json *native;
   mx_json *manifest = mx_load_manifest(opts.artifact, &native, "openvino");
   const mx_json *args = mx_require(native, "args", "native"), *results = mx_require(native, "results", "native");

@@ -53,6 +53,15 @@ void mx_parse_options(int argc, char **argv, mx_options *opts, const char *usage
   times_path = opts->times;
 }
 
+int mx_parse_threads(const char *flag, const char *value, void *user) {
+  if (strcmp(flag, "--threads") != 0) return 0;
+  char *end = NULL;
+  long n = strtol(value, &end, 10);
+  if (!end || *end || n < 1 || n > 4096) mx_die("--threads | got '%s', expected an integer >= 1", value);
+  *(int *)user = (int)n;
+  return 1;
+}
+
 char *mx_read_file(const char *path, size_t *len, char *err, size_t err_len) {
   FILE *fh = fopen(path, "rb");
   if (!fh) { snprintf(err, err_len, "cannot open %s (%s)", path, strerror(errno)); return NULL; }

@@ -37,6 +37,8 @@ void mx_parse_options(int argc, char **argv, mx_options *opts, const char *usage
                       int (*extra)(const char *flag, const char *value, void *user), void *user);
 
 /* Reads a whole file (NUL-terminated for convenience). Returns NULL with a message in err. */
+/* An `extra` for mx_parse_options: takes --threads N (1..4096) into the int `user` points at. */
+int mx_parse_threads(const char *flag, const char *value, void *user);
 char *mx_read_file(const char *path, size_t *len, char *err, size_t err_len);
 /* dir + "/" + name into a malloc'd string; refuses names that climb out of dir ("..", absolute). */
 char *mx_join(const char *dir, const char *name);
