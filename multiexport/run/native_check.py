@@ -140,7 +140,9 @@ def native_slices(run) -> dict[str, Any]:
             batch, feed = run.bench_feeds[i]
             if batch not in estimate:
                 raise RunError(f"Native consumer | not timed alone at batch {batch}, so not paired there")
-            calls = max(min_calls, min(max_calls, int(seconds * 1e3 / max(estimate[batch], 1e-4))))
+            # the bench time's share of calls, and never under MIN_CALLS over all the rounds
+            calls = max(min_calls, -(-MIN_CALLS // run.config.rounds),
+                        min(max_calls, int(seconds * 1e3 / max(estimate[batch], 1e-4))))
             done = native_run(row.artifact, feed, iters=calls, warmup=max(run.config.bench.warmup_iters, 1),
                               timeout=run.config.timeout, **kwargs)
             return present(done.samples_ns, "a timed native run gives its samples")
