@@ -217,11 +217,11 @@ def cmd_compare(args) -> int:
     import dataclasses
 
     from ..api import BUILD_STEP
+    from ..comparison.timing import start_early
     from ..exporting.registry import names as backend_names
     from ..leaves.factory_cache import FactoryCache
     from ..measure.timeline import Timeline
     from ..report.regression import check_thresholds
-    from ..run.timing import start_early
 
     check_thresholds(args.max_slowdown, args.max_parity_drift)
     pre = compare_config(args, backends_known=False)  # every option but the backend names, before the target loads

@@ -8,6 +8,7 @@ KeyError deep inside a report.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import math
 import types
@@ -64,8 +65,9 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise InputError(f"{where} | got {_kind(value)}, expected a list")
         (item,) = typing.get_args(hint)[:1] or (Any,)
-        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
+        items = [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin in (dict, collections.abc.Mapping):
         if not isinstance(value, dict):
             raise InputError(f"{where} | got {_kind(value)}, expected an object")
         _, item = typing.get_args(hint) or (str, Any)

@@ -8,7 +8,6 @@ with `gpu`, a backend that cannot use the GPU is reported, never silently run on
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Mapping, Sequence
 
@@ -58,6 +57,7 @@ def resolve(requested: str, gpu_status: Mapping[str, Availability]) -> DevicePla
 
 def probe_gpu(backends: Sequence[str], timeout: float = 300.0) -> dict[str, Availability]:
     """Each backend's real answer to "can you use a GPU here?", each from a fresh process."""
+    from .messages import DeviceStatus, decode
     from .workers import run_worker, start_work_dir
 
     out: dict[str, Availability] = {}
@@ -68,8 +68,8 @@ def probe_gpu(backends: Sequence[str], timeout: float = 300.0) -> dict[str, Avai
                                 env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
             status_file = work / "status.json"
             if status_file.is_file():
-                data = json.loads(status_file.read_text())
-                out[name] = Availability(bool(data["ok"]), str(data["reason"]))
+                status = decode(DeviceStatus, status_file.read_text(), f"device probe of '{name}'")
+                out[name] = Availability(status.ok, status.reason)
             else:
                 reason = result.failure[1] if result.failure else "the probe wrote no answer"
                 out[name] = Availability(False, f"device probe failed: {reason}")

@@ -15,18 +15,34 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
+from ..errors import InputError
 from ..files.npz import save_npz
 from ..results import Pairing
 from ..system.process import Served, ServedExit
+from .messages import (
+    ColdStart,
+    Done,
+    Imported,
+    Load,
+    Parity,
+    Peak,
+    PeakFigure,
+    Prepare,
+    Ready,
+    Samples,
+    TimeSlice,
+)
 from .worker import thread_env
 from .workers import start_work_dir, worker_command
 
 if TYPE_CHECKING:
     from .runs import ArtifactRun
+
+M = TypeVar("M")
 
 @dataclass
 class Timed:
@@ -49,7 +65,7 @@ class Servers:
         self.work = start_work_dir("paired")
         self.alive: dict[str, Served] = {}
         self.failures: dict[str, tuple[str, str]] = {}
-        self.ready: dict[str, dict] = {}
+        self.ready: dict[str, Ready] = {}
         self.dirs: dict[str, Path] = {}
 
     def spawn(self, name: str, source: Sequence[str], runtime: str | None) -> None:
@@ -66,13 +82,12 @@ class Servers:
     def load(self, name: str, artifact: str | None = None) -> None:
         """Wait for the spawned worker's import, then have it load its runner (the timed load) from
         `artifact` (for a worker started before it was written)."""
-        imported = self.ask(name, None, self.timeout)  # --timeout for each step, as a sequential worker's whole run
-        if imported is None:
+        # --timeout for each step, as a sequential worker's whole run
+        if self.ask(name, None, Imported, self.timeout) is None:
             return
-        answer = self.ask(name, {"cmd": "load", **({"artifact": artifact} if artifact else {})}, self.timeout)
+        answer = self.ask(name, Load(artifact), Ready, self.timeout)
         if answer is not None:
-            self.ready[name] = {**answer, "import_s": imported.get("import_s"),
-                                "import_cpu_s": imported.get("import_cpu_s")}
+            self.ready[name] = answer
 
     def discard(self, name: str) -> None:
         """Stop a worker that will not be needed (its export failed), without counting it as a failure."""
@@ -81,26 +96,31 @@ class Servers:
             server.close()
         self.dirs.pop(name, None)
 
-    def ask(self, name: str, message: dict | None, timeout: float) -> dict | None:
-        """The runner's answer, or None when its worker failed (then `failures[name]` says why)."""
+    def ask(self, name: str, request: Any, reply: type[M], timeout: float) -> M | None:
+        """The runner's answer to `request` (a `messages` request; None: wait for the next answer), read as
+        `reply`; None when its worker failed (then `failures[name]` says why)."""
+        from .messages import WorkerFailure, decode_answer, encode_request
         from .workers import classify_outcome
 
         server = self.alive.get(name)
         if server is None:
             return None
         try:
-            answer = server.read_answer(timeout) if message is None else server.request(message, timeout)
+            answer = (server.read_answer(timeout) if request is None
+                      else server.request(encode_request(request), timeout))
+            parsed = decode_answer(answer, reply, f"the {name} worker's answer")
         except ServedExit as exc:
             self.failures[name] = classify_outcome(exc.outcome, timeout) or (
                 "internal-error", f"the worker exited while a request was open: {exc.outcome.stderr[-500:]}")
             self.alive.pop(name).close()
             return None
-        if "error" in answer:
-            error = answer["error"]
-            self.failures[name] = (str(error.get("category", "run-failed")), str(error.get("message", "")))
+        except InputError as exc:  # a worker that answers out of protocol is a bug, and that runner's failure
+            parsed = WorkerFailure("internal-error", str(exc))
+        if isinstance(parsed, WorkerFailure):
+            self.failures[name] = (parsed.category, parsed.message)
             self.alive.pop(name).close()
             return None
-        return answer
+        return parsed
 
     def close(self) -> None:
         for server in self.alive.values():  # all at once: each one's interpreter shutdown overlaps the others'
@@ -116,8 +136,6 @@ def serve_artifact(servers: Servers, name: str, feeds: Sequence[dict[str, np.nda
     """Parity outputs and cold start from the runner's live worker: what `runs.run_artifact` gives in
     sequential mode, without loading the runner a second time."""
     from ..files.npz import load_npz
-    from ..results import BenchResult
-    from ..results.schema import from_data
     from .runs import ArtifactRun, write_bench_feeds
 
     if name not in servers.alive:
@@ -126,22 +144,21 @@ def serve_artifact(servers: Servers, name: str, feeds: Sequence[dict[str, np.nda
     work, parsed = servers.dirs[name], None
     if bench and bench_feeds:
         write_bench_feeds(work / "bench", bench_feeds, unsupported)
-        answer = servers.ask(name, {"cmd": "prepare", "bench_feeds": str(work / "bench"), "config": bench.to_json()},
-                             servers.timeout)
+        answer = servers.ask(name, Prepare(str(work / "bench"), bench), ColdStart, servers.timeout)
         if answer is None:
             return ArtifactRun([], None, servers.failures[name], {})
-        parsed = from_data(BenchResult, answer["bench"], "paired bench")
+        parsed = answer.bench
     outputs = []
     if feeds:
         (work / "feeds").mkdir(exist_ok=True)
         (work / "outputs").mkdir(exist_ok=True)
         for i, feed in enumerate(feeds):
             save_npz(work / "feeds" / f"{i:04d}.npz", feed)
-        if servers.ask(name, {"cmd": "parity", "feeds": str(work / "feeds"), "out": str(work / "outputs")},
-                       servers.timeout) is None:
+        if servers.ask(name, Parity(str(work / "feeds"), str(work / "outputs")), Done, servers.timeout) is None:
             return ArtifactRun([], None, servers.failures[name], {})
         outputs = [load_npz(work / "outputs" / f"{i:04d}.npz", "Worker output") for i in range(len(feeds))]
-    return ArtifactRun(outputs, parsed, None, servers.ready.get(name, {}).get("runner", {}))
+    ready = servers.ready.get(name)
+    return ArtifactRun(outputs, parsed, None, dict(ready.runner) if ready is not None else {})
 
 
 # A native consumer's slice: (size index, seconds, min calls, max calls) -> every timed call's ns, call order.
@@ -150,13 +167,13 @@ NativeSlice = Callable[[int, float, int, int], np.ndarray]
 
 def run_rounds(servers: Servers, names: Sequence[str], feeds: Sequence[tuple[int | None, dict | None]],
                unsupported: dict[str, set[int]], bench, rounds: int, progress,
-               natives: Mapping[str, NativeSlice] | None = None) -> tuple[dict[str, Timed], dict]:
+               natives: Mapping[str, NativeSlice] | None = None) -> tuple[dict[str, Timed], PeakFigure | None]:
     """Time every runner in `names` on every size it supports, in interleaved rounds; then the peak.
 
     unsupported: name -> indices of sizes it has no prepared feed for. natives: more participants, each a
     native consumer run for one slice per round (a process of its own: not a server); one that fails is
     dropped from the rounds and keeps the figure it had. Returns (per participant what was timed, the peak
-    measurement or {}); runner failures land in `servers.failures`.
+    measurement or None); runner failures land in `servers.failures`.
     """
     from ..errors import MultiexportError
     from ..measure.pairing import round_orders, slice_plan
@@ -188,22 +205,21 @@ def run_rounds(servers: Servers, names: Sequence[str], feeds: Sequence[tuple[int
                             figures.pop(i, None)
                         continue
                 else:
-                    answer = servers.ask(name, {"cmd": "time", "size": i, "seconds": seconds,
-                                                "min_calls": min_calls, "max_calls": max_calls},
+                    answer = servers.ask(name, TimeSlice(i, seconds, min_calls, max_calls), Samples,
                                          seconds * 20 + servers.timeout)
                     if answer is None:
                         continue
-                    samples, stopped = np.load(answer["file"]), answer.get("stopped")
+                    samples, stopped = np.load(answer.file), answer.stopped
                 t = timed[name]
                 t.samples.setdefault(i, []).append(samples)
                 t.medians.setdefault(i, []).append(float(np.median(samples)) / 1e6)
                 t.capped[i] = t.capped.get(i, False) or stopped == "max_iters"
-    peak = (servers.ask("jax", {"cmd": "peak"}, servers.timeout) or {}) if "jax" in servers.alive else {}
+    peak = servers.ask("jax", Peak(), PeakFigure, servers.timeout) if "jax" in servers.alive else None
     return {n: t for n, t in timed.items() if n not in servers.failures}, peak
 
 
 def pairing_result(mode: str, reason: str, timed: dict[str, Timed], feeds, rounds: int, bench,
-                   failures: dict[str, tuple[str, str]], peak: dict) -> Pairing:
+                   failures: dict[str, tuple[str, str]], peak: PeakFigure | None) -> Pairing:
     """The Pairing record: every ratio at every size, the peak, and the failures."""
     from ..measure.pairing import all_ratios, slice_plan
 
@@ -214,7 +230,7 @@ def pairing_result(mode: str, reason: str, timed: dict[str, Timed], feeds, round
             ratios += all_ratios(complete, batch)
     return Pairing(mode=mode, reason=reason, rounds=rounds, slice_s=slice_plan(bench.bench_time, bench.min_iters,
                                                                                bench.max_iters, rounds)[0],
-                   ratios=ratios, peak_gflops=peak.get("gflops"), peak_how=peak.get("how", ""),
+                   ratios=ratios, peak_gflops=peak.gflops if peak else None, peak_how=peak.how if peak else "",
                    failures={n: f"{c}: {r}" for n, (c, r) in failures.items()})
 
 

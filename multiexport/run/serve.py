@@ -4,23 +4,20 @@
     python -m multiexport.run.worker serve run - OUT_DIR [...]      (the directory comes with "load")
     python -m multiexport.run.worker serve reference TARGET OUT_DIR [...]
 
-It imports its runtime (the backend's `runtime_modules`; jax for the reference) and answers
-`{"imported": true, "import_s", "import_cpu_s"}`, so it can be started while other work runs (compare
-starts it as soon as the artifact exists); then it reads one JSON request per line on stdin and answers
-one JSON line:
+It imports its runtime (the backend's `runtime_modules`; jax for the reference) and answers `Imported`,
+so it can be started while other work runs (compare starts it as soon as the compare starts); then it
+reads one request per line on stdin and answers one line (the types and their codec: `run.messages`):
 
-    {"cmd": "load", "artifact": DIR}                   load the runner, timed: {"ready": true, "load_s", "runner"}
-                                                       ("artifact": the directory, for a worker started with -)
-    {"cmd": "parity", "feeds": DIR, "out": DIR}        outputs of each DIR/NNNN.npz as OUT/NNNN.npz
-    {"cmd": "prepare", "bench_feeds": DIR, "config": {...}, "spawned_at": T}
-                                                       each size prepared on the device, compiled, first call
-                                                       and warm-up: the BenchResult of cold start
-    {"cmd": "time", "size": I, "seconds": S, "min_calls": N, "max_calls": M}   samples in OUT/slice-*.npy
-    {"cmd": "peak"}                                    float32 matmul GFLOP/s through XLA here
-    {"cmd": "quit"}
+    Load(artifact)            load the runner, timed -> Ready (artifact: the directory, for a worker started with -)
+    Parity(feeds, out)        outputs of each FEEDS/NNNN.npz as OUT/NNNN.npz -> Done
+    Prepare(bench_feeds, config)   each size prepared on the device, compiled, first call and warm-up
+                                   -> ColdStart (the BenchResult of cold start)
+    TimeSlice(size, seconds, min_calls, max_calls)   -> Samples (every call's ns in OUT/slice-*.npy)
+    Peak()                    float32 matmul GFLOP/s through XLA here -> PeakFigure
+    Quit()
 
-A failure is answered as {"error": {category, message}} (the same categories as the run worker's) and
-the worker exits. The protocol has its own file descriptor: what a runtime prints to stdout goes to
+A failure is answered as {"error": WorkerFailure} (the same categories as the run worker's) and the
+worker exits. The protocol has its own file descriptor: what a runtime prints to stdout goes to
 stderr. Between requests the worker blocks on a read, so it does not disturb the one being timed.
 """
 
@@ -32,6 +29,9 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from .messages import ColdStart, Done, Parity, PeakFigure, Prepare, Ready, Samples, TimeSlice
 
 PEAK_N = 1024  # float32 matmul side for the peak: 2 GFLOP per call, compute-bound on any CPU
 RE_WARM_CALLS = 2  # untimed calls at the start of a slice: the other runners ran in between
@@ -53,7 +53,9 @@ def serve_main(argv: list[str]) -> int:
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    from ..results.schema import to_data
     from ..system.exits import exit_now
+    from .messages import Imported, Load, Quit, decode_request
     from .worker_io import register_entries
 
     state: dict = {"stage": "load", "backend": None, "slices": 0, "out": args.out, "runner": None}
@@ -62,31 +64,39 @@ def serve_main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         _import_runtime(state, args.mode, args.source, args.runtime)
         state["import_s"], state["import_cpu_s"] = time.perf_counter() - t0, time.process_time()
-        _answer(protocol, {"imported": True, "import_s": state["import_s"], "import_cpu_s": state["import_cpu_s"]})
+        _answer(protocol, Imported(state["import_s"], state["import_cpu_s"]))
         for line in sys.stdin:
-            request = json.loads(line)
-            command = request.get("cmd")
-            if command == "quit":
+            request = decode_request(line)
+            if isinstance(request, Quit):
                 protocol.flush()
                 sys.stderr.flush()
                 # Nothing is left to write: skip the runtimes' interpreter teardown (TensorFlow's takes ~1 s)
                 exit_now(0)
-            if command == "load":
+            if isinstance(request, Load):
                 if args.mode == "run" and args.source == "-":
-                    args.source = str(request["artifact"])  # started before the artifact was written
+                    if request.artifact is None:
+                        raise ValueError("request 'load' without the artifact, expected it for a worker started with -")
+                    args.source = request.artifact  # started before the artifact was written
                 _answer(protocol, _load_runner(state, args))
                 continue
-            handler = {"parity": _parity, "prepare": _prepare, "time": _time, "peak": lambda s, r: peak_gflops()}
-            if command not in handler:
-                raise ValueError(f"unknown request {line.strip()!r}")
             if state["runner"] is None:
-                raise ValueError(f"request {command!r} before 'load'")
-            _answer(protocol, handler[command](state, request))
+                raise ValueError(f"request {type(request).__name__!r} before 'load'")
+            if isinstance(request, Parity):
+                _answer(protocol, _parity(state, request))
+            elif isinstance(request, Prepare):
+                _answer(protocol, _prepare(state, request))
+            elif isinstance(request, TimeSlice):
+                _answer(protocol, _time(state, request))
+            else:
+                _answer(protocol, peak_gflops())
     except Exception as exc:
+        from .messages import WorkerFailure, decode
         from .worker_io import write_failure
 
         write_failure(args.out, exc, state["stage"], state["backend"])
-        _answer(protocol, {"error": json.loads((args.out / "error.json").read_text())})
+        failure = decode(WorkerFailure, (args.out / "error.json").read_text(), "error.json")
+        protocol.write(json.dumps({"error": to_data(failure)}) + "\n")
+        protocol.flush()
         return 3
     return 0
 
@@ -105,7 +115,7 @@ def _import_runtime(state: dict, mode: str, source: str, runtime: str | None) ->
         get_backend(runtime).import_runtime()
 
 
-def _load_runner(state: dict, args) -> dict:
+def _load_runner(state: dict, args) -> Ready:
     """Load the runner (timed: the artifact's load, with its library already imported)."""
     from ..measure.bench import memory_now
     from .worker_io import load_runner
@@ -118,38 +128,38 @@ def _load_runner(state: dict, args) -> dict:
     state["runner"], state["load_s"] = runner, time.perf_counter() - t0
     state["memory"] = {"start_rss_bytes": start["rss_bytes"], "after_load_rss_bytes": memory_now()["rss_bytes"]}
     state["artifact_bytes"] = _bytes(args.source) if args.mode == "run" else None
-    return {"ready": True, "load_s": state["load_s"], "runner": runner.describe()}
+    return Ready(state["load_s"], runner.describe())
 
 
-def _parity(state: dict, request: dict) -> dict:
+def _parity(state: dict, request: Parity) -> Done:
     from ..files.npz import load_npz, save_npz
 
     state["stage"] = "run"
-    out = Path(request["out"])
-    for path in sorted(Path(request["feeds"]).glob("*.npz")):
+    out = Path(request.out)
+    for path in sorted(Path(request.feeds).glob("*.npz")):
         save_npz(out / path.name, state["runner"](load_npz(path)))
-    return {"ok": True}
+    return Done()
 
 
-def _prepare(state: dict, request: dict) -> dict:
+def _prepare(state: dict, request: Prepare) -> ColdStart:
     """Cold start per size (prepare, compile, first call), then warm-up; the prepared inputs stay resident."""
     from ..files.npz import load_npz
     from ..measure.bench import BenchConfig, cold_start, memory_now, time_calls
     from ..results import BenchResult, SizeResult, Status
-    from ..results.schema import to_data
+    from .messages import read_bench_feeds
 
     state["stage"] = "bench"
     runner = state["runner"]
-    config = BenchConfig(**request["config"])
-    directory = Path(request["bench_feeds"])
+    config = request.config
+    directory = Path(request.bench_feeds)
     state["prepared"], sizes = [], []
-    for entry in json.loads((directory / "index.json").read_text()):
-        if not entry.get("file"):
+    for entry in read_bench_feeds(directory):
+        if not entry.file:
             state["prepared"].append(None)
-            sizes.append(SizeResult(batch=entry["batch"], status=Status.SIZE_UNSUPPORTED, reason=entry.get("reason", "")))
+            sizes.append(SizeResult(batch=entry.batch, status=Status.SIZE_UNSUPPORTED, reason=entry.reason))
             continue
-        feed = load_npz(directory / entry["file"])
-        prepared, size = cold_start(runner, feed, entry["batch"])
+        feed = load_npz(directory / entry.file)
+        prepared, size = cold_start(runner, feed, entry.batch)
         time_calls(lambda: runner.run_prepared(prepared), BenchConfig(
             warmup_iters=config.warmup_iters, warmup_time=config.warmup_time, min_iters=1, bench_time=0.0,
             max_iters=max(config.warmup_iters, 1)))
@@ -168,29 +178,29 @@ def _prepare(state: dict, request: dict) -> dict:
     result = BenchResult(load_s=state["load_s"], sizes=sizes, memory={**state["memory"], **memory_now()},
                          artifact_bytes=state["artifact_bytes"], runner=runner.describe(), config=config.to_json(),
                          process="worker (paired)", extra=extra)
-    return {"bench": to_data(result)}
+    return ColdStart(result)
 
 
-def _time(state: dict, request: dict) -> dict:
+def _time(state: dict, request: TimeSlice) -> Samples:
     import numpy as np
 
     from ..measure.bench import BenchConfig, time_calls
 
     state["stage"] = "bench"
-    prepared = state["prepared"][int(request["size"])]
-    if prepared is None:
-        raise ValueError(f"asked to time size {request['size']}, which has no feed")
+    if not 0 <= request.size < len(state.get("prepared", [])) or state["prepared"][request.size] is None:
+        raise ValueError(f"asked to time size {request.size}, which has no feed")
+    prepared = state["prepared"][request.size]
     runner = state["runner"]
-    config = BenchConfig(warmup_iters=RE_WARM_CALLS, warmup_time=0.0, min_iters=int(request["min_calls"]),
-                         bench_time=float(request["seconds"]), max_iters=int(request["max_calls"]))
+    config = BenchConfig(warmup_iters=RE_WARM_CALLS, warmup_time=0.0, min_iters=request.min_calls,
+                         bench_time=request.seconds, max_iters=request.max_calls)
     times, stopped = time_calls(lambda: runner.run_prepared(prepared), config)
     state["slices"] += 1
     path = state["out"] / f"slice-{state['slices']:05d}.npy"
     np.save(path, times)
-    return {"file": str(path), "n": int(times.size), "stopped": stopped}
+    return Samples(str(path), int(times.size), stopped)
 
 
-def peak_gflops() -> dict:
+def peak_gflops() -> PeakFigure:
     """The machine's float32 matmul throughput through XLA here: what compute-bound models are measured against."""
     import jax
     import numpy as np
@@ -203,15 +213,17 @@ def peak_gflops() -> dict:
     times, _ = time_calls(lambda: jax.block_until_ready(f(a)),
                           BenchConfig(warmup_iters=2, warmup_time=0.0, min_iters=5, bench_time=0.5, max_iters=200))
     best = float(np.min(times)) / 1e9
-    return {"gflops": 2 * PEAK_N**3 / best / 1e9,
-            "how": f"float32 {PEAK_N}x{PEAK_N} matmul through XLA (jax.jit) on {a.devices().pop().platform}, "
-                   f"best of {times.size} calls"}
+    return PeakFigure(2 * PEAK_N**3 / best / 1e9,
+                      f"float32 {PEAK_N}x{PEAK_N} matmul through XLA (jax.jit) on {a.devices().pop().platform}, "
+                      f"best of {times.size} calls")
 
 
 def _bytes(path: str) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-def _answer(protocol, message: dict) -> None:
-    protocol.write(json.dumps(message) + "\n")
+def _answer(protocol, message: Any) -> None:
+    from .messages import encode
+
+    protocol.write(encode(message) + "\n")
     protocol.flush()

@@ -17,14 +17,16 @@ or error.json ({category, message}) with exit code 3, so the parent can tell a c
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .worker_io import load_runner, register_entries, write_failure
+
+if TYPE_CHECKING:
+    from .messages import TargetLoad
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,14 +107,15 @@ def devices_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from ..exporting.registry import get_backend
     from ..files import write_text_atomic
+    from .messages import DeviceStatus, encode
 
     register_entries(args.register)
     try:
         status = get_backend(args.backend).device_status(args.device)
-        data = {"ok": status.ok, "reason": status.reason}
+        answer = DeviceStatus(status.ok, status.reason)
     except Exception as exc:  # a runtime that fails while probing cannot use the device
-        data = {"ok": False, "reason": f"{type(exc).__name__}: {exc}"}
-    write_text_atomic(args.out / "status.json", json.dumps(data))
+        answer = DeviceStatus(False, f"{type(exc).__name__}: {exc}")
+    write_text_atomic(args.out / "status.json", encode(answer))
     return 0
 
 
@@ -130,7 +133,7 @@ def export_main(argv: list[str]) -> int:
     parser.add_argument("backend")
     parser.add_argument("artifact", type=Path)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--options", default="{}", help="ExportOptions fields as JSON")
+    parser.add_argument("--options", default="{}", help="ExportOptions as JSON (run.messages' codec)")
     parser.add_argument("--then", nargs=4, action="append", default=[],
                         metavar=("BACKEND", "ARTIFACT_DIR", "OUT_DIR", "OPTIONS"), help="one more export after it")
     _common(parser)
@@ -153,13 +156,14 @@ def export_main(argv: list[str]) -> int:
     return max(codes)
 
 
-def _load_with_factory_cache(spec: str) -> tuple[Any, dict]:
+def _load_with_factory_cache(spec: str) -> tuple[Any, TargetLoad]:
     """The TARGET, built from the programs the parent's load compiled (signature/factory_cache.py) when the
-    parent recorded them, and {"target_load": {seconds, factory_cache, cache_hits, cache_misses}}."""
+    parent recorded them, and how it was built."""
     import jax
 
     from ..leaves import load_target
     from ..leaves.factory_cache import use_in_export_worker
+    from .messages import TargetLoad
 
     cached = use_in_export_worker()
     counts = {"/jax/compilation_cache/cache_hits": 0, "/jax/compilation_cache/cache_misses": 0}
@@ -174,35 +178,33 @@ def _load_with_factory_cache(spec: str) -> tuple[Any, dict]:
         target = load_target(spec)
     finally:
         jax.monitoring.unregister_event_listener(count)
-    return target, {"target_load": {
-        "seconds": time.perf_counter() - t0, "factory_cache": cached,
-        "cache_hits": counts["/jax/compilation_cache/cache_hits"],
-        "cache_misses": counts["/jax/compilation_cache/cache_misses"]}}
+    return target, TargetLoad(seconds=time.perf_counter() - t0, factory_cache=bool(cached),
+                              cache_hits=counts["/jax/compilation_cache/cache_hits"],
+                              cache_misses=counts["/jax/compilation_cache/cache_misses"])
 
 
-def _export_one(target, signature, fingerprint: str, job, made: set[str], loaded: dict | None = None) -> int:
+def _export_one(target, signature, fingerprint: str, job, made: set[str], loaded: TargetLoad | None = None) -> int:
+    import dataclasses
+
     from ..exporting.contract import ExportOptions
     from ..exporting.registry import get_backend
     from ..files import write_text_atomic
     from ..measure.bench import memory_now
+    from .messages import ExportReply, decode, encode
 
     name, artifact, out, options_json = job
     backend = None
     try:
-        fields = json.loads(options_json)
-        if fields.get("platforms"):
-            fields["platforms"] = tuple(fields["platforms"])
-        for key in ("static_sizes", "fallback_sizes"):
-            fields[key] = {k: tuple(v) for k, v in fields.get(key, {}).items()}
-        if fields.get("stage_artifact") and str(Path(fields["stage_artifact"]).resolve()) not in made:
-            fields["stage_artifact"] = None  # not made by this process: whatever is there may be stale
-        options = ExportOptions(**fields)
+        options = decode(ExportOptions, options_json, f"Export options of '{name}'")
+        if options.stage_artifact and str(Path(options.stage_artifact).resolve()) not in made:
+            # not made by this process: whatever is there may be stale
+            options = dataclasses.replace(options, stage_artifact=None)
         backend = get_backend(name)
         t0, c0 = time.perf_counter(), time.process_time()
         backend.export(target.fn, signature, artifact, options)
-        write_text_atomic(out / "export.json", json.dumps({
-            "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
-            "fingerprint": fingerprint, "peak_rss_bytes": memory_now()["peak_rss_bytes"], **(loaded or {})}))
+        write_text_atomic(out / "export.json", encode(ExportReply(
+            seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0, fingerprint=fingerprint,
+            peak_rss_bytes=memory_now()["peak_rss_bytes"], target_load=loaded)))
         made.add(str(Path(artifact).resolve()))
     except Exception as exc:
         return write_failure(out, exc, "export", backend)
@@ -215,8 +217,8 @@ def run_main(argv: list[str]) -> int:
     parser.add_argument("source", help="artifact directory (run) or TARGET (reference)")
     parser.add_argument("out", type=Path)
     parser.add_argument("--parity-feeds", type=Path)
-    parser.add_argument("--bench-feeds", type=Path, help="directory with index.json [{file, batch}] and .npz feeds")
-    parser.add_argument("--bench-config", default="{}", help="BenchConfig fields as JSON")
+    parser.add_argument("--bench-feeds", type=Path, help="directory with index.json [BenchFeed] and .npz feeds")
+    parser.add_argument("--bench-config", default="{}", help="BenchConfig as JSON (run.messages' codec)")
     parser.add_argument("--spawned-at", type=float, help="parent's time.time() when it started this process")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int)
@@ -230,7 +232,7 @@ def run_main(argv: list[str]) -> int:
         from ..files.npz import load_npz, save_npz
         from ..measure.bench import BenchConfig, bench_sizes, directory_bytes, memory_now
         from ..results import BenchResult
-        from ..results.schema import to_data
+        from .messages import RunReply, decode, encode, read_bench_feeds
 
         register_entries(args.register)
         memory_start = memory_now()
@@ -241,10 +243,10 @@ def run_main(argv: list[str]) -> int:
 
         if args.bench_feeds:
             stage = "bench"
-            config = BenchConfig(**json.loads(args.bench_config))
-            index = json.loads((args.bench_feeds / "index.json").read_text())
-            feeds = [(e["batch"], load_npz(args.bench_feeds / e["file"]) if e.get("file") else None) for e in index]
-            unsupported = {e["batch"]: e["reason"] for e in index if e.get("reason")}
+            config = decode(BenchConfig, args.bench_config, "--bench-config")
+            index = read_bench_feeds(args.bench_feeds)
+            feeds = [(e.batch, load_npz(args.bench_feeds / e.file) if e.file else None) for e in index]
+            unsupported = {e.batch: e.reason for e in index if e.reason}
             first_output: dict[str, float] = {}
             sizes = bench_sizes(runner, feeds, config, on_first_output=lambda: first_output.setdefault("at", time.time()),
                                 unsupported=unsupported)
@@ -261,7 +263,7 @@ def run_main(argv: list[str]) -> int:
                 from .serve import peak_gflops
 
                 measured = peak_gflops()
-                extra.update(peak_gflops=measured["gflops"], peak_how=measured["how"])
+                extra.update(peak_gflops=measured.gflops, peak_how=measured.how)
             result = BenchResult(
                 load_s=load_s, sizes=sizes,
                 memory={"start_rss_bytes": memory_start["rss_bytes"], "after_load_rss_bytes": memory_loaded["rss_bytes"],
@@ -269,13 +271,13 @@ def run_main(argv: list[str]) -> int:
                 artifact_bytes=directory_bytes(args.source) if args.mode == "run" else None,
                 runner=runner.describe(), config=config.to_json(), extra=extra,
             )
-            write_text_atomic(args.out / "bench.json", json.dumps(to_data(result), indent=1))
+            write_text_atomic(args.out / "bench.json", encode(result))
 
         if args.parity_feeds:
             stage = "run"
             for feed_path in sorted(args.parity_feeds.glob("*.npz")):
                 save_npz(args.out / feed_path.name, runner(load_npz(feed_path)))
-        write_text_atomic(args.out / "run.json", json.dumps({"load_s": load_s, "runner": runner.describe()}))
+        write_text_atomic(args.out / "run.json", encode(RunReply(load_s, runner.describe())))
     except Exception as exc:  # reported to the parent as data, never as a traceback on its terminal
         return write_failure(args.out, exc, stage, backend)
     return 0

@@ -5,7 +5,6 @@ typed error.json when it fails, so the parent tells a clean error from a crash.
 
 from __future__ import annotations
 
-import json
 import traceback
 from pathlib import Path
 
@@ -23,6 +22,7 @@ def write_failure(out: Path, exc: BaseException, stage: str, backend=None) -> in
     """error.json for a failure, typed: the backend's own classification first, then the error's category."""
     from ..errors import InternalError, MultiexportError
     from ..files import write_text_atomic
+    from .messages import WorkerFailure, encode
 
     memory = memory_error(exc)
     known = backend.classify(exc, stage) if backend is not None and not isinstance(exc, MultiexportError) else None
@@ -39,7 +39,7 @@ def write_failure(out: Path, exc: BaseException, stage: str, backend=None) -> in
         message = str(exc)
     else:
         category, message = f"{stage}-failed", " ".join(f"{type(exc).__name__}: {exc}".split())[:3000]
-    write_text_atomic(out / "error.json", json.dumps({"category": category, "message": message}))
+    write_text_atomic(out / "error.json", encode(WorkerFailure(category, message)))
     return 3
 
 

@@ -9,33 +9,36 @@ the deadline; a worker that exits 0 without its results is `internal-error`.
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..errors import InputError
 from ..files.temporary import make_temporary
+from ..results import BenchResult
 from ..system.process import Outcome, run_command
+from .messages import RunReply, WorkerFailure, decode
 
 WORKER_MODULE = "multiexport.run.worker"
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkerResult:
     """What a worker left: its output directory (removed by `close`), or why it failed.
 
     failure: (category, reason) when it did not finish cleanly.
-    data: the worker's result JSON (export.json / bench.json merged), if any.
     work: the directory it wrote to.
+    run: its run.json (`messages.RunReply`), if it wrote one. bench: its bench.json, if any.
     cpu_seconds, seconds: the worker's own CPU time and wall time.
     """
 
     failure: tuple[str, str] | None
     work: Path
-    data: dict[str, Any] = field(default_factory=dict)
+    run: RunReply | None = None
+    bench: BenchResult | None = None
     cpu_seconds: float | None = None
     seconds: float = 0.0
 
@@ -70,18 +73,19 @@ def run_worker(args: Sequence[str], work: Path, timeout: float, expect: str | No
         shutil.rmtree(work, ignore_errors=True)
         raise
     failure = classify(outcome, work, timeout)
-    data: dict[str, Any] = {}
-    for name in ("export.json", "bench.json", "run.json"):
+    found: dict[str, Any] = {}
+    for name, cls in (("bench.json", BenchResult), ("run.json", RunReply)):
         path = work / name
         if path.is_file():
             try:
-                data[name] = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
+                found[name] = decode(cls, path.read_text(), f"worker {name}")
+            except (OSError, InputError) as exc:
                 failure = failure or ("internal-error", f"worker wrote an unreadable {name}: {exc}")
-    if failure is None and expect and expect not in data:
+    if failure is None and expect and expect not in found:
         failure = ("crashed", f"the worker exited with code 0 before reporting (no {expect}; something in the process "
                               f"ended it early): {_tail(outcome)}")
-    return WorkerResult(failure, work, data, outcome.cpu_seconds, outcome.seconds)
+    return WorkerResult(failure, work, found.get("run.json"), found.get("bench.json"), outcome.cpu_seconds,
+                        outcome.seconds)
 
 
 def classify(outcome: Outcome, work: Path, timeout: float) -> tuple[str, str] | None:
@@ -89,9 +93,9 @@ def classify(outcome: Outcome, work: Path, timeout: float) -> tuple[str, str] | 
     error = work / "error.json"
     if error.is_file():
         try:
-            err = json.loads(error.read_text())
-            return (str(err["category"]), str(err["message"]))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            err = decode(WorkerFailure, error.read_text(), "worker error.json")
+            return (err.category, err.message)
+        except (OSError, InputError) as exc:
             return ("internal-error", f"worker wrote an unreadable error.json ({exc}): {_tail(outcome)}")
     return classify_outcome(outcome, timeout)
 

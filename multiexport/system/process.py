@@ -128,14 +128,13 @@ class Served:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
                                          env=child_env, start_new_session=True)
 
-    def request(self, message: Mapping[str, object], timeout: float) -> dict:
-        """Send `message`, return the child's one-line JSON answer; raises ServedExit if the child is gone."""
-        import json
-
+    def request(self, line: str, timeout: float) -> dict:
+        """Send one JSON line (the caller's codec made it), return the child's one-line JSON answer; raises
+        ServedExit if the child is gone."""
         raise_if_stopped()
         try:
             stdin = present(self.proc.stdin, "the worker is started with stdin=PIPE")
-            stdin.write((json.dumps(message) + "\n").encode())
+            stdin.write((line.rstrip("\n") + "\n").encode())
             stdin.flush()
         except (BrokenPipeError, OSError):
             raise ServedExit(self.outcome()) from None

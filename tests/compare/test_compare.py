@@ -44,7 +44,7 @@ def test_crash_hang_raise_kill_and_export_failure_become_rows_and_others_finish(
 
 
 def test_more_exports_than_workers_pair_up_two_to_a_worker_and_still_fail_alone():
-    from multiexport.run.exports import share_workers
+    from multiexport.comparison.exports import share_workers
 
     stages = [["savedmodel", "litert"], ["onnx", "openvino"]]
     assert share_workers([*stages, ["xla"], ["iree"]], 2) == [*stages, ["xla", "iree"]]

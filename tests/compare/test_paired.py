@@ -95,6 +95,7 @@ def test_a_paired_worker_answers_nothing_before_its_timed_load(tmp_path):
     """The protocol: imported, then only `load` (timed) may come first; any other request is an error."""
     from multiexport.backends.xla import XlaBackend
     from multiexport.leaves import build_signature
+    from multiexport.run.messages import Imported, TimeSlice, decode_answer, encode_request
     from multiexport.run.workers import worker_command
     from multiexport.system.process import Served
 
@@ -104,9 +105,9 @@ def test_a_paired_worker_answers_nothing_before_its_timed_load(tmp_path):
     (tmp_path / "out").mkdir()
     server = Served(worker_command("serve", "run", str(tmp_path / "xla"), str(tmp_path / "out"), "--runtime", "xla"))
     try:
-        imported = server.read_answer(120)
-        assert imported["imported"] and imported["import_cpu_s"] > 0
-        answer = server.request({"cmd": "time", "size": 0, "seconds": 0.1, "min_calls": 1, "max_calls": 3}, 60)
+        imported = decode_answer(server.read_answer(120), Imported, "the first answer")
+        assert isinstance(imported, Imported) and imported.import_cpu_s > 0
+        answer = server.request(encode_request(TimeSlice(0, 0.1, 1, 3)), 60)
         assert "before 'load'" in answer["error"]["message"]
     finally:
         server.close()
@@ -118,7 +119,7 @@ def test_workers_started_before_the_target_is_built_are_adopted_by_its_compare_a
     compare for that TARGET adopts them, loads each artifact into its worker and closes them; a compare for
     another TARGET closes them unused and starts its own."""
     from multiexport.comparison import CompareConfig
-    from multiexport.run.timing import start_early
+    from multiexport.comparison.timing import start_early
 
     def config(out: str) -> CompareConfig:
         return CompareConfig(backends=("xla",), out_dir=tmp_path / out, trials=1, bench=BENCH)

@@ -8,54 +8,58 @@ backends share one (`share_workers`), each still starting from the target. Group
 memory allow; a worker that dies takes only the export it was on: the backends after it in its group are
 exported again, each alone. Export workers build the target from the programs the parent's load compiled
 (signature/factory_cache.py).
-Functions of the running `session.CompareRun` (its rows, plan, config), like `timing`.
+Functions of the stages' typed values (`stages.Context`, `Prepared`) and the rows, like `timing`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ..errors import MultiexportError
+from ..errors import MultiexportError, present
 from ..exporting.manifest import Manifest
 from ..results import Binding, Status
+from .stages import Context, Prepared, Rows
+
+if TYPE_CHECKING:
+    from ..exporting.contract import ExportOptions
+    from ..run.messages import ExportReply
 
 
-def export_all(run) -> dict[str, Manifest]:
+def export_all(ctx: Context, prep: Prepared, rows: Rows) -> dict[str, Manifest]:
     """Every export; {backend: manifest} of those that worked, in the compare's order."""
     todo = []
-    for name in run.config.backends:
-        row = run.rows[name]
-        if name in run.plan.excluded:
-            row.status, row.reason = Status.NO_GPU, run.plan.excluded[name]
+    for name in ctx.config.backends:
+        row = rows[name]
+        if name in prep.device.excluded:
+            row.status, row.reason = Status.NO_GPU, prep.device.excluded[name]
             continue
         todo.append(name)
     groups = export_groups(todo)
     artifacts: dict[str, Manifest] = {}
-    jobs = export_jobs(run, len(groups))
+    jobs = export_jobs(ctx, prep, len(groups))
     groups = share_workers(groups, jobs)
-    if run.spec is None:  # no TARGET string: in this process, one after another
+    if ctx.spec is None:  # no TARGET string: in this process, one after another
         for group in groups:
             for name in group:
                 stage = group[0] if _stage_of(group, name) and group[0] in artifacts else None
-                manifest = _in_process(run, name, run.rows[stage].artifact if stage else None)
+                manifest = _in_process(ctx, prep, rows, name, rows[stage].artifact if stage else None)
                 if manifest is not None:
                     artifacts[name] = manifest
-        return {name: artifacts[name] for name in run.config.backends if name in artifacts}
+        return {name: artifacts[name] for name in ctx.config.backends if name in artifacts}
     shared = [g for g in groups if len(g) > 1]
-    run.progress(f"export with {', '.join(todo)} ({jobs} at a time in {len(groups)} worker(s)"
+    ctx.progress(f"export with {', '.join(todo)} ({jobs} at a time in {len(groups)} worker(s)"
                  + (f"; together: {', '.join(' then '.join(g) for g in shared)}" if shared else "") + ")")
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_in_worker, run, group): group for group in groups}
+        futures = {pool.submit(_in_worker, ctx, prep, rows, group): group for group in groups}
         for future in as_completed(futures):
             for name, manifest in future.result().items():
                 if manifest is not None:
                     artifacts[name] = manifest
-    return {name: artifacts[name] for name in run.config.backends if name in artifacts}
+    return {name: artifacts[name] for name in ctx.config.backends if name in artifacts}
 
 
 def export_groups(todo: list[str]) -> list[list[str]]:
@@ -90,42 +94,41 @@ def _stage_of(group: list[str], name: str) -> bool:
     return name != group[0] and _builds_on(name) == group[0]
 
 
-def export_jobs(run, count: int) -> int:
+def export_jobs(ctx: Context, prep: Prepared, count: int) -> int:
     """How many exports may overlap: the cores, and what memory allows (~3x the weights per export)."""
-    if run.config.export_jobs:
-        return min(run.config.export_jobs, max(count, 1))
-    weights = int(run.sig.weights.get("baked_bytes", 0)) + int(run.sig.weights.get("input_bytes", 0))
+    if ctx.config.export_jobs:
+        return min(ctx.config.export_jobs, max(count, 1))
+    weights = int(prep.sig.weights.get("baked_bytes", 0)) + int(prep.sig.weights.get("input_bytes", 0))
     try:
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):
         available = 8 << 30
     by_memory = max(1, int(available // max(3 * weights + (1 << 30), 1)))
-    return max(1, min(count, run.threads, by_memory))
+    return max(1, min(count, ctx.threads, by_memory))
 
 
-def _options(run, name: str, stage_artifact: str | None):
+def _options(ctx: Context, prep: Prepared, name: str, stage_artifact: str | None) -> ExportOptions:
     from ..exporting.contract import ExportOptions
     from ..measure.plan import sizes_checked
 
-    config = run.config
-    checked = sizes_checked(run.sig, run.trials, run.bench_feeds)
+    config = ctx.config
+    checked = sizes_checked(prep.sig, prep.trials, prep.bench_feeds)
     static = checked if config.native and name == "xla" else {}
     # No load check in the export worker: the run worker loads the artifact next, and the backend classifies
     # a failure there the same way (one root cause, one category), without paying the load twice. Except for
     # a symbolic signature: the check compares a symbolic artifact with jax.jit at the example, so one that
     # computes wrong is rebuilt at static sizes (exporting/symbolic_check.py).
-    return ExportOptions.for_device(run.plan.chosen, keep_unused=config.keep_unused,
+    return ExportOptions.for_device(prep.device.chosen, keep_unused=config.keep_unused,
                                     external_weights=config.external_weights, static_sizes=static,
                                     fallback_sizes=checked,
                                     backend_options=dict(config.backend_options.get(name, {})),
-                                    check_load=bool(run.sig.symbolic_dims),
+                                    check_load=bool(prep.sig.symbolic_dims),
                                     stage_artifact=stage_artifact)
 
 
-def _available(run, name: str) -> bool:
+def _available(row, name: str) -> bool:
     from ..exporting.registry import get_backend
 
-    row = run.rows[name]
     try:
         status = get_backend(name).available()
     except MultiexportError as exc:
@@ -136,63 +139,59 @@ def _available(run, name: str) -> bool:
     return status.ok
 
 
-def _in_process(run, name: str, stage_artifact: str | None) -> Manifest | None:
+def _in_process(ctx: Context, prep: Prepared, rows: Rows, name: str, stage_artifact: str | None) -> Manifest | None:
     """Export in this process (no TARGET string to load the function elsewhere)."""
     from ..exporting.registry import get_backend
 
-    if not _available(run, name):
+    row = rows[name]
+    if not _available(row, name):
         return None
-    row = run.rows[name]
-    run.progress(f"{name}: export")
+    ctx.progress(f"{name}: export")
     t0 = time.perf_counter()
     try:
-        get_backend(name).export(run.target.fn, run.sig, run.out / name, _options(run, name, stage_artifact))
+        get_backend(name).export(ctx.target.fn, prep.sig, ctx.out / name, _options(ctx, prep, name, stage_artifact))
     except MultiexportError as exc:
         row.status, row.reason = Status.parse(getattr(exc, "category", "export-failed")), str(exc)
         if row.status is Status.RUN_FAILED:
             row.status = Status.EXPORT_FAILED
         return None
     row.export_seconds = round(time.perf_counter() - t0, 3)
-    return _record(run, name)
+    return _record(row, ctx.out / name)
 
 
-def _in_worker(run, group: list[str]) -> dict[str, Manifest | None]:
+def _in_worker(ctx: Context, prep: Prepared, rows: Rows, group: list[str]) -> dict[str, Manifest | None]:
     """Export `group` in one worker (a stage first, then what builds on it); {name: manifest or None}."""
     from ..exporting.outdir import remove_stale
+    from ..run.messages import encode
+    from ..run.workers import classify, classify_outcome, start_work_dir, worker_command
     from ..system.process import run_command
-    from .workers import classify, classify_outcome, start_work_dir, worker_command
 
     done: dict[str, Manifest | None] = {n: None for n in group}
-    names = [n for n in group if _available(run, n)]
+    names = [n for n in group if _available(rows[n], n)]
     if not names:
         return done
     jobs = []
     for i, name in enumerate(names):
-        options = _options(run, name, str(run.out / names[0]) if i and _stage_of(names, name) else None)
-        payload = {"keep_unused": options.keep_unused, "platforms": list(options.platforms or []) or None,
-                   "external_weights": options.external_weights, "backend_options": dict(options.backend_options),
-                   "static_sizes": {d: list(v) for d, v in options.static_sizes.items()},
-                   "fallback_sizes": {d: list(v) for d, v in options.fallback_sizes.items()},
-                   "check_load": options.check_load,
-                   "stage_artifact": options.stage_artifact}
-        jobs.append((name, start_work_dir("export"), json.dumps(payload)))
-        run.progress(f"{name}: export in a worker process" + (f" (after {names[0]}, in its worker)" if i else ""))
-    args = ["export", run.spec, names[0], str(run.out / names[0]), str(jobs[0][1]), "--options", jobs[0][2]]
+        options = _options(ctx, prep, name, str(ctx.out / names[0]) if i and _stage_of(names, name) else None)
+        jobs.append((name, start_work_dir("export"), encode(options)))
+        ctx.progress(f"{name}: export in a worker process" + (f" (after {names[0]}, in its worker)" if i else ""))
+    args = ["export", present(ctx.spec, "workers export from a TARGET string"), names[0], str(ctx.out / names[0]),
+            str(jobs[0][1]), "--options", jobs[0][2]]
     for name, work, payload_json in jobs[1:]:
-        args += ["--then", name, str(run.out / name), str(work), payload_json]
-    timeout = run.config.timeout * len(jobs)
+        args += ["--then", name, str(ctx.out / name), str(work), payload_json]
+    timeout = ctx.config.timeout * len(jobs)
     try:
         outcome = run_command(worker_command(*args), timeout=timeout, env={**os.environ})
     except BaseException:  # a signal stopped the wait: the worker is gone, and so are its directories
         for _, work, _ in jobs:
             _remove(work)
-        remove_stale(run.out)  # its staging directories and locks in the output directory too
+        remove_stale(ctx.out)  # its staging directories and locks in the output directory too
         raise
     if outcome.returncode != 0:
-        remove_stale(run.out)
+        remove_stale(ctx.out)
     reached, retry = True, []
     for i, (name, work, _) in enumerate(jobs):
-        row = run.rows[name]
+        row = rows[name]
         info, failure = _read(work / "export.json"), None
         if info is None and (work / "error.json").is_file():
             failure = classify(outcome, work, timeout)  # its own clean error report
@@ -209,24 +208,28 @@ def _in_worker(run, group: list[str]) -> dict[str, Manifest | None]:
         _remove(work)
         if failure is not None:
             row.status, row.reason = Status.parse(failure[0]), failure[1]
-        elif info is not None and info.get("fingerprint") != run.fingerprint:
+        elif info is not None and info.fingerprint != prep.fingerprint:
             row.status, row.reason = Status.NONDETERMINISTIC_TARGET, (
-                f"Target '{run.target.name}' | loads with different example values or weights in a fresh process "
+                f"Target '{ctx.target.name}' | loads with different example values or weights in a fresh process "
                 "(random values without a fixed seed?), expected the same: seed them, or compare from Python with "
                 "multiexport.compare(...), which exports in this process")
         elif info is not None:
-            row.export_seconds, row.export_cpu_seconds = round(info["seconds"], 3), round(info["cpu_seconds"], 3)
-            row.export_peak_rss_bytes = info.get("peak_rss_bytes")
-            done[name] = _record(run, name)
+            row.export_seconds, row.export_cpu_seconds = round(info.seconds, 3), round(info.cpu_seconds, 3)
+            row.export_peak_rss_bytes = info.peak_rss_bytes
+            done[name] = _record(row, ctx.out / name)
     for name in retry:  # each export the dead worker did not finish, alone in a fresh worker
-        done[name] = _in_worker(run, [name])[name]
+        done[name] = _in_worker(ctx, prep, rows, [name])[name]
     return done
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def _read(path: Path) -> ExportReply | None:
+    """An export worker's export.json, or None when it wrote none (or one that does not parse)."""
+    from ..errors import InputError
+    from ..run.messages import ExportReply, decode
+
     try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, ValueError):
+        return decode(ExportReply, path.read_text(), str(path)) if path.is_file() else None
+    except (OSError, InputError):
         return None
 
 
@@ -236,9 +239,8 @@ def _remove(work: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
-def _record(run, name: str) -> Manifest:
+def _record(row, directory: Path) -> Manifest:
     """The row's facts from the manifest on disk."""
-    row, directory = run.rows[name], run.out / name
     manifest = Manifest.read(directory)
     row.artifact = str(directory)
     row.binding = [Binding(b.name, b.used, b.param, _caller_key(manifest, b)) for b in manifest.inputs]

@@ -1,34 +1,17 @@
-"""`compare`: one target, every selected backend, parity against jax.jit, latency, one results.json.
-
-Orchestration only; every rule lives where it belongs (DESIGN.md's data flow):
-
-    CompareConfig (validated) -> claimed output dir -> signature -> trials -> jax.jit reference
-    -> exports (overlapping workers; a stage and the backends built on it share one; the paired
-       workers start and import their runtimes meanwhile: no timed loop runs until the exports are done)
-    -> per runner, one after another: timed load, cold start, parity feeds; then paired rounds -> parity
-    -> results.json, report.md, report.html
-
-A backend that is missing, fails to export or load, crashes, is killed or hangs becomes a row with its
-category and reason; the others finish, and results are written even when a signal stops the run.
-"""
+"""What a compare can be asked: `CompareConfig`, validated as a whole before any work starts, and the same
+fields as the typed keyword arguments of `multiexport.compare` (`CompareOptions`)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypedDict
+from typing import Any, Mapping, TypedDict
 
 import numpy as np
 
-from .errors import Interrupted, UsageError
-from .leaves import Target
-from .measure.bench import BenchConfig
-from .results import Results
-
-if TYPE_CHECKING:
-    from .measure.timeline import Timeline
-    from .run.timing import EarlyWorkers
+from ..errors import UsageError
+from ..measure.bench import BenchConfig
 
 REFERENCES = ("jax", "float64")
 
@@ -84,11 +67,11 @@ class CompareConfig:
     floor: bool = False
 
     def __post_init__(self):
-        from .exporting.registry import backend_class, names
-        from .leaves.weights import check_policy
-        from .measure.inputs import check_value_ranges
-        from .measure.tolerance import check_tolerances
-        from .run.devices import CHOICES
+        from ..exporting.registry import backend_class, names
+        from ..leaves.weights import check_policy
+        from ..measure.inputs import check_value_ranges
+        from ..measure.tolerance import check_tolerances
+        from ..run.devices import CHOICES
 
         backends = tuple(self.backends) if not isinstance(self.backends, str) else (self.backends,)
         if not backends or not all(isinstance(b, str) and b for b in backends):
@@ -182,32 +165,5 @@ def _int(name: str, value: Any, low: int) -> None:
         raise UsageError(f"Option '{name}' | got {value!r}, expected an integer >= {low}")
 
 
-def compare(target: Target, config: CompareConfig | None = None, *, target_spec: str | None = None,
-            progress: Callable[[str], None] = lambda message: None, early_workers: EarlyWorkers | None = None,
-            timeline: Timeline | None = None, **options: Any) -> Results:
-    """Export `target` with each backend, run each artifact in a worker, check parity, benchmark.
-
-    Give a `CompareConfig`, or its fields as keyword arguments. target_spec (a TARGET string) lets every
-    export run in a worker process of its own (overlapping), and the reference be benchmarked in a worker
-    like every backend; without it, exports run in this process one after another. early_workers: paired
-    workers started for target_spec before the target was built (`run.timing.start_early`, as the CLI
-    does), adopted when they fit this compare, else closed. timeline: the caller's, when it started the
-    clock before (building the target); results.json gets every step.
-    """
-    from .files.temporary import remove_orphaned
-    from .report.render import write_reports
-    from .run.session import CompareRun
-    from .system.process import stop_on_signals
-
-    remove_orphaned()  # what an earlier run killed outright could not remove itself (the CLI does it too)
-    if config is None:
-        config = CompareConfig(**options)
-    elif options:
-        raise UsageError(f"compare | got a CompareConfig and options {', '.join(options)}, expected one or the other")
-    with stop_on_signals():
-        return CompareRun(target, config, target_spec, progress, early_workers, report=write_reports,
-                          timeline=timeline).run()
-
-
-__all__ = ["CompareConfig", "CompareOptions", "Interrupted", "compare"]
+__all__ = ["CompareConfig", "CompareOptions"]
 

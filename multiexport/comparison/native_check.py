@@ -13,13 +13,14 @@ from typing import Any, Sequence
 
 from ..errors import BackendUnavailable, MultiexportError, RunError, present
 from ..results import BenchResult, NativeResult, NativeSize, Status
+from .stages import Context, Prepared, Rows
 
 # At least MIN_CALLS timed calls, or as many as fill the bench time, whichever is more (capped at MAX_CALLS).
 MIN_CALLS, MAX_CALLS = 200, 5000
 
 
-def check_native(run, row, manifest, checked: Sequence[tuple[Any, Any]], excluded, bench: BenchResult | None
-                 ) -> NativeResult | None:
+def check_native(ctx: Context, prep: Prepared, row, manifest, checked: Sequence[tuple[Any, Any]], excluded,
+                 bench: BenchResult | None) -> NativeResult | None:
     """The row's native verdict and latency, or None when its backend has no native consumer."""
     from ..exporting.native_section import CONSUMERS
     from ..measure.parity import check_parity, inputs_note
@@ -29,8 +30,8 @@ def check_native(run, row, manifest, checked: Sequence[tuple[Any, Any]], exclude
     if consumer_of(row.backend) is None:
         return None
     consumer = CONSUMERS[row.backend]
-    config, directory = run.config, row.artifact
-    if run.plan.chosen != "cpu" and row.backend != "xla":
+    config, directory = ctx.config, row.artifact
+    if prep.device.chosen != "cpu" and row.backend != "xla":
         return NativeResult(consumer, Status.NO_GPU, "only the XLA consumer runs on the GPU (through jax's CUDA "
                                                      "PJRT plugin); this one runs on the CPU")
     if not manifest.native:
@@ -38,8 +39,8 @@ def check_native(run, row, manifest, checked: Sequence[tuple[Any, Any]], exclude
     # On a GPU plan pjrt_run loads jax's CUDA PJRT plugin (the static modules are refined for cuda there).
     # Compare exported this artifact itself, into the directory it claimed, and its run worker loaded it
     # through the trust gate: checking it again here would import TensorFlow into the compare's own process.
-    kwargs = {"threads": run.threads, "plugin": config.native_plugin, "device": run.plan.chosen,
-              "trust_artifact": True}
+    kwargs: dict[str, Any] = {"threads": ctx.threads, "plugin": config.native_plugin,
+                              "device": prep.device.chosen, "trust_artifact": True}
     try:
         command = print_command(directory, **kwargs)  # builds the program first, so "unavailable" is said once
     except BackendUnavailable as exc:
@@ -51,7 +52,7 @@ def check_native(run, row, manifest, checked: Sequence[tuple[Any, Any]], exclude
                if native_supports(manifest.native, t.dims) is not None]
     if not usable:
         return NativeResult(consumer, Status.SIZE_UNSUPPORTED, "; ".join(skipped) or "no trial to run", command)
-    run.progress(f"{row.backend}: native run ({consumer}) on {len(usable)} trials")
+    ctx.progress(f"{row.backend}: native run ({consumer}) on {len(usable)} trials")
     outputs = []
     for trial, _ in usable:
         try:
@@ -59,33 +60,34 @@ def check_native(run, row, manifest, checked: Sequence[tuple[Any, Any]], exclude
         except MultiexportError as exc:
             status = Status.parse(getattr(exc, "category", "run-failed")) if isinstance(exc, RunError) else Status.RUN_FAILED
             return NativeResult(consumer, status, f"trial '{trial.name}': {exc}", command)
-    verdict = check_parity(f"{row.backend} native", outputs, [r for _, r in usable], run.sig.outputs,
+    verdict = check_parity(f"{row.backend} native", outputs, [r for _, r in usable], prep.sig.outputs,
                            [t.name for t, _ in usable], config.tolerances, excluded=excluded,
-                           inputs_notes=[inputs_note(t.feed) for t, _ in usable], sensitivity=run.sensitivity)
+                           inputs_notes=[inputs_note(t.feed) for t, _ in usable], sensitivity=prep.sensitivity)
     notes = [f"not run natively: {', '.join(skipped)}"] if skipped else []
     result = NativeResult(consumer, Status.OK if verdict.passed else Status.PARITY_FAILED,
                           "; ".join(notes) if verdict.passed else verdict.summary(), command, verdict)
     if config.bench and bench is not None:
-        result.sizes = _latency(run, row, manifest, bench, kwargs)
+        result.sizes = _latency(ctx, prep, row, manifest, bench, kwargs)
     return result
 
 
-def _latency(run, row, manifest, bench: BenchResult, kwargs) -> list[NativeSize]:
+def _latency(ctx: Context, prep: Prepared, row, manifest, bench: BenchResult, kwargs) -> list[NativeSize]:
     """Per-call latency inside the native program at each size the Python runner was timed at."""
     from ..measure.plan import native_supports
     from ..native.run import run as native_run
 
-    config = run.config
+    config = ctx.config
+    timing = present(config.bench, "native latency is measured only with a benchmark")
     python = {s.batch: s for s in bench.sizes}
     sizes = []
-    for batch, feed in run.bench_feeds:
+    for batch, feed in prep.bench_feeds:
         size = python.get(batch)
         if size is None or size.status is not Status.OK or (size.latency is None and size.first_call_s is None):
             sizes.append(NativeSize(batch, Status.SIZE_UNSUPPORTED if size is not None and size.status is
                                     Status.SIZE_UNSUPPORTED else Status.BENCH_FAILED,
                                     "the Python runner has no latency at this size to set beside it"))
             continue
-        dims = _dims(run.sig, feed)
+        dims = _dims(prep.sig, feed)
         why = native_supports(manifest.native, dims)
         if why:
             sizes.append(NativeSize(batch, Status.SIZE_UNSUPPORTED, why))
@@ -94,11 +96,11 @@ def _latency(run, row, manifest, bench: BenchResult, kwargs) -> list[NativeSize]
         # paired mode, where its steady-state figure comes later), and never fewer than MIN_CALLS. In paired
         # mode this first figure also sizes the native slices of the interleaved rounds, which replace it.
         per_call = max(size.latency.p50_ms if size.latency is not None else 1e3 * (size.first_call_s or 0.0), 1e-3)
-        calls = max(MIN_CALLS, min(MAX_CALLS, int(config.bench.bench_time * 1e3 / per_call)))
-        run.progress(f"{row.backend}: native latency" + (f" at batch {batch}" if batch is not None else "") +
+        calls = max(MIN_CALLS, min(MAX_CALLS, int(timing.bench_time * 1e3 / per_call)))
+        ctx.progress(f"{row.backend}: native latency" + (f" at batch {batch}" if batch is not None else "") +
                      f" ({calls} calls)")
         try:
-            done = native_run(row.artifact, feed, iters=calls, warmup=max(config.bench.warmup_iters, 1),
+            done = native_run(row.artifact, feed, iters=calls, warmup=max(timing.warmup_iters, 1),
                               timeout=config.timeout, **kwargs)
         except MultiexportError as exc:
             sizes.append(NativeSize(batch, Status.BENCH_FAILED, str(exc)))
@@ -121,37 +123,39 @@ def measured_size(batch: int | None, samples_ns, measured: str, python_p50_ms: f
                       measured=measured)
 
 
-def native_slices(run) -> dict[str, Any]:
+def native_slices(ctx: Context, prep: Prepared, rows: Rows) -> dict[str, Any]:
     """The paired rounds' native participants: "<backend> native" -> a slice function, for every row whose
     native run passed parity and was timed alone at some size (that figure sizes its slices)."""
     from ..native.run import run as native_run
     from ..results import NATIVE_SUFFIX
 
     slices = {}
-    for name, row in run.rows.items():
+    config = ctx.config
+    for name, row in rows.items():
         native = row.native
         if native is None or native.status is not Status.OK or not any(s.latency for s in native.sizes):
             continue
         estimate = {s.batch: s.latency.p50_ms for s in native.sizes if s.latency is not None}
-        kwargs = {"threads": run.threads, "plugin": run.config.native_plugin, "device": run.plan.chosen,
-                  "trust_artifact": True}
+        kwargs: dict[str, Any] = {"threads": ctx.threads, "plugin": config.native_plugin,
+                                  "device": prep.device.chosen, "trust_artifact": True}
 
         def one_slice(i, seconds, min_calls, max_calls, row=row, estimate=estimate, kwargs=kwargs):
-            batch, feed = run.bench_feeds[i]
+            batch, feed = prep.bench_feeds[i]
             if batch not in estimate:
                 raise RunError(f"Native consumer | not timed alone at batch {batch}, so not paired there")
             # the bench time's share of calls, and never under MIN_CALLS over all the rounds
-            calls = max(min_calls, -(-MIN_CALLS // run.config.rounds),
+            calls = max(min_calls, -(-MIN_CALLS // config.rounds),
                         min(max_calls, int(seconds * 1e3 / max(estimate[batch], 1e-4))))
-            done = native_run(row.artifact, feed, iters=calls, warmup=max(run.config.bench.warmup_iters, 1),
-                              timeout=run.config.timeout, **kwargs)
+            bench = present(config.bench, "native slices are timed only with a benchmark")
+            done = native_run(row.artifact, feed, iters=calls, warmup=max(bench.warmup_iters, 1),
+                              timeout=config.timeout, **kwargs)
             return present(done.samples_ns, "a timed native run gives its samples")
 
         slices[name + NATIVE_SUFFIX] = one_slice
     return slices
 
 
-def apply_paired(run, timed: dict[str, Any]) -> None:
+def apply_paired(ctx: Context, prep: Prepared, rows: Rows, timed: dict[str, Any]) -> None:
     """Replace each native size's figure by the one its paired slices give, with the paired ratio to its
     Python runner over the same rounds (the rounds every participant completed at that size)."""
     import numpy as np
@@ -159,13 +163,13 @@ def apply_paired(run, timed: dict[str, Any]) -> None:
     from ..measure.pairing import all_ratios
     from ..results import NATIVE_SUFFIX
 
-    rounds = run.config.rounds
-    for name, row in run.rows.items():
+    rounds = ctx.config.rounds
+    for name, row in rows.items():
         native, ours = row.native, timed.get(name + NATIVE_SUFFIX)
         if native is None or ours is None:
             continue
         python = timed.get(name)
-        for i, (batch, _) in enumerate(run.bench_feeds):
+        for i, (batch, _) in enumerate(prep.bench_feeds):
             slices = ours.samples.get(i, [])
             at = next((k for k, s in enumerate(native.sizes) if s.batch == batch and s.status is Status.OK), None)
             if at is None or len(slices) != rounds:

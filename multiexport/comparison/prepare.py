@@ -1,0 +1,114 @@
+"""The first stages of a compare: where each backend runs, then what every row is judged against.
+
+`plan_devices` probes the GPU (on a GPU or auto request only); `prepare` builds the signature, checks
+what needs it, makes the trials, runs jax.jit on each (with its determinism check and the rounding floor),
+and records the reference. Both are functions of the Context; nothing here writes a row.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import MultiexportError
+from .stages import Context, Prepared
+
+if TYPE_CHECKING:
+    from ..leaves import Signature
+    from ..measure.inputs import Trial
+    from ..run.devices import DevicePlan
+
+
+def plan_devices(ctx: Context) -> DevicePlan:
+    """Where each backend runs: the CPU, or the GPU for those that see one (`run.devices.resolve`)."""
+    from ..run.devices import probe_gpu, resolve
+
+    config = ctx.config
+    if config.device != "cpu":
+        ctx.progress(f"which backends see a GPU ({', '.join(config.backends)})")
+    plan = resolve(config.device, probe_gpu(config.backends) if config.device != "cpu" else {})
+    if plan.note:
+        ctx.progress(plan.note)
+    return plan
+
+
+def prepare(ctx: Context, device: DevicePlan) -> Prepared:
+    """The signature, the trials and jax.jit's outputs on them; every check that needs the signature runs
+    before anything is printed or run, so a usage error is one line."""
+    from ..environment import environment
+    from ..leaves import build_signature
+    from ..measure.plan import bench_feeds, out_of_domain
+    from ..measure.reference import ReferenceRunner, error_vs, float64_outputs, nondeterminism, not_float64, without
+    from ..measure.tolerance import check_patterns
+    from ..results import Reference
+    from ..versions import dist_version
+
+    config, target = ctx.config, ctx.target
+    sig = build_signature(target)
+    check_patterns(config.tolerances, [leaf.name for leaf in sig.outputs], "Tolerance")
+    trials = _trials(ctx, sig)
+    feeds = (bench_feeds(sig, trials, config.batch_sizes, config.seed, config.val_ranges, target.batch_leaves)
+             if config.bench else [])
+    ctx.progress(f"signature of '{target.name}': {len(sig.inputs)} input leaves, {len(sig.outputs)} outputs")
+    jax_gpu = device.chosen == "gpu" and (device.found.get("xla") or {}).get("gpu")
+    ref_device = "gpu" if jax_gpu else "cpu"
+    ref_runner = ReferenceRunner(target, sig, ref_device)
+    ctx.progress(f"reference outputs (jax.jit) for {len(trials)} trials")
+    ref_outputs = [ref_runner(t.feed) for t in trials]
+    why = nondeterminism(target, sig, ref_runner, trials[0].feed)
+    sensitivity = _rounding(ctx, sig, trials[0], ref_outputs[0], ref_device) if why is None else {}
+    truth = float64_outputs(target, sig, [t.feed for t in trials]) if config.reference == "float64" else None
+    reference = Reference(kind="jax.jit", jax_version=dist_version("jax"), device=ref_device,
+                          lifted_weights=ref_runner.lifted_weights, deterministic=why is None,
+                          rounding_sensitivity=dict(sensitivity) or None)
+    if truth is not None:
+        narrow = not_float64(truth)
+        if narrow:
+            truth = without(truth, narrow)
+            reference.no_float64_truth = narrow
+            ctx.progress(f"--reference float64: {', '.join(narrow)} not computed in float64 (the function "
+                         "casts back), so no error against float64 is reported for them")
+        reference.jax_error_vs_float64 = error_vs(ref_outputs, truth)
+    return Prepared(device=device, sig=sig, trials=trials, bench_feeds=feeds, ref_device=ref_device,
+                    ref_runner=ref_runner, ref_outputs=ref_outputs, excluded=out_of_domain(trials, ref_outputs),
+                    truth=truth, reference=reference, environment=environment(),
+                    fingerprint=sig.fingerprint(target.fn) if ctx.spec is not None else None,
+                    sensitivity=sensitivity, nondeterministic=why)
+
+
+def _rounding(ctx: Context, sig: Signature, trial: Trial, ref_output, ref_device: str) -> dict[str, float]:
+    """How far rounding alone moves each float output leaf no --tolerance covers (measure/rounding.py),
+    on the first trial: the default tolerances widen to it. A function it cannot trace again keeps them."""
+    from ..dtypes import is_float, parse_dtype
+    from ..measure.rounding import DRAWS, rounding_sensitivity
+    from ..measure.tolerance import overridden
+
+    leaves = [leaf for leaf in sig.outputs
+              if is_float(parse_dtype(leaf.dtype)) and not overridden(leaf.name, ctx.config.tolerances)]
+    if not leaves:
+        return {}
+    ctx.progress(f"rounding sensitivity of jax.jit ({DRAWS} runs with inputs and weights moved by one rounding step)")
+    try:
+        found = rounding_sensitivity(ctx.target, sig, trial.feed, ref_output, ref_device)
+    except Exception as exc:  # a measurement that widens tolerances must never stop the compare
+        said = str(exc).splitlines()[0][:200] if str(exc) else ""
+        ctx.progress(f"rounding sensitivity not measured ({type(exc).__name__}: {said}): default tolerances apply")
+        return {}
+    return {leaf.name: found[leaf.name] for leaf in leaves if leaf.name in found}
+
+
+def _trials(ctx: Context, sig: Signature) -> list[Trial]:
+    from ..exporting.feed import check_feed
+    from ..exporting.manifest import LeafBinding
+    from ..measure.inputs import Trial, make_trials
+
+    config = ctx.config
+    if config.inputs is not None:
+        leaves = [LeafBinding(leaf.name, leaf.alias, list(leaf.shape), leaf.dtype) for leaf in sig.inputs]
+        arrays, dims = check_feed(leaves, config.inputs)
+        return [Trial("inputs", {leaf.name: a for leaf, a in zip(sig.inputs, arrays)}, dims, "the given inputs")]
+    trials = make_trials(sig.inputs, examples=sig.example_feed(), trials=config.trials, seed=config.seed,
+                         val_ranges=config.val_ranges, dim_sizes=config.dim_sizes)
+    if not trials:
+        raise MultiexportError(f"Target '{sig.name}' | produced no trials")
+    return trials
+

@@ -1,0 +1,272 @@
+"""The timed stages of a compare: the paired workers started early, the timing plan (paired rounds or one
+runner after another), the reference's benchmark, the rounds, the peak and the floors.
+
+Functions of the stages' typed values (`stages.Context`, `Prepared`, `Workers`, `Timing`) and the rows;
+the workers themselves are `run.paired.Servers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import present
+from ..exporting.manifest import Manifest
+from ..results import Status
+from .stages import Context, Prepared, Rows, Timing, Workers
+
+if TYPE_CHECKING:
+    from ..results import BenchResult, Pairing
+    from ..run.devices import DevicePlan
+    from ..run.paired import Servers
+    from .config import CompareConfig
+
+
+@dataclass(frozen=True)
+class EarlyWorkers:
+    """Paired workers started before the target was built (the CLI starts them, so their runtimes import
+    while the target's factory runs on the other core); the compare for `spec` adopts them.
+
+    servers: the workers (artifact directories still to come with each load).
+    spec: the TARGET string they were started for (the reference worker builds it).
+    available: memory available to new processes just before they started, in bytes (None: unknown).
+    rss: this process's resident size then: what building the target has taken since is not available.
+    """
+
+    servers: Servers
+    spec: str
+    available: int | None
+    rss: int
+
+    def close(self) -> None:
+        self.servers.close()  # a no-op once the compare that adopted them has closed them
+
+
+def start_early(config: CompareConfig, spec: str) -> EarlyWorkers | None:
+    """Paired workers for `config.backends` (registered names), before `spec` is built (None when pairing
+    is off or on a GPU plan)."""
+    from ..measure.bench import memory_now
+    from ..measure.pairing import available_memory
+
+    if config.device != "cpu":
+        return None  # which backends run is known only after the GPU probe
+    available, rss = available_memory(), memory_now()["rss_bytes"]
+    servers = _start_workers(config, spec, list(config.backends), "cpu")
+    return EarlyWorkers(servers, spec, available, rss) if servers is not None else None
+
+
+def prespawn(ctx: Context, early: EarlyWorkers | None, device: DevicePlan | None) -> Workers:
+    """Start the paired workers early: each imports its runtime while the parent traces the target and the
+    exports run, then waits; it reads its artifact only when asked to load, after every export is done, and
+    nothing is timed before then. On the CPU this runs before the signature is built (device None), or adopts
+    the workers the CLI started before the target was built (`early`, else closed); `recheck_prespawn` stops
+    them once the signature shows the weights would not fit, and `plan_timing` decides with the real
+    artifact sizes and closes them if pairing is off after all."""
+    from ..measure.bench import memory_now
+    from ..measure.pairing import available_memory
+
+    config = ctx.config
+    if early is not None and early.spec == ctx.spec and config.bench and config.paired:
+        grown = max(0, memory_now()["rss_bytes"] - early.rss)  # the target, built in this process meanwhile
+        for name in list(early.servers.dirs):
+            if name != "jax" and name not in config.backends:
+                early.servers.discard(name)
+        return Workers(early.servers, None if early.available is None else early.available - grown)
+    if early is not None:
+        early.close()
+    available = available_memory()
+    names = [n for n in config.backends if device is None or n not in device.excluded]
+    return Workers(_start_workers(config, ctx.spec, names, device.chosen if device else "cpu"), available)
+
+
+def _start_workers(config: CompareConfig, spec: str | None, backends: list[str], device: str) -> Servers | None:
+    """One paired worker per runner (and the reference's, given a TARGET), each importing its runtime."""
+    from ..exporting.contract import usable_cpus
+    from ..run.paired import Servers
+
+    runners = list(backends) + (["jax"] if spec else [])
+    if not config.bench or not config.paired or len(runners) < 2:
+        return None
+    servers = Servers(device, config.threads or usable_cpus(), config.timeout)
+    for name in runners:
+        if name == "jax" and spec:
+            servers.spawn(name, ["reference", spec], None)
+        else:
+            servers.spawn(name, ["run", "-"], name)
+    return servers
+
+
+def recheck_prespawn(workers: Workers, prep: Prepared) -> Workers:
+    """After the signature: stop workers started before it when the weights alone, once per runner, would
+    not fit in memory (the exports need that memory more)."""
+    from ..measure.pairing import fits_in_memory
+
+    if workers.servers is None:
+        return workers
+    weights = int(prep.sig.weights.get("baked_bytes", 0)) + int(prep.sig.weights.get("input_bytes", 0))
+    if not fits_in_memory({n: weights for n in workers.servers.dirs}, workers.available_before)[0]:
+        workers.servers.close()
+        return Workers(None, workers.available_before)
+    return workers
+
+
+def plan_timing(ctx: Context, prep: Prepared, rows: Rows, artifacts: dict[str, Manifest], workers: Workers) -> Timing:
+    """Paired rounds when every runner fits in memory at once (and pairing is not turned off), else one
+    worker after another. In paired mode each runner's one worker gives its parity and cold start too; the
+    early workers are adopted for it, else closed here."""
+    from ..measure.pairing import fits_in_memory
+    from ..results import Pairing
+    from ..run.paired import Servers, directory_bytes
+
+    config = ctx.config
+    fits, reason, pairing = False, "", None
+    if config.bench and not config.paired:
+        pairing = Pairing(mode="sequential", reason="sequential: asked for (--sequential)")
+    elif config.bench:
+        sizes = {name: directory_bytes(present(rows[name].artifact, "an exported row has its artifact"))
+                 for name in artifacts}
+        if ctx.spec is not None:
+            sizes["jax"] = int(prep.sig.weights.get("baked_bytes", 0))
+        # The memory available before the early workers started: they are part of what is being sized.
+        fits, reason = fits_in_memory(sizes, workers.available_before)
+        if len(sizes) < 2:
+            fits, reason = False, "sequential: only one runner to time"
+        if not fits:
+            pairing = Pairing(mode="sequential", reason=reason)
+    if not fits:
+        if workers.servers is not None:
+            workers.servers.close()
+        return Timing(pairing, None)
+    if ctx.spec is None:
+        reason += "; the reference (no TARGET string to load it in a worker) is timed on its own, before the rounds"
+    servers = workers.servers or Servers(prep.device.chosen, ctx.threads, config.timeout)
+    return Timing(Pairing(mode="paired", reason=reason, rounds=config.rounds), servers)
+
+
+def start_servers(ctx: Context, servers: Servers, rows: Rows, artifacts: dict[str, Manifest]) -> None:
+    """One worker per runner, alive until the rounds are done; loads one after another, each timed alone
+    (workers started early have imported their runtimes by now and wait for this)."""
+    if ctx.spec is not None:
+        if "jax" not in servers.dirs:
+            servers.spawn("jax", ["reference", ctx.spec], None)
+        ctx.progress("reference: load jax.jit in its paired worker")
+        servers.load("jax")
+    for name in list(servers.dirs):
+        if name != "jax" and name not in artifacts:
+            servers.discard(name)  # its export failed: nothing to load
+    for name in artifacts:
+        if name not in servers.dirs:
+            servers.spawn(name, ["run", "-"], name)
+        ctx.progress(f"{name}: load in its paired worker")
+        servers.load(name, rows[name].artifact)
+
+
+def bench_reference(ctx: Context, prep: Prepared, tm: Timing) -> BenchResult | None:
+    """The reference's latency, measured like every backend's: its cold start in its paired worker (the
+    steady state comes from the rounds), else a fresh worker, else (no TARGET string) in this process."""
+    import time
+
+    from ..measure.bench import bench_sizes, memory_now
+    from ..results import BenchResult
+    from ..run.runs import run_artifact
+
+    bench = ctx.config.bench
+    if not bench:
+        return None
+    paired = tm.servers is not None and ctx.spec is not None
+    ctx.progress("reference: " + ("cold start of jax.jit" if paired else "benchmark jax.jit"))
+    if paired:
+        from ..run.paired import serve_artifact
+
+        outcome = serve_artifact(present(tm.servers, "paired implies live servers"), "jax", [], prep.bench_feeds, {},
+                                 bench)
+        return outcome.bench if outcome.failure is None else None
+    if ctx.spec is not None:
+        outcome = run_artifact(["reference", ctx.spec], [], prep.bench_feeds, {}, bench, prep.ref_device,
+                               ctx.threads, ctx.config.timeout, peak=True)
+        if outcome.failure is None and outcome.bench is not None:
+            return outcome.bench
+    t0 = time.perf_counter()
+    runner = prep.ref_runner
+    sizes = bench_sizes(runner, list(prep.bench_feeds), bench)
+    for size, (_, feed) in zip(sizes, prep.bench_feeds):
+        size.flops = runner.flops(feed)
+        if size.flops and size.latency:
+            size.gflops_per_s = size.flops / (size.latency.p50_ms / 1e3) / 1e9
+    return BenchResult(load_s=0.0, sizes=sizes, memory=memory_now(), artifact_bytes=None, runner=runner.describe(),
+                       config=bench.to_json(), process="parent", extra={"bench_s": time.perf_counter() - t0})
+
+
+def paired_rounds(ctx: Context, prep: Prepared, tm: Timing, rows: Rows, reference: BenchResult | None) -> Pairing:
+    """The interleaved rounds over every runner that passed (and each native consumer that did, beside its
+    Python runner); each runner's steady-state figures replaced by the rounds'. Returns the pairing with
+    the paired ratios."""
+    from ..results import NATIVE_SUFFIX
+    from ..run.paired import apply, pairing_result, run_rounds
+    from .native_check import apply_paired, native_slices
+
+    servers = present(tm.servers, "paired rounds run on live servers")
+    planned = present(tm.pairing, "paired rounds run after plan_timing")
+    config = ctx.config
+    benches = {"jax": reference} if "jax" in servers.alive and reference is not None else {}
+    for name, row in rows.items():
+        if row.status is Status.OK and row.bench is not None and name in servers.alive:
+            benches[name] = row.bench
+    unsupported = {n: {i for i, s in enumerate(b.sizes) if s.status is not Status.OK} for n, b in benches.items()}
+    # Each native consumer that passed takes a slice per round too, beside its Python runner (--native).
+    natives = native_slices(ctx, prep, rows) if config.native and config.bench else {}
+    for name in natives:  # a native consumer is paired only at the sizes it was timed at alone
+        native = present(rows[name[:-len(NATIVE_SUFFIX)]].native, "a native slice has a native result")
+        timed_alone = {s.batch for s in native.sizes if s.latency is not None}
+        unsupported[name] = {i for i, (batch, _) in enumerate(prep.bench_feeds) if batch not in timed_alone}
+    timed, peak = run_rounds(servers, list(benches), prep.bench_feeds, unsupported, config.bench, config.rounds,
+                             ctx.progress, natives)
+    runners = {n: t for n, t in timed.items() if n not in natives}
+    failures = {n: f for n, f in servers.failures.items() if n in benches}
+    pairing = pairing_result("paired", planned.reason, runners, prep.bench_feeds, config.rounds, config.bench,
+                             failures, peak)
+    apply(pairing, runners, benches, {n: r.native for n, r in rows.items() if r.native is not None})
+    apply_paired(ctx, prep, rows, timed)
+    return pairing
+
+
+def floors(ctx: Context, rows: Rows, pairing: Pairing) -> None:
+    """The per-call floor of every timed runtime: the floor target compared the same way, in OUT/floor;
+    each runner's floor (p50 ms) goes into `pairing.floors`."""
+    import dataclasses
+
+    from ..measure.floor import SPEC, floor
+    from .session import run_compare
+
+    timed = [n for n, r in rows.items() if r.status is Status.OK and r.bench is not None]
+    if not timed:
+        return
+    ctx.progress(f"per-call floor of {', '.join(timed)} (one add on 8 floats, the same calling paths)")
+    config = dataclasses.replace(ctx.config, backends=tuple(timed), out_dir=ctx.out / "floor", trials=1,
+                                 batch_sizes=None, native=False, native_plugin=None, floor=False, inputs=None,
+                                 dim_sizes={}, val_ranges={}, tolerances={}, backend_options={})
+    spec = SPEC if ctx.spec is not None else None
+    results = run_compare(floor(), config, spec, lambda m: ctx.progress(f"floor: {m}"), report=ctx.report)
+    benches = {"jax": results.reference.bench, **{n: r.bench for n, r in results.backends.items()}}
+    for name, bench in benches.items():
+        measured = bench.measured() if bench is not None else []
+        if measured:
+            latency = present(measured[0].latency, "measured() keeps only the sizes with a latency")
+            pairing.floors[name] = latency.p50_ms
+
+
+def compute_figures(pairing: Pairing | None, rows: Rows, reference: BenchResult | None) -> None:
+    """Each timed size's achieved GFLOP/s and its fraction of the machine's peak measured in the same run
+    (the rounds', else the reference worker's), set on the benches and the pairing."""
+    from ..run.paired import set_compute_figures
+
+    if pairing is None:
+        return
+    benches = {n: r.bench for n, r in rows.items() if r.bench is not None}
+    if reference is not None:
+        benches["jax"] = reference
+    peak = pairing.peak_gflops
+    if peak is None and reference is not None:
+        peak = reference.extra.get("peak_gflops")
+        pairing.peak_gflops, pairing.peak_how = peak, reference.extra.get("peak_how", "")
+    set_compute_figures(benches, reference, peak)
