@@ -82,9 +82,9 @@ def consumer_for(backend: str) -> "NativeConsumer | None":
         return None
 
 
-def port(param: int | str | None) -> str | None:
-    """A leaf's `param` as the name its port, value or signature key has in the model (None: not taken)."""
-    return None if param is None else str(param)
+def ports(leaves: Sequence[Any]) -> list[str | None]:
+    """Each leaf's `param` as the name its port, value or signature key has in the model (None: not taken)."""
+    return [None if leaf.param is None else str(leaf.param) for leaf in leaves]
 
 
 class NoNativeSection(Exception):
@@ -105,6 +105,17 @@ def leaf_entry(leaf: Any, index: int, role: str, shape: Sequence[int | str] | No
     return {"kind": "leaf", "leaf": leaf.name, "index": index,
             "file": input_file(index) if role == "input" else output_file(index),
             "shape": list(leaf.shape if shape is None else shape), "dtype": str(leaf.dtype)}
+
+
+def bound_entries(inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],
+                  output_params: Sequence[str | None], field: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(args, results): the leaf entries of a model bound by name, each with its name in the model under `field`
+    ("tensor", "key"); an input whose name is None is one the model does not take."""
+    args = [{**leaf_entry(leaf, i, "input"), field: name}
+            for i, (leaf, name) in enumerate(zip(inputs, params, strict=True)) if name is not None]
+    results = [{**leaf_entry(leaf, j, "output"), field: name}
+               for j, (leaf, name) in enumerate(zip(outputs, output_params, strict=True))]
+    return args, results
 
 
 def compile_options_proto(num_replicas: int = 1, num_partitions: int = 1) -> bytes:
