@@ -7,9 +7,10 @@ what a bundle holds. A new format with a native consumer is its backend package 
 
 It lives with the `Backend` contract (below `native` in the layers), so it builds nothing itself: the core hands
 `command` the built program. The default behaviour is that of multiexport's own programs in `native/csrc/`
-(built by `native/build.py`), which share one command line: `PROG [FLAGS] --inputs DIR --outputs DIR [--warmup N --iters N --times FILE]`, printing their
-figures as one JSON line and every timed call's ns to `--times`. A consumer that runs someone else's tool
-(IREE's) sets `builds=False` and overrides `command`, `timed`, `read_timing` and `bundle_programs`.
+(built by `native/build.py`), which share one command line,
+`PROG [FLAGS] --inputs DIR --outputs DIR [--warmup N --iters N --times FILE]`, print their figures as one JSON
+line and write every timed call's ns to `--times`. A consumer that runs someone else's tool (IREE's) sets
+`builds=False` and overrides `command`, `timed`, `read_timing` and `bundle_programs`.
 """
 
 from __future__ import annotations
