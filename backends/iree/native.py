@@ -144,7 +144,8 @@ class IreeConsumer(NativeConsumer):
                                     "weights and leaves give: refusing to run a command the export did not write")
 
     def check_entries(self, manifest: Any, native: Mapping[str, Any]) -> None:
-        # IREE's own tools take bfloat16 / float8 as raw bytes only ("encoding": "raw"), which an older artifact may lack.
+        # IREE's own tools take bfloat16 / float8 as raw bytes only ("encoding": "raw"), which an older artifact
+        # may lack.
         for kind, entries in (("Input", native["args"]), ("Output", native["results"])):
             for entry in entries:
                 if entry.get("kind") == "leaf" and entry.get("encoding") != "raw" and not npy_describes(entry["dtype"]):

@@ -58,7 +58,8 @@ class OrtConsumer(NativeConsumer):
                             session_options=ONNX_SESSION_OPTIONS)
 
     def bundle_runtime(self, request: Request) -> list[Path]:
-        """The libonnxruntime ort_run dlopens (the bundled build names it by file name: found through $ORIGIN/../lib)."""
+        """The libonnxruntime ort_run dlopens (the bundled build names it by file name: found through
+        $ORIGIN/../lib)."""
         from multiexport.native.build import find_onnxruntime
 
         return [find_onnxruntime()[1]]

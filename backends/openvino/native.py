@@ -74,7 +74,7 @@ class OpenVINOConsumer(NativeConsumer):
         for pattern in wanted:
             matches = sorted(libs.glob(pattern))
             if not matches:
-                raise NativeBuildError(f"OpenVINO runtime file '{pattern}' | not found in {libs}, expected the openvino "
-                                       "wheel's")
+                raise NativeBuildError(f"OpenVINO runtime file '{pattern}' | not found in {libs}, expected the "
+                                       "openvino wheel's")
             found.append(matches[0])
         return found

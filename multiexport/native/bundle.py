@@ -13,7 +13,8 @@
 Which libraries: the loader's own view. `ldd` (run with an empty environment) on the program and on each file the
 runtime dlopens, which no ldd of the program shows: each consumer declares those (its backend's
 `NativeConsumer.bundle_runtime`: the PJRT plugin, OpenVINO's CPU plugin, its auto-batch plugin, the frontend of the
-model's format and TBB's own dlopened helpers, found by running `ov_run` under LD_DEBUG=files). A library is the server's to provide when the loader found it in
+model's format and TBB's own dlopened helpers, found by running `ov_run` under LD_DEBUG=files).
+A library is the server's to provide when the loader found it in
 the system's own directories (the defaults and those of `ldconfig -p`): glibc (never bundled, wherever it was
 found: it must match the server's loader), libstdc++ and libgcc_s, a GPU driver's libraries. They are listed in
 bundle.json with the newest symbol versions the bundle needs of them (`requires`: GLIBC_2.34, GLIBCXX_3.4.22, ...),
