@@ -20,6 +20,7 @@ class PjrtConsumer(NativeConsumer):
     consumer: str = CONSUMER
     program: str = "pjrt_run"
     threads_flag: bool = False
+    devices: tuple[str, ...] = ("cpu", "gpu")
 
     def thread_env(self, threads: int) -> dict[str, str]:
         return {"PJRT_NPROC": str(threads)}

@@ -83,6 +83,8 @@ class NativeConsumer:
         a bundle's run.sh sets them too.
     threads_flag: our program takes `--threads N` (False: the threads go through `thread_env`).
     mkdir_outputs: the program does not create its outputs directory itself (a bundle's run.sh makes it).
+    devices: the devices `Call.device` may name ("cpu"; PJRT also "gpu", through jax's CUDA plugin), for a caller
+        deciding whether a GPU plan runs this consumer at all.
     """
 
     consumer: str
@@ -92,6 +94,7 @@ class NativeConsumer:
     env: tuple[tuple[str, str], ...] = ()
     threads_flag: bool = True
     mkdir_outputs: bool = False
+    devices: tuple[str, ...] = ("cpu",)
 
     # -- the tamper check -------------------------------------------------------------------------------------
 
