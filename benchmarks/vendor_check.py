@@ -83,7 +83,7 @@ def _param_arrays(manifest, feed) -> list[tuple[Any, np.ndarray]]:
 
 
 def vendor_iree(directory: Path, manifest, feed, threads: int) -> dict[str, Block]:
-    from multiexport.native.run import iree_tool
+    from multiexport.backends.iree.native import iree_tool
 
     tool = str(iree_tool("iree-benchmark-module"))
     args = [a for a in manifest.native["benchmark_args"] if not a.startswith(("--device=", "--benchmark_min_time"))]

@@ -18,7 +18,7 @@ from typing import Any
 from multiexport.dtypes import parse_dtype
 from multiexport.errors import ArtifactError, ExportError, RunError, present
 from multiexport.exporting import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
-from multiexport.exporting.native_section import NoNativeSection, check_iree_tools, iree_section
+from multiexport.exporting.native_section import NoNativeSection
 from multiexport.exporting.stablehlo import concrete_specs, export_module, leaf_binding, module_interface
 from multiexport.files import write_bytes_atomic
 from multiexport.leaves.weights import WEIGHTS_FILE, embedded, plan
@@ -27,6 +27,7 @@ from .compile import compile_exported, compile_flags, cuda_arch, targets_for
 from .config import OPTIONS, CpuConfig, cpu_config
 from .driver import CPU_DRIVERS, choose_driver
 from .fixups import FUNCTION, PARAMETER_SCOPE, SHAPE_ASSERTIONS_WHY
+from .native import check_iree_tools, iree_section
 from .runner import IreeRunner
 from .targets import DEVICE_TARGET, DRIVERS, MODULE
 
@@ -52,6 +53,12 @@ class IreeBackend(Backend):
         # What can be checked without running anything: the manifest names no program of its own choosing.
         if manifest.native is not None:
             check_iree_tools(manifest.native, directory)
+
+    def native_consumer(self):
+        """the iree-base-runtime wheel's iree-run-module and iree-benchmark-module (`native.IreeConsumer`)."""
+        from .native import IreeConsumer
+
+        return IreeConsumer()
 
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
         targets, arch = targets_for(options.platforms)

@@ -29,7 +29,6 @@ from typing import Any
 
 from multiexport.errors import ArtifactError, RunError
 from multiexport.exporting import Backend, FormatResult, Manifest, Option, RunOptions, Runner
-from multiexport.exporting.native_section import litert_section
 from multiexport.leaves.weights import embedded
 from multiexport.versions import dist_version
 
@@ -44,6 +43,7 @@ from .convert import (
     model_metadata,
     op_names,
 )
+from .native import litert_section
 from .runner import FLEX, LiteRTRunner, open_interpreter, signature_of
 
 # Leaf dtypes TFLite builtins have no general kernels for: a legalization failure with one of these
@@ -71,6 +71,12 @@ class LiteRTBackend(Backend):
                "also allow SELECT_TF_OPS (TensorFlow kernels via the Flex delegate): the ai_edge_litert "
                "interpreter cannot run them, so only a runtime with Flex linked in can use such a model"),
     )
+
+    def native_consumer(self):
+        """lite_run on LiteRT's C API (`native.LiteConsumer`)."""
+        from .native import LiteConsumer
+
+        return LiteConsumer()
 
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
         import tensorflow as tf

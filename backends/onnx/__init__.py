@@ -14,7 +14,6 @@ from pathlib import Path
 
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.exporting import Availability, Backend, FormatResult, Manifest, Option, RunOptions, Runner
-from multiexport.exporting.native_section import ONNX_SESSION_OPTIONS, onnx_section
 from multiexport.leaves.weights import embedded, externalizes
 from multiexport.versions import dist_version
 
@@ -33,6 +32,7 @@ from .convert import (
     tensor_bytes,
     validate,
 )
+from .native import ONNX_SESSION_OPTIONS, onnx_section
 from .routes import ROUTES, route_failure, run_once, stablehlo_model
 from .runner import OnnxRunner, session_error, session_options as runner_session_options
 
@@ -77,6 +77,12 @@ class OnnxBackend(Backend):
         Option("external_data_threshold", EXTERNAL_DATA_THRESHOLD_BYTES, int,
                "bytes of tensors past which they always go to model.onnx.data (protobuf cannot hold 2 GiB)", minimum=0),
     )
+
+    def native_consumer(self):
+        """ort_run on ONNX Runtime's C API (`native.OrtConsumer`)."""
+        from .native import OrtConsumer
+
+        return OrtConsumer()
 
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
         t0 = time.perf_counter()

@@ -27,7 +27,7 @@ def session_options(ort, threads: int):
     inter-op thread (one op at a time, like every runtime here), spinning on. The values come from
     ONNX_SESSION_OPTIONS, the table the manifest's native section gives the C consumer (ort_run), so the
     two sessions cannot drift apart."""
-    from multiexport.exporting.native_section import ONNX_SESSION_OPTIONS as fixed
+    from .native import ONNX_SESSION_OPTIONS as fixed
 
     options = ort.SessionOptions()
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, fixed["graph_optimization_level"])

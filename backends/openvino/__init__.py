@@ -29,10 +29,10 @@ from typing import Any
 
 from multiexport.errors import ArtifactError, ExportError, RunError, leaf_message, present
 from multiexport.exporting import Backend, FormatResult, Manifest, Option, RunOptions, Runner
-from multiexport.exporting.native_section import OPENVINO_PROPERTIES, openvino_section
 from multiexport.exporting.options import usable_cpus
 from multiexport.versions import dist_version
 
+from .native import OPENVINO_PROPERTIES, openvino_section
 from .runner import (
     PERFORMANCE_HINT,
     OpenVINORunner,
@@ -73,6 +73,12 @@ class OpenVINOBackend(Backend):
         Option("allow_64bit", False, bool, "export int64/float64 leaves anyway: OpenVINO's CPU plugin computes them "
                "in 32 bits, so values past int32 or float32 precision come out silently wrong"),
     )
+
+    def native_consumer(self):
+        """ov_run on OpenVINO's C API (`native.OpenVINOConsumer`)."""
+        from .native import OpenVINOConsumer
+
+        return OpenVINOConsumer()
 
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
         ov = import_openvino()

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.exporting import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
-from multiexport.exporting.native_section import savedmodel_section
 from multiexport.leaves.weights import embedded, plan
 
 from .convert import (
@@ -35,6 +34,7 @@ from .convert import (
     serving_function,
     variables_for,
 )
+from .native import savedmodel_section
 from .runner import SavedModelRunner
 from .tf import (
     SAVED_MODEL,
@@ -70,6 +70,12 @@ class SavedModelBackend(Backend):
     order = 20
     runtime_modules = ("tensorflow",)
     carries_code = True
+
+    def native_consumer(self):
+        """tf_run on the TF C API (`native.TfConsumer`)."""
+        from .native import TfConsumer
+
+        return TfConsumer()
 
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
         tf = import_tf()

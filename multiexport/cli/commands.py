@@ -84,6 +84,18 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _runs_on_jax(backend: str) -> bool:
+    """Whether the backend's runner imports JAX (its `runtime_modules`), so XLA_FLAGS and JAX_PLATFORMS are checked
+    before it starts; an unknown backend is left to `load`, which says so."""
+    from ..errors import BackendUnavailable
+    from ..exporting.registry import backend_class
+
+    try:
+        return "jax" in backend_class(backend).runtime_modules
+    except BackendUnavailable:
+        return False
+
+
 def cmd_run(args) -> int:
     from ..api import load
     from ..exporting.manifest import Manifest
@@ -97,7 +109,7 @@ def cmd_run(args) -> int:
     if args.out is not None:  # before any work: a file of the user's is never replaced
         check_overwritable(args.out, "Option '--out'")
     manifest = Manifest.read(args.artifact)
-    if manifest.backend == "xla":
+    if _runs_on_jax(manifest.backend):
         from ..preflight import check_jax_environment
 
         check_jax_environment()

@@ -27,6 +27,7 @@ from .feed import check_feed
 if TYPE_CHECKING:
     from ..leaves import Signature
     from .manifest import Manifest
+    from .native_consumer import NativeConsumer
 
 from .options import (  # noqa: F401  (re-exported: the contract's vocabulary)
     DEVICES,
@@ -231,6 +232,9 @@ class Backend:
         load, the same for every format, and the library import is reported beside it in CPU seconds.
     static_fallback: when the export of a symbolic signature fails, export one model per requested size
         instead (`export.static_fallback`); False for a format that keeps every symbolic dim itself.
+
+    `native_consumer()` gives the format's Python-free consumer (`exporting.native_consumer.NativeConsumer`: its section's
+    consumer id, program, tamper check, argv/env and bundle entry), or None when it has none.
     """
 
     name: ClassVar[str] = ""
@@ -248,6 +252,11 @@ class Backend:
     weight_storage: ClassVar[tuple[str, ...]] = ("embedded", "external")
     runtime_modules: ClassVar[tuple[str, ...]] = ()
     static_fallback: ClassVar[bool] = True
+
+    def native_consumer(self) -> "NativeConsumer | None":
+        """The format's native consumer, which the core runs, checks and bundles through; None: it has none.
+        An override imports its consumer inside the method, so listing backends stays cheap."""
+        return None
 
     def available(self) -> Availability:
         missing = [m for m in self.requires if _find_spec(m) is None]

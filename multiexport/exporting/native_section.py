@@ -14,23 +14,18 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from ..errors import ArtifactError, UsageError
+
+if TYPE_CHECKING:
+    from .native_consumer import NativeConsumer
 
 NATIVE_SCHEMA = "multiexport.native/1"
 COMPILE_OPTIONS_FILE = "compile_options.pb"
 STATIC_DIR = "static"
 INPUT_DIR, OUTPUT_DIR = "inputs", "outputs"  # relative to the directory the consumer runs in
 MAX_STATIC_MODULES = 32  # the product of --static-sizes; each refined module is a full copy of embedded weights
-IREE_ELEMENT = {"float16": "f16", "float32": "f32", "float64": "f64", "int8": "i8", "int16": "i16", "int32": "i32",
-                "int64": "i64", "uint8": "ui8", "uint16": "ui16", "uint32": "ui32", "uint64": "ui64",
-                "bfloat16": "bf16"}
-CONSUMERS = {"xla": "pjrt_c_api", "savedmodel": "tf_c_api", "iree": "iree_tools", "openvino": "openvino_c_api",
-             "onnx": "onnxruntime_c_api", "litert": "litert_c_api"}
-# The IREE native tools by role: the only programs an IREE section may name (binaries of the
-# iree-base-runtime wheel, found by multiexport in iree/_runtime_libs/).
-IREE_TOOLS = {"run": "iree-run-module", "benchmark": "iree-benchmark-module"}
 
 MLIR_DTYPES = {
     "f16": "float16", "f32": "float32", "f64": "float64", "bf16": "bfloat16", "i1": "bool",
@@ -51,6 +46,47 @@ def output_file(index: int) -> str:
     return f"output{index}.npy"
 
 
+class _Consumers(Mapping[str, str]):
+    """Backend name -> its native section's consumer id, for every registered backend with a native consumer
+    (`Backend.native_consumer`): read from the registry at each use, so a backend registered later is in it."""
+
+    def _table(self) -> dict[str, str]:
+        from .registry import names
+
+        return {name: found.consumer for name in names() if (found := consumer_for(name)) is not None}
+
+    def __getitem__(self, name: str) -> str:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __repr__(self) -> str:
+        return repr(self._table())
+
+
+CONSUMERS: Mapping[str, str] = _Consumers()
+
+
+def consumer_for(backend: str) -> "NativeConsumer | None":
+    """The `native_consumer.NativeConsumer` of backend `backend`, or None when it has none (or is not registered)."""
+    from ..errors import BackendUnavailable
+    from .registry import get_backend
+
+    try:
+        return get_backend(backend).native_consumer()
+    except BackendUnavailable:
+        return None
+
+
+def ports(leaves: Sequence[Any]) -> list[str | None]:
+    """Each leaf's `param` as the name its port, value or signature key has in the model (None: not taken)."""
+    return [None if leaf.param is None else str(leaf.param) for leaf in leaves]
+
+
 class NoNativeSection(Exception):
     """The format's native consumer cannot take this artifact: the export writes no native section and says why
     in the manifest's warnings (never a section naming files or flags that cannot work)."""
@@ -69,6 +105,17 @@ def leaf_entry(leaf: Any, index: int, role: str, shape: Sequence[int | str] | No
     return {"kind": "leaf", "leaf": leaf.name, "index": index,
             "file": input_file(index) if role == "input" else output_file(index),
             "shape": list(leaf.shape if shape is None else shape), "dtype": str(leaf.dtype)}
+
+
+def bound_entries(inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],
+                  output_params: Sequence[str | None], field: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(args, results): the leaf entries of a model bound by name, each with its name in the model under `field`
+    ("tensor", "key"); an input whose name is None is one the model does not take."""
+    args = [{**leaf_entry(leaf, i, "input"), field: name}
+            for i, (leaf, name) in enumerate(zip(inputs, params, strict=True)) if name is not None]
+    results = [{**leaf_entry(leaf, j, "output"), field: name}
+               for j, (leaf, name) in enumerate(zip(outputs, output_params, strict=True))]
+    return args, results
 
 
 def compile_options_proto(num_replicas: int = 1, num_partitions: int = 1) -> bytes:
@@ -137,194 +184,7 @@ def symbolic_names(leaves: Sequence[Any]) -> list[str]:
     return sorted(found)
 
 
-# -- SavedModel / TF C API ---------------------------------------------------------------------------------
-
-def savedmodel_section(inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],
-                       input_tensors: Mapping[str, str], output_tensors: Mapping[str, str], *,
-                       signature: str = "serving_default", tag: str = "serve") -> dict[str, Any]:
-    """The section of a SavedModel artifact for a TF C API consumer (csrc/tf_run.c).
-
-    params: each input leaf's signature key (None: not declared). input_tensors / output_tensors: key ->
-    graph tensor, read back from the SavedModel's own SignatureDef (`serving_default_<key>:0`,
-    `StatefulPartitionedCall:<i>` where `<i>` is the key's position among the *sorted* output keys).
-    """
-    args = []
-    for i, (leaf, key) in enumerate(zip(inputs, params, strict=True)):
-        if key is not None:
-            args.append({**leaf_entry(leaf, i, "input"), "key": key, "tensor": input_tensors[key]})
-    results = [{**leaf_entry(leaf, j, "output"), "key": leaf.alias, "tensor": output_tensors[leaf.alias]}
-               for j, leaf in enumerate(outputs)]
-    return {
-        "schema": NATIVE_SCHEMA,
-        "consumer": CONSUMERS["savedmodel"],
-        "export_dir": ".",
-        "tags": [tag],
-        "signature": signature,
-        "args": args,
-        "results": results,
-        "output_index_rule": "StatefulPartitionedCall:<i>, i = position of the output key in sorted(keys)",
-        "symbolic_dims": symbolic_names(inputs),
-    }
-
-
-# -- OpenVINO / its C API ----------------------------------------------------------------------------------
-
-# What ov_run compiles with: the Python runner's configuration (backends/openvino/runner.py `config`) less
-# the threads, which the caller chooses. Fixed, so a manifest cannot ask the consumer for bf16 math.
-OPENVINO_PROPERTIES = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_PRECISION_HINT": "f32"}
-
-
-def openvino_section(inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],
-                     output_params: Sequence[str | None], *, model: str,
-                     properties: Mapping[str, str]) -> dict[str, Any]:
-    """The section of an OpenVINO artifact for an OpenVINO C API consumer (csrc/ov_run.c).
-
-    params / output_params: each leaf's port name in the model (None: an input the model does not take).
-    properties: the compile_model properties the Python runner uses (threads are the caller's choice).
-    """
-    args = [{**leaf_entry(leaf, i, "input"), "tensor": port}
-            for i, (leaf, port) in enumerate(zip(inputs, params, strict=True)) if port is not None]
-    results = [{**leaf_entry(leaf, j, "output"), "tensor": port}
-               for j, (leaf, port) in enumerate(zip(outputs, output_params, strict=True))]
-    return {
-        "schema": NATIVE_SCHEMA,
-        "consumer": CONSUMERS["openvino"],
-        "model": model,
-        "device": "CPU",
-        "properties": dict(properties),
-        "args": args,
-        "results": results,
-        "symbolic_dims": symbolic_names(inputs),
-    }
-
-
-# -- ONNX / ONNX Runtime's C API ----------------------------------------------------------------------------
-
-# The SessionOptions of every ONNX Runtime session here (backends/onnx/runner.py `session_options` reads
-# them from this table, and ort_run sets the same), less the intra-op threads, which the caller chooses.
-# Names, not numbers: the program maps each to ONNX Runtime's documented enum value and refuses others.
-ONNX_SESSION_OPTIONS: dict[str, Any] = {
-    "graph_optimization_level": "ORT_ENABLE_ALL",
-    "execution_mode": "ORT_SEQUENTIAL",
-    "inter_op_threads": 1,
-    # the thread pools spin after their work (ONNX Runtime's default, stated so it is read back)
-    "config_entries": {"session.intra_op.allow_spinning": "1", "session.inter_op.allow_spinning": "1"},
-}
-
-
-def onnx_section(inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],
-                 output_params: Sequence[str | None], *, model: str,
-                 session_options: Mapping[str, Any]) -> dict[str, Any]:
-    """The section of an ONNX artifact for an ONNX Runtime C API consumer (csrc/ort_run.c).
-
-    params / output_params: each leaf's value name in the ONNX graph (None: an input the graph does not
-    take). session_options: what the Python runner sets (ONNX_SESSION_OPTIONS; threads are the caller's).
-    """
-    args = [{**leaf_entry(leaf, i, "input"), "tensor": name}
-            for i, (leaf, name) in enumerate(zip(inputs, params, strict=True)) if name is not None]
-    results = [{**leaf_entry(leaf, j, "output"), "tensor": name}
-               for j, (leaf, name) in enumerate(zip(outputs, output_params, strict=True))]
-    return {
-        "schema": NATIVE_SCHEMA,
-        "consumer": CONSUMERS["onnx"],
-        "model": model,
-        "provider": "CPUExecutionProvider",
-        "session_options": {**session_options, "config_entries": dict(session_options["config_entries"])},
-        "args": args,
-        "results": results,
-        "symbolic_dims": symbolic_names(inputs),
-    }
-
-
-# -- LiteRT / its C API ------------------------------------------------------------------------------------
-
-LITERT_SIGNATURE = "serving_default"  # the signature backends/litert converts and binds by (its SIGNATURE_KEY)
-
-
-def litert_section(inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],
-                   output_params: Sequence[str | None], *, model: str) -> dict[str, Any]:
-    """The section of a LiteRT artifact for a LiteRT C API consumer (csrc/lite_run.c).
-
-    params / output_params: each leaf's name in the model's `serving_default` signature (its alias; None: an
-    input the SavedModel stage dropped, which the signature does not declare). The consumer binds by these
-    names, never by tensor position, and runs on the CPU accelerator (XNNPACK) with the caller's threads.
-    """
-    args = [{**leaf_entry(leaf, i, "input"), "key": key}
-            for i, (leaf, key) in enumerate(zip(inputs, params, strict=True)) if key is not None]
-    results = [{**leaf_entry(leaf, j, "output"), "key": key}
-               for j, (leaf, key) in enumerate(zip(outputs, output_params, strict=True))]
-    return {
-        "schema": NATIVE_SCHEMA,
-        "consumer": CONSUMERS["litert"],
-        "model": model,
-        "signature": LITERT_SIGNATURE,
-        "accelerator": "cpu",
-        "args": args,
-        "results": results,
-        "symbolic_dims": symbolic_names(inputs),
-    }
-
-
-# -- IREE ------------------------------------------------------------------------------------------------
-
-def iree_section(args: Sequence[tuple[int, Any]], outputs: Sequence[Any], *, driver: str, module: str,
-                 function: str, parameters: str | None = None) -> dict[str, Any]:
-    """The section of an IREE artifact: argv for IREE's own native tools (no program of ours).
-
-    args: (manifest input index, leaf) of the module's arguments in order. parameters: the
-    `--parameters=` value for lifted weights (`model=weights.safetensors`). The tools are the
-    iree-base-runtime wheel's binaries (`iree/_runtime_libs/`); those on PATH are Python wrappers.
-    """
-    entries = [leaf_entry(leaf, i, "input") for i, leaf in args]
-    results = [leaf_entry(leaf, j, "output") for j, leaf in enumerate(outputs)]
-    for role, entry in [*(("Input", e) for e in entries), *(("Output", e) for e in results)]:
-        if not npy_describes(entry["dtype"]):
-            # IREE's tools read and write no .npy of bfloat16 / float8 (numpy writes them as opaque bytes), but
-            # take raw bytes with the shape and element type in the flag: possible only for a static shape.
-            if entry["dtype"] not in IREE_ELEMENT or not all(isinstance(d, int) for d in entry["shape"]):
-                raise NoNativeSection(
-                    f"{role} '{entry['leaf']}' | {entry['dtype']} of shape {entry['shape']}: IREE's tools read no .npy "
-                    "of it and take raw bytes only for a static shape of " + ", ".join(IREE_ELEMENT))
-            entry.update(file=entry["file"].replace(".npy", ".bin"), encoding="raw")
-        elif role == "Input" and entry["shape"] == [] and entry["dtype"] in IREE_ELEMENT:
-            # iree-run-module reads a 0-d .npy as shape [1] (measured, IREE 3.13): a scalar goes in as raw bytes.
-            entry.update(file=entry["file"].replace(".npy", ".bin"), encoding="raw")
-    common = [f"--device={driver}", *([f"--parameters={parameters}"] if parameters else []),
-              f"--module={module}", f"--function={function}",
-              *[f"--input={''.join(f'{d}x' for d in e['shape'])}{IREE_ELEMENT[e['dtype']]}=@{INPUT_DIR}/{e['file']}"
-                if e.get("encoding") == "raw" else f"--input=@{INPUT_DIR}/{e['file']}" for e in entries]]
-    return {
-        "schema": NATIVE_SCHEMA,
-        "consumer": CONSUMERS["iree"],
-        "tools": dict(IREE_TOOLS),
-        "tool_location": "iree-base-runtime wheel: site-packages/iree/_runtime_libs/ (native binaries)",
-        "mkdir": [OUTPUT_DIR],
-        "run_args": common + [f"--output=@{OUTPUT_DIR}/{e['file']}" for e in results],
-        "benchmark_args": common + ["--benchmark_format=json", "--benchmark_min_time=1x",
-                                    "--benchmark_report_aggregates_only=false"],
-        "args": entries,
-        "results": results,
-        "symbolic_dims": symbolic_names([leaf for _, leaf in args]),
-    }
-
-
 # -- reading one back ---------------------------------------------------------------------------------------
-
-def check_iree_tools(native: Mapping[str, Any], directory) -> None:
-    """Refuse an IREE section whose `tools` are not exactly IREE_TOOLS: the field is data that documents
-    the consumer, never a program path (an absolute path, or one leaving the wheel's tools directory,
-    would run whatever the artifact's author chose). One ArtifactError line names the field."""
-    tools = native.get("tools")
-    if not isinstance(tools, dict):
-        raise ArtifactError(f"Artifact '{directory}' | manifest field native.tools is {type(tools).__name__}, "
-                            f"expected {IREE_TOOLS}")
-    for key in sorted(set(tools) | set(IREE_TOOLS)):
-        if tools.get(key) != IREE_TOOLS.get(key):
-            raise ArtifactError(
-                f"Artifact '{directory}' | manifest field native.tools.{ascii(key)[1:-1][:40]} is "
-                f"{ascii(tools.get(key))[:120]}, expected {IREE_TOOLS.get(key)!r}: multiexport runs only the "
-                "iree-base-runtime wheel's own tools, found by itself; an artifact never names the program that runs it")
-
 
 _FILE = re.compile(r"^(input|output)\d+\.(npy|bin)$")
 
@@ -350,11 +210,13 @@ def check_section(manifest, directory) -> dict[str, Any]:
         raise ArtifactError(f"Artifact '{directory}' | manifest.json has no \"native\" section: " + (
             why[len("no native section: "):] if why else
             f"backend '{manifest.backend}' has no native consumer, or the artifact predates it"))
-    if native.get("schema") != NATIVE_SCHEMA or native.get("consumer") != CONSUMERS.get(manifest.backend):
+    consumer = consumer_for(manifest.backend)
+    expected = consumer.consumer if consumer is not None else None
+    if native.get("schema") != NATIVE_SCHEMA or native.get("consumer") != expected:
         raise ArtifactError(f"{where} | got schema {native.get('schema')!r} consumer {native.get('consumer')!r}, expected "
-                            f"{NATIVE_SCHEMA!r} {CONSUMERS.get(manifest.backend)!r}")
-    if manifest.backend == "iree":
-        check_iree_tools(native, directory)
+                            f"{NATIVE_SCHEMA!r} {expected!r}")
+    if consumer is not None:
+        consumer.check_fields(native, Path(directory))
     modules = [native, *(native.get("static_modules") or {}).values()]
     for module in modules:
         if not isinstance(module, dict) or not isinstance(module.get("args"), list) \

@@ -11,9 +11,10 @@
     OUT/bundle.json   where each file came from, what the server must provide, what was rewritten
 
 Which libraries: the loader's own view. `ldd` (run with an empty environment) on the program and on each file the
-runtime dlopens, which no ldd of the program shows: each consumer declares those (`CONSUMERS`: the PJRT plugin,
-OpenVINO's CPU plugin, its auto-batch plugin, the frontend of the model's format and TBB's own dlopened helpers,
-found by running `ov_run` under LD_DEBUG=files). A library is the server's to provide when the loader found it in
+runtime dlopens, which no ldd of the program shows: each consumer declares those (its backend's
+`NativeConsumer.bundle_runtime`: the PJRT plugin, OpenVINO's CPU plugin, its auto-batch plugin, the frontend of the
+model's format and TBB's own dlopened helpers, found by running `ov_run` under LD_DEBUG=files).
+A library is the server's to provide when the loader found it in
 the system's own directories (the defaults and those of `ldconfig -p`): glibc (never bundled, wherever it was
 found: it must match the server's loader), libstdc++ and libgcc_s, a GPU driver's libraries. They are listed in
 bundle.json with the newest symbol versions the bundle needs of them (`requires`: GLIBC_2.34, GLIBCXX_3.4.22, ...),
@@ -42,123 +43,22 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from ..errors import ArtifactError, UsageError
 from ..exporting.manifest import Manifest
+from ..exporting.native_consumer import NativeConsumer, Program, Request
+from ..exporting.native_section import CONSUMERS, consumer_for
 from ..files.atomic import current_umask
 from ..files.owned import sha256_file
 from ..system.process import run_command
-from .build import BUNDLE_RPATH, NativeBuildError, build, find_pjrt_plugin, is_cuda_plugin, package_dir
+from .build import BUNDLE_RPATH, build
 from .loader import LDD_TIMEOUT_S, Elf, in_dirs, ldd, loaded_objects, rewrite_search_path, system_dirs
 
 SCHEMA = "multiexport.bundle/1"
 # glibc's own libraries: they must come from the server, matching its loader, whatever directory they came from here.
 GLIBC = re.compile(r"^(ld-linux[^/]*|linux-vdso\.so.*|linux-gate\.so.*|lib(c|m|dl|pthread|rt|resolv|util|anl|nsl|mvec|"
                    r"BrokenLocale|thread_db|nss_[a-z]+)\.so(\.[0-9]+)*)$")
-
-
-@dataclass(frozen=True)
-class Request:
-    """What a consumer's entry is asked about: the checked manifest, its native section, the PJRT plugin asked for."""
-
-    manifest: Manifest
-    native: Mapping[str, Any]
-    plugin: Path | None = None
-
-
-@dataclass(frozen=True)
-class Program:
-    """A program bin/ holds: `copy` is the file copied, `seen_from` the one whose ldd gives its libraries (the same
-    program built with the wheels' rpath: the bundled copy's `$ORIGIN/../lib` means nothing before it is in place)."""
-
-    copy: Path
-    seen_from: Path
-
-
-@dataclass(frozen=True)
-class Consumer:
-    """How one backend's artifacts run from a bundle. A new consumer is one entry of CONSUMERS.
-
-    programs: the programs bin/ holds; run.sh runs the first.
-    runtime: files the runtime dlopens that no ldd of the program shows; copied into lib/ with their own libraries.
-    argv: run.sh's arguments after the program (the working directory is artifact/, so lib/ is '../lib').
-    env: variables run.sh sets for the program. mkdir_outputs: the program does not create outputs/ itself.
-    """
-
-    programs: Callable[[Request], list[Program]]
-    runtime: Callable[[Request], list[Path]] = lambda request: []
-    argv: Callable[[Request], list[str]] = lambda request: []
-    env: tuple[tuple[str, str], ...] = ()
-    mkdir_outputs: bool = False
-
-
-def ours(program: str) -> Callable[[Request], list[Program]]:
-    """One of our programs (build.PROGRAMS): the bundled build, seen through the ordinary one."""
-    return lambda request: [Program(build(program, bundled=True), build(program))]
-
-
-def _xla_plugin(request: Request) -> Path:
-    plugin = find_pjrt_plugin(request.plugin)
-    if is_cuda_plugin(plugin):  # it dlopens CUDA from the NVIDIA wheels through LD_LIBRARY_PATH, and the driver
-        raise UsageError(f"PJRT plugin '{plugin}' | a CUDA plugin cannot be bundled yet, expected a CPU plugin: it "
-                         "loads the NVIDIA wheels' libraries through LD_LIBRARY_PATH and the server's driver")
-    return plugin
-
-
-def _openvino_runtime(request: Request) -> list[Path]:
-    """What OpenVINO loads at run time for ov_run, measured under LD_DEBUG=files (OpenVINO 2026.4): the device
-    plugin of native.device, the auto-batching plugin (compile_model consults it), the frontend of the model's
-    format and TBB's dlopened allocator and binding (libtbbbind needs libhwloc, which ldd then finds)."""
-    libs = (package_dir("openvino") or Path("openvino")) / "libs"
-    device = str(request.native.get("device", "CPU"))
-    plugins = {"CPU": "libopenvino_intel_cpu_plugin.so"}
-    if device not in plugins:
-        raise UsageError(f"OpenVINO device '{device}' | cannot be bundled, expected one of {', '.join(plugins)}")
-    frontends = {".onnx": "onnx", ".xml": "ir", ".pb": "tensorflow", ".tflite": "tensorflow_lite",
-                 ".pdmodel": "paddle"}
-    suffix = Path(str(request.native.get("model", ""))).suffix
-    if suffix not in frontends:
-        raise UsageError(f"OpenVINO model '{request.native.get('model')}' | no frontend known for {suffix!r}, "
-                         f"expected one of {', '.join(frontends)}")
-    wanted = [plugins[device], "libopenvino_auto_batch_plugin.so", f"libopenvino_{frontends[suffix]}_frontend.so.*",
-              "libtbbmalloc.so.*", "libtbbbind_2_5.so.*"]
-    found = []
-    for pattern in wanted:
-        matches = sorted(libs.glob(pattern))
-        if not matches:
-            raise NativeBuildError(f"OpenVINO runtime file '{pattern}' | not found in {libs}, expected the openvino "
-                                   "wheel's")
-        found.append(matches[0])
-    return found
-
-
-def _iree_programs(request: Request) -> list[Program]:
-    from .run import iree_tool
-
-    if any(a == "--device=cuda" for a in request.native.get("run_args", [])):
-        raise UsageError("IREE driver 'cuda' | cannot be bundled yet, expected local-task or local-sync: the bundle "
-                         "is proven by running it here on the CPU")
-    tools = [iree_tool(request.native["tools"]["run"]), iree_tool(request.native["tools"]["benchmark"])]
-    return [Program(t, t) for t in tools]
-
-
-def _onnxruntime(request: Request) -> list[Path]:
-    """The libonnxruntime ort_run dlopens (the bundled build names it by file name: found through $ORIGIN/../lib)."""
-    from .build import find_onnxruntime
-
-    return [find_onnxruntime()[1]]
-
-
-CONSUMERS: dict[str, Consumer] = {
-    "xla": Consumer(ours("pjrt_run"), runtime=lambda r: [_xla_plugin(r)],
-                    argv=lambda r: ["--plugin", f"../lib/{_xla_plugin(r).name}"]),
-    "savedmodel": Consumer(ours("tf_run"), env=(("TF_CPP_MIN_LOG_LEVEL", "1"),)),
-    "openvino": Consumer(ours("ov_run"), runtime=_openvino_runtime),
-    "iree": Consumer(_iree_programs, argv=lambda r: list(r.native["run_args"]), mkdir_outputs=True),
-    "onnx": Consumer(ours("ort_run"), runtime=_onnxruntime),
-    "litert": Consumer(ours("lite_run")),
-}
 
 
 @dataclass(frozen=True)
@@ -198,12 +98,14 @@ def bundle(artifact_dir: str | os.PathLike, out: str | os.PathLike, *, plugin: s
     target = Path(out).absolute()
     _check_out(target, directory)
     manifest, native = check_artifact(directory, trust_artifact)
-    consumer = CONSUMERS.get(manifest.backend)
-    if consumer is None:
+    consumer = consumer_for(manifest.backend)
+    if consumer is None:  # check_artifact refused it already: kept for a consumer that vanished meanwhile
         raise ArtifactError(f"Artifact '{directory}' | backend '{manifest.backend}' has no bundle here, expected one "
                             f"of {', '.join(CONSUMERS)}")
     request = Request(manifest, native, Path(plugin) if plugin else None)
-    programs, runtime = consumer.programs(request), consumer.runtime(request)
+    programs = [Program(build(consumer.program, bundled=True), build(consumer.program))] if consumer.builds \
+        else consumer.bundle_programs(request)  # ours: the bundled build, seen through the ordinary one
+    runtime = consumer.bundle_runtime(request)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
@@ -232,7 +134,7 @@ def _check_out(target: Path, artifact: Path) -> None:
                          "one; nothing was changed")
 
 
-def _write(root: Path, artifact: Path, manifest: Manifest, consumer: Consumer, request: Request,
+def _write(root: Path, artifact: Path, manifest: Manifest, consumer: NativeConsumer, request: Request,
            programs: list[Program], runtime: list[Path]) -> dict[str, Any]:
     known = system_dirs()
     bundled: dict[str, Path] = {}  # name in lib/ -> source
@@ -299,10 +201,10 @@ def _copy_artifact(artifact: Path, manifest: Manifest, to: Path) -> None:
                                 "export wrote (edited since?)")
 
 
-def _write_run_sh(root: Path, consumer: Consumer, request: Request, program: str) -> None:
+def _write_run_sh(root: Path, consumer: NativeConsumer, request: Request, program: str) -> None:
     env = "".join(f"{k}={shlex.quote(v)} " for k, v in consumer.env)
     mkdir = "mkdir -p outputs && " if consumer.mkdir_outputs else ""
-    argv = shlex.join([f"../bin/{program}", *consumer.argv(request)])
+    argv = shlex.join([f"../bin/{program}", *consumer.bundle_argv(request)])
     line = f'cd "$(dirname "$0")/artifact" && {mkdir}{env}exec {argv} "$@"'
     (root / "run.sh").write_text(f"#!/bin/sh\n{line}\n")
     (root / "run.sh").chmod(0o755)

@@ -5,14 +5,12 @@ names as a .npy file, runs the consumer through the one supervisor with an envir
 what `print_command` prints (so the two cannot drift apart), and reads the outputs back by leaf name.
 With `iters`, the program times that many calls itself and `run` returns its figures too.
 
-Consumers: xla -> pjrt_run (PJRT C API), savedmodel -> tf_run (TF C API), openvino -> ov_run (OpenVINO C
-API), onnx -> ort_run (ONNX Runtime C API), litert -> lite_run (LiteRT C API), iree -> the iree-base-runtime
-wheel's iree-run-module / iree-benchmark-module.
+Which program runs, with which argv and environment, how its section is checked and its timings read: the
+backend's `native_consumer()` (`contract.NativeConsumer`) says; this module names no format.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -26,24 +24,13 @@ from ..dtypes import npy_storable
 from ..errors import ArtifactError, InputError, RunError, leaf_message
 from ..exporting.feed import check_feed
 from ..exporting.manifest import Manifest
-from ..exporting.native_section import (
-    INPUT_DIR,
-    IREE_TOOLS,
-    OUTPUT_DIR,
-    check_section,
-    iree_section,
-    npy_describes,
-    onnx_section,
-    openvino_section,
-)
+from ..exporting.native_consumer import Call, NativeConsumer
+from ..exporting.native_section import CONSUMERS, INPUT_DIR, OUTPUT_DIR, check_section, consumer_for, npy_describes
 from ..files.temporary import make_temporary
 from ..system.process import run_command
-from .build import NativeBuildError, build, find_pjrt_plugin, package_dir, plugin_environment
+from .build import build
 
-PROGRAM_FOR = {"xla": "pjrt_run", "savedmodel": "tf_run", "iree": "iree", "openvino": "ov_run", "onnx": "ort_run",
-               "litert": "lite_run"}
 _MESSAGE_LIMIT = 4000
-BENCHMARK_FILE = "benchmark.json"  # iree-benchmark-module's figures, in the outputs directory
 TIMES_FILE = "times.npy"  # our programs' --times, in the run's work directory
 
 
@@ -66,92 +53,36 @@ class NativeRun:
 
 
 def consumer_of(backend: str) -> str | None:
-    """The native program of a backend, or None when it has none."""
-    return PROGRAM_FOR.get(backend)
-
-
-def iree_tool(name: str) -> Path:
-    """IREE's native tool from the iree-base-runtime wheel (the one on PATH is a Python wrapper)."""
-    libs = package_dir("iree._runtime_libs")
-    if libs is None or not (libs / name).is_file():
-        raise NativeBuildError(f"Native tool '{name}' | not found, expected it in the iree-base-runtime wheel's "
-                               "iree/_runtime_libs/: pip install 'multiexport[iree]'")
-    return libs / name
+    """The native program of a backend (its consumer's `program`), or None when it has none."""
+    found = consumer_for(backend)
+    return None if found is None else found.program
 
 
 def _checked(directory: Path, trust_artifact: bool) -> tuple[Manifest, dict[str, Any]]:
-    """The manifest and its native section, validated; and, unless trusted, the artifact through the trust
-    gate every loading path passes (`Backend.check_untrusted`): the TF C API runs a SavedModel's graph
-    as `tf.saved_model.load` does, file-writing ops included."""
-    from ..exporting.registry import get_backend
-
-    manifest = Manifest.read(directory)
-    if consumer_of(manifest.backend) is None:
-        raise ArtifactError(f"Artifact '{directory}' | backend '{manifest.backend}' has no native consumer here, "
-                            f"expected one of {', '.join(PROGRAM_FOR)}")
-    native = check_section(manifest, directory)
-    if not trust_artifact:
-        get_backend(manifest.backend).check_untrusted(directory, manifest)
-    if manifest.backend == "iree":
-        expected = _iree_expected(manifest, native)
-        for key in ("run_args", "benchmark_args"):
-            if native.get(key) != expected[key]:
-                raise ArtifactError(f"Artifact '{directory}' | native.{key} differs from what the manifest's module, "
-                                    "weights and leaves give: refusing to run a command the export did not write")
-    # the pipeline's record, not the consumer's binding (absent from artifacts written before it existed)
-    written = {"inputs_written": native["inputs_written"]} if "inputs_written" in native else {}
-    if manifest.backend == "openvino" and native != {**_openvino_expected(manifest), **written}:
-        raise ArtifactError(f"Artifact '{directory}' | native section differs from what the manifest's model, ports "
-                            "and leaves give: refusing to run a configuration the export did not write")
-    if manifest.backend == "onnx" and native != {**_onnx_expected(manifest), **written}:
-        raise ArtifactError(f"Artifact '{directory}' | native section differs from what the manifest's model, input "
-                            "and output names and leaves give: refusing to run a session the export did not write")
-    if manifest.backend == "litert" and native != {**_litert_expected(manifest), **written}:
-        raise ArtifactError(f"Artifact '{directory}' | native section differs from what the manifest's model, signature "
-                            "names and leaves give: refusing to run a binding the export did not write")
+    """The manifest and its native section, validated and checked against what the manifest gives (the
+    consumer's tamper check); and, unless trusted, the artifact through the trust gate every loading path passes
+    (`Backend.check_untrusted`): the TF C API runs a SavedModel's graph as `tf.saved_model.load` does, file-writing
+    ops included."""
+    manifest, native, _ = _consumer_checked(directory, trust_artifact)
     return manifest, native
 
 
+def _consumer_checked(directory: Path, trust_artifact: bool) -> tuple[Manifest, dict[str, Any], NativeConsumer]:
+    from ..exporting.registry import get_backend
+
+    manifest = Manifest.read(directory)
+    consumer = consumer_for(manifest.backend)
+    if consumer is None:
+        raise ArtifactError(f"Artifact '{directory}' | backend '{manifest.backend}' has no native consumer here, "
+                            f"expected one of {', '.join(CONSUMERS)}")
+    native = check_section(manifest, directory)
+    if not trust_artifact:
+        get_backend(manifest.backend).check_untrusted(directory, manifest)
+    consumer.check(manifest, native, directory)
+    return manifest, native, consumer
+
+
 check_artifact = _checked  # public for the bundler (bundle.py), which passes the same gate before copying anything
-
-
-def _litert_expected(manifest: Manifest) -> dict[str, Any]:
-    from ..exporting.native_section import litert_section
-
-    return litert_section(manifest.inputs, [_port(leaf.param) for leaf in manifest.inputs], manifest.outputs,
-                          [_port(leaf.param) for leaf in manifest.outputs], model=manifest.files.get("model", ""))
-
-
-def _openvino_expected(manifest: Manifest) -> dict[str, Any]:
-    from ..exporting.native_section import OPENVINO_PROPERTIES
-
-    return openvino_section(manifest.inputs, [_port(leaf.param) for leaf in manifest.inputs], manifest.outputs,
-                            [_port(leaf.param) for leaf in manifest.outputs], model=manifest.files.get("model", ""),
-                            properties=OPENVINO_PROPERTIES)
-
-
-def _onnx_expected(manifest: Manifest) -> dict[str, Any]:
-    from ..exporting.native_section import ONNX_SESSION_OPTIONS
-
-    return onnx_section(manifest.inputs, [_port(leaf.param) for leaf in manifest.inputs], manifest.outputs,
-                        [_port(leaf.param) for leaf in manifest.outputs], model=manifest.files.get("model", ""),
-                        session_options=ONNX_SESSION_OPTIONS)
-
-
-def _port(param: int | str | None) -> str | None:
-    return None if param is None else str(param)
-
-
-def _iree_expected(manifest: Manifest, native: Mapping[str, Any]) -> dict[str, Any]:
-    by_name = {leaf.name: (i, leaf) for i, leaf in enumerate(manifest.inputs)}
-    args = [by_name[a["leaf"]] for a in native["args"]]
-    driver = next((a.split("=", 1)[1] for a in native.get("run_args", []) if a.startswith("--device=")), "local-task")
-    if driver not in ("local-task", "local-sync", "cuda"):
-        raise ArtifactError(f"Artifact manifest | native IREE driver {driver!r}, expected local-task, local-sync or cuda")
-    weights = manifest.files.get("weights")
-    return iree_section(args, manifest.outputs, driver=driver, module=manifest.files.get("module", ""),
-                        function=str(manifest.format.get("function", "main")),
-                        parameters=f"model={weights}" if weights else None)
 
 
 def command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DIR, outputs_dir: str = OUTPUT_DIR,
@@ -169,48 +100,9 @@ def command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DIR, out
     trust_artifact: skip the trust gate (`Backend.check_untrusted`); the program itself is always multiexport's.
     """
     directory = Path(artifact_dir).resolve()
-    manifest, native = _checked(directory, trust_artifact)
-    env: dict[str, str] = {}
-    if manifest.backend == "iree":
-        pinned = [f"--task_topology_max_group_count={threads}"] if threads else []
-        if iters:
-            # The figures go to a file: thousands of repetitions print more JSON than a pipe's tail keeps.
-            return [str(iree_tool(IREE_TOOLS["benchmark"])), *pinned,
-                    *_iree_paths(native["benchmark_args"], inputs_dir, outputs_dir),
-                    f"--benchmark_repetitions={iters}", f"--benchmark_out={outputs_dir}/{BENCHMARK_FILE}",
-                    "--benchmark_out_format=json"], env
-        return [str(iree_tool(IREE_TOOLS["run"])), *pinned,
-                *_iree_paths(native["run_args"], inputs_dir, outputs_dir)], env
-    argv = [str(build(PROGRAM_FOR[manifest.backend]))]
-    if manifest.backend == "xla":
-        found = find_pjrt_plugin(plugin, device)
-        argv += ["--plugin", str(found)]
-        env.update(plugin_environment(found))
-        if threads:
-            env["PJRT_NPROC"] = str(threads)
-    elif manifest.backend in ("openvino", "onnx", "litert"):
-        if threads:
-            argv += ["--threads", str(threads)]
-    else:
-        env["TF_CPP_MIN_LOG_LEVEL"] = "1"  # read when the library loads: the program cannot set it itself
-        if threads:
-            env.update(TF_NUM_INTRAOP_THREADS=str(threads), TF_NUM_INTEROP_THREADS="1")
-    argv += ["--inputs", inputs_dir, "--outputs", outputs_dir]
-    if iters:
-        argv += ["--warmup", str(warmup), "--iters", str(iters)]
-    return argv, env
-
-
-def _iree_paths(args: list[str], inputs_dir: str, outputs_dir: str) -> list[str]:
-    """The section's argv with inputs/ and outputs/ pointed at the given directories."""
-    out = []
-    for a in args:
-        if a.startswith(f"--input=@{INPUT_DIR}/"):
-            a = f"--input=@{inputs_dir}/" + a[len(f"--input=@{INPUT_DIR}/"):]
-        elif a.startswith(f"--output=@{OUTPUT_DIR}/"):
-            a = f"--output=@{outputs_dir}/" + a[len(f"--output=@{OUTPUT_DIR}/"):]
-        out.append(a)
-    return out
+    manifest, native, consumer = _consumer_checked(directory, trust_artifact)
+    call = Call(inputs_dir, outputs_dir, iters, warmup, threads, None if plugin is None else str(plugin), device)
+    return consumer.command(manifest, native, call, build(consumer.program) if consumer.builds else None)
 
 
 def print_command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DIR, outputs_dir: str = OUTPUT_DIR,
@@ -236,22 +128,16 @@ def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int 
     refuses sizes the artifact has no module for, naming those it has.
     """
     directory = Path(artifact_dir).resolve()
-    manifest, native = _checked(directory, trust_artifact)
+    manifest, native, consumer = _consumer_checked(directory, trust_artifact)
     arrays, _ = check_feed(manifest.inputs, feed)
     # Our programs read bfloat16 / float8 .npy files as opaque bytes (V2, V1), dtype taken from the manifest;
-    # IREE's own tools take them as raw bytes only ("encoding": "raw"), which an older artifact may lack.
-    for kind, entries in (("Input", native["args"]), ("Output", native["results"])):
-        for entry in entries:
-            if manifest.backend == "iree" and entry.get("kind") == "leaf" and entry.get("encoding") != "raw" \
-                    and not npy_describes(entry["dtype"]):
-                raise RunError(leaf_message(kind, entry["leaf"], entry["dtype"], "a dtype .npy files describe "
-                                            "(numpy writes it as opaque bytes, which IREE's tools refuse)"),
-                               category="unsupported-dtype")
+    # a consumer whose tool cannot refuses such leaves here.
+    consumer.check_entries(manifest, native)
     work = make_temporary("native")  # marked: removed by the next command if this process is killed outright
     try:
         work_in, work_out = work / INPUT_DIR, work / OUTPUT_DIR
         work_in.mkdir()
-        work_out.mkdir()  # iree-run-module does not create it
+        work_out.mkdir()  # not every consumer creates it
         for entry in native["args"]:
             if entry.get("kind") != "leaf":
                 continue
@@ -264,13 +150,11 @@ def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int 
         argv, env = command(directory, inputs_dir=str(work_in), outputs_dir=str(work_out), iters=iters,
                             warmup=warmup, threads=threads, plugin=plugin, device=device, trust_artifact=True)
         times = work / TIMES_FILE  # our programs' --times: every timed call, in call order
-        if iters and manifest.backend != "iree":
-            argv = [*argv, "--times", str(times)]
+        if iters:
+            argv = consumer.timed(argv, times)
         stdout = _run(argv, env, directory, timeout)
-        if iters and manifest.backend == "iree":
-            stdout = (work_out / BENCHMARK_FILE).read_text() if (work_out / BENCHMARK_FILE).is_file() else ""
-        timing, samples = _timing(manifest.backend, stdout, times) if iters else (None, None)
-        if manifest.backend == "iree" and iters:  # the benchmark tool writes no outputs: run once for them
+        timing, samples = consumer.read_timing(stdout, work_out, times) if iters else (None, None)
+        if iters and consumer.outputs_after_timing():
             run_argv, _ = command(directory, inputs_dir=str(work_in), outputs_dir=str(work_out), threads=threads,
                                   trust_artifact=True)
             _run(run_argv, env, directory, timeout)
@@ -319,34 +203,6 @@ def read_output(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
         raise RunError(leaf_message("Output", entry["leaf"], value.dtype.name, entry["dtype"]),
                        category="unsupported-dtype")
     return value
-
-
-def _timing(backend: str, stdout: str, times: Path) -> tuple[dict[str, Any], np.ndarray]:
-    """The program's own figures and every timed call's time (ns, call order): our programs' --times file,
-    iree-benchmark-module's per-repetition rows."""
-    try:
-        if backend != "iree":
-            figures = json.loads(stdout.strip().splitlines()[-1])
-            figures.setdefault("statistic", "wall time of each call, measured inside the program")
-            samples = np.load(times, allow_pickle=False) if times.is_file() else None
-            if samples is None or samples.dtype != np.int64 or samples.ndim != 1 or len(samples) != figures["calls"]:
-                raise RunError(f"Native program | wrote no per-call times to {times.name} (--times), expected "
-                               f"{figures['calls']} of them")
-            return figures, samples
-        rows = [r for r in json.loads(stdout)["benchmarks"] if r.get("run_type") == "iteration"]
-    except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
-        raise RunError(f"Native program | got unreadable timing output ({exc}), expected JSON") from exc
-    if not rows:
-        raise RunError("Native program 'iree-benchmark-module' | reported no iterations")
-    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-    in_order = [r["real_time"] * scale[r["time_unit"]] for r in rows]
-    times_ms = sorted(in_order)
-    n = len(times_ms)
-    return ({"consumer": "iree-benchmark-module", "calls": n, "min_ms": times_ms[0],
-             "median_ms": (times_ms[(n - 1) // 2] + times_ms[n // 2]) / 2,
-             "p90_ms": times_ms[int(0.9 * (n - 1) + 0.5)], "max_ms": times_ms[-1], "mean_ms": sum(times_ms) / n,
-             "statistic": "wall time of single calls (--benchmark_min_time=1x), measured inside the tool"},
-            np.rint(np.asarray(in_order) * 1e6).astype(np.int64))
 
 
 def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:

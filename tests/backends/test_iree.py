@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from multiexport import ArtifactError, ExportError, InputError, RunError, Target, examples
-from multiexport.backends.iree import IreeBackend
+from multiexport.backends.iree import IreeBackend, native as iree_native
 from multiexport.backends.iree.compile import compile_flags, compile_vmfb
 from multiexport.exporting import ExportOptions
 from multiexport.exporting.manifest import Manifest
@@ -106,7 +106,7 @@ def test_seed_binding_and_manifest(built, tmp_path):
 def assert_manifest_command_reproduces(copy, m, python):
     """The manifest's command, verbatim, in the copied directory, in a process that inherits nothing:
     no Python, no environment, only the tool binary and the artifact's files; outputs equal `python`'s."""
-    command = [str(native.iree_tool(RUN_TOOL)), *m.native["run_args"]]
+    command = [str(iree_native.iree_tool(RUN_TOOL)), *m.native["run_args"]]
     (copy / "outputs").mkdir()
     proc = subprocess.run(command, cwd=copy, env={}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -204,7 +204,7 @@ def test_missing_native_tools_are_typed_unavailable(built, monkeypatch, tmp_path
     from multiexport import BackendUnavailable
 
     _, sig, artifact = built("seed")
-    monkeypatch.setattr(native, "package_dir", lambda module: tmp_path)  # a wheel without its binaries
+    monkeypatch.setattr(iree_native, "package_dir", lambda module: tmp_path)  # a wheel without its binaries
     with pytest.raises(BackendUnavailable, match=f"Native tool '{RUN_TOOL}' \\| not found, expected it in the "
                                                  "iree-base-runtime wheel"):
         run_native(artifact.directory, sig.example_feed())

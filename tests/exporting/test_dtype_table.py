@@ -3,7 +3,7 @@
 A C++ integrator copies this table into code; every cell is checked here against what the runtime itself
 says (ONNX's and TF's numpy conversions, OpenVINO's ov.Type, the TFLite schema's TensorType, the PJRT C API
 header) and against the tables our native programs compile (mx_util.c, pjrt_run.cc, ov_run.c,
-native_section.IREE_ELEMENT), so the document cannot drift from the code.
+backends/iree/native.py IREE_ELEMENT), so the document cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_openvino_column_is_ov_type_and_the_consumers_table():
 
 
 def test_iree_column_is_the_raw_input_table():
-    from multiexport.exporting.native_section import IREE_ELEMENT
+    from multiexport.backends.iree.native import IREE_ELEMENT
 
     assert IREE_ELEMENT == {name: row["iree"] for name, row in table().items() if row["iree"]}
 

@@ -101,9 +101,9 @@ def test_an_iree_command_the_export_did_not_write_is_refused(artifacts, tmp_path
 def test_an_artifact_without_a_native_consumer_says_so(tmp_path, monkeypatch):
     if not get_backend("onnx").available().ok:
         pytest.skip("onnx unavailable")
-    import multiexport.native.run as native_run
+    from multiexport.backends.onnx import OnnxBackend
 
-    monkeypatch.delitem(native_run.PROGRAM_FOR, "onnx")  # every built-in format may have one: take ONNX's away
+    monkeypatch.setattr(OnnxBackend, "native_consumer", lambda self: None)  # every built-in format has one: take ONNX's away
     target = case("seed").make()
     directory = get_backend("onnx").export(target.fn, build_signature(target), tmp_path / "onnx", ExportOptions()).directory
     with pytest.raises(ArtifactError, match="backend 'onnx' has no native consumer here"):
@@ -146,8 +146,8 @@ def test_an_openvino_artifact_from_before_inputs_written_still_runs(openvino_art
 
 
 def test_the_openvino_consumer_compiles_as_the_python_runner_does():
+    from multiexport.backends.openvino.native import OPENVINO_PROPERTIES
     from multiexport.backends.openvino.runner import config
-    from multiexport.exporting.native_section import OPENVINO_PROPERTIES
 
     assert {k: str(v) for k, v in config(3).items() if k != "INFERENCE_NUM_THREADS"} == OPENVINO_PROPERTIES
 

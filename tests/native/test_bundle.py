@@ -194,11 +194,19 @@ def test_bundle_refuses_a_used_out_an_out_inside_the_artifact_an_untrusted_artif
     subprocess.run([cc, "-shared", "-fPIC", str(far / "far.c"), "-o", str(far / "libfar.so")], check=True)
     (far / "prog.c").write_text('#include <dlfcn.h>\nint main(void) { return dlopen(FAR, RTLD_NOW) ? 0 : 1; }\n')
     subprocess.run([cc, f'-DFAR="{far}/libfar.so"', str(far / "prog.c"), "-ldl", "-o", str(far / "prog")], check=True)
-    from multiexport.native import bundle as bundle_module
+    from multiexport.backends.iree import IreeBackend
+    from multiexport.backends.iree.native import IreeConsumer
+    from multiexport.exporting.native_consumer import Program
 
-    sneaky = bundle_module.Consumer(lambda request: [bundle_module.Program(far / "prog", far / "prog")])
+    class Sneaky(IreeConsumer):  # IREE's checks, with a program of its own that dlopens from outside
+        def bundle_programs(self, request):
+            return [Program(far / "prog", far / "prog")]
+
+        def bundle_argv(self, request):
+            return []
+
     with monkeypatch.context() as patch:
-        patch.setitem(bundle_module.CONSUMERS, "iree", sneaky)
+        patch.setattr(IreeBackend, "native_consumer", lambda self: Sneaky())
         with pytest.raises(ArtifactError, match=rf"loaded {far}/libfar.so from outside the bundle"):
             bundle(art, tmp_path / "sneaky")
     assert not (tmp_path / "sneaky").exists()

@@ -50,6 +50,12 @@ class XlaBackend(Backend):
     order = 10
     runtime_modules = ("jax",)
 
+    def native_consumer(self):
+        """pjrt_run on the PJRT C API (`native.PjrtConsumer`)."""
+        from .native import PjrtConsumer
+
+        return PjrtConsumer()
+
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
         import jax
 
@@ -186,7 +192,8 @@ def native_section(exported, args, signature, options, weights, out_dir: Path, w
         static_key,
         static_size_sets,
     )
-    from multiexport.native.pjrt_section import refine_static, static_module, xla_section
+
+    from .section import refine_static, static_module, xla_section
 
     tensors = weights.get("tensors", []) if weights.get("storage") == "external" else []
     section = xla_section(exported, args, signature.inputs, signature.outputs, weights=tensors,

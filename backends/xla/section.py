@@ -1,15 +1,14 @@
 """The native section of an XLA artifact, for the PJRT C API consumer (csrc/pjrt_run.cc): the module's real
 argument list, the compile options, and per requested size a static module refined from the symbolic one
-(PJRT compiles no symbolic shapes). The common parts of every section are in `section`."""
+(PJRT compiles no symbolic shapes). The common parts of every section are in `exporting.native_section`."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..errors import present
-from ..exporting.native_section import (
+from multiexport.errors import present
+from multiexport.exporting.native_section import (
     COMPILE_OPTIONS_FILE,
-    CONSUMERS,
     MLIR_DTYPES,
     NATIVE_SCHEMA,
     leaf_entry,
@@ -17,6 +16,8 @@ from ..exporting.native_section import (
     static_key,
     symbolic_names,
 )
+
+CONSUMER = "pjrt_c_api"  # the section's consumer id (manifest.schema.json)
 
 
 def xla_section(exported, args: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any], *,
@@ -47,7 +48,7 @@ def xla_section(exported, args: Sequence[Any], inputs: Sequence[Any], outputs: S
     poly = bool(symbolic) or uses_shape_polymorphism
     return {
         "schema": NATIVE_SCHEMA,
-        "consumer": CONSUMERS["xla"],
+        "consumer": CONSUMER,
         "program": program,
         "format": "mlir",  # PJRT_Program.format: StableHLO portable-artifact bytecode
         "stablehlo_version": _producer(exported.mlir_module_serialized),
@@ -67,7 +68,7 @@ def xla_section(exported, args: Sequence[Any], inputs: Sequence[Any], outputs: S
 
 
 def _producer(bytecode: bytes) -> str | None:
-    from ..exporting.stablehlo import producer_version
+    from multiexport.exporting.stablehlo import producer_version
 
     return producer_version(bytes(bytecode))
 
@@ -93,7 +94,7 @@ def refine_static(exported, sizes: Mapping[str, int], platform: str | None = Non
     import jax.numpy as jnp
     from jax.extend.mlir.dialects import stablehlo
 
-    from ..exporting.stablehlo import evaluate_dim
+    from multiexport.exporting.stablehlo import evaluate_dim
 
     if exported.ordered_effects:
         raise ValueError(f"ordered effects {exported.ordered_effects} | a native consumer supports none "

@@ -1,0 +1,80 @@
+"""OpenVINO's native consumer: `ov_run` (csrc/ov_run.c) on OpenVINO's C API, and the section it reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from multiexport.errors import UsageError
+from multiexport.exporting.native_consumer import NativeConsumer, Request
+from multiexport.exporting.native_section import NATIVE_SCHEMA, bound_entries, ports, symbolic_names
+
+CONSUMER = "openvino_c_api"  # the section's consumer id (manifest.schema.json)
+# What ov_run compiles with: the Python runner's configuration (runner.py `config`) less the threads, which the
+# caller chooses. Fixed, so a manifest cannot ask the consumer for bf16 math.
+OPENVINO_PROPERTIES = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_PRECISION_HINT": "f32"}
+
+
+def openvino_section(inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],
+                     output_params: Sequence[str | None], *, model: str,
+                     properties: Mapping[str, str]) -> dict[str, Any]:
+    """The section of an OpenVINO artifact for an OpenVINO C API consumer (csrc/ov_run.c).
+
+    params / output_params: each leaf's port name in the model (None: an input the model does not take).
+    properties: the compile_model properties the Python runner uses (threads are the caller's choice).
+    """
+    args, results = bound_entries(inputs, params, outputs, output_params, "tensor")
+    return {
+        "schema": NATIVE_SCHEMA,
+        "consumer": CONSUMER,
+        "model": model,
+        "device": "CPU",
+        "properties": dict(properties),
+        "args": args,
+        "results": results,
+        "symbolic_dims": symbolic_names(inputs),
+    }
+
+
+@dataclass(frozen=True)
+class OpenVINOConsumer(NativeConsumer):
+    """ov_run: the section is recomputed from the manifest's model, ports and leaves (the tamper check), and a
+    bundle carries the plugins and frontend OpenVINO dlopens."""
+
+    consumer: str = CONSUMER
+    program: str = "ov_run"
+    mismatch: str = "model, ports and leaves give: refusing to run a configuration the export did not write"
+
+    def expected(self, manifest: Any, native: Mapping[str, Any]) -> dict[str, Any]:
+        return openvino_section(manifest.inputs, ports(manifest.inputs), manifest.outputs, ports(manifest.outputs),
+                                model=manifest.files.get("model", ""),
+                                properties=OPENVINO_PROPERTIES)
+
+    def bundle_runtime(self, request: Request) -> list[Path]:
+        """What OpenVINO loads at run time for ov_run, measured under LD_DEBUG=files (OpenVINO 2026.4): the device
+        plugin of native.device, the auto-batching plugin (compile_model consults it), the frontend of the model's
+        format and TBB's dlopened allocator and binding (libtbbbind needs libhwloc, which ldd then finds)."""
+        from multiexport.native.build import NativeBuildError, package_dir
+
+        libs = (package_dir("openvino") or Path("openvino")) / "libs"
+        device = str(request.native.get("device", "CPU"))
+        plugins = {"CPU": "libopenvino_intel_cpu_plugin.so"}
+        if device not in plugins:
+            raise UsageError(f"OpenVINO device '{device}' | cannot be bundled, expected one of {', '.join(plugins)}")
+        frontends = {".onnx": "onnx", ".xml": "ir", ".pb": "tensorflow", ".tflite": "tensorflow_lite",
+                     ".pdmodel": "paddle"}
+        suffix = Path(str(request.native.get("model", ""))).suffix
+        if suffix not in frontends:
+            raise UsageError(f"OpenVINO model '{request.native.get('model')}' | no frontend known for {suffix!r}, "
+                             f"expected one of {', '.join(frontends)}")
+        wanted = [plugins[device], "libopenvino_auto_batch_plugin.so", f"libopenvino_{frontends[suffix]}_frontend.so.*",
+                  "libtbbmalloc.so.*", "libtbbbind_2_5.so.*"]
+        found = []
+        for pattern in wanted:
+            matches = sorted(libs.glob(pattern))
+            if not matches:
+                raise NativeBuildError(f"OpenVINO runtime file '{pattern}' | not found in {libs}, expected the "
+                                       "openvino wheel's")
+            found.append(matches[0])
+        return found
