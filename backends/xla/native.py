@@ -21,6 +21,7 @@ class PjrtConsumer(NativeConsumer):
     program: str = "pjrt_run"
     threads_flag: bool = False
     devices: tuple[str, ...] = ("cpu", "gpu")
+    static_modules: bool = True
 
     def thread_env(self, threads: int) -> dict[str, str]:
         return {"PJRT_NPROC": str(threads)}

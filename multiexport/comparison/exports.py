@@ -113,7 +113,7 @@ def _options(ctx: Context, prep: Prepared, name: str, stage_artifact: str | None
 
     config = ctx.config
     checked = sizes_checked(prep.sig, prep.trials, prep.bench_feeds)
-    static = checked if config.native and name == "xla" else {}
+    static = checked if config.native and _static_modules(name) else {}
     # No load check in the export worker: the run worker loads the artifact next, and the backend classifies
     # a failure there the same way (one root cause, one category), without paying the load twice. Except for
     # a symbolic signature: the check compares a symbolic artifact with jax.jit at the example, so one that
@@ -258,6 +258,14 @@ def _builds_on(name: str) -> str | None:
         return backend_class(name).builds_on
     except MultiexportError:
         return None
+
+
+def _static_modules(name: str) -> bool:
+    """Whether `name`'s native consumer needs modules refined per size (it compiles no symbolic module)."""
+    from ..exporting.native_section import consumer_for
+
+    consumer = consumer_for(name)
+    return consumer is not None and consumer.static_modules
 
 
 def _caller_key(manifest: Manifest, binding) -> str | None:

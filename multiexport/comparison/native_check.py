@@ -22,18 +22,19 @@ MIN_CALLS, MAX_CALLS = 200, 5000
 def check_native(ctx: Context, prep: Prepared, row, manifest, checked: Sequence[tuple[Any, Any]], excluded,
                  bench: BenchResult | None) -> NativeResult | None:
     """The row's native verdict and latency, or None when its backend has no native consumer."""
-    from ..exporting.native_section import CONSUMERS
+    from ..exporting.native_section import consumer_for
     from ..measure.parity import check_parity, inputs_note
     from ..measure.plan import native_supports
-    from ..native.run import consumer_of, print_command, run as native_run
+    from ..native.run import print_command, run as native_run
 
-    if consumer_of(row.backend) is None:
+    declared = consumer_for(row.backend)
+    if declared is None:
         return None
-    consumer = CONSUMERS[row.backend]
+    consumer = declared.consumer
     config, directory = ctx.config, row.artifact
-    if prep.device.chosen != "cpu" and row.backend != "xla":
-        return NativeResult(consumer, Status.NO_GPU, "only the XLA consumer runs on the GPU (through jax's CUDA "
-                                                     "PJRT plugin); this one runs on the CPU")
+    if prep.device.chosen not in declared.devices:
+        return NativeResult(consumer, Status.NO_GPU,
+                            f"this consumer runs on {', '.join(declared.devices)} only, not on {prep.device.chosen}")
     if not manifest.native:
         return NativeResult(consumer, Status.UNAVAILABLE, "the artifact has no native section (re-export it)")
     # On a GPU plan pjrt_run loads jax's CUDA PJRT plugin (the static modules are refined for cuda there).

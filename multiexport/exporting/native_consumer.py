@@ -85,6 +85,8 @@ class NativeConsumer:
     mkdir_outputs: the program does not create its outputs directory itself (a bundle's run.sh makes it).
     devices: the devices `Call.device` may name ("cpu"; PJRT also "gpu", through jax's CUDA plugin), for a caller
         deciding whether a GPU plan runs this consumer at all.
+    static_modules: the consumer compiles no symbolic module (PJRT), so an export for `compare --native` carries
+        modules refined to every size the compare checks or times (`ExportOptions.static_sizes`).
     """
 
     consumer: str
@@ -95,6 +97,7 @@ class NativeConsumer:
     threads_flag: bool = True
     mkdir_outputs: bool = False
     devices: tuple[str, ...] = ("cpu",)
+    static_modules: bool = False
 
     # -- the tamper check -------------------------------------------------------------------------------------
 
