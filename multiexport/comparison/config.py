@@ -122,6 +122,12 @@ class CompareConfig:
         if self.native_plugin is not None and not self.native:
             raise UsageError("Option 'native_plugin' | given without native, expected --native as well")
 
+    def runtime_threads(self) -> int:
+        """The intra-op threads every runtime gets: `threads`, else the cores this process may use."""
+        from ..exporting.contract import usable_cpus
+
+        return self.threads or usable_cpus()
+
     def to_json(self) -> dict[str, Any]:
         skip = {"inputs", "tolerances", "bench", "out_dir"}
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}

@@ -43,12 +43,11 @@ def run_compare(target: Target, config: CompareConfig, spec: str | None, progres
     progress: called with one line per step. early: paired workers the caller started for `spec` before the
     target was built, adopted when they fit. timeline: the caller's, when its clock started earlier.
     """
-    from ..exporting.contract import usable_cpus
     from ..measure.timeline import Timeline
 
     ctx = Context(target=target, config=config, spec=spec,
                   out=Path(config.out_dir or Path("multiexport-out") / safe_component(target.name)),
-                  threads=config.threads or usable_cpus(), timeline=timeline if timeline is not None else Timeline(),
+                  threads=config.runtime_threads(), timeline=timeline if timeline is not None else Timeline(),
                   say=progress, report=report)
     return _Run(ctx, early).run()
 

@@ -81,13 +81,12 @@ def prespawn(ctx: Context, early: EarlyWorkers | None, device: DevicePlan | None
 
 def _start_workers(config: CompareConfig, spec: str | None, backends: list[str], device: str) -> Servers | None:
     """One paired worker per runner (and the reference's, given a TARGET), each importing its runtime."""
-    from ..exporting.contract import usable_cpus
     from ..run.paired import Servers
 
     runners = list(backends) + (["jax"] if spec else [])
     if not config.bench or not config.paired or len(runners) < 2:
         return None
-    servers = Servers(device, config.threads or usable_cpus(), config.timeout)
+    servers = Servers(device, config.runtime_threads(), config.timeout)
     for name in runners:
         if name == "jax" and spec:
             servers.spawn(name, ["reference", spec], None)
