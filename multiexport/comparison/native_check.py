@@ -183,8 +183,6 @@ def apply_paired(ctx: Context, prep: Prepared, rows: Rows, timed: dict[str, Any]
 
 
 def _dims(sig, feed) -> dict[str, int]:
-    from ..exporting.feed import check_feed
-    from ..exporting.manifest import LeafBinding
+    from ..exporting.feed import check_signature_feed
 
-    leaves = [LeafBinding(leaf.name, leaf.alias, list(leaf.shape), leaf.dtype) for leaf in sig.inputs]
-    return check_feed(leaves, feed)[1]
+    return check_signature_feed(sig, feed)[1]

@@ -97,14 +97,12 @@ def _rounding(ctx: Context, sig: Signature, trial: Trial, ref_output, ref_device
 
 
 def _trials(ctx: Context, sig: Signature) -> list[Trial]:
-    from ..exporting.feed import check_feed
-    from ..exporting.manifest import LeafBinding
+    from ..exporting.feed import check_signature_feed
     from ..measure.inputs import Trial, make_trials
 
     config = ctx.config
     if config.inputs is not None:
-        leaves = [LeafBinding(leaf.name, leaf.alias, list(leaf.shape), leaf.dtype) for leaf in sig.inputs]
-        arrays, dims = check_feed(leaves, config.inputs)
+        arrays, dims = check_signature_feed(sig, config.inputs)
         return [Trial("inputs", {leaf.name: a for leaf, a in zip(sig.inputs, arrays)}, dims, "the given inputs")]
     trials = make_trials(sig.inputs, examples=sig.example_feed(), trials=config.trials, seed=config.seed,
                          val_ranges=config.val_ranges, dim_sizes=config.dim_sizes)

@@ -94,6 +94,13 @@ def check_feed(
     return filled, bound
 
 
+def check_signature_feed(sig, feed: Mapping[str, object]) -> tuple[list[np.ndarray], dict[str, int]]:
+    """`check_feed` against a signature's input leaves (before any artifact exists): arrays in leaf order and
+    the value bound to each symbolic dimension."""
+    leaves = [LeafBinding(leaf.name, leaf.alias, list(leaf.shape), leaf.dtype) for leaf in sig.inputs]
+    return check_feed(leaves, feed)
+
+
 def dtype_text(dtype: np.dtype) -> str:
     """A dtype's name, with its byte order when it is not this machine's ("big-endian int32")."""
     if dtype.byteorder in ("=", "|"):  # numpy writes this machine's own order as "="

@@ -2,7 +2,7 @@
 
 The codec is results.json's (`results.schema`: `to_data` out, `from_data` in, every field checked against
 its type), so a message is declared once, as a dataclass, and validated the same way everywhere. Files a
-worker leaves: `ExportReply` (export.json), `RunReply` (run.json), `BenchResult` (bench.json),
+worker leaves: `ExportReply` (export.json), `Loaded` (run.json), `BenchResult` (bench.json),
 `WorkerFailure` (error.json), `DeviceStatus` (status.json), `BenchFeed` rows (a bench feed directory's
 index.json). What goes to a worker: `ExportOptions` (`export --options`), `BenchConfig` (`--bench-config`).
 The paired worker's protocol (run.serve), one JSON line each way: a request is {"cmd": NAME, **fields}
@@ -83,8 +83,11 @@ class ExportReply:
 
 
 @dataclass(frozen=True)
-class RunReply:
-    """A run worker's load (run.json). load_s: the runner's load time. runner: its `describe()`."""
+class Loaded:
+    """A runner loaded: a run worker's run.json, and the paired worker's answer to `Load`.
+
+    load_s: the load's seconds. runner: its `describe()`.
+    """
 
     load_s: float
     runner: dict[str, Any] = field(default_factory=dict)
@@ -111,12 +114,12 @@ class BenchFeed:
     reason: str = ""
 
 
-def write_bench_feeds(directory: Path, rows: list[BenchFeed]) -> None:
+def write_bench_index(directory: Path, rows: list[BenchFeed]) -> None:
     """A bench feed directory's index.json (its .npz files written by the caller)."""
     (directory / "index.json").write_text(json.dumps(to_data(rows)))
 
 
-def read_bench_feeds(directory: Path) -> list[BenchFeed]:
+def read_bench_index(directory: Path) -> list[BenchFeed]:
     """A bench feed directory's index.json, every row checked."""
     where = str(directory / "index.json")
     try:
@@ -143,14 +146,6 @@ class Load:
     """Load the runner, timed. artifact: its directory, for a worker started before it was written."""
 
     artifact: str | None = None
-
-
-@dataclass(frozen=True)
-class Ready:
-    """The runner is loaded. load_s: the load's seconds. runner: its `describe()`."""
-
-    load_s: float
-    runner: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -227,7 +222,7 @@ class Quit:
 
 # request name -> (its type, its reply's type)
 REQUESTS: dict[str, tuple[type, type | None]] = {
-    "load": (Load, Ready), "parity": (Parity, Done), "prepare": (Prepare, ColdStart), "time": (TimeSlice, Samples),
+    "load": (Load, Loaded), "parity": (Parity, Done), "prepare": (Prepare, ColdStart), "time": (TimeSlice, Samples),
     "peak": (Peak, PeakFigure), "quit": (Quit, None),
 }
 _NAMES = {cls: name for name, (cls, _) in REQUESTS.items()}

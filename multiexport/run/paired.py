@@ -28,11 +28,11 @@ from .messages import (
     Done,
     Imported,
     Load,
+    Loaded,
     Parity,
     Peak,
     PeakFigure,
     Prepare,
-    Ready,
     Samples,
     TimeSlice,
 )
@@ -65,7 +65,7 @@ class Servers:
         self.work = start_work_dir("paired")
         self.alive: dict[str, Served] = {}
         self.failures: dict[str, tuple[str, str]] = {}
-        self.ready: dict[str, Ready] = {}
+        self.ready: dict[str, Loaded] = {}
         self.dirs: dict[str, Path] = {}
 
     def spawn(self, name: str, source: Sequence[str], runtime: str | None) -> None:
@@ -85,7 +85,7 @@ class Servers:
         # --timeout for each step, as a sequential worker's whole run
         if self.ask(name, None, Imported, self.timeout) is None:
             return
-        answer = self.ask(name, Load(artifact), Ready, self.timeout)
+        answer = self.ask(name, Load(artifact), Loaded, self.timeout)
         if answer is not None:
             self.ready[name] = answer
 

@@ -68,7 +68,7 @@ def run_artifact(source: Sequence[str], feeds: Sequence[dict[str, np.ndarray]],
 def write_bench_feeds(directory, bench_feeds: Sequence[tuple[int | None, dict | None]], unsupported: dict) -> None:
     """The feeds to time as DIR/NNNN.npz and DIR/index.json (`messages.BenchFeed` rows: a size the runner
     cannot take has no file, and the reason)."""
-    from .messages import BenchFeed, write_bench_feeds as write_index
+    from .messages import BenchFeed, write_bench_index
 
     directory.mkdir(exist_ok=True)
     index = []
@@ -78,4 +78,4 @@ def write_bench_feeds(directory, bench_feeds: Sequence[tuple[int | None, dict | 
             continue
         save_npz(directory / f"{i:04d}.npz", feed)
         index.append(BenchFeed(f"{i:04d}.npz", batch))
-    write_index(directory, index)
+    write_bench_index(directory, index)

@@ -8,7 +8,7 @@ It imports its runtime (the backend's `runtime_modules`; jax for the reference) 
 so it can be started while other work runs (compare starts it as soon as the compare starts); then it
 reads one request per line on stdin and answers one line (the types and their codec: `run.messages`):
 
-    Load(artifact)            load the runner, timed -> Ready (artifact: the directory, for a worker started with -)
+    Load(artifact)            load the runner, timed -> Loaded (artifact: the directory, for a worker started with -)
     Parity(feeds, out)        outputs of each FEEDS/NNNN.npz as OUT/NNNN.npz -> Done
     Prepare(bench_feeds, config)   each size prepared on the device, compiled, first call and warm-up
                                    -> ColdStart (the BenchResult of cold start)
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .messages import ColdStart, Done, Parity, PeakFigure, Prepare, Ready, Samples, TimeSlice
+from .messages import ColdStart, Done, Loaded, Parity, PeakFigure, Prepare, Samples, TimeSlice
 
 PEAK_N = 1024  # float32 matmul side for the peak: 2 GFLOP per call, compute-bound on any CPU
 RE_WARM_CALLS = 2  # untimed calls at the start of a slice: the other runners ran in between
@@ -115,7 +115,7 @@ def _import_runtime(state: dict, mode: str, source: str, runtime: str | None) ->
         get_backend(runtime).import_runtime()
 
 
-def _load_runner(state: dict, args) -> Ready:
+def _load_runner(state: dict, args) -> Loaded:
     """Load the runner (timed: the artifact's load, with its library already imported)."""
     from ..measure.bench import memory_now
     from .worker_io import load_runner
@@ -128,7 +128,7 @@ def _load_runner(state: dict, args) -> Ready:
     state["runner"], state["load_s"] = runner, time.perf_counter() - t0
     state["memory"] = {"start_rss_bytes": start["rss_bytes"], "after_load_rss_bytes": memory_now()["rss_bytes"]}
     state["artifact_bytes"] = _bytes(args.source) if args.mode == "run" else None
-    return Ready(state["load_s"], runner.describe())
+    return Loaded(state["load_s"], runner.describe())
 
 
 def _parity(state: dict, request: Parity) -> Done:
@@ -146,14 +146,14 @@ def _prepare(state: dict, request: Prepare) -> ColdStart:
     from ..files.npz import load_npz
     from ..measure.bench import BenchConfig, cold_start, memory_now, time_calls
     from ..results import BenchResult, SizeResult, Status
-    from .messages import read_bench_feeds
+    from .messages import read_bench_index
 
     state["stage"] = "bench"
     runner = state["runner"]
     config = request.config
     directory = Path(request.bench_feeds)
     state["prepared"], sizes = [], []
-    for entry in read_bench_feeds(directory):
+    for entry in read_bench_index(directory):
         if not entry.file:
             state["prepared"].append(None)
             sizes.append(SizeResult(batch=entry.batch, status=Status.SIZE_UNSUPPORTED, reason=entry.reason))

@@ -232,7 +232,7 @@ def run_main(argv: list[str]) -> int:
         from ..files.npz import load_npz, save_npz
         from ..measure.bench import BenchConfig, bench_sizes, directory_bytes, memory_now
         from ..results import BenchResult
-        from .messages import RunReply, decode, encode, read_bench_feeds
+        from .messages import Loaded, decode, encode, read_bench_index
 
         register_entries(args.register)
         memory_start = memory_now()
@@ -244,7 +244,7 @@ def run_main(argv: list[str]) -> int:
         if args.bench_feeds:
             stage = "bench"
             config = decode(BenchConfig, args.bench_config, "--bench-config")
-            index = read_bench_feeds(args.bench_feeds)
+            index = read_bench_index(args.bench_feeds)
             feeds = [(e.batch, load_npz(args.bench_feeds / e.file) if e.file else None) for e in index]
             unsupported = {e.batch: e.reason for e in index if e.reason}
             first_output: dict[str, float] = {}
@@ -277,7 +277,7 @@ def run_main(argv: list[str]) -> int:
             stage = "run"
             for feed_path in sorted(args.parity_feeds.glob("*.npz")):
                 save_npz(args.out / feed_path.name, runner(load_npz(feed_path)))
-        write_text_atomic(args.out / "run.json", encode(RunReply(load_s, runner.describe())))
+        write_text_atomic(args.out / "run.json", encode(Loaded(load_s, runner.describe())))
     except Exception as exc:  # reported to the parent as data, never as a traceback on its terminal
         return write_failure(args.out, exc, stage, backend)
     return 0

@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..files.temporary import make_temporary
 from ..results import BenchResult
 from ..system.process import Outcome, run_command
-from .messages import RunReply, WorkerFailure, decode
+from .messages import Loaded, WorkerFailure, decode
 
 WORKER_MODULE = "multiexport.run.worker"
 
@@ -31,13 +31,13 @@ class WorkerResult:
 
     failure: (category, reason) when it did not finish cleanly.
     work: the directory it wrote to.
-    run: its run.json (`messages.RunReply`), if it wrote one. bench: its bench.json, if any.
+    run: its run.json (`messages.Loaded`), if it wrote one. bench: its bench.json, if any.
     cpu_seconds, seconds: the worker's own CPU time and wall time.
     """
 
     failure: tuple[str, str] | None
     work: Path
-    run: RunReply | None = None
+    run: Loaded | None = None
     bench: BenchResult | None = None
     cpu_seconds: float | None = None
     seconds: float = 0.0
@@ -74,7 +74,7 @@ def run_worker(args: Sequence[str], work: Path, timeout: float, expect: str | No
         raise
     failure = classify(outcome, work, timeout)
     found: dict[str, Any] = {}
-    for name, cls in (("bench.json", BenchResult), ("run.json", RunReply)):
+    for name, cls in (("bench.json", BenchResult), ("run.json", Loaded)):
         path = work / name
         if path.is_file():
             try:
