@@ -165,13 +165,13 @@ def vendor_litert(directory: Path, manifest, feed, threads: int) -> dict[str, Bl
 def vendor_xla(directory: Path, manifest, feed, threads: int) -> dict[str, Block]:
     import jax
 
-    from multiexport.backends.xla import external_tensors, load_weights
+    from multiexport.backends.xla import load_weights
 
     exported = jax.export.deserialize(bytearray((directory / manifest.files["exported"]).read_bytes()))
     call = jax.jit(exported.call)
     device = jax.devices("cpu")[0]
     # baked weights lifted out of the module (--external-weights auto) follow the leaves, as the caller passes them
-    weights = load_weights(directory, manifest, device) if external_tensors(manifest) else []
+    weights = load_weights(directory, manifest, device) if manifest.external_weights() else []
     args = [jax.device_put(np.asarray(feed[leaf.name]), device) for leaf in manifest.inputs] + weights
     jax.block_until_ready(call(*args))
     return {"jax.jit(exported.call)": loop(lambda: jax.block_until_ready(call(*args)))}

@@ -24,16 +24,6 @@ def set_threads(rt, threads: int) -> None:
         _THREADS_SET.append(threads)
 
 
-def weight_names(manifest: Manifest) -> list[str]:
-    """Names of the lifted weights the artifact keeps outside its module."""
-    if manifest.weights.get("storage") != "external":
-        return []
-    tensors = manifest.weights.get("tensors", [])
-    if not isinstance(tensors, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tensors):
-        raise ArtifactError("Artifact manifest | weights.tensors is malformed, expected a list of {name, shape, dtype}")
-    return [t["name"] for t in tensors]
-
-
 class IreeRunner(Runner):
     """The .vmfb in iree.runtime: inputs uploaded once as HAL buffer views, the module's sync `main` invoked."""
 
@@ -64,7 +54,7 @@ class IreeRunner(Runner):
             raise RunError(f"Device '{options.device}' | IREE driver '{driver}' unavailable: {exc}",
                            category="no-gpu" if driver == "cuda" else "load-failed") from exc
         path = manifest.path(directory, "module")
-        modules = [self._parameters_module(rt, directory, manifest)] if weight_names(manifest) else []
+        modules = [self._parameters_module(rt, directory, manifest)] if manifest.external_weights() else []
         try:
             module = rt.VmModule.mmap(self._config.vm_instance, str(path))
             self._context = rt.SystemContext(vm_modules=[*modules, module], config=self._config)
@@ -92,10 +82,10 @@ class IreeRunner(Runner):
         except Exception as exc:
             raise ArtifactError(f"Artifact '{directory}' | IREE cannot read the weights file {path.name}: {exc}") from exc
         have = {key for key, _ in index.items()}
-        missing = [name for name in weight_names(manifest) if name not in have]
+        missing = [name for name in manifest.external_weights() if name not in have]
         if missing:
             raise ArtifactError(f"Weight '{missing[0]}' | missing from {path}, expected it (the manifest lists "
-                                f"{len(weight_names(manifest))} weights)")
+                                f"{len(manifest.external_weights())} weights)")
         self._parameter_index = index  # the provider reads through it for the context's lifetime
         return rt.create_io_parameters_module(self._config.vm_instance, index.create_provider(scope=PARAMETER_SCOPE))
 

@@ -162,7 +162,7 @@ class XlaBackend(Backend):
             raise ArtifactError(f"Artifact '{directory}' | cannot deserialize {path.name} with jax {jax.__version__} "
                                 f"({type(exc).__name__}: {exc}); it was written by jax "
                                 f"{manifest.versions.get('jax', '?')}") from exc
-        tensors = external_tensors(manifest)
+        tensors = manifest.external_weights()
         expected_inputs = len(manifest.inputs) + len(tensors)
         if len(exported.in_avals) != expected_inputs or len(exported.out_avals) != len(manifest.outputs):
             raise ArtifactError(
@@ -232,16 +232,6 @@ def refine_platform(platforms) -> str:
     return here if here in lowered else lowered[0]
 
 
-def external_tensors(manifest: Manifest) -> list[str]:
-    """Names of the lifted weights an artifact keeps outside its module, in parameter order."""
-    if manifest.weights.get("storage") != "external":
-        return []
-    tensors = manifest.weights.get("tensors", [])
-    if not isinstance(tensors, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tensors):
-        raise ArtifactError("Artifact manifest | weights.tensors is malformed, expected a list of {name, shape, dtype}")
-    return [t["name"] for t in tensors]
-
-
 def load_weights(directory: Path, manifest: Manifest, jax_device) -> list[Any]:
     """The lifted weights on `jax_device`, one tensor at a time from the file's memory map.
 
@@ -252,7 +242,7 @@ def load_weights(directory: Path, manifest: Manifest, jax_device) -> list[Any]:
 
     path = manifest.path(directory, "weights")
     out = []
-    for (name, array), expected in zip(iter_safetensors(path, external_tensors(manifest)), manifest.weights["tensors"]):
+    for (name, array), expected in zip(iter_safetensors(path, manifest.external_weights()), manifest.weights["tensors"]):
         if list(array.shape) != expected.get("shape") or array.dtype.name != expected.get("dtype"):
             raise ArtifactError(f"Weight '{name}' | got {array.dtype.name}{list(array.shape)} in {path.name}, expected "
                                 f"{expected.get('dtype')}{expected.get('shape')} (the manifest's)")

@@ -162,6 +162,18 @@ class Manifest:
         """Symbolic dims the artifact supports only at some sizes (a specialised build), with those sizes."""
         return {d: list(v) for d, v in (self.supports.get("dims") or {}).items() if v != "any"}
 
+    def external_weights(self) -> list[str]:
+        """Names of the lifted weights the artifact keeps outside its module, in parameter order (XLA's and
+        IREE's `weights.safetensors`); empty when they are embedded."""
+        if self.weights.get("storage") != "external":
+            return []
+        tensors = self.weights.get("tensors", [])
+        if not isinstance(tensors, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str)
+                                                    for t in tensors):
+            raise ArtifactError("Artifact manifest | weights.tensors is malformed, expected a list of {name, shape, "
+                                "dtype}")
+        return [t["name"] for t in tensors]
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
