@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from multiexport.exporting.native_consumer import NativeConsumer
-from multiexport.exporting.native_section import NATIVE_SCHEMA, bound_entries, ports, symbolic_names
+from multiexport.exporting.native_section import bound_section, ports
 
 CONSUMER = "litert_c_api"  # the section's consumer id (manifest.schema.json)
 LITERT_SIGNATURE = "serving_default"  # the signature this backend converts and binds by (its SIGNATURE_KEY)
@@ -20,17 +20,8 @@ def litert_section(inputs: Sequence[Any], params: Sequence[str | None], outputs:
     input the SavedModel stage dropped, which the signature does not declare). The consumer binds by these
     names, never by tensor position, and runs on the CPU accelerator (XNNPACK) with the caller's threads.
     """
-    args, results = bound_entries(inputs, params, outputs, output_params, "key")
-    return {
-        "schema": NATIVE_SCHEMA,
-        "consumer": CONSUMER,
-        "model": model,
-        "signature": LITERT_SIGNATURE,
-        "accelerator": "cpu",
-        "args": args,
-        "results": results,
-        "symbolic_dims": symbolic_names(inputs),
-    }
+    return bound_section(CONSUMER, inputs, params, outputs, output_params, "key", model=model,
+                         signature=LITERT_SIGNATURE, accelerator="cpu")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from multiexport.exporting.native_consumer import NativeConsumer, Request
-from multiexport.exporting.native_section import NATIVE_SCHEMA, bound_entries, ports, symbolic_names
+from multiexport.exporting.native_section import bound_section, ports
 
 CONSUMER = "onnxruntime_c_api"  # the section's consumer id (manifest.schema.json)
 # The SessionOptions of every ONNX Runtime session here (runner.py `session_options` reads them from this table,
@@ -30,17 +30,9 @@ def onnx_section(inputs: Sequence[Any], params: Sequence[str | None], outputs: S
     params / output_params: each leaf's value name in the ONNX graph (None: an input the graph does not
     take). session_options: what the Python runner sets (ONNX_SESSION_OPTIONS; threads are the caller's).
     """
-    args, results = bound_entries(inputs, params, outputs, output_params, "tensor")
-    return {
-        "schema": NATIVE_SCHEMA,
-        "consumer": CONSUMER,
-        "model": model,
-        "provider": "CPUExecutionProvider",
-        "session_options": {**session_options, "config_entries": dict(session_options["config_entries"])},
-        "args": args,
-        "results": results,
-        "symbolic_dims": symbolic_names(inputs),
-    }
+    return bound_section(CONSUMER, inputs, params, outputs, output_params, "tensor", model=model,
+                         provider="CPUExecutionProvider",
+                         session_options={**session_options, "config_entries": dict(session_options["config_entries"])})
 
 
 @dataclass(frozen=True)

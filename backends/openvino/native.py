@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from multiexport.errors import UsageError
 from multiexport.exporting.native_consumer import NativeConsumer, Request
-from multiexport.exporting.native_section import NATIVE_SCHEMA, bound_entries, ports, symbolic_names
+from multiexport.exporting.native_section import bound_section, ports
 
 CONSUMER = "openvino_c_api"  # the section's consumer id (manifest.schema.json)
 # What ov_run compiles with: the Python runner's configuration (runner.py `config`) less the threads, which the
@@ -24,17 +24,8 @@ def openvino_section(inputs: Sequence[Any], params: Sequence[str | None], output
     params / output_params: each leaf's port name in the model (None: an input the model does not take).
     properties: the compile_model properties the Python runner uses (threads are the caller's choice).
     """
-    args, results = bound_entries(inputs, params, outputs, output_params, "tensor")
-    return {
-        "schema": NATIVE_SCHEMA,
-        "consumer": CONSUMER,
-        "model": model,
-        "device": "CPU",
-        "properties": dict(properties),
-        "args": args,
-        "results": results,
-        "symbolic_dims": symbolic_names(inputs),
-    }
+    return bound_section(CONSUMER, inputs, params, outputs, output_params, "tensor", model=model, device="CPU",
+                         properties=dict(properties))
 
 
 @dataclass(frozen=True)

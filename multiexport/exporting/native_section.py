@@ -118,6 +118,16 @@ def bound_entries(inputs: Sequence[Any], params: Sequence[str | None], outputs: 
     return args, results
 
 
+def bound_section(consumer: str, inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],
+                  output_params: Sequence[str | None], field: str, **facts: Any) -> dict[str, Any]:
+    """The section of a model its consumer binds by name (ONNX Runtime, OpenVINO, LiteRT): the schema, the
+    consumer id, the format's own `facts` (its model file, device, options), the leaf entries (`bound_entries`)
+    and the symbolic dimensions, in that order."""
+    args, results = bound_entries(inputs, params, outputs, output_params, field)
+    return {"schema": NATIVE_SCHEMA, "consumer": consumer, **facts, "args": args, "results": results,
+            "symbolic_dims": symbolic_names(inputs)}
+
+
 def compile_options_proto(num_replicas: int = 1, num_partitions: int = 1) -> bytes:
     """A serialized `xla.CompileOptionsProto` for `PJRT_Client_Compile`: 1 replica, 1 partition.
 
