@@ -9,7 +9,7 @@ import numpy as np
 
 from multiexport.errors import ArtifactError, RunError, leaf_message
 from multiexport.exporting import Manifest, Runner
-from multiexport.exporting.contract import observed_threads
+from multiexport.exporting.contract import observed_threads, usable_cpus
 
 from .driver import ONE_THREAD_RULE
 from .fixups import FUNCTION, PARAMETER_SCOPE
@@ -145,7 +145,9 @@ class IreeRunner(Runner):
         """The threads running the module, under `threads_key`: local-task's iree-worker pool as counted,
         local-sync's calling thread alone (it has no iree-worker pool to count); other drivers report none."""
         if self._driver == "local-task":
-            workers = observed_threads("iree-worker")
+            # The pool's size was asked (capped by the CPUs here): wait for its threads to be seen
+            asked = min(_THREADS_SET[0], usable_cpus()) if _THREADS_SET else None
+            workers = observed_threads("iree-worker", expect=asked)
             return {"iree_worker_threads": workers, "num_threads": workers}
         return {"num_threads": 1} if self._driver == "local-sync" else {}
 

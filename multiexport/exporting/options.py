@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -150,9 +151,23 @@ class RunOptions:
         return self.threads or usable_cpus()
 
 
-def observed_threads(prefix: str) -> int:
+def observed_threads(prefix: str, expect: int | None = None, wait_s: float = 2.0) -> int:
     """Threads of this process whose name starts with `prefix`: a runtime's own pool, as the OS sees it
-    (XLA's CPU pool is `tf_XLAEigen`, IREE's `iree-worker-N`; neither has an API that reports its size)."""
+    (XLA's CPU pool is `tf_XLAEigen`, IREE's `iree-worker-N`; neither has an API that reports its size).
+
+    A pool's threads name themselves once they start, so a count taken right after the pool was made can
+    miss those the OS has not scheduled yet (a loaded CI machine counted 1 of IREE's 2). With `expect`, the
+    count is retaken for up to `wait_s` seconds until it reaches `expect`; what is returned is still the
+    count observed, never `expect` itself."""
+    count = _count_threads(prefix)
+    deadline = time.monotonic() + wait_s
+    while expect is not None and count < expect and time.monotonic() < deadline:
+        time.sleep(0.01)
+        count = _count_threads(prefix)
+    return count
+
+
+def _count_threads(prefix: str) -> int:
     count = 0
     try:
         tasks = os.listdir("/proc/self/task")
