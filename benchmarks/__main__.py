@@ -19,8 +19,9 @@ from multiexport.comparison import compare
 from multiexport.exporting.registry import names as backend_names
 from multiexport.files import write_text_atomic
 from multiexport.measure.bench import BenchConfig
-from multiexport.report.regression import Diff, aggregate_latency, diff_results, publish
+from multiexport.report.regression import Diff, publish
 from multiexport.results import Results
+from multiexport.sweeps.gate import diff_many
 
 from .zoo import select
 
@@ -81,17 +82,9 @@ def matrix(combined: dict) -> str:
 
 def diff_zoo(base: dict, current: dict, max_slowdown: float, max_parity_drift: float) -> Diff:
     """Status and parity gated per model and backend; latency gated per backend over the whole zoo."""
-    merged = Diff(max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
-    for name, res in current["models"].items():
-        if name not in base["models"]:
-            continue
-        d = diff_results(Results.from_json(base["models"][name], f"baseline {name}", legacy=True),
-                         Results.from_json(res, f"current {name}"),
-                         max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
-        for c in d.checks:
-            c.backend = f"{name}/{c.backend}"
-        merged.checks += d.checks
-    return aggregate_latency(merged, max_slowdown, group=lambda backend: backend.split("/", 1)[-1])
+    return diff_many({name: Results.from_json(res, f"baseline {name}", legacy=True) for name, res in base["models"].items()},
+                     {name: Results.from_json(res, f"current {name}") for name, res in current["models"].items()},
+                     max_slowdown, max_parity_drift)
 
 
 def main(argv=None) -> int:

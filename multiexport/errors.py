@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from .status import Status
+
 T = TypeVar("T")
 
 USAGE_EXIT = 2
@@ -67,14 +69,23 @@ class BackendUnavailable(MultiexportError):
 
 
 class CategorizedError(MultiexportError):
-    """An error with a status category (`results.Status` value) saying in one word why it happened."""
+    """An error with a status category saying in one word why it happened.
+
+    category: a `Status` (or its value); `status` is it as the enum, `category` as its value. A category
+    that is no Status is multiexport's own bug, raised here as InternalError, not later read as a verdict.
+    """
 
     default_category = "export-failed"
 
-    def __init__(self, message: str, *, backend: str = "", category: str | None = None):
+    def __init__(self, message: str, *, backend: str = "", category: Status | str | None = None):
         super().__init__(message)
         self.backend = backend
-        self.category = category or self.default_category
+        try:
+            self.status = Status(category or self.default_category)
+        except ValueError:
+            raise InternalError(f"{type(self).__name__} | category {category!r}, expected a Status value "
+                                f"({message})") from None
+        self.category = self.status.value
 
 
 class ExportError(CategorizedError):

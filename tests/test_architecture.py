@@ -31,8 +31,8 @@ BACKEND_MAY_IMPORT = ("multiexport.errors", "multiexport.dtypes", "multiexport.f
 # The core's units, bottom to top (a subpackage, or a top-level module of multiexport). System utilities and the
 # subprocess helper at the bottom; the process machinery (run) above what it runs; the example zoo and the
 # measurement instruments apart; the Python API and the command line on top.
-LAYERS = ("errors", "dtypes", "telemetry", "versions", "preflight", "system", "files", "leaves", "examples",
-          "results", "exporting", "environment", "measure", "native", "report", "run", "comparison", "api", "cli",
+LAYERS = ("status", "errors", "dtypes", "telemetry", "versions", "preflight", "system", "files", "leaves", "examples",
+          "results", "exporting", "environment", "measure", "native", "report", "run", "comparison", "sweeps", "api", "cli",
           "__main__", "__init__")
 HEAVY = ("jax", "jaxlib", "tensorflow", "onnx", "onnxruntime", "jax2onnx", "iree", "flax", "openvino", "ai_edge_litert")
 

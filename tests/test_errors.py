@@ -29,3 +29,15 @@ def test_a_worker_reports_an_internal_error_as_such_with_its_traceback(tmp_path)
     failure = json.loads((tmp_path / "error.json").read_text())
     assert failure["category"] == "internal-error"
     assert "stdout=PIPE" in failure["message"] and "Traceback" in failure["message"]
+
+
+def test_a_categorized_error_carries_a_status_and_a_category_that_is_none_is_multiexport_s_bug():
+    from multiexport.errors import ExportError, RunError
+    from multiexport.status import Status
+
+    assert ExportError("x", category="unsupported-op").status is Status.UNSUPPORTED_OP
+    assert RunError("x").status is Status.RUN_FAILED and RunError("x").category == "run-failed"
+    assert ExportError("x", category=Status.VERSION_SKEW).category == "version-skew"
+    # before, a misspelt category became export-failed or run-failed later, silently (Status.parse)
+    with pytest.raises(InternalError, match="category 'unsuported-op', expected a Status value"):
+        ExportError("x", category="unsuported-op")

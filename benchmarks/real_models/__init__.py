@@ -9,9 +9,12 @@ Each entry of `REAL_MODELS` names a zero-argument factory returning a `multiexpo
     python -m benchmarks.real_models --run all --out DIR --bench --backends xla,onnx   # all of them, timed too
     python -m benchmarks.real_models --matrix DIR1 DIR2        # one matrix of several finished runs
 
-`--run` takes `quick`, `all`, a tag (`nnx`, `symbolic-batch`, ...) or comma-separated names. Each model runs
-in a `multiexport compare` process of its own, one after another (never two at once): DIR/NAME/results.json,
-DIR/NAME.log (the command, its output and exit code), and DIR/matrix.md + DIR/summary.json for all of them.
+`--run` takes `quick`, `all`, a tag (`nnx`, `symbolic-batch`, ...) or comma-separated names. It is a sweep
+(`multiexport sweep`, local executor, one compare at a time): DIR/rows/NAME/results.json, DIR/rows/NAME.log
+(the command, its output and exit code), DIR/matrix.md/.html + DIR/summary.json for all of them, `--resume`
+after a stop. The registry is also the sweep spec benchmarks/real_models/zoo.toml (`--write-spec`):
+
+    multiexport sweep benchmarks/real_models/zoo.toml --only quick --out DIR [--executor ray]
 
 The models follow the libraries' own docstrings and examples (flax's MNIST CNN, `nn.scan` over layers and
 the scanned LSTM from `flax.linen.scan`'s docstring, `nnx.split`/`nnx.merge` of an `nnx.Module`,
@@ -247,18 +250,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", default="600", help="seconds before a backend's worker is stopped")
     parser.add_argument("--matrix", nargs="+", metavar="DIR",
                         help="print the matrix of finished --run output directories (merged), run nothing")
+    parser.add_argument("--resume", action="store_true", help="continue a --run stopped halfway in --out")
+    parser.add_argument("--write-spec", action="store_true",
+                        help="write the registry as the sweep spec benchmarks/real_models/zoo.toml")
     args, extra = parser.parse_known_args(argv)
     if args.matrix:
-        from ._run import matrix, merge_summaries
+        from ._run import merged_matrix
 
-        print(matrix(merge_summaries(args.matrix)), end="")
+        print(merged_matrix(args.matrix), end="")
+        return 0
+    if args.write_spec:
+        from ._run import SPEC, spec_text
+
+        SPEC.write_text(spec_text(REAL_MODELS))
+        print(f"wrote {SPEC}")
         return 0
     if args.list or not args.run:
         for m in REAL_MODELS:
             print(f"{m.name:26s} {','.join(m.tags):38s} {m.what}")
             print(f"{'':26s} multiexport compare {m.target} {' '.join(m.compare_flags(bench=True))}".rstrip())
         return 0
-    return run_models(select_run(args.run), args.out, args.backends, args.trials, args.bench, args.timeout, extra)
+    return run_models(select_run(args.run), args.out, args.backends, args.trials, args.bench, args.timeout, extra,
+                      resume=args.resume)
 
 
 __all__ = ["REAL_MODELS", "RealModel", "TAGS", "main", "select", "select_run"] + [m.name for m in REAL_MODELS]

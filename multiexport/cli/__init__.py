@@ -1,4 +1,4 @@
-"""`multiexport` command line: signature, export, run, compare, report, diff, backends.
+"""`multiexport` command line: signature, export, run, native, compare, report, diff, sweep, history, backends.
 
 User mistakes (bad target, input, artifact, option) print one line and exit 2; a backend that fails exits
 3; a bug in multiexport itself exits 70 with its traceback saved to a file the message names; a signal

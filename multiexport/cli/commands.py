@@ -326,6 +326,11 @@ def cmd_diff(args) -> int:
     from ..report.regression import check_thresholds
     from ..results import load_results
 
+    if args.sweep:
+        from .sweep_commands import diff_sweep_dirs
+
+        return diff_sweep_dirs(args)
+
     check_thresholds(args.max_slowdown, args.max_parity_drift)
     # A baseline from multiexport 0.1 (schema 1) is read too: a diff across the upgrade is what it is for.
     return _gate(load_results(args.baseline, legacy=True), load_results(args.current, legacy=True), args)

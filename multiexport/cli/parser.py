@@ -137,8 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
                                     "the leaf's scale)."))
     p.add_argument("baseline", type=Path, help="the earlier results.json (this version's, or 0.1's)")
     p.add_argument("current", type=Path, help="the new results.json")
+    p.add_argument("--sweep", action="store_true",
+                   help="BASELINE and CURRENT are sweep directories: every model gated, latency per backend over the "
+                        "sweep (geometric mean of its p50 ratios); a model missing from CURRENT is a regression")
     regression_options(p)
     p.set_defaults(handler=commands.cmd_diff)
+
+    _sweep_parsers(sub)
 
     p = sub.add_parser("backends", help="list backends, whether each is installed, and their options")
     p.set_defaults(handler=commands.cmd_backends)
@@ -213,6 +218,50 @@ def _compare_parser(sub) -> None:
                         "parity against jax.jit and the latency measured inside the program")
     p.add_argument("--native-plugin", type=Path, help="the PJRT plugin .so for --native (default: the installed one)")
     p.set_defaults(handler=commands.cmd_compare)
+
+
+def _sweep_parsers(sub) -> None:
+    from . import sweep_commands
+
+    p = sub.add_parser(
+        "sweep", help="compare every target of a TOML spec, locally or on a Ray cluster, into one sweep directory",
+        description=("Run `multiexport compare` on every target of SPEC, each in a process of its own (one failing "
+                     "model never stops the sweep), and write OUT/matrix.md, matrix.html and summary.json (model x "
+                     "backend) as rows finish. local: a pool sized to the cores and memory, timing phases one at a "
+                     "time per machine; ray: each compare a Ray task with its resources (pip install "
+                     "'multiexport[sweep]'). A killed sweep continues with --resume: finished rows are kept, the "
+                     "rest re-run. Every row goes into an SQLite history (`multiexport history`). The spec's "
+                     "format: python -c 'import multiexport.sweeps.spec as s; print(s.__doc__)'."))
+    p.add_argument("spec", type=Path, help="the sweep's TOML spec")
+    p.add_argument("--out", type=Path, help="the sweep's directory (default: multiexport-out/sweep-<name>)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local (default): a pool on this machine; ray: tasks on the cluster at --ray-address")
+    p.add_argument("--ray-address", help="the Ray cluster to join (default: $RAY_ADDRESS, else a local one started)")
+    p.add_argument("--jobs", type=int, help="local: compares at once (default: one per 2 cores and 4 GiB available)")
+    p.add_argument("--resume", action="store_true", help="continue the sweep in --out: keep its finished rows")
+    p.add_argument("--only", metavar="NAME,TAG", help="only the targets with these names or tags")
+    p.add_argument("--shard", metavar="I/N", help="this run's share: every N-th target from the I-th (CI matrices)")
+    p.add_argument("--history", type=Path, metavar="SQLITE",
+                   help="record every row here (default: OUT/history.sqlite); one file across sweeps keeps a history")
+    p.add_argument("--baseline-sweep", type=Path, metavar="DIR",
+                   help="gate the sweep against an earlier sweep directory; exit 1 on a regression")
+    p.add_argument("--list", action="store_true", help="print each selected target's compare command and exit")
+    regression_options(p)
+    p.set_defaults(handler=sweep_commands.cmd_sweep)
+
+    p = sub.add_parser("history", help="query the result history of sweeps (SQLite): a model's rows over time, "
+                                       "when a row changed status",
+                       description=("Read the history a sweep records (OUT/history.sqlite, or its --history): every "
+                                    "model x backend of every sweep with status, error, p50 with its interval, versions, "
+                                    "machine, commit and time."))
+    p.add_argument("db", type=Path, help="the history file")
+    p.add_argument("--add", nargs="+", type=Path, metavar="SWEEP_DIR", help="record these sweep directories first")
+    p.add_argument("--model", help="only this model (a task name)")
+    p.add_argument("--backend", help="only this backend")
+    p.add_argument("--changes", action="store_true",
+                   help="only the changes of status from one sweep to the next, with the versions that changed")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=sweep_commands.cmd_history)
 
 
 def regression_options(p) -> None:

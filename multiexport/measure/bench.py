@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..results.bench import LatencyStats, SizeResult
-from ..results.status import Status
+from ..status import Status
 
 
 @dataclass(frozen=True)

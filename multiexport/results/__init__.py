@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InputError
+from ..status import MEANING, Status
 from .bench import BenchResult, LatencyStats, Pairing, Ratio, SizeResult
 from .legacy import LEGACY_SCHEMA, upgrade
 from .native import NATIVE_SUFFIX, NativeResult, NativeSize
 from .parity import ExcludedTrial, LeafStats, LeafVerdict, ParityVerdict, Tolerance
 from .schema import from_data, to_data
-from .status import MEANING, Status
 
 RESULTS_SCHEMA = "multiexport.results/2"
 _MAX_RESULTS = 512 << 20

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .status import Status
+from ..status import Status
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..status import Status
 from .bench import LatencyStats, Ratio
 from .parity import ParityVerdict
-from .status import Status
 
 NATIVE_SUFFIX = " native"  # a native consumer's name in a paired Ratio: "<backend> native"
 

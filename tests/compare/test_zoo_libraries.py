@@ -116,22 +116,3 @@ def test_every_zoo_entry_builds_and_its_outputs_vary(model):
     target = model.factory()
     assert (target.batch_symbol is not None) == ("symbolic-batch" in model.tags)
     assert_outputs_vary(model, target)
-
-
-def test_the_matrix_counts_ok_over_the_models_xla_runs_and_names_each_failure():
-    from benchmarks.real_models._run import matrix, ok_counts
-
-    summary = {
-        "a": {"exit": 0, "seconds": 1.0, "backends": {"xla": {"status": "ok", "reason": ""},
-                                                      "onnx": {"status": "ok", "reason": ""}}},
-        "b": {"exit": 3, "seconds": 2.0, "backends": {"xla": {"status": "ok", "reason": ""},
-                                                      "onnx": {"status": "unsupported-op",
-                                                               "reason": "no Einsum for \x1b[1mint32\nsecond line"}}},
-        "c": {"exit": 3, "seconds": 3.0, "backends": {"xla": {"status": "export-failed", "reason": "x"},
-                                                      "onnx": {"status": "ok", "reason": ""}}},
-    }
-    assert ok_counts(summary) == {"xla": (2, 2), "onnx": (1, 2)}  # c is not counted: XLA does not run it
-    text = matrix(summary)
-    assert "| **ok / models XLA runs** | | | 2/2 | 1/2 |" in text
-    assert "- b/onnx: unsupported-op: no Einsum for \\x1b[1mint32\n" in text and "second line" not in text
-    assert "\x1b" not in text  # a converter's ANSI escapes are shown, not sent to the terminal or the .md

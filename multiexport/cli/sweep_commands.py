@@ -1,0 +1,93 @@
+"""The commands over many compares: `sweep`, `history`, and `diff --sweep`."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from contextlib import redirect_stderr
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+
+def compare_refusal(argv: Sequence[str]) -> str | None:
+    """Why `multiexport compare` would refuse these arguments (None: it would take them); its own parser."""
+    from .parser import build_parser
+
+    err = io.StringIO()
+    try:
+        with redirect_stderr(err):
+            build_parser().parse_args(list(argv))
+    except SystemExit:
+        last = (err.getvalue().strip().splitlines() or ["invalid arguments"])[-1]
+        return last.split("error: ", 1)[-1]
+    return None
+
+
+def _say(message: str) -> None:
+    from ..files.text import visible
+
+    print(f"[sweep] {visible(message)}", file=sys.stderr, flush=True)
+
+
+def cmd_sweep(args) -> int:
+    from ..files.paths import safe_component
+    from ..report.regression import check_thresholds, publish
+    from ..sweeps.gate import diff_sweeps, sweep_results
+    from ..sweeps.session import SweepConfig, run_sweep
+    from ..sweeps.spec import load_spec, select
+
+    spec = load_spec(args.spec, check_args=compare_refusal)
+    tasks = select(spec.tasks, args.only or "", args.shard or "")
+    if args.list:
+        for t in tasks:
+            print(f"{t.name:28s} {','.join(t.tags):30s} multiexport {' '.join(t.compare_args(Path('OUT') / t.name))}")
+        return 0
+    if args.baseline_sweep is not None:  # refused now, not after hours of compares
+        check_thresholds(args.max_slowdown, args.max_parity_drift)
+        sweep_results(args.baseline_sweep)
+    out = args.out or Path("multiexport-out") / f"sweep-{safe_component(spec.name, 'sweep')}"
+    config = SweepConfig(out=out, executor=args.executor, jobs=args.jobs, resume=args.resume, only=args.only or "",
+                         shard=args.shard or "", history=args.history, ray_address=args.ray_address)
+    result = run_sweep(spec, tasks, config, say=_say)
+    print(result.markdown, end="")
+    print(f"sweep: {len(result.ran)} compare(s) in {result.seconds:.0f} s; {out}/matrix.md, matrix.html, summary.json; "
+          f"history {config.history or out / 'history.sqlite'}")
+    code = result.exit_code
+    if args.baseline_sweep is not None:
+        d = diff_sweeps(args.baseline_sweep, out, args.max_slowdown, args.max_parity_drift)
+        print(publish(d, args.junit))
+        code = max(code, d.exit_code)
+    return code
+
+
+def cmd_history(args) -> int:
+    from ..sweeps.history import History, render_changes, render_rows
+
+    history = History(args.db)
+    for directory in args.add or ():
+        count = history.add(directory)
+        print(f"recorded {count} row(s) of {directory}", file=sys.stderr)
+    if args.add and not (args.model or args.backend or args.changes or args.json):
+        return 0
+    if args.changes:
+        changes = history.changes(args.model, args.backend)
+        if args.json:
+            print(json.dumps([asdict(c) for c in changes], indent=1))
+        else:
+            print(render_changes(changes) or "no rows recorded for that model and backend")
+        return 0
+    rows = history.rows(args.model, args.backend)
+    print(json.dumps([asdict(r) for r in rows], indent=1) if args.json else render_rows(rows))
+    return 0
+
+
+def diff_sweep_dirs(args) -> int:
+    from ..report.regression import check_thresholds, publish
+    from ..sweeps.gate import diff_sweeps
+
+    check_thresholds(args.max_slowdown, args.max_parity_drift)
+    d = diff_sweeps(args.baseline, args.current, args.max_slowdown, args.max_parity_drift)
+    print(publish(d, args.junit))
+    return d.exit_code

@@ -1,0 +1,55 @@
+"""The regression gate over a whole sweep: `multiexport diff --sweep A B`, `sweep --baseline-sweep`.
+
+Status and parity are gated per model and backend, as `multiexport diff` gates one results.json; latency
+per backend over the whole sweep (the geometric mean of its p50 ratios), so one noisy 10 us row on a shared
+machine cannot fail a build while a real slowdown of a backend does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..report.regression import Check, Diff, aggregate_latency, diff_results
+from ..results import Results
+
+
+def diff_many(base: Mapping[str, Results], current: Mapping[str, Results], max_slowdown: float = 1.10,
+              max_parity_drift: float = 10.0) -> Diff:
+    """Gate every model of `current` against the same model of `base` (a model only in one is listed)."""
+    merged = Diff(max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
+    for name, res in current.items():
+        if name not in base:
+            merged.checks.append(Check(name, "model", "new", "not in the baseline sweep"))
+            continue
+        d = diff_results(base[name], res, max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
+        for c in d.checks:
+            c.backend = f"{name}/{c.backend}"
+        merged.checks += d.checks
+    for name in base:
+        if name not in current:
+            merged.checks.append(Check(name, "model", "missing", "in the baseline sweep, not in this one"))
+    return aggregate_latency(merged, max_slowdown, group=lambda backend: backend.split("/", 1)[-1])
+
+
+def sweep_results(directory: Path) -> dict[str, Results]:
+    """The results.json of every row of a sweep directory that wrote one (legacy schemas read too)."""
+    from ..errors import InputError
+    from ..results import load_results
+    from .state import DONE, SweepDir
+
+    sweep = SweepDir.read(directory)
+    out: dict[str, Any] = {}
+    for name, outcome in sweep.ended().items():
+        if outcome.state == DONE:
+            path = sweep.row_dir(name) / "results.json"
+            if not path.is_file():
+                raise InputError(f"Sweep '{directory}' | row {name!r} ended done but {path} is missing, expected "
+                                 "the sweep's results")
+            out[name] = load_results(path, legacy=True)
+    return out
+
+
+def diff_sweeps(base: Path, current: Path, max_slowdown: float = 1.10, max_parity_drift: float = 10.0) -> Diff:
+    """The gate between two sweep directories."""
+    return diff_many(sweep_results(base), sweep_results(current), max_slowdown, max_parity_drift)

@@ -1,0 +1,68 @@
+"""The local executor: a pool of compares on this machine, their timing phases one at a time.
+
+Each compare exports and checks parity beside the others, then takes the machine's timing lock
+(`system.timing_lock`) for its timed rounds, so no latency is measured under another compare's load. The
+pool is sized to the cores and memory (a compare of six backends peaks at a few GiB).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .spec import SweepTask
+from .state import DIED, RowOutcome, SweepDir
+from .task import run_task
+
+GIB_PER_COMPARE = 4.0
+
+
+def default_jobs() -> int:
+    """Compares at once: one per two usable cores (each compare runs its own workers), at most one per
+    4 GiB of available memory, at least one."""
+    from ..exporting.contract import usable_cpus
+
+    by_memory = int(_available_gib() // GIB_PER_COMPARE)
+    return max(1, min(usable_cpus() // 2, by_memory))
+
+
+def _available_gib() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / (1 << 20)
+    except (OSError, ValueError, IndexError):
+        pass
+    return GIB_PER_COMPARE  # cannot say: one compare
+
+
+def run_local(tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, jobs: int,
+              on_end: Callable[[RowOutcome], None], say: Callable[[str], None]) -> None:
+    """Run every task (each re-run once if its compare died), calling `on_end` as each row ends."""
+    if not tasks:
+        return
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="sweep")
+    try:
+        futures = [pool.submit(_one, task, sweep, cwd, say) for task in tasks]
+        for future in as_completed(futures):
+            on_end(future.result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _one(task: SweepTask, sweep: SweepDir, cwd: Path, say: Callable[[str], None]) -> RowOutcome:
+    attempt = 0
+    while True:
+        attempt += 1
+        sweep.clear_row(task.name)
+        sweep.record_start(task, attempt)
+        say(f"{task.name}: compare started (attempt {attempt}, pid {os.getpid()})")
+        result = run_task(task, sweep.row_dir(task.name), cwd)
+        sweep.log_path(task.name).write_text(result.log)
+        if result.state != DIED or attempt >= 2:
+            break
+        say(f"{task.name}: {result.reason}; running it once more")
+    return RowOutcome(task.name, result.state, result.exit, result.seconds, attempt, result.reason, result.host,
+                      task.fingerprint())

@@ -1,0 +1,228 @@
+"""A sweep's directory: what it was asked to do, what has finished, and each row's compare output.
+
+    OUT/sweep.json        the tasks (with their fingerprints), the spec's hash, shard, commit, when
+    OUT/progress.jsonl    one line per start and end of a task, flushed and fsync'd as it happens
+    OUT/rows/NAME/        that task's compare output (results.json, report.md, report.html, artifacts)
+    OUT/rows/NAME.log     the command, how it ended, its output
+    OUT/summary.json, OUT/matrix.md, OUT/matrix.html   rewritten after every row
+
+A resumed sweep keeps every row whose end is recorded and re-runs the rest: a killed sweep loses no
+finished row and repeats none. The journal is append-only; a line cut short by the kill is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ..errors import UsageError
+from .spec import SweepSpec, SweepTask
+
+SCHEMA = "multiexport.sweep/1"
+SWEEP_FILE = "sweep.json"
+JOURNAL = "progress.jsonl"
+LOCK = ".sweep.lock"  # held by the running sweep (files.lock): one sweep per directory
+
+# How a task ended (the `state` of its row):
+DONE = "done"                    # compare ran to its end and wrote results.json (its verdicts are in there)
+FAILED = "failed"                # compare exited without results.json (e.g. the target cannot be imported)
+DIED = "died"                    # its process was killed or crashed, twice (re-run once)
+TIMEOUT = "timeout"              # it ran past the task's timeout
+UNSCHEDULABLE = "unschedulable"  # no machine of the cluster offers what it needs (re-tried on --resume)
+
+
+@dataclass(frozen=True)
+class RowOutcome:
+    """How one task ended.
+
+    name: the task. state: DONE, FAILED, DIED, TIMEOUT or UNSCHEDULABLE. exit: compare's exit code (None
+    when it never exited by itself). seconds: wall time of its last attempt. attempts: how many times it ran.
+    reason: for any state but DONE, why (one line). host: the machine that ran it. fingerprint: the task's
+    (a resumed sweep re-runs a row whose task changed).
+    """
+
+    name: str
+    state: str
+    exit: int | None
+    seconds: float
+    attempts: int
+    reason: str = ""
+    host: str = ""
+    fingerprint: str = ""
+
+
+class SweepDir:
+    """The directory of one sweep, opened for a run (new) or for `--resume`."""
+
+    def __init__(self, root: Path, meta: dict[str, Any]):
+        self.root, self.meta = root, meta
+
+    # -- opening -----------------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, root: Path, spec: SweepSpec, tasks: Sequence[SweepTask], shard: str, resume: bool,
+             executor: str) -> "SweepDir":
+        """A new sweep directory at `root` (new or empty), or the existing one to resume.
+
+        Raises:
+            UsageError: `root` holds something else, is a sweep already (without `resume`), or (with it)
+                is not a sweep of the same tasks.
+        """
+        cls.check_usable(root, resume)
+        marker = root / SWEEP_FILE
+        if resume:
+            meta = cls._read_meta(marker)
+            asked = [t.name for t in tasks]
+            if meta.get("tasks") != asked:
+                raise UsageError(f"Sweep '{root}' | was started with tasks {meta.get('tasks')}, now asked for "
+                                 f"{asked}, expected the same spec, --only and --shard to resume it")
+            return cls(root, meta)
+        (root / "rows").mkdir(parents=True, exist_ok=True)
+        meta = {"schema": SCHEMA, "uid": uuid.uuid4().hex, "name": spec.name, "spec": str(spec.path),
+                "spec_sha256": spec.sha256, "shard": shard or None, "executor": executor,
+                "commit": _commit(spec.directory), "created": _now(), "tasks": [t.name for t in tasks],
+                "fingerprints": {t.name: t.fingerprint() for t in tasks}}
+        from ..files import write_text_atomic
+
+        write_text_atomic(marker, json.dumps(meta, indent=1) + "\n")
+        return cls(root, meta)
+
+    @staticmethod
+    def check_usable(root: Path, resume: bool) -> None:
+        """Refuse `root` unless it is new or empty (a new sweep) or a sweep's directory (`resume`), before
+        anything is written there."""
+        marker = root / SWEEP_FILE
+        if resume:
+            if not marker.is_file():
+                raise UsageError(f"Sweep '{root}' | has no {SWEEP_FILE}, expected the directory of a sweep to "
+                                 "resume (drop --resume to start one)")
+            return
+        if root.is_symlink() or (root.exists() and not root.is_dir()):
+            raise UsageError(f"Sweep '{root}' | is a file or a link, expected a new or empty directory")
+        if root.is_dir() and any(p.name != LOCK for p in root.iterdir()):
+            if marker.is_file():
+                raise UsageError(f"Sweep '{root}' | is a sweep already, expected a new or empty directory (add "
+                                 "--resume to continue it)")
+            raise UsageError(f"Sweep '{root}' | is not empty and not a sweep, expected a new or empty directory")
+
+    @staticmethod
+    def _read_meta(marker: Path) -> dict[str, Any]:
+        try:
+            meta = json.loads(marker.read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"Sweep '{marker}' | unreadable ({exc}), expected a {SWEEP_FILE} written by "
+                             "`multiexport sweep`") from None
+        if not isinstance(meta, dict) or meta.get("schema") != SCHEMA:
+            raise UsageError(f"Sweep '{marker}' | got schema {meta.get('schema') if isinstance(meta, dict) else None!r}, "
+                             f"expected {SCHEMA!r}")
+        return meta
+
+    @classmethod
+    def read(cls, root: Path) -> "SweepDir":
+        """An existing sweep directory, to read (diff, history, matrix)."""
+        return cls(root, cls._read_meta(root / SWEEP_FILE))
+
+    # -- the journal --------------------------------------------------------------------------------------
+
+    def ended(self) -> dict[str, RowOutcome]:
+        """The rows whose end is recorded (the last end of each), in the journal's order."""
+        out: dict[str, RowOutcome] = {}
+        for event in self._events():
+            if event.get("event") == "end" and _well_formed(event):
+                fields = {k: event[k] for k in RowOutcome.__dataclass_fields__ if k in event}
+                out[event["name"]] = RowOutcome(**fields)
+        return out
+
+    def starts(self) -> dict[str, int]:
+        """How many times each task was started, over every run of this sweep."""
+        counts: dict[str, int] = {}
+        for event in self._events():
+            if event.get("event") == "start":
+                counts[event.get("name", "")] = counts.get(event.get("name", ""), 0) + 1
+        return counts
+
+    def to_run(self, tasks: Sequence[SweepTask]) -> list[SweepTask]:
+        """The tasks a resumed run must still run: not ended, ended unschedulable, or changed since."""
+        ended = self.ended()
+        return [t for t in tasks if t.name not in ended or ended[t.name].state == UNSCHEDULABLE
+                or ended[t.name].fingerprint != t.fingerprint()]
+
+    def record_start(self, task: SweepTask, attempt: int) -> None:
+        self._append({"event": "start", "name": task.name, "attempt": attempt, "at": _now()})
+
+    def record_end(self, outcome: RowOutcome) -> None:
+        self._append({"event": "end", **asdict(outcome), "at": _now()})
+
+    def _append(self, event: dict[str, Any]) -> None:
+        line = json.dumps(event) + "\n"
+        fd = os.open(self.root / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _events(self) -> Iterable[dict[str, Any]]:
+        try:
+            text = (self.root / JOURNAL).read_text()
+        except FileNotFoundError:
+            return []
+        events = []
+        for line in text.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # cut short by a kill while it was written
+            if isinstance(event, dict):
+                events.append(event)
+        return events
+
+    # -- rows ---------------------------------------------------------------------------------------------
+
+    def row_dir(self, name: str) -> Path:
+        return self.root / "rows" / name
+
+    def log_path(self, name: str) -> Path:
+        return self.root / "rows" / f"{name}.log"
+
+    def clear_row(self, name: str) -> None:
+        """Remove what an unfinished attempt of `name` left (this sweep's own row directory, nothing else)."""
+        row = self.row_dir(name)
+        if row.is_symlink():
+            row.unlink()
+        elif row.is_dir():
+            shutil.rmtree(row)
+
+
+_TYPES: dict[str, type | tuple[type, ...]] = {"name": str, "state": str, "seconds": (int, float), "attempts": int, "reason": str, "host": str,
+          "fingerprint": str}
+
+
+def _well_formed(event: dict[str, Any]) -> bool:
+    """An end event as this module writes it (a journal edited by hand is read, never trusted)."""
+    if not all(isinstance(event.get(k), t) and not isinstance(event.get(k), bool) for k, t in _TYPES.items()):
+        return False
+    return event["exit"] is None or (isinstance(event["exit"], int) and not isinstance(event["exit"], bool))
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _commit(directory: Path) -> str | None:
+    """The commit the spec's directory is at ($MULTIEXPORT_COMMIT first, for CI checkouts without .git)."""
+    if os.environ.get("MULTIEXPORT_COMMIT"):
+        return os.environ["MULTIEXPORT_COMMIT"]
+    import subprocess
+
+    try:
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None

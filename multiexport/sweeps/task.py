@@ -1,0 +1,71 @@
+"""One task of a sweep: `multiexport compare` in a process of its own, and how it ended.
+
+Used where the task runs: by the local executor in the sweep's own process, by the Ray executor inside a
+Ray task on whichever node took it. The compare process dies with the one that started it (the
+supervisor's rule), so a killed sweep leaves no compare writing into its directory.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..system.process import Outcome, run_command
+from ..system.timing_lock import ENV as TIMING_LOCK_ENV, machine_lock_path
+from .spec import SweepTask
+from .state import DIED, DONE, FAILED, TIMEOUT
+
+EXIT_MEANING = {0: "every backend faithful", 1: "a parity failure", 2: "a user error", 3: "a backend failed",
+                70: "a bug in multiexport"}
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of a task's compare.
+
+    state: DONE (results.json written), FAILED, DIED (killed or crashed: worth one more try) or TIMEOUT.
+    exit: compare's exit code (None if it did not exit by itself). seconds: its wall time. reason: for
+    any state but DONE, one line saying why. log: the command, how it ended and its output. host: where.
+    """
+
+    state: str
+    exit: int | None
+    seconds: float
+    reason: str
+    log: str
+    host: str
+
+
+def run_task(task: SweepTask, out_dir: Path, cwd: Path) -> Attempt:
+    """Run `task`'s compare into `out_dir` (from `cwd`, where its relative target resolves), holding the
+    machine's timing lock around its timing phase."""
+    cmd = [sys.executable, "-m", "multiexport", *task.compare_args(out_dir)]
+    env = {**os.environ, TIMING_LOCK_ENV: str(machine_lock_path())}
+    outcome = run_command(cmd, timeout=task.timeout, cwd=cwd, env=env)
+    wrote = (out_dir / "results.json").is_file()
+    state, reason = _verdict(outcome, wrote, task.timeout)
+    log = (f"$ {' '.join(cmd)}\n# {outcome.how_it_ended()} in {outcome.seconds:.1f} s"
+           f"{' (' + EXIT_MEANING[outcome.returncode] + ')' if outcome.returncode in EXIT_MEANING else ''}\n"
+           f"{outcome.stdout}\n--- stderr ---\n{outcome.stderr}")
+    return Attempt(state, outcome.returncode if outcome.returncode is not None and outcome.returncode >= 0 else None,
+                   round(outcome.seconds, 2), reason, log, platform.node())
+
+
+def _verdict(outcome: Outcome, wrote: bool, timeout: float) -> tuple[str, str]:
+    if outcome.timed_out:
+        return TIMEOUT, f"compare ran past the task's timeout ({timeout:g} s) and was killed"
+    if outcome.start_error:
+        return FAILED, f"compare could not start: {outcome.start_error}"
+    if outcome.signal is not None:
+        oom = " (out of memory: the cgroup's oom_kill count rose)" if outcome.oom_kills else ""
+        return DIED, f"compare {outcome.how_it_ended()}{oom}"
+    if wrote:  # whatever its verdicts (a backend that failed, a bug in one row): they are in results.json
+        return DONE, ""
+    last = [line for line in outcome.stderr.strip().splitlines() if line.strip()]
+    why = last[-1].strip() if last else "no output"
+    meaning = EXIT_MEANING.get(outcome.returncode or 0, "")
+    return FAILED, f"compare exited {outcome.returncode}{' (' + meaning + ')' if meaning else ''} " \
+                   f"without results.json: {why[:400]}"
