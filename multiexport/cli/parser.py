@@ -232,7 +232,7 @@ def _sweep_parsers(sub) -> None:
                      "'multiexport[sweep]'). A killed sweep continues with --resume: finished rows are kept, the "
                      "rest re-run. Every row goes into an SQLite history (`multiexport history`). The spec's "
                      "format: python -c 'import multiexport.sweeps.spec as s; print(s.__doc__)'."))
-    p.add_argument("spec", type=Path, help="the sweep's TOML spec")
+    p.add_argument("spec", type=Path, nargs="?", help="the sweep's TOML spec")
     p.add_argument("--out", type=Path, help="the sweep's directory (default: multiexport-out/sweep-<name>)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local (default): a pool on this machine; ray: tasks on the cluster at --ray-address")
@@ -246,6 +246,9 @@ def _sweep_parsers(sub) -> None:
     p.add_argument("--baseline-sweep", type=Path, metavar="DIR",
                    help="gate the sweep against an earlier sweep directory; exit 1 on a regression")
     p.add_argument("--list", action="store_true", help="print each selected target's compare command and exit")
+    p.add_argument("--merge", nargs="+", type=Path, metavar="DIR",
+                   help="instead of running a SPEC: merge these sweep directories (the shards of one sweep) into --out, "
+                        "a sweep directory like any other (results and reports copied, not artifacts)")
     regression_options(p)
     p.set_defaults(handler=sweep_commands.cmd_sweep)
 

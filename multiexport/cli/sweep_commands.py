@@ -32,12 +32,17 @@ def _say(message: str) -> None:
 
 
 def cmd_sweep(args) -> int:
+    from ..errors import UsageError
     from ..files.paths import safe_component
     from ..report.regression import check_thresholds, publish
     from ..sweeps.gate import diff_sweeps, sweep_results
     from ..sweeps.session import SweepConfig, run_sweep
     from ..sweeps.spec import load_spec, select
 
+    if args.merge:
+        return _merge(args)
+    if args.spec is None:
+        raise UsageError("Sweep | no SPEC given, expected a sweep spec (TOML), or --merge DIR... --out DIR")
     spec = load_spec(args.spec, check_args=compare_refusal)
     tasks = select(spec.tasks, args.only or "", args.shard or "")
     if args.list:
@@ -60,6 +65,20 @@ def cmd_sweep(args) -> int:
         print(publish(d, args.junit))
         code = max(code, d.exit_code)
     return code
+
+
+def _merge(args) -> int:
+    from ..errors import UsageError
+    from ..sweeps.matrix import markdown
+    from ..sweeps.merge import merge
+    from ..sweeps.state import DONE
+
+    if args.spec is not None or args.out is None:
+        raise UsageError("Option '--merge' | expected sweep directories and --out, and no SPEC (merging runs nothing)")
+    rows = merge(args.merge, args.out)
+    print(markdown(rows), end="")
+    print(f"sweep: merged {len(args.merge)} sweep(s), {len(rows)} row(s) into {args.out}")
+    return 0 if all(r.outcome.state == DONE for r in rows) else 3
 
 
 def cmd_history(args) -> int:

@@ -86,7 +86,7 @@ class SweepDir:
         (root / "rows").mkdir(parents=True, exist_ok=True)
         meta = {"schema": SCHEMA, "uid": uuid.uuid4().hex, "name": spec.name, "spec": str(spec.path),
                 "spec_sha256": spec.sha256, "shard": shard or None, "executor": executor,
-                "commit": _commit(spec.directory), "created": _now(), "tasks": [t.name for t in tasks],
+                "commit": _commit(spec.directory), "created": now(), "tasks": [t.name for t in tasks],
                 "fingerprints": {t.name: t.fingerprint() for t in tasks}}
         from ..files import write_text_atomic
 
@@ -154,10 +154,10 @@ class SweepDir:
                 or ended[t.name].fingerprint != t.fingerprint()]
 
     def record_start(self, task: SweepTask, attempt: int) -> None:
-        self._append({"event": "start", "name": task.name, "attempt": attempt, "at": _now()})
+        self._append({"event": "start", "name": task.name, "attempt": attempt, "at": now()})
 
     def record_end(self, outcome: RowOutcome) -> None:
-        self._append({"event": "end", **asdict(outcome), "at": _now()})
+        self._append({"event": "end", **asdict(outcome), "at": now()})
 
     def _append(self, event: dict[str, Any]) -> None:
         line = json.dumps(event) + "\n"
@@ -211,7 +211,8 @@ def _well_formed(event: dict[str, Any]) -> bool:
     return event["exit"] is None or (isinstance(event["exit"], int) and not isinstance(event["exit"], bool))
 
 
-def _now() -> str:
+def now() -> str:
+    """UTC, to the second, as every sweep file writes it."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 

@@ -160,3 +160,25 @@ def test_a_compare_waits_for_the_machine_s_timing_lock_before_it_times(tmp_path)
     assert proc.returncode == 0, _
     results = json.loads((tmp_path / "c" / "results.json").read_text())
     assert results["backends"]["xla"]["bench"]["sizes"][0]["latency"]["n"] > 0
+
+
+def test_shards_cover_the_spec_once_and_merge_into_one_sweep_the_gate_and_history_read(tmp_path):
+    _models(tmp_path, {"one": "x * 2", "two": "x + 1", "three": "x - 3"})
+    spec = _spec(tmp_path, ["one", "two", "three"])
+    for i in (1, 2):
+        proc = run_cli("sweep", spec, "--shard", f"{i}/2", "--out", tmp_path / f"s{i}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    shards = [json.loads((tmp_path / f"s{i}" / "summary.json").read_text()) for i in (1, 2)]
+    assert [sorted(s) for s in shards] == [["one", "three"], ["two"]]
+    merged = run_cli("sweep", "--merge", tmp_path / "s1", tmp_path / "s2", "--out", tmp_path / "all")
+    assert merged.returncode == 0, merged.stderr[-3000:]
+    summary = json.loads((tmp_path / "all" / "summary.json").read_text())
+    assert sorted(summary) == ["one", "three", "two"]
+    assert all(r["state"] == "done" and r["backends"]["xla"]["status"] == "ok" for r in summary.values())
+    assert run_cli("diff", "--sweep", tmp_path / "all", tmp_path / "all").returncode == 0
+    lost = run_cli("diff", "--sweep", tmp_path / "all", tmp_path / "s1")  # `two` is missing from s1
+    assert lost.returncode == 1 and "two" in lost.stdout
+    added = run_cli("history", tmp_path / "h.sqlite", "--add", tmp_path / "all", "--model", "two", "--json", check=True)
+    assert [(r["model"], r["backend"], r["status"]) for r in json.loads(added.stdout)] == [("two", "xla", "ok")]
+    again = run_cli("sweep", "--merge", tmp_path / "s1", "--out", tmp_path / "all")
+    assert again.returncode == 2 and "is a sweep already" in again.stderr
