@@ -9,6 +9,7 @@ recording it again (a resumed sweep, `multiexport history --add`) replaces its r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sqlite3
 import time
@@ -64,11 +65,11 @@ class HistoryRow:
 class Change:
     """A row whose status differs from the same model x backend in the sweep before it (`before` None: the
     first sweep that has the row). `versions` lists the distributions the two compares ran with that differ
-    (a package added or removed included)."""
+    (a package added or removed included); None when one of them wrote no results to say."""
 
     before: HistoryRow | None
     after: HistoryRow
-    versions: dict[str, tuple[str | None, str | None]]
+    versions: dict[str, tuple[str | None, str | None]] | None
 
 
 class History:
@@ -154,7 +155,7 @@ class History:
         """Every change of status of a model x backend from one sweep to the next that has it, oldest first."""
         last: dict[tuple[str, str], HistoryRow] = {}
         out = []
-        for row in self.rows(model, backend):
+        for row in self._expanded(self.rows(model, None), backend):
             key = (row.model, row.backend)
             before = last.get(key)
             if before is None or before.status != row.status:
@@ -163,7 +164,29 @@ class History:
         return out
 
 
-def _version_changes(a: HistoryRow, b: HistoryRow) -> dict[str, tuple[str | None, str | None]]:
+    @staticmethod
+    def _expanded(rows: Sequence[HistoryRow], backend: str | None) -> Iterator[HistoryRow]:
+        """The rows, where a whole task ended without results (backend "*") as that status on every backend
+        the model had before: its ONNX row did change, from ok to the task's `failed`."""
+        seen: dict[str, list[str]] = {}
+        for row in rows:
+            if row.backend == TASK_ROW:
+                known = seen.get(row.model, [])
+                if known:
+                    yield from (dataclasses.replace(row, backend=n) for n in known if backend in (None, n))
+                elif backend is None:
+                    yield row
+                continue
+            known = seen.setdefault(row.model, [])
+            if row.backend not in known:
+                known.append(row.backend)
+            if backend in (None, row.backend):
+                yield row
+
+
+def _version_changes(a: HistoryRow, b: HistoryRow) -> dict[str, tuple[str | None, str | None]] | None:
+    if not a.versions or not b.versions:
+        return None  # a task that wrote no results: its versions are unknown, not absent
     names = sorted(set(a.versions) | set(b.versions))
     return {n: (a.versions.get(n), b.versions.get(n)) for n in names if a.versions.get(n) != b.versions.get(n)}
 
@@ -211,9 +234,9 @@ def render_changes(changes: Sequence[Change]) -> str:
         if c.before is None:
             lines.append(f"{a.model}/{a.backend}: first recorded as {a.status} in {where}")
             continue
-        versions = ", ".join(f"{n} {x or '-'} -> {y or '-'}" for n, (x, y) in c.versions.items())
+        versions = ("unknown (a task that wrote no results)" if c.versions is None else
+                    ", ".join(f"{n} {x or '-'} -> {y or '-'}" for n, (x, y) in c.versions.items()) or "the same")
         lines.append(f"{a.model}/{a.backend}: {c.before.status} -> {a.status} in {where}, after sweep "
-                     f"{c.before.sweep!r} ({c.before.created})" + (f"; versions: {versions}" if versions else
-                                                                  "; same versions")
+                     f"{c.before.sweep!r} ({c.before.created})" + f"; versions: {versions}"
                      + (f"; reason: {' '.join(a.reason.split())[:200]}" if a.reason and a.status != "ok" else ""))
     return "\n".join(lines)

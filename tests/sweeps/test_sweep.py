@@ -124,7 +124,7 @@ def test_the_history_says_when_a_row_changed_status_and_the_sweep_gate_fails_on_
     changes = run_cli("history", history, "--changes", "--model", "model", "--backend", "onnx", check=True).stdout
     lines = changes.strip().splitlines()
     assert lines[0].startswith("model/onnx: first recorded as ok in sweep 't'")
-    assert lines[1].startswith("model/onnx: ok -> unsupported-dtype in sweep 't'") and "same versions" in lines[1]
+    assert lines[1].startswith("model/onnx: ok -> unsupported-dtype in sweep 't'") and "versions: the same" in lines[1]
     rows = json.loads(run_cli("history", history, "--model", "model", "--json", check=True).stdout)
     assert [(r["backend"], r["status"]) for r in rows] == [("onnx", "ok"), ("xla", "ok"), ("onnx", "unsupported-dtype"),
                                                            ("xla", "ok")]
@@ -134,6 +134,13 @@ def test_the_history_says_when_a_row_changed_status_and_the_sweep_gate_fails_on_
     assert 'failures="1"' in (tmp_path / "gate.xml").read_text() or "<failure" in (tmp_path / "gate.xml").read_text()
     same = run_cli("diff", "--sweep", tmp_path / "a", tmp_path / "a")
     assert same.returncode == 0, same.stdout
+    # A third sweep whose target no longer imports: every backend row of the model changed, to `failed`
+    (tmp_path / "model.py").write_text("raise ImportError('gone')\n")
+    third = run_cli("sweep", spec, "--out", tmp_path / "c", "--history", history)
+    assert third.returncode == 3, third.stderr[-3000:]
+    xla = run_cli("history", history, "--changes", "--model", "model", "--backend", "xla", check=True).stdout
+    assert xla.strip().splitlines()[-1].startswith("model/xla: ok -> failed in sweep 't'")
+    assert "versions: unknown (a task that wrote no results)" in xla and "gone" in xla
 
 
 def test_a_compare_waits_for_the_machine_s_timing_lock_before_it_times(tmp_path):
