@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import sys
-from contextlib import redirect_stderr
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
@@ -15,13 +15,20 @@ def compare_refusal(argv: Sequence[str]) -> str | None:
     """Why `multiexport compare` would refuse these arguments (None: it would take them); its own parser."""
     from .parser import build_parser
 
+    argv = list(argv)
     err = io.StringIO()
     try:
-        with redirect_stderr(err):
-            build_parser().parse_args(list(argv))
+        with redirect_stderr(err), redirect_stdout(io.StringIO()):  # --help prints, then exits 0
+            ns = build_parser().parse_args(argv)
     except SystemExit:
-        last = (err.getvalue().strip().splitlines() or ["invalid arguments"])[-1]
+        last = (err.getvalue().strip().splitlines() or ["asks for help, not a compare"])[-1]
         return last.split("error: ", 1)[-1]
+    # argparse takes abbreviations (--ou for --out): what the sweep sets must still be what it set
+    given = {"out": Path(argv[argv.index("--out") + 1]), "backends": argv[argv.index("--backends") + 1],
+             "baseline": None, "junit": None}
+    moved = [name for name, value in given.items() if getattr(ns, name, None) != value]
+    if moved:
+        return f"sets {', '.join('--' + m for m in moved)} (perhaps abbreviated), which the sweep sets itself"
     return None
 
 

@@ -20,7 +20,7 @@ from ..files.paths import safe_component
 from ..results import BackendResult, Reference, Results, SignatureData, Status, TrialInfo
 from ..results.schema import from_data
 from ..system.process import stop_requested
-from ..system.timing_lock import timing_phase
+from ..system.timing_lock import MachineLock, machine_share
 from . import exports, timing
 from .check import check_row
 from .prepare import plan_devices, prepare
@@ -101,14 +101,17 @@ class _Run:
         early_start = self.ctx.config.device == "cpu"  # no GPU plan needed to know which workers to start
         workers = Workers(None, None)
         tm = Timing(None, None)
-        # Held from the first timed call to the last floor: a sweep's other compares wait, never time beside us
-        timing_lock = contextlib.ExitStack()
-        try:
-            self._measure(early_start, workers, tm, timing_lock)
-        finally:
-            timing_lock.close()
+        # The machine's lock (a sweep's): shared for the whole compare, exclusive from the first timed call to
+        # the last floor, so nothing of another compare runs while we time
+        with machine_share(self.ctx.progress) as machine:
+            timing_lock = contextlib.ExitStack()
+            try:
+                self._measure(early_start, workers, tm, timing_lock, machine)
+            finally:
+                timing_lock.close()
 
-    def _measure(self, early_start: bool, workers: Workers, tm: Timing, timing_lock: contextlib.ExitStack) -> None:
+    def _measure(self, early_start: bool, workers: Workers, tm: Timing, timing_lock: contextlib.ExitStack,
+                 machine: MachineLock) -> None:
         ctx, rows = self.ctx, self.rows
         try:
             if early_start:
@@ -128,7 +131,7 @@ class _Run:
             tm = timing.plan_timing(ctx, prep, rows, artifacts, workers)
             workers = Workers(None, None)  # adopted by the timing plan, or closed by it
             self.pairing = tm.pairing
-            timing_lock.enter_context(timing_phase(ctx.progress, ctx.config.bench is not None))
+            timing_lock.enter_context(machine.exclusive(ctx.config.bench is not None))
             if tm.servers is not None:
                 timing.start_servers(ctx, tm.servers, rows, artifacts)
             self.reference_bench = timing.bench_reference(ctx, prep, tm)

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import sqlite3
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -78,21 +79,37 @@ class History:
     def __init__(self, path: Path):
         self.path = Path(path)
 
-    def _connect(self, create: bool = True) -> sqlite3.Connection:
+    def _connect(self, create: bool) -> sqlite3.Connection:
+        """A connection to a history of this schema: created when new (`create`), read-only otherwise. A
+        database that is not a history is refused before anything is written to it."""
+        where = f"History '{self.path}'"
         if not create and not self.path.is_file():
-            raise InputError(f"History '{self.path}' | no such file, expected a history written by `multiexport sweep`")
+            raise InputError(f"{where} | no such file, expected a history written by `multiexport sweep`")
         try:
-            con = sqlite3.connect(self.path, timeout=30)
-            con.executescript(_TABLES)
-            found = con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            if found is None:
+            con = (sqlite3.connect(self.path, timeout=30) if create else
+                   sqlite3.connect(f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro", uri=True, timeout=30))
+        except sqlite3.Error as exc:
+            raise InputError(f"{where} | {exc}, expected an SQLite history written by `multiexport sweep`") from None
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "meta" not in tables:
+                raise InputError(f"{where} | an SQLite database with tables {', '.join(sorted(tables)[:5])} and no "
+                                 "multiexport schema, expected a history written by `multiexport sweep` (or a new file)")
+            if not tables:
+                if not create:
+                    raise InputError(f"{where} | an empty database, expected a history written by `multiexport sweep`")
+                con.executescript(_TABLES)
                 con.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif found[0] != str(SCHEMA_VERSION):
-                raise InputError(f"History '{self.path}' | schema {found[0]}, expected {SCHEMA_VERSION}")
-            con.commit()
+                con.commit()
+            found = con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if found is None or found[0] != str(SCHEMA_VERSION):
+                raise InputError(f"{where} | schema {found[0] if found else None!r}, expected {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"History '{self.path}' | {exc}, expected an SQLite history written by "
-                             "`multiexport sweep`") from None
+            con.close()
+            raise InputError(f"{where} | {exc}, expected an SQLite history written by `multiexport sweep`") from None
+        except BaseException:
+            con.close()
+            raise
         return con
 
     @contextlib.contextmanager
@@ -101,8 +118,14 @@ class History:
         try:
             yield con
             con.commit()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"History '{self.path}' | {exc}, expected a history written by `multiexport sweep`") from None
         finally:
             con.close()
+
+    def check(self) -> None:
+        """Refuse now (before a sweep starts) a file that is not a history; create it when new."""
+        self._connect(create=True).close()
 
     # -- writing ------------------------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ pool is sized to the cores and memory (a compare of six backends peaks at a few 
 
 from __future__ import annotations
 
-import os
+import contextlib
+import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Sequence
@@ -44,25 +45,33 @@ def run_local(tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, jobs: int,
     if not tasks:
         return
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="sweep")
+    gpu = threading.Semaphore(1)  # one GPU task at a time: each JAX process would take most of the device
+    futures = [pool.submit(_one, task, sweep, cwd, say, gpu) for task in tasks]
+    reported = set()
     try:
-        futures = [pool.submit(_one, task, sweep, cwd, say) for task in tasks]
         for future in as_completed(futures):
+            reported.add(future)
             on_end(future.result())
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        for future in futures:  # rows that finished while the loop was stopping are kept, not re-run later
+            if future not in reported and future.done() and not future.cancelled() and future.exception() is None:
+                on_end(future.result())
 
 
-def _one(task: SweepTask, sweep: SweepDir, cwd: Path, say: Callable[[str], None]) -> RowOutcome:
+def _one(task: SweepTask, sweep: SweepDir, cwd: Path, say: Callable[[str], None],
+         gpu: threading.Semaphore) -> RowOutcome:
     attempt = 0
-    while True:
-        attempt += 1
-        sweep.clear_row(task.name)
-        sweep.record_start(task, attempt)
-        say(f"{task.name}: compare started (attempt {attempt}, pid {os.getpid()})")
-        result = run_task(task, sweep.row_dir(task.name), cwd)
-        sweep.log_path(task.name).write_text(result.log)
-        if result.state != DIED or attempt >= 2:
-            break
-        say(f"{task.name}: {result.reason}; running it once more")
+    with gpu if task.resources.gpus else contextlib.nullcontext():
+        while True:
+            attempt += 1
+            sweep.clear_row(task.name)
+            sweep.record_start(task, attempt)
+            say(f"{task.name}: compare started (attempt {attempt})")
+            result = run_task(task, sweep.row_dir(task.name), cwd)
+            sweep.write_log(task.name, result.log)
+            if result.state != DIED or attempt >= 2:
+                break
+            say(f"{task.name}: {result.reason}; running it once more")
     return RowOutcome(task.name, result.state, result.exit, result.seconds, attempt, result.reason, result.host,
                       task.fingerprint())

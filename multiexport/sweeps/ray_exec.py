@@ -11,14 +11,18 @@ compare that died is re-run once by the sweep, as locally. Needs `pip install 'm
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import EnvironmentProblem
+from ..files.temporary import make_temporary
 from .spec import SweepTask
-from .state import DIED, UNSCHEDULABLE, RowOutcome, SweepDir
+from .state import DIED, DONE, FAILED, TIMEOUT, UNSCHEDULABLE, RowOutcome, SweepDir
 
 SHIPPED = ("results.json", "report.md", "report.html")
 
@@ -35,59 +39,128 @@ def run_ray(tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, address: str
         return
     address = address or os.environ.get("RAY_ADDRESS") or None
     started = time.perf_counter()
-    ray.init(address=address, log_to_driver=False, include_dashboard=False if address is None else None,
-             configure_logging=False)
+    # A local cluster's session files (logs, sockets) go in a temporary of ours, removed after, not /tmp/ray
+    scratch = None if address else make_temporary("ray")
+    _join(ray, address, tasks, scratch)
     say(f"ray: joined {'the cluster at ' + address if address else 'a local cluster it started'} in "
         f"{time.perf_counter() - started:.1f} s ({_describe(ray.cluster_resources())})")
+    from ..system.process import stop_signals_polled
+
+    pending: dict[Any, tuple[SweepTask, int]] = {}
     try:
-        remote = ray.remote(_on_node)
-        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-        pending: dict[Any, tuple[SweepTask, int]] = {}
-
-        def submit(task: SweepTask, attempt: int) -> None:
-            sweep.clear_row(task.name)
-            sweep.record_start(task, attempt)
-            ref = remote.options(max_retries=0, **_ray_resources(task)).remote(task, str(cwd))
-            pending[ref] = (task, attempt)
-
-        for task in tasks:
-            missing = _unschedulable(task, nodes)
-            if missing:
-                outcome = RowOutcome(task.name, UNSCHEDULABLE, None, 0.0, 0, f"no node of the cluster offers {missing}",
-                                     "", task.fingerprint())
-                on_end(outcome)
-                continue
-            submit(task, 1)
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            ref = done[0]
-            task, attempt = pending.pop(ref)
-            try:
-                payload = ray.get(ref)
-            except Exception as exc:  # the Ray worker itself died (or the node): like a compare killed
-                payload = {"state": DIED, "exit": None, "seconds": 0.0, "host": "",
-                           "reason": f"the Ray task failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}",
-                           "log": str(exc), "files": {}}
-            _store(sweep, task.name, payload)
-            if payload["state"] == DIED and attempt < 2:
-                say(f"{task.name}: {payload['reason']}; running it once more")
-                submit(task, attempt + 1)
-                continue
-            outcome = RowOutcome(task.name, payload["state"], payload["exit"], payload["seconds"], attempt,
-                                 payload["reason"], payload["host"], task.fingerprint())
-            on_end(outcome)
+        with stop_signals_polled():  # Ray's C wait cannot take our handler's exception: the loop polls instead
+            _drive(ray, tasks, sweep, cwd, pending, on_end, say)
     finally:
+        for ref in pending:  # stopped (a signal, an error): the compares still running on the nodes go too
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
         ray.shutdown()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _join(ray, address: str | None, tasks: Sequence[SweepTask], scratch: Path | None) -> None:
+    """ray.init, keeping multiexport's own signal handlers (Ray's make SIGTERM a sys.exit). A local cluster
+    gets the local executor's share of the machine, not every core (each compare uses several)."""
+    from ..system.process import STOP_SIGNALS
+    from .local import default_jobs
+
+    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    options: dict[str, Any] = {}
+    if address is None:
+        options["num_cpus"] = max([default_jobs(), *(t.resources.cpus for t in tasks)])
+        options["_temp_dir"] = str(scratch)
+    try:
+        ray.init(address=address, log_to_driver=False, configure_logging=False, **options)
+    except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise EnvironmentProblem(f"Option '--ray-address' | cannot join {address or 'a local cluster'} "
+                                 f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]}), expected a running "
+                                 "Ray cluster (`ray start --head`)") from None
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+def _drive(ray, tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, pending: dict[Any, tuple[SweepTask, int]],
+           on_end: Callable[[RowOutcome], None], say: Callable[[str], None]) -> None:
+    from ..system.process import raise_if_stopped
+
+    remote = ray.remote(_on_node)
+
+    def submit(task: SweepTask, attempt: int) -> None:
+        sweep.clear_row(task.name)
+        sweep.record_start(task, attempt)
+        ref = remote.options(max_retries=0, **_ray_resources(task)).remote(task, str(cwd))
+        pending[ref] = (task, attempt)
+
+    def unschedulable(task: SweepTask, attempts: int, missing: str) -> None:
+        on_end(RowOutcome(task.name, UNSCHEDULABLE, None, 0.0, attempts, f"no node of the cluster offers {missing}",
+                          "", task.fingerprint()))
+
+    nodes = _alive(ray)
+    for task in tasks:
+        missing = _unschedulable(task, nodes)
+        if missing:
+            unschedulable(task, 0, missing)
+        else:
+            submit(task, 1)
+    checked = time.monotonic()
+    while pending:
+        raise_if_stopped()  # Ray's wait does not see our signals: poll for them
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+        if not done:
+            if time.monotonic() - checked > 10:  # a node gone since: what only it offered would wait for ever
+                checked, nodes = time.monotonic(), _alive(ray)
+                for ref, (task, attempt) in list(pending.items()):
+                    missing = _unschedulable(task, nodes)
+                    if missing:
+                        ray.cancel(ref, force=True)
+                        del pending[ref]
+                        unschedulable(task, attempt, missing + " any more")
+            continue
+        ref = done[0]
+        task, attempt = pending.pop(ref)
+        payload = _payload(ray, ref)
+        _store(sweep, task.name, payload)
+        if payload["state"] == DIED and attempt < 2:
+            say(f"{task.name}: {payload['reason']}; running it once more")
+            submit(task, attempt + 1)
+            continue
+        on_end(RowOutcome(task.name, payload["state"], payload["exit"], payload["seconds"], attempt,
+                          payload["reason"], payload["host"], task.fingerprint()))
+
+
+def _payload(ray, ref) -> dict[str, Any]:
+    """What the task returned, checked; a Ray worker or node that died is a compare that died (re-run once),
+    an error raised in the task itself is a failure (it would fail again)."""
+    try:
+        got = ray.get(ref)
+    except Exception as exc:
+        crashed = not isinstance(exc, ray.exceptions.RayTaskError)
+        return {"state": DIED if crashed else FAILED, "exit": None, "seconds": 0.0, "host": "",
+                "reason": f"the Ray task {'died' if crashed else 'failed'}: {type(exc).__name__}: "
+                          f"{' '.join(str(exc).split())[:300]}", "log": str(exc), "files": {}}
+    if not isinstance(got, dict) or got.get("state") not in (DONE, FAILED, DIED, TIMEOUT):
+        return {"state": FAILED, "exit": None, "seconds": 0.0, "host": "", "files": {}, "log": repr(got)[:2000],
+                "reason": "the node returned no result this version of multiexport reads (another version there?)"}
+    return {"state": got["state"], "exit": got.get("exit") if isinstance(got.get("exit"), int) else None,
+            "seconds": float(got.get("seconds") or 0.0), "host": str(got.get("host", "")),
+            "reason": str(got.get("reason", "")), "log": str(got.get("log", "")),
+            "files": got.get("files") if isinstance(got.get("files"), dict) else {}}
+
+
+def _alive(ray) -> list[Mapping[str, float]]:
+    return [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
 
 
 def _on_node(task: SweepTask, cwd: str) -> dict[str, Any]:
     """On the node that took the task: its compare into a temporary directory, the files to ship back."""
-    import shutil
-    import tempfile
-
     from .task import run_task
 
-    scratch = Path(tempfile.mkdtemp(prefix="multiexport-sweep-"))
+    scratch = make_temporary("sweep")  # marked: removed by the next multiexport command if this worker is killed
     try:
         out = scratch / task.name
         attempt = run_task(task, out, Path(cwd))
@@ -106,13 +179,13 @@ def _store(sweep: SweepDir, name: str, payload: Mapping[str, Any]) -> None:
     """Write what a node shipped back into the row's directory (only the known file names)."""
     from ..files import write_bytes_atomic
 
-    sweep.log_path(name).write_text(payload["log"])
+    sweep.write_log(name, str(payload.get("log", "")))
     files = payload.get("files") or {}
     if files:
         row = sweep.row_dir(name)
         row.mkdir(parents=True, exist_ok=True)
         for file_name in SHIPPED:
-            if file_name in files:
+            if isinstance(files.get(file_name), bytes):
                 write_bytes_atomic(row / file_name, files[file_name])
 
 

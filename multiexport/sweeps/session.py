@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..errors import UsageError
+from ..errors import MultiexportError, UsageError
 from ..files.lock import LockHeld, NotALockFile, exclusive
 from . import matrix
 from .spec import SweepSpec, SweepTask
@@ -101,6 +101,8 @@ def _run(spec: SweepSpec, tasks: Sequence[SweepTask], config: SweepConfig, say: 
     from .history import History
 
     started = time.perf_counter()
+    if config.history is not None:  # someone's file: refused before the sweep directory is made
+        History(config.history).check()
     sweep = SweepDir.open(config.out, spec, tasks, config.shard, config.resume, config.executor)
     todo = sweep.to_run(tasks) if config.resume else list(tasks)
     kept = len(tasks) - len(todo)
@@ -112,12 +114,15 @@ def _run(spec: SweepSpec, tasks: Sequence[SweepTask], config: SweepConfig, say: 
     outcomes = sweep.ended()
 
     def on_end(outcome: RowOutcome) -> None:
-        with lock:  # rows end in the pool's threads
-            sweep.record_end(outcome)
+        with lock:
+            sweep.record_end(outcome)  # the journal first: a row it holds is never run again
             outcomes[outcome.name] = outcome
-            rows = matrix.rows_of(config.out, outcomes, order)
-            matrix.write(config.out, rows, f"sweep {spec.name}")
-            history.record_row(sweep, next(r for r in rows if r.outcome.name == outcome.name))
+            try:  # the views are rewritten at the end too: a full disk or a locked history must not stop the sweep
+                rows = matrix.rows_of(config.out, outcomes, order)
+                matrix.write(config.out, rows, f"sweep {spec.name}")
+                history.record_row(sweep, next(r for r in rows if r.outcome.name == outcome.name))
+            except (OSError, MultiexportError) as exc:
+                say(f"warning: the matrix or history was not updated after {outcome.name}: {exc}")
             say(f"{outcome.name}: {outcome.state}{' (' + outcome.reason + ')' if outcome.reason else ''} in "
                 f"{outcome.seconds:.0f} s [{sum(n in outcomes for n in order)}/{len(order)}]")
 

@@ -27,13 +27,14 @@ import glob
 import hashlib
 import importlib
 import importlib.util
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import UsageError
-from ..files.paths import safe_component
+from .names import valid_name
 
 DEFAULT_TIMEOUT = 3600.0
 # Flags the sweep itself sets per task, or that make no sense inside one (a task's gate is the sweep's).
@@ -219,8 +220,9 @@ def _expand(entry: Any, where: str, directory: Path, backends: tuple[str, ...], 
         names = [_default_name(t) for t in targets]
     out = []
     for name, expanded in zip(names, targets):
-        if safe_component(name, "") != name:
-            raise UsageError(f"{where} | name {name!r} is not a plain file name, expected letters, digits, '_', '.', '-'")
+        if not valid_name(name):
+            raise UsageError(f"{where} | name {name!r} is not a plain file name, expected letters, digits and '_', "
+                             "'.', '-' inside (not at either end), not ending in .log (set `name`)")
         out.append(dataclasses.replace(own, name=name, target=expanded))
     return out
 
@@ -232,7 +234,8 @@ def _glob_targets(target: str, directory: Path, where: str) -> list[str]:
     is_file = head.endswith(".py") or "/" in head
     heads = [head]
     if is_file and _GLOB & set(head):
-        found = sorted(glob.glob(head, root_dir=directory))
+        # a package's __init__.py or a private _helpers.py is no model
+        found = sorted(f for f in glob.glob(head, root_dir=directory) if not Path(f).name.startswith("_"))
         if not found:
             raise UsageError(f"{where} | target {target!r} matches no file under {directory}, expected a glob that "
                              "matches at least one .py file")
@@ -286,8 +289,8 @@ def _resources(value: Any, where: str) -> Resources:
     _keys(value, {"cpus", "gpus", "memory_gib", "arch"}, where)
     numbers = {k: value[k] for k in ("cpus", "gpus", "memory_gib") if k in value}
     for k, v in numbers.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise UsageError(f"{where}.{k} | got {v!r}, expected a number >= 0")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or 0 < v < 0.01:
+            raise UsageError(f"{where}.{k} | got {v!r}, expected 0 or a finite number >= 0.01")
     arch = value.get("arch")
     if arch is not None:
         arch = _string(arch, f"{where}.arch")
@@ -330,6 +333,6 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
 
 
 def _positive(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
         raise UsageError(f"{where} | got {value!r}, expected a number of seconds > 0")
     return float(value)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..errors import UsageError
+from .names import valid_name
 from .spec import SweepSpec, SweepTask
 
 SCHEMA = "multiexport.sweep/1"
@@ -121,6 +122,10 @@ class SweepDir:
         if not isinstance(meta, dict) or meta.get("schema") != SCHEMA:
             raise UsageError(f"Sweep '{marker}' | got schema {meta.get('schema') if isinstance(meta, dict) else None!r}, "
                              f"expected {SCHEMA!r}")
+        tasks = meta.get("tasks")
+        if not isinstance(meta.get("uid"), str) or not isinstance(tasks, list) or not all(map(valid_name, tasks)):
+            raise UsageError(f"Sweep '{marker}' | its uid or tasks are not what `multiexport sweep` writes, expected "
+                             "a string uid and a list of task names")
         return meta
 
     @classmethod
@@ -143,8 +148,8 @@ class SweepDir:
         """How many times each task was started, over every run of this sweep."""
         counts: dict[str, int] = {}
         for event in self._events():
-            if event.get("event") == "start":
-                counts[event.get("name", "")] = counts.get(event.get("name", ""), 0) + 1
+            if event.get("event") == "start" and isinstance(event.get("name"), str):
+                counts[event["name"]] = counts.get(event["name"], 0) + 1
         return counts
 
     def to_run(self, tasks: Sequence[SweepTask]) -> list[SweepTask]:
@@ -169,10 +174,16 @@ class SweepDir:
             os.close(fd)
 
     def _events(self) -> Iterable[dict[str, Any]]:
-        try:
-            text = (self.root / JOURNAL).read_text()
-        except FileNotFoundError:
+        path = self.root / JOURNAL
+        if not path.exists() and not path.is_symlink():
             return []
+        if path.is_symlink() or not path.is_file():
+            raise UsageError(f"Sweep '{self.root}' | {JOURNAL} is not a regular file, expected the journal "
+                             "`multiexport sweep` writes")
+        try:
+            text = path.read_bytes().decode("utf-8", errors="replace")
+        except OSError as exc:
+            raise UsageError(f"Sweep '{self.root}' | {JOURNAL} cannot be read ({exc.strerror or exc})") from None
         events = []
         for line in text.splitlines():
             try:
@@ -191,6 +202,15 @@ class SweepDir:
     def log_path(self, name: str) -> Path:
         return self.root / "rows" / f"{name}.log"
 
+    def write_log(self, name: str, text: str) -> None:
+        """rows/NAME.log, in UTF-8, replacing whatever is there (never written through a link)."""
+        path = self.log_path(name)
+        if path.is_symlink():
+            path.unlink()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
+            fh.write(text)
+
     def clear_row(self, name: str) -> None:
         """Remove what an unfinished attempt of `name` left (this sweep's own row directory, nothing else)."""
         row = self.row_dir(name)
@@ -208,7 +228,10 @@ def _well_formed(event: dict[str, Any]) -> bool:
     """An end event as this module writes it (a journal edited by hand is read, never trusted)."""
     if not all(isinstance(event.get(k), t) and not isinstance(event.get(k), bool) for k, t in _TYPES.items()):
         return False
-    return event["exit"] is None or (isinstance(event["exit"], int) and not isinstance(event["exit"], bool))
+    if not valid_name(event["name"]):  # a name is a directory under rows/: never a path
+        return False
+    code = event.get("exit")
+    return code is None or (isinstance(code, int) and not isinstance(code, bool))
 
 
 def now() -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ def run_task(task: SweepTask, out_dir: Path, cwd: Path) -> Attempt:
     env = {**os.environ, TIMING_LOCK_ENV: str(machine_lock_path())}
     outcome = run_command(cmd, timeout=task.timeout, cwd=cwd, env=env)
     wrote = (out_dir / "results.json").is_file()
-    state, reason = _verdict(outcome, wrote, task.timeout)
+    state, reason = _verdict(outcome, wrote, task.timeout, out_dir)
     log = (f"$ {' '.join(cmd)}\n# {outcome.how_it_ended()} in {outcome.seconds:.1f} s"
            f"{' (' + EXIT_MEANING[outcome.returncode] + ')' if outcome.returncode in EXIT_MEANING else ''}\n"
            f"{outcome.stdout}\n--- stderr ---\n{outcome.stderr}")
@@ -54,7 +55,22 @@ def run_task(task: SweepTask, out_dir: Path, cwd: Path) -> Attempt:
                    round(outcome.seconds, 2), reason, log, platform.node())
 
 
-def _verdict(outcome: Outcome, wrote: bool, timeout: float) -> tuple[str, str]:
+# A compare stopped by a signal exits 128+N after writing what finished (state "interrupted"): not a result
+_STOPPED = {128 + signal.SIGINT: "SIGINT", 128 + signal.SIGTERM: "SIGTERM", 128 + signal.SIGHUP: "SIGHUP"}
+
+
+def _interrupted(path: Path) -> bool:
+    """results.json of a compare that was stopped part-way (its `state`), read without trusting it."""
+    import json
+
+    try:
+        data = json.loads(path.read_bytes()[: 1 << 26])
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and (data.get("state") == "interrupted" or data.get("interrupted") is True)
+
+
+def _verdict(outcome: Outcome, wrote: bool, timeout: float, out_dir: Path) -> tuple[str, str]:
     if outcome.timed_out:
         return TIMEOUT, f"compare ran past the task's timeout ({timeout:g} s) and was killed"
     if outcome.start_error:
@@ -62,6 +78,9 @@ def _verdict(outcome: Outcome, wrote: bool, timeout: float) -> tuple[str, str]:
     if outcome.signal is not None:
         oom = " (out of memory: the cgroup's oom_kill count rose)" if outcome.oom_kills else ""
         return DIED, f"compare {outcome.how_it_ended()}{oom}"
+    if outcome.returncode in _STOPPED or (wrote and _interrupted(out_dir / "results.json")):
+        name = _STOPPED.get(outcome.returncode or 0, "a signal")
+        return DIED, f"compare was stopped by {name} before it finished (its partial results are not a row)"
     if wrote:  # whatever its verdicts (a backend that failed, a bug in one row): they are in results.json
         return DONE, ""
     last = [line for line in outcome.stderr.strip().splitlines() if line.strip()]

@@ -351,6 +351,31 @@ def stop_on_signals() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def stop_signals_polled() -> Iterator[None]:
+    """For the block: a stop signal is only remembered, for `raise_if_stopped` to raise where the caller polls.
+    For loops inside a library's C code that cannot take an exception from a signal handler (Ray's wait:
+    `SystemError: ... returned a result with an exception set`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+
+    def remember(signum, frame):
+        global _stop
+        _stop = signum if _stop is None else _stop
+
+    for s, old in previous.items():
+        if old is not signal.SIG_IGN:
+            signal.signal(s, remember)
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            if old is not signal.SIG_IGN and old is not None:
+                signal.signal(s, old)
+
+
+@contextlib.contextmanager
 def _stop_signals_deferred() -> Iterator[None]:
     """Stop signals held back for the block (delivered when it ends), where the main thread can do so."""
     if threading.current_thread() is not threading.main_thread():

@@ -143,28 +143,42 @@ def test_the_history_says_when_a_row_changed_status_and_the_sweep_gate_fails_on_
     assert "versions: unknown (a task that wrote no results)" in xla and "gone" in xla
 
 
-def test_a_compare_waits_for_the_machine_s_timing_lock_before_it_times(tmp_path):
-    """The lock a sweep gives its compares: held here, a compare exports and checks but does not time until
-    it is released (then it finishes)."""
-    lock = tmp_path / "timing.lock"
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    proc = subprocess.Popen([sys.executable, "-m", "multiexport", "compare", "--backends", "xla", "--trials", "1",
-                             "--bench-time", "0.2", "--rounds", "2", "--out", str(tmp_path / "c")], cwd=REPO,
+def _compare_holding(tmp_path: Path, lock: Path, name: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "multiexport", "compare", "--backends", "xla", "--trials", "1",
+                             "--bench-time", "0.2", "--rounds", "2", "--out", str(tmp_path / name)], cwd=REPO,
                             env={**os.environ, "MULTIEXPORT_TIMING_LOCK": str(lock)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(proc: subprocess.Popen, text: str) -> str:
+    err = ""
+    while text not in err:
+        line = proc.stderr.readline()
+        assert line, f"compare ended without printing {text!r}: {err}"
+        err += line
+    return err
+
+
+@pytest.mark.parametrize("held, waits_at", [
+    (fcntl.LOCK_SH, "another compare is running beside this one"),  # another compare exporting: we may not time
+    (fcntl.LOCK_EX, "another compare is timing"),                    # another compare timing: we may not even start
+])
+def test_a_compare_times_only_when_no_other_compare_runs_on_the_machine(tmp_path, held, waits_at):
+    """The lock a sweep gives its compares, held here as another compare would hold it: the compare waits
+    (exporting nothing while another times; timing nothing while another exports) and finishes once released."""
+    lock = tmp_path / "timing.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, held)
+    proc = _compare_holding(tmp_path, lock, "c")
     try:
-        err = ""
-        while "waiting for the machine's timing lock" not in err:
-            line = proc.stderr.readline()
-            assert line, f"compare ended without waiting for the lock: {err}"
-            err += line
+        err = _wait_for(proc, waits_at)
         assert proc.poll() is None and not (tmp_path / "c" / "results.json").exists()
+        assert ("xla: export" in err) == (held == fcntl.LOCK_SH), err  # exported beside a shared holder only
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
-    rest, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, _
+    _, rest = proc.communicate(timeout=300)
+    assert proc.returncode == 0, rest
     results = json.loads((tmp_path / "c" / "results.json").read_text())
     assert results["backends"]["xla"]["bench"]["sizes"][0]["latency"]["n"] > 0
 

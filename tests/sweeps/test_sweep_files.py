@@ -44,3 +44,39 @@ def test_a_sweep_directory_holding_someone_else_s_files_is_refused_and_untouched
     resumed = run_cli("sweep", spec, "--out", tmp_path / "never", "--resume")
     assert resumed.returncode == 2 and "expected the directory of a sweep to resume" in resumed.stderr
     assert not (tmp_path / "never").exists()
+
+
+def test_a_sqlite_file_that_is_not_a_history_is_refused_before_a_sweep_starts_and_left_as_it_was(tmp_path):
+    import sqlite3
+
+    theirs = tmp_path / "theirs.db"
+    con = sqlite3.connect(theirs)
+    con.execute("CREATE TABLE rows (a)")
+    con.commit()
+    con.close()
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('[[target]]\ntarget = "multiexport.examples:seed"\n')
+    for args in (("sweep", spec, "--out", tmp_path / "out", "--history", theirs), ("history", theirs)):
+        proc = run_cli(*args)
+        assert proc.returncode == 2 and "no multiexport schema" in proc.stderr, proc.stderr
+    tables = [r[0] for r in sqlite3.connect(theirs).execute("SELECT name FROM sqlite_master")]
+    assert tables == ["rows"]  # nothing added to someone else's database, not even by a read
+    assert not (tmp_path / "out" / "sweep.json").exists()
+
+
+def test_names_that_are_paths_or_logs_are_refused_and_a_journal_cannot_name_one(tmp_path):
+    import pytest
+
+    from multiexport.errors import UsageError
+    from multiexport.sweeps.spec import load_spec
+
+    for target, name in (("m:x", "x.log"), (":", None), ("m:x", "")):
+        text = f'[[target]]\ntarget = "{target}"\n' + (f'name = "{name}"\n' if name is not None else "")
+        (tmp_path / "s.toml").write_text(text)
+        with pytest.raises(UsageError, match="not a plain file name|non-empty string"):
+            load_spec(tmp_path / "s.toml")
+    (tmp_path / "sweep.json").write_text(json.dumps({"schema": "multiexport.sweep/1", "uid": "u", "tasks": ["a"]}))
+    end = {"event": "end", "name": "../../escape", "state": "done", "exit": 0, "seconds": 1.0, "attempts": 1,
+           "reason": "", "host": "h", "fingerprint": "f"}
+    (tmp_path / JOURNAL).write_text(json.dumps(end) + "\n" + json.dumps({**end, "name": ""}) + "\n")
+    assert SweepDir.read(tmp_path).ended() == {}
