@@ -338,15 +338,10 @@ def stop_on_signals() -> Iterator[None]:
             raise Interrupted(signum)
 
     _stop, _active = None, True
-    for s, old in previous.items():
-        if old is not signal.SIG_IGN:
-            signal.signal(s, handler)
     try:
-        yield
+        with _handling(previous, handler):
+            yield
     finally:
-        for s, old in previous.items():
-            if old is not signal.SIG_IGN:
-                signal.signal(s, old)
         _stop, _active = None, False
 
 
@@ -364,9 +359,17 @@ def stop_signals_polled() -> Iterator[None]:
         global _stop
         _stop = signum if _stop is None else _stop
 
+    with _handling(previous, remember):
+        yield
+
+
+@contextlib.contextmanager
+def _handling(previous: dict, handler) -> Iterator[None]:
+    """`handler` for every stop signal the caller does not ignore, for the block; `previous` restored after
+    (a handler Python did not install, None, is left as it is)."""
     for s, old in previous.items():
         if old is not signal.SIG_IGN:
-            signal.signal(s, remember)
+            signal.signal(s, handler)
     try:
         yield
     finally:
