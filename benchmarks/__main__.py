@@ -66,12 +66,11 @@ def matrix(combined: dict) -> str:
                 cells.append("-")
                 continue
             parts = [r.status.value if r.ok else f"**{r.status.value}**"]
-            worst = r.parity.headline() if r.parity else None
-            if worst is not None and worst.stats.compared:
-                parts.append(f"err {worst.stats.err_scale:.1e}")
-            measured = r.bench.measured() if r.bench and r.ok else []
-            if measured:
-                parts.append(f"p50 {measured[0].latency.p50_ms:.3g} ms")
+            err, first = r.worst_err_scale(), r.first_measured()
+            if err is not None:
+                parts.append(f"err {err:.1e}")
+            if first is not None and first.latency is not None:
+                parts.append(f"p50 {first.latency.p50_ms:.3g} ms")
             cells.append(", ".join(parts))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     failures = [f"- {m}/{b}: {r.status.value}: {' '.join(r.reason.split())[:300]}" for m, res in typed.items()

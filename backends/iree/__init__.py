@@ -26,6 +26,7 @@ from multiexport.leaves.weights import WEIGHTS_FILE, embedded, plan
 from .compile import compile_exported, compile_flags, cuda_arch, targets_for
 from .config import OPTIONS, CpuConfig, cpu_config
 from .driver import CPU_DRIVERS, choose_driver
+from .facts import IreeFacts
 from .fixups import FUNCTION, PARAMETER_SCOPE, SHAPE_ASSERTIONS_WHY
 from .native import check_iree_tools, iree_section
 from .runner import IreeRunner
@@ -46,6 +47,7 @@ class IreeBackend(Backend):
     color = "#9467bd"
     order = 40
     runtime_modules = ("iree.runtime",)
+    facts_type = IreeFacts
     carries_code = True  # a .vmfb holds compiled machine code (not inspected: the README says so)
     options = OPTIONS
 
@@ -125,36 +127,36 @@ class IreeBackend(Backend):
             requires={"iree_runtime": _iree_versions()["iree_base_runtime"],
                       "note": "an IREE runtime of the same release as the compiler (a .vmfb is tied to its IREE "
                               "version); llvm-cpu code needs this host's CPU features"},
-            format={
-                "weights": (
+            format=IreeFacts(
+                weights=(
                     f"baked weights lifted out of the module as IREE parameters (util.global bound to "
                     f"#stream.parameter.named<\"{PARAMETER_SCOPE}\"::\"NAME\">, NAME as in the manifest's "
                     f"weights.tensors), stored in {WEIGHTS_FILE}; runtimes load them with "
                     f"--parameters={PARAMETER_SCOPE}={WEIGHTS_FILE} (iree.runtime: ParameterIndex + "
                     "create_io_parameters_module)") if lifted else (
                     "embedded as constants in the .vmfb" if weights["embedded_bytes"] else "no baked weights"),
-                "target_backends": targets,
-                "drivers": drivers,
-                "driver_choice": choice,
-                "compile_flags": flags,
-                "cpu_config": config.to_json() if flags[len(base_flags):] == list(config.flags) else {
+                target_backends=targets,
+                drivers=drivers,
+                driver_choice=choice,
+                compile_flags=flags,
+                cpu_config=config.to_json() if flags[len(base_flags):] == list(config.flags) else {
                     **config.to_json(), "flags": [], "data_tiling": False, "im2col": False,
                     "rejected": f"iree-compile rejected the module with {' '.join(config.flags)}: compiled without"},
-                "compile_command": ["iree-compile", source, "--iree-input-type=stablehlo",
-                                    *[f"--iree-hal-target-backends={t}" for t in targets], *flags, "-o", MODULE],
-                "host_cpu_note": (
+                compile_command=["iree-compile", source, "--iree-input-type=stablehlo",
+                                 *[f"--iree-hal-target-backends={t}" for t in targets], *flags, "-o", MODULE],
+                host_cpu_note=(
                     "llvm-cpu code uses this host's CPU features (--iree-llvmcpu-target-cpu=host) and may not "
                     "run on older CPUs; recompile the StableHLO with --iree-llvmcpu-target-cpu=generic to ship "
                     "to other machines") if "llvm-cpu" in targets else None,
-                "function": FUNCTION,
-                "module_signature": declaration,
-                "module_args": [a.name for a in args if a.kind == "leaf"],
-                "module_results": [leaf.name for leaf in signature.outputs],
-                "dynamic": sizes is None and bool(signature.symbolic_dims),
-                "specialised_to": sizes,
-                "dynamic_compile_error": dynamic_error,
-                "stablehlo": {"lowered_for": "cpu", **notes, "shape_assertions_why": SHAPE_ASSERTIONS_WHY},
-            },
+                function=FUNCTION,
+                module_signature=declaration,
+                module_args=[str(a.name) for a in args if a.kind == "leaf"],
+                module_results=[leaf.name for leaf in signature.outputs],
+                dynamic=sizes is None and bool(signature.symbolic_dims),
+                specialised_to=sizes,
+                dynamic_compile_error=dynamic_error,
+                stablehlo={"lowered_for": "cpu", **notes, "shape_assertions_why": SHAPE_ASSERTIONS_WHY},
+            ),
             warnings=warnings, weights=weights, fixed_dims=sizes,
             platforms=["cpu" if t == "llvm-cpu" else "cuda" for t in targets],
             declared=_declared(declaration, arg_leaves, signature.outputs), native=native,
@@ -178,7 +180,7 @@ class IreeBackend(Backend):
 
     def _load_impl(self, manifest: Manifest, directory: Path, options: RunOptions) -> Runner:
         target = DEVICE_TARGET[options.device]
-        compiled = manifest.format.get("target_backends", [])
+        compiled = IreeFacts.from_json(manifest.format, f"Artifact '{directory}'").target_backends
         if target not in compiled:
             raise RunError(
                 f"Artifact '{directory}' | compiled for {', '.join(map(str, compiled))}, expected {target}: re-export "
@@ -189,7 +191,7 @@ class IreeBackend(Backend):
 
 def _driver(manifest: Manifest, directory: Path, target: str) -> str:
     """The driver the export chose for `target` (format.drivers), checked: the manifest is data."""
-    chosen = manifest.format.get("drivers", {}).get(target, DRIVERS[target])
+    chosen = IreeFacts.from_json(manifest.format, f"Artifact '{directory}'").drivers.get(target, DRIVERS[target])
     allowed = CPU_DRIVERS if target == "llvm-cpu" else (DRIVERS[target],)
     if chosen not in allowed:
         raise ArtifactError(f"Artifact '{directory}' | manifest field format.drivers.{target} is {ascii(chosen)[:60]}, "

@@ -22,6 +22,8 @@ from multiexport.exporting.native_section import (
 )
 from multiexport.native.build import NativeBuildError, package_dir
 
+from .facts import IreeFacts
+
 CONSUMER = "iree_tools"  # the section's consumer id (manifest.schema.json)
 IREE_ELEMENT = {"float16": "f16", "float32": "f32", "float64": "f64", "int8": "i8", "int16": "i16", "int32": "i32",
                 "int64": "i64", "uint8": "ui8", "uint16": "ui16", "uint32": "ui32", "uint64": "ui64",
@@ -133,7 +135,7 @@ class IreeConsumer(NativeConsumer):
                                 "or cuda")
         weights = manifest.files.get("weights")
         return iree_section(args, manifest.outputs, driver=driver, module=manifest.files.get("module", ""),
-                            function=str(manifest.format.get("function", "main")),
+                            function=IreeFacts.from_json(manifest.format, "Artifact manifest").function,
                             parameters=f"model={weights}" if weights else None)
 
     def check(self, manifest: Any, native: Mapping[str, Any], directory: Path) -> None:

@@ -12,6 +12,7 @@ from multiexport.exporting import Manifest, Runner
 from multiexport.exporting.contract import observed_threads, usable_cpus
 
 from .driver import ONE_THREAD_RULE
+from .facts import IreeFacts
 from .fixups import FUNCTION, PARAMETER_SCOPE
 
 _THREADS_SET: list[int] = []  # iree.runtime reads its task-topology flag once per process
@@ -134,10 +135,11 @@ class IreeRunner(Runner):
         return 0  # compiled ahead of time at export; nothing compiles at run time, whatever the shapes
 
     def _describe_impl(self) -> dict[str, Any]:
+        facts = IreeFacts.from_json(self.manifest.format, f"Artifact '{self.directory}'")
         return {"driver": self._driver, "driver_note": self._driver_note,
-                "driver_choice": self.manifest.format.get("driver_choice"),
-                "compile_flags": self.manifest.format.get("compile_flags"), "module_signature": self.declaration,
-                "target_backends": self.manifest.format.get("target_backends"),
+                "driver_choice": facts.driver_choice,
+                "compile_flags": facts.compile_flags, "module_signature": self.declaration,
+                "target_backends": facts.target_backends,
                 "task_topology_max_group_count": _THREADS_SET[0] if _THREADS_SET and self._driver == "local-task" else None,
                 **self._threads()}
 

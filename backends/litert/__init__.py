@@ -43,6 +43,7 @@ from .convert import (
     model_metadata,
     op_names,
 )
+from .facts import LiteRTFacts, LiteTensor
 from .native import litert_section
 from .runner import FLEX, LiteRTRunner, open_interpreter, signature_of
 
@@ -66,6 +67,7 @@ class LiteRTBackend(Backend):
     color = "#e377c2"
     order = 50
     runtime_modules = ("ai_edge_litert.interpreter",)
+    facts_type = LiteRTFacts
     options = (
         Option("select_tf_ops", False, bool,
                "also allow SELECT_TF_OPS (TensorFlow kernels via the Flex delegate): the ai_edge_litert "
@@ -132,25 +134,25 @@ class LiteRTBackend(Backend):
                       "ops": ops,
                       "note": (f"a LiteRT/TFLite runtime {min_runtime or '(version not recorded)'} or newer with the "
                                "builtin op resolver" + (" and the Flex delegate" if flex else " (no Flex delegate)"))},
-            format={
-                "signature": SIGNATURE_KEY,
-                "supported_ops": ops,
-                "select_tf_ops": resolved["select_tf_ops"],
-                "converter": f"tf.lite.TFLiteConverter.from_saved_model(dir, signature_keys=['{SIGNATURE_KEY}']) "
-                             f"from TensorFlow {tf.__version__}, from the SavedModel stage of this export",
-                "signature_keys": "the leaves' aliases, in and out; map names through the signature, never by the "
-                                  "raw tensor order",
-                "tensors": tensors,
-                "ops": used_ops,
-                "flex_ops": flex,
-                "stablehlo": {**stablehlo, "written_by_jax": front_versions.get("stablehlo_written_by_jax"),
-                              "check": "every XlaCallModule module read by the converter's own StableHLO reader"},
-                "model_bytes": len(blob),
-                "metadata": meta,
-                "delegate": "XNNPACK, the default delegate of the builtin op resolver (OpResolverType.AUTO), on the CPU",
-                "xnnpack_partitions": partitions,
-                "weights": "constant buffers inside model.tflite (the converter freezes the SavedModel's variables)",
-            },
+            format=LiteRTFacts(
+                signature=SIGNATURE_KEY,
+                supported_ops=list(ops),
+                select_tf_ops=resolved["select_tf_ops"],
+                converter=f"tf.lite.TFLiteConverter.from_saved_model(dir, signature_keys=['{SIGNATURE_KEY}']) "
+                          f"from TensorFlow {tf.__version__}, from the SavedModel stage of this export",
+                signature_keys="the leaves' aliases, in and out; map names through the signature, never by the "
+                               "raw tensor order",
+                tensors={role: {name: LiteTensor(**t) for name, t in by_name.items()} for role, by_name in tensors.items()},
+                ops=list(used_ops),
+                flex_ops=flex,
+                stablehlo={**stablehlo, "written_by_jax": front_versions.get("stablehlo_written_by_jax"),
+                           "check": "every XlaCallModule module read by the converter's own StableHLO reader"},
+                model_bytes=len(blob),
+                metadata=meta,
+                delegate="XNNPACK, the default delegate of the builtin op resolver (OpResolverType.AUTO), on the CPU",
+                xnnpack_partitions=partitions,
+                weights="constant buffers inside model.tflite (the converter freezes the SavedModel's variables)",
+            ),
             warnings=warnings, weights=embedded(signature), declared=declared, platforms=["cpu"],
             native=litert_section(signature.inputs, params, signature.outputs, output_params, model=MODEL_FILE),
         )

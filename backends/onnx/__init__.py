@@ -14,6 +14,7 @@ from pathlib import Path
 
 from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.exporting import Availability, Backend, FormatResult, Manifest, Option, RunOptions, Runner
+from multiexport.exporting.facts import ExportSetup
 from multiexport.leaves.weights import embedded, externalizes
 from multiexport.versions import dist_version
 
@@ -32,6 +33,7 @@ from .convert import (
     tensor_bytes,
     validate,
 )
+from .facts import OnnxFacts
 from .native import ONNX_SESSION_OPTIONS, onnx_section
 from .routes import ROUTES, route_failure, run_once, stablehlo_model
 from .runner import OnnxRunner, session_error, session_options as runner_session_options
@@ -68,6 +70,7 @@ class OnnxBackend(Backend):
     color = "#2ca02c"
     order = 30
     runtime_modules = ("onnxruntime",)
+    facts_type = OnnxFacts
     options = (
         Option("route", "auto", str, "which converter writes the graph: jax2onnx (from the jaxpr), stablehlo "
                "(multiexport's own, from the exported StableHLO module), or auto (jax2onnx, and stablehlo when "
@@ -140,30 +143,26 @@ class OnnxBackend(Backend):
             requires={"onnx_opset": opset, "onnx_ir_version": ir_version,
                       "note": f"an ONNX runtime that implements opset {opset} (default domain) and reads IR version "
                               f"{ir_version} (ONNX Runtime 1.16 or newer)"},
-            format={
-                "weights": ("initializers of 1 KiB or more in model.onnx.data (ONNX external data, read by path "
-                            "relative to model.onnx)" if external else "initializers inside model.onnx"),
-                "opset": opset, "ir_version": ir_version,
-                "producer": f"{model.producer_name} {model.producer_version}".strip(),
-                # Which converter made the graph: jax2onnx (from the jaxpr) or stablehlo (multiexport's own,
-                # from the exported module), and what `route` asked for.
-                "route": used_route, "route_requested": route,
-                "graph_inputs": [v.name for v in model.graph.inputs],
-                "graph_outputs": [v.name for v in model.graph.outputs],
-                # Leaves the graph never reads: dropped from it, or kept as inputs under keep_unused.
-                "unread_inputs": unread,
-                "model_bytes": model_bytes, "tensor_bytes": total, "external_data": external,
-                "double_precision": signature.x64,
-                "validation": "onnx.checker.check_model(full_check=True) + strict shape inference with data propagation",
-                "repaired": repaired,
-                "export_seconds": round(time.perf_counter() - t0, 3),
-                # What jax2onnx's one-time plugin import cost the process when it was paid.
-                "jax2onnx_first_use_seconds_in_process": round(first_use_in_process, 3),
-            },
+            format=OnnxFacts(
+                weights=("initializers of 1 KiB or more in model.onnx.data (ONNX external data, read by path "
+                         "relative to model.onnx)" if external else "initializers inside model.onnx"),
+                opset=opset, ir_version=ir_version,
+                producer=f"{model.producer_name} {model.producer_version}".strip(),
+                route=used_route, route_requested=route,
+                graph_inputs=[v.name for v in model.graph.inputs],
+                graph_outputs=[v.name for v in model.graph.outputs],
+                unread_inputs=list(unread),
+                model_bytes=model_bytes, tensor_bytes=total, external_data=external,
+                double_precision=signature.x64,
+                validation="onnx.checker.check_model(full_check=True) + strict shape inference with data propagation",
+                repaired=repaired,
+                export_seconds=round(time.perf_counter() - t0, 3),
+                jax2onnx_first_use_seconds_in_process=round(first_use_in_process, 3),
+            ),
             warnings=warnings, weights=weights, declared=declared_dtypes(model),
             platforms=["cpu", "cuda"],  # an ONNX graph names no platform: the provider decides where it runs
-            setup={"seconds": round(first_use, 3),
-                   "what": f"jax2onnx plugin import, {PLUGIN_IMPORT[-1] if PLUGIN_IMPORT else 'all'} (once per process)"},
+            setup=ExportSetup(round(first_use, 3),
+                              f"jax2onnx plugin import, {PLUGIN_IMPORT[-1] if PLUGIN_IMPORT else 'all'} (once per process)"),
             native=onnx_section(signature.inputs, params, signature.outputs, [o.name for o in signature.outputs],
                                 model=MODEL_FILE, session_options=ONNX_SESSION_OPTIONS),
         )

@@ -32,6 +32,7 @@ from multiexport.exporting import Backend, FormatResult, Manifest, Option, RunOp
 from multiexport.exporting.options import usable_cpus
 from multiexport.versions import dist_version
 
+from .facts import OpenVINOFacts
 from .native import OPENVINO_PROPERTIES, openvino_section
 from .runner import (
     PERFORMANCE_HINT,
@@ -61,6 +62,7 @@ class OpenVINOBackend(Backend):
     color = "#17becf"
     order = 60
     runtime_modules = ("openvino",)
+    facts_type = OpenVINOFacts
     options = (
         Option("cache_dir", "", str, "OpenVINO's compiled-model cache directory (CACHE_DIR) on the machine that loads "
                "the artifact; empty: no cache (every load compiles)"),
@@ -124,25 +126,25 @@ class OpenVINOBackend(Backend):
                       "openvino_checked": dist_version("openvino"),
                       "note": f"OpenVINO with an ONNX frontend for opset {front.requires.get('onnx_opset')} "
                               f"(checked with OpenVINO {dist_version('openvino')}), on its CPU plugin"},
-            format={
-                "model_source": f"the ONNX stage's model.onnx as written by route {front.format.get('route')}, "
-                                "unchanged (read by OpenVINO's ONNX frontend at load)",
-                "onnx_route": front.format.get("route"), "onnx_route_requested": resolved["onnx_route"],
-                "why_not_ir": "measured: read_model of the ONNX as fast as of the IR, IR larger, outputs bit-identical; "
-                              "ov.save_model compresses weights to float16 by default",
-                "ir_command": "ov.save_model(ov.Core().read_model('model.onnx'), 'model.xml', compress_to_fp16=False)",
-                "device": "CPU",
-                "compile_config": {**config(0), "INFERENCE_NUM_THREADS": "the runner's threads (read back in describe)",
-                                   "CACHE_DIR": resolved["cache_dir"] or None},
-                "precision": "INFERENCE_PRECISION_HINT=f32, read back after compile_model; another precision is refused",
-                "performance_hint": f"{PERFORMANCE_HINT}: multiexport times one synchronous request (THROUGHPUT adds "
-                                    "streams that only pay with concurrent requests)",
-                "input_shapes": {names.get(n, n): str(p.get_partial_shape()) for p in model.inputs for n in
-                                 sorted(p.get_names())[:1]},
-                "compile_cache": cache,
-                "cpu": cpu,
-                "onnx_opset": front.format.get("opset"),
-            },
+            format=OpenVINOFacts(
+                model_source=f"the ONNX stage's model.onnx as written by route {front.format.get('route')}, "
+                             "unchanged (read by OpenVINO's ONNX frontend at load)",
+                onnx_route=front.format.get("route"), onnx_route_requested=resolved["onnx_route"],
+                why_not_ir="measured: read_model of the ONNX as fast as of the IR, IR larger, outputs bit-identical; "
+                           "ov.save_model compresses weights to float16 by default",
+                ir_command="ov.save_model(ov.Core().read_model('model.onnx'), 'model.xml', compress_to_fp16=False)",
+                device="CPU",
+                compile_config={**config(0), "INFERENCE_NUM_THREADS": "the runner's threads (read back in describe)",
+                                "CACHE_DIR": resolved["cache_dir"] or None},
+                precision="INFERENCE_PRECISION_HINT=f32, read back after compile_model; another precision is refused",
+                performance_hint=f"{PERFORMANCE_HINT}: multiexport times one synchronous request (THROUGHPUT adds "
+                                 "streams that only pay with concurrent requests)",
+                input_shapes={names.get(n, n): str(p.get_partial_shape()) for p in model.inputs for n in
+                              sorted(p.get_names())[:1]},
+                compile_cache=cache,
+                cpu=cpu,
+                onnx_opset=front.format.get("opset"),
+            ),
             warnings=[*warnings, *own], weights=dict(front.weights), declared=declared, platforms=["cpu"],
             native=openvino_section(front.inputs, [leaf.param for leaf in front.inputs], front.outputs,
                                     [leaf.param for leaf in front.outputs], model=files["model"],

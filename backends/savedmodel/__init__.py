@@ -34,6 +34,7 @@ from .convert import (
     serving_function,
     variables_for,
 )
+from .facts import SavedModelFacts, StableHLOReserialized, TensorNames
 from .native import savedmodel_section
 from .runner import SavedModelRunner
 from .tf import (
@@ -69,6 +70,7 @@ class SavedModelBackend(Backend):
     color = "#d62728"
     order = 20
     runtime_modules = ("tensorflow",)
+    facts_type = SavedModelFacts
     carries_code = True
 
     def native_consumer(self):
@@ -135,29 +137,30 @@ class SavedModelBackend(Backend):
                       "note": (f"a TensorFlow whose XlaCallModule supports serialization version {needed} and reads "
                                f"StableHLO {reads} (TensorFlow {tf.__version__} or newer); jax {jax_version()} wrote "
                                f"StableHLO {written}, re-serialized for {reads} so that this TensorFlow reads it")},
-            format={
-                "signature": SIGNATURE_KEY,
-                "tag": "serve",
-                "output_keys": {leaf.name: leaf.alias for leaf in signature.outputs},
+            format=SavedModelFacts(
+                signature=SIGNATURE_KEY,
+                tag="serve",
+                output_keys={leaf.name: leaf.alias for leaf in signature.outputs},
                 # The graph tensors a TF C API caller feeds and fetches, read back from saved_model.pb.
-                "tensor_names": {
-                    "inputs": {by_alias[k]: v for k, v in saved["input_tensors"].items()},
-                    "outputs": {by_alias[k]: v for k, v in saved["output_tensors"].items()},
-                },
-                "output_order": "TF's StatefulPartitionedCall:<i> follows the output keys sorted, not manifest order",
-                "leaf_function": f"{LEAF_FUNCTION}(*declared tensors in manifest input order) -> dict by output key",
-                "platforms": saved["platforms"],
-                "polymorphic_shapes": [poly_shape(leaf) for leaf in signature.inputs],
-                "stablehlo": {"written_by_jax": written, "serialized_for": reads,
-                              "why": "re-serialized for the StableHLO the installed TensorFlow reads (jax.export "
-                                     "writes for its own 4-week window), then read back by TensorFlow's own reader"},
-                "weights": {
+                tensor_names=TensorNames(
+                    inputs={by_alias[k]: v for k, v in saved["input_tensors"].items()},
+                    outputs={by_alias[k]: v for k, v in saved["output_tensors"].items()},
+                ),
+                output_order="TF's StatefulPartitionedCall:<i> follows the output keys sorted, not manifest order",
+                leaf_function=f"{LEAF_FUNCTION}(*declared tensors in manifest input order) -> dict by output key",
+                platforms=list(saved["platforms"]),
+                polymorphic_shapes=[poly_shape(leaf) for leaf in signature.inputs],
+                stablehlo=StableHLOReserialized(
+                    written_by_jax=written, serialized_for=reads,
+                    why="re-serialized for the StableHLO the installed TensorFlow reads (jax.export writes for its "
+                        "own 4-week window), then read back by TensorFlow's own reader"),
+                weights={
                     "external": "tf.Variable per lifted weight (module.weights), saved in variables/ and restored "
                                 "with the SavedModel; the XlaCallModule takes them after the leaves",
                     "embedded": "constants inside the XlaCallModule's serialized module (saved_model.pb)",
                     "none": "no baked weights",
                 }[weights["storage"]],
-            },
+            ),
             weights=weights, platforms=saved["platforms"], declared=_declared(tf, out_dir, signature, by_alias),
             native=native,
         )

@@ -28,6 +28,8 @@ from multiexport.files import write_bytes_atomic, write_text_atomic
 from multiexport.files.safetensors import iter_safetensors
 from multiexport.leaves.weights import WEIGHTS_FILE, embedded, module_function, plan
 
+from .facts import XlaFacts
+
 FILES = {
     "exported": "model.jax_exported",
     "stablehlo_bytecode": "model.mlirbc",
@@ -49,6 +51,7 @@ class XlaBackend(Backend):
     color = "#1f77b4"
     order = 10
     runtime_modules = ("jax",)
+    facts_type = XlaFacts
 
     def native_consumer(self):
         """pjrt_run on the PJRT C API (`native.PjrtConsumer`)."""
@@ -119,24 +122,22 @@ class XlaBackend(Backend):
                          "consumers released before jax_export_compatible_until run the artifact with the same "
                          "semantics; model.mlirbc is a StableHLO portable artifact for PJRT's 'mlir' format"),
             },
-            format={
+            format=XlaFacts(
                 # The weights' copies on disk: model.jax_exported embeds the same StableHLO as model.mlirbc;
                 # lifted weights are stored once, in weights.safetensors.
-                "weight_copies": 1 if lifted else (2 if baked else 0),
-                "weights": (
+                weight_copies=1 if lifted else (2 if baked else 0),
+                weights=(
                     f"baked weights lifted to the module's trailing parameters ({', '.join(lifted.names[:3])}"
                     f"{', ...' if len(lifted.names) > 3 else ''}), stored in {WEIGHTS_FILE}; the runner puts them on "
                     "the device once at load and passes them to every call") if lifted else (
                     "embedded as constants in the module" if baked else "no baked weights"),
-                "platforms": list(exported.platforms),
-                # Every positional argument of the module's main, in order (platform index, tokens, leaves,
-                # weights): what a PJRT caller passes.
-                "module_args": [a.to_json() for a in args],
-                "module_results": [o.name for o in signature.outputs],
-                "nr_devices": exported.nr_devices,
-                "uses_shape_polymorphism": bool(attributes.get("jax.uses_shape_polymorphism", False)),
-                "module_attributes": attributes,
-            },
+                platforms=list(exported.platforms),
+                module_args=list(args),
+                module_results=[o.name for o in signature.outputs],
+                nr_devices=exported.nr_devices,
+                uses_shape_polymorphism=bool(attributes.get("jax.uses_shape_polymorphism", False)),
+                module_attributes=attributes,
+            ),
             warnings=warnings, weights=weights, declared=declared, platforms=list(exported.platforms),
             native=native,
         )

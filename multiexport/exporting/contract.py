@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 import numpy as np
 
 from ..errors import BackendUnavailable, RunError, UsageError, leaf_message
+from .facts import STATIC_FALLBACK_KEY, ExportSetup, FormatFacts, StaticSizesFacts
 from .feed import check_feed
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class FormatResult:
     versions: producer versions specific to the format (`{"tensorflow": "2.21.0"}`).
     requires: what a consumer needs to read the artifact (`{"stablehlo_version": "1.13.7"}`), with a
         `note` saying which consumer releases qualify.
-    format: the format's own facts, documented by the backend (module_args, opset, compile flags, ...).
+    format: the format's own facts, an instance of the backend's documented `facts_type` (module_args, ...).
     warnings: facts a user should know about this artifact.
     weights: where this artifact keeps baked weights (see signature.weights).
     declared: leaf name -> dtype the artifact itself declares for each input it takes and each output,
@@ -71,7 +72,7 @@ class FormatResult:
         specialise (the manifest then states concrete shapes and `supports` says so).
     platforms: the platforms the artifact runs on (`["cpu"]`, `["cpu", "cuda"]`).
     native: what the format's native consumer needs (see multiexport.native), or None.
-    setup: one-time setup this export paid, e.g. {"seconds": 9.8, "what": "jax2onnx plugin import"}.
+    setup: one-time setup this export paid, e.g. ExportSetup(9.8, "jax2onnx plugin import").
     """
 
     files: dict[str, str]
@@ -80,14 +81,14 @@ class FormatResult:
     output_params: list[int | str]
     versions: dict[str, str] = field(default_factory=dict)
     requires: dict[str, Any] = field(default_factory=dict)
-    format: dict[str, Any] = field(default_factory=dict)
+    format: FormatFacts = field(default_factory=FormatFacts)
     warnings: list[str] = field(default_factory=list)
     weights: dict[str, Any] = field(default_factory=dict)
     declared: dict[str, str] | None = None
     fixed_dims: dict[str, int] | None = None
     platforms: list[str] = field(default_factory=lambda: ["cpu"])
     native: dict[str, Any] | None = None
-    setup: dict[str, Any] | None = None
+    setup: ExportSetup | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,8 @@ class Backend:
         load, the same for every format, and the library import is reported beside it in CPU seconds.
     static_fallback: when the export of a symbolic signature fails, export one model per requested size
         instead (`export.static_fallback`); False for a format that keeps every symbolic dim itself.
+    facts_type: the dataclass of the format's own facts (manifest.json's `format`), which `_export_impl`
+        returns in `FormatResult.format` and `facts()` reads back typed (`exporting.facts`).
 
     `native_consumer()` gives the format's Python-free consumer (`exporting.native_consumer.NativeConsumer`: its section's
     consumer id, program, tamper check, argv/env and bundle entry), or None when it has none.
@@ -252,6 +255,13 @@ class Backend:
     weight_storage: ClassVar[tuple[str, ...]] = ("embedded", "external")
     runtime_modules: ClassVar[tuple[str, ...]] = ()
     static_fallback: ClassVar[bool] = True
+    facts_type: ClassVar[type[FormatFacts]] = FormatFacts
+
+    def facts(self, manifest: "Manifest", where: str = "Artifact manifest") -> FormatFacts:
+        """`manifest`'s format facts, typed: a `facts_type`, or `StaticSizesFacts` for a static-sizes artifact.
+        Raises ArtifactError naming the field (after `where`) when one is missing or of the wrong type."""
+        kind = StaticSizesFacts if STATIC_FALLBACK_KEY in manifest.format else self.facts_type
+        return kind.from_json(manifest.format, where)
 
     def native_consumer(self) -> "NativeConsumer | None":
         """The format's native consumer, which the core runs, checks and bundles through; None: it has none.
@@ -299,11 +309,12 @@ class Backend:
             raise RunError(f"Artifact '{artifact_dir}' | exported for {', '.join(platforms)}, expected {platform}: "
                            f"re-export with --platforms {','.join([*platforms, platform])}", backend=self.name,
                            category="unsupported-platform")
+        facts = self.facts(manifest, f"Artifact '{artifact_dir}'")  # refused here, not deep inside a runner
         if not options.trust_artifact:
             self.check_untrusted(artifact_dir, manifest)
-        from .static_fallback import FORMAT_KEY, StaticSizesRunner
+        from .static_fallback import StaticSizesRunner
 
-        if FORMAT_KEY in manifest.format:  # one model per size: each loaded through this method on first use
+        if isinstance(facts, StaticSizesFacts):  # one model per size: each loaded through this method on first use
             return StaticSizesRunner(self, manifest, Path(artifact_dir), options)
         return self._load_impl(manifest, Path(artifact_dir), options)
 
@@ -317,13 +328,13 @@ class Backend:
         model by model.
         """
         from .manifest import Manifest
-        from .static_fallback import FORMAT_KEY, models_of
+        from .static_fallback import models_of
 
         directory = Path(artifact_dir)
         manifest = Manifest.read(directory) if manifest is None else manifest
         if not self.carries_code:
             return
-        if FORMAT_KEY in manifest.format:
+        if STATIC_FALLBACK_KEY in manifest.format:
             for model in models_of(manifest, directory).values():
                 self.check_untrusted(model)
             return

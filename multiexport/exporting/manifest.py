@@ -122,7 +122,8 @@ class Manifest:
     supports: what the artifact accepts: `dims` (symbol -> "any" or the list of sizes), `platforms`,
         `x64` (the artifact needs 64-bit types in JAX).
     created: UTC time of the export.
-    format: the format's own facts (see each backend's docstring).
+    format: the format's own facts as JSON: the backend's typed `facts_type` as written; read them typed and
+        checked through `Backend.facts(manifest)` (exporting.facts).
     warnings: facts a user should know about this artifact.
     weights: where the weights live (baked into the artifact, external, or input leaves).
     options: the backend options the export used (declared by the backend).

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ..dtypes import parse_dtype
-from ..errors import ExportError, MultiexportError, leaf_message
+from ..errors import ExportError, InternalError, MultiexportError, leaf_message
 from ..versions import base_versions, utc_now
 from .contract import Artifact, Backend, ExportOptions, FormatResult, RunOptions
+from .facts import StageMade
 from .manifest import MANIFEST_NAME, LeafBinding, Manifest
 from .outdir import claimed, disk_error
 
@@ -143,7 +144,7 @@ class _frontend:
         self.backend, self.fn, self.signature, self.options, self.parent = backend, fn, signature, options, parent
         self.stage_options = dict(stage_options or {})
         self.tmp: Path | None = None
-        self.how: dict[str, Any] | None = None
+        self.how: StageMade | None = None
 
     def __enter__(self) -> Artifact | None:
         if not self.backend.builds_on:
@@ -155,8 +156,8 @@ class _frontend:
                                             stage_artifact=None)
         reused = reusable_stage(stage, self.signature, stage_options, self.options.stage_artifact)
         if reused is not None:
-            self.how = {"backend": stage.name, "made": "reused the stage artifact exported beside this one",
-                        "from": os.path.relpath(reused.directory, self.parent)}
+            self.how = StageMade(stage.name, "reused the stage artifact exported beside this one",
+                                 os.path.relpath(reused.directory, self.parent))
             return reused
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.backend.name}-stage-", dir=self.parent))
         try:
@@ -166,7 +167,7 @@ class _frontend:
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise ExportError(f"Backend '{self.backend.name}' | its {stage.name} stage failed: {exc}",
                               backend=self.backend.name, category=exc.category) from exc
-        self.how = {"backend": stage.name, "made": "exported for this artifact (its export time includes it)"}
+        self.how = StageMade(stage.name, "exported for this artifact (its export time includes it)")
         return made
 
     def __exit__(self, *exc_info) -> None:
@@ -211,7 +212,7 @@ def reusable_stage(stage: Backend, signature: "Signature", options: ExportOption
 
 
 def build_manifest(backend: Backend, signature: "Signature", options: ExportOptions, resolved: dict[str, Any],
-                   result: FormatResult, staging: Path, stage: dict[str, Any] | None = None) -> Manifest:
+                   result: FormatResult, staging: Path, stage: StageMade | None = None) -> Manifest:
     """The manifest: the core's common fields, the backend's facts, and the inventory of what was written
     (stage: how the stage it builds on was made, recorded as format.stage)."""
     fixed = result.fixed_dims or {}
@@ -223,11 +224,10 @@ def build_manifest(backend: Backend, signature: "Signature", options: ExportOpti
         # A consumer reads inputs/ only where the export wrote it: never a section naming files that are not there.
         native = {**native, "inputs_written": _write_native_inputs(signature, staging, native)}
     dims = {d: ([fixed[d]] if d in fixed else "any") for d in signature.symbolic_dims}
-    fmt = dict(result.format)
-    if stage:
-        fmt["stage"] = stage
-    if result.setup:
-        fmt["setup"] = result.setup
+    if not isinstance(result.format, backend.facts_type):
+        raise InternalError(f"Backend '{backend.name}' | returned format facts of type {type(result.format).__name__}, "
+                            f"expected its facts_type {backend.facts_type.__name__}")
+    fmt = result.format.with_core(stage, result.setup).to_json()
     return Manifest(
         backend=backend.name,
         target=signature.name,

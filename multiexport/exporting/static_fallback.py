@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import ArtifactError, RunError, UsageError
 from .contract import RunOptions, Runner
+from .facts import STATIC_FALLBACK_KEY, FallbackFacts, StaticSizesFacts
 from .feed import check_feed
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from .contract import Backend, ExportOptions
     from .manifest import Manifest
 
-FORMAT_KEY = "static_fallback"  # the manifest's format facts of a fallback artifact live under this key
+FORMAT_KEY = STATIC_FALLBACK_KEY  # the manifest's format facts of a fallback artifact live under this key
 STATIC_MODELS_DIR = "static"
 # Failures a fixed size cannot avoid: trying every size again would only repeat them.
 NOT_SHAPE_RELATED = frozenset({"unavailable", "unsupported-dtype", "size-limit", "unsupported-platform",
@@ -179,14 +180,14 @@ def manifest_for(backend: "Backend", signature: "Signature", options: "ExportOpt
         requires=dict(first.requires),
         supports={"dims": {d: sorted(v) for d, v in dims.items()}, "platforms": list(first.supports.get("platforms",
                   ["cpu"])), "x64": signature.x64},
-        format={FORMAT_KEY: {
-            "why": why,
-            "category": getattr(symbolic_error, "category", "export-failed"),
-            "models": {key: size_dir(_parse_key(key)) for key in built},
-            "not_built": dict(not_built),
-            "note": "each model is a complete artifact of this format with its own manifest.json; a consumer "
-                    "picks the one whose sizes its inputs have",
-        }, "model_format": dict(first.format)},
+        format=StaticSizesFacts(static_fallback=FallbackFacts(
+            why=why,
+            category=str(getattr(symbolic_error, "category", "export-failed")),
+            models={key: size_dir(_parse_key(key)) for key in built},
+            not_built=dict(not_built),
+            note="each model is a complete artifact of this format with its own manifest.json; a consumer "
+                 "picks the one whose sizes its inputs have",
+        ), model_format=dict(first.format)).to_json(),
         warnings=[*signature.warnings, *warnings],
         weights=dict(first.weights),
         options=resolved,
@@ -206,15 +207,12 @@ def models_of(manifest: "Manifest", directory: Path) -> dict[str, Path]:
     """Size key -> the sub-artifact directory of a fallback artifact, each checked to lie inside it."""
     from ..files import inside
 
-    facts = manifest.format.get(FORMAT_KEY)
-    if not isinstance(facts, dict) or not isinstance(facts.get("models"), dict) or not facts["models"]:
-        raise ArtifactError(f"Artifact '{directory}' | format.{FORMAT_KEY}.models is missing or empty, expected "
+    models = StaticSizesFacts.from_json(manifest.format, f"Artifact '{directory}'").static_fallback.models
+    if not models:
+        raise ArtifactError(f"Artifact '{directory}' | format.{FORMAT_KEY}.models is empty, expected "
                             "size -> model directory")
     out = {}
-    for key, rel in facts["models"].items():
-        if not isinstance(key, str) or not isinstance(rel, str):
-            raise ArtifactError(f"Artifact '{directory}' | format.{FORMAT_KEY}.models has {key!r}: {rel!r}, "
-                                "expected size -> relative directory")
+    for key, rel in models.items():
         try:
             sizes = _parse_key(key)
         except ValueError:

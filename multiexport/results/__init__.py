@@ -124,6 +124,17 @@ class BackendResult:
     def dropped(self) -> list[str]:
         return [b.name for b in self.binding if not b.used]
 
+    def worst_err_scale(self) -> float | None:
+        """The worst compared leaf's error relative to its scale (what a one-cell summary shows), or None when
+        no leaf was compared."""
+        worst = self.parity.headline() if self.parity else None
+        return worst.stats.err_scale if worst is not None and worst.stats.compared else None
+
+    def first_measured(self) -> SizeResult | None:
+        """The first size with a latency of an ok row (what a one-cell summary times), or None."""
+        measured = self.bench.measured() if self.bench and self.ok else []
+        return measured[0] if measured else None
+
 
 @dataclass
 class TrialInfo:

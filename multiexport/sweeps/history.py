@@ -228,12 +228,10 @@ def _records(sweep: SweepDir, row: Any) -> Iterator[tuple]:
                "platform": env.get("platform")}
     run_versions = env.get("versions") or {}
     for name, r in results.backends.items():
-        worst = r.parity.headline() if r.parity else None
-        measured = r.bench.measured() if r.bench and r.ok else []
-        lat = measured[0].latency if measured else None
-        yield (name, r.status.value, " ".join(r.reason.split())[:2000],
-               worst.stats.err_scale if worst is not None and worst.stats.compared else None,
-               measured[0].batch if measured else None, lat.p50_ms if lat else None,
+        first = r.first_measured()
+        lat = first.latency if first else None
+        yield (name, r.status.value, " ".join(r.reason.split())[:2000], r.worst_err_scale(),
+               first.batch if first else None, lat.p50_ms if lat else None,
                lat.ci95_low_ms if lat else None, lat.ci95_high_ms if lat else None,
                json.dumps(run_versions, sort_keys=True), json.dumps(r.versions, sort_keys=True), json.dumps(machine), at)
 

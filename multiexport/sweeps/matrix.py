@@ -50,11 +50,9 @@ def read_row(outcome: RowOutcome, results_path: Path) -> Row:
         return Row(RowOutcome(**{**asdict(outcome), "state": "unreadable", "reason": f"{results_path}: {exc}"}))
     cells = {}
     for name, r in results.backends.items():
-        worst = r.parity.headline() if r.parity else None
-        measured = r.bench.measured() if r.bench and r.ok else []
+        first = r.first_measured()
         cells[name] = Cell(r.status.value, " ".join(r.reason.split())[:400],
-                           measured[0].latency.p50_ms if measured and measured[0].latency else None,
-                           worst.stats.err_scale if worst is not None and worst.stats.compared else None)
+                           first.latency.p50_ms if first and first.latency else None, r.worst_err_scale())
     return Row(outcome, cells)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -62,26 +61,22 @@ def run_ray(tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, address: str
 def _join(ray, address: str | None, tasks: Sequence[SweepTask], scratch: Path | None) -> None:
     """ray.init, keeping multiexport's own signal handlers (Ray's make SIGTERM a sys.exit). A local cluster
     gets the local executor's share of the machine, not every core (each compare uses several)."""
-    from ..system.process import STOP_SIGNALS
+    from ..system.process import stop_handlers_kept
     from .local import default_jobs
 
-    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     options: dict[str, Any] = {}
     if address is None:
         options["num_cpus"] = max([default_jobs(), *(t.resources.cpus for t in tasks)])
         options["_temp_dir"] = str(scratch)
     try:
-        ray.init(address=address, log_to_driver=False, configure_logging=False, **options)
+        with stop_handlers_kept():
+            ray.init(address=address, log_to_driver=False, configure_logging=False, **options)
     except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
         raise EnvironmentProblem(f"Option '--ray-address' | cannot join {address or 'a local cluster'} "
                                  f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]}), expected a running "
                                  "Ray cluster (`ray start --head`)") from None
-    finally:
-        for sig, handler in handlers.items():
-            if handler is not None:
-                signal.signal(sig, handler)
 
 
 def _drive(ray, tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, pending: dict[Any, tuple[SweepTask, int]],

@@ -364,18 +364,26 @@ def stop_signals_polled() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _handling(previous: dict, handler) -> Iterator[None]:
-    """`handler` for every stop signal the caller does not ignore, for the block; `previous` restored after
-    (a handler Python did not install, None, is left as it is)."""
-    for s, old in previous.items():
-        if old is not signal.SIG_IGN:
-            signal.signal(s, handler)
+def stop_handlers_kept() -> Iterator[None]:
+    """For the block: whatever a library installs for the stop signals (Ray's make SIGTERM a sys.exit) is
+    undone after it, the handlers present before restored."""
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     try:
         yield
     finally:
         for s, old in previous.items():
-            if old is not signal.SIG_IGN and old is not None:
+            if old is not None:  # None: a handler Python did not install, left as it is
                 signal.signal(s, old)
+
+
+@contextlib.contextmanager
+def _handling(previous: dict, handler) -> Iterator[None]:
+    """`handler` for every stop signal the caller does not ignore (`previous`: the handlers now), for the block."""
+    with stop_handlers_kept():
+        for s, old in previous.items():
+            if old is not signal.SIG_IGN:
+                signal.signal(s, handler)
+        yield
 
 
 @contextlib.contextmanager

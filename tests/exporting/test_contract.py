@@ -96,6 +96,7 @@ def test_export_then_run_from_disk_in_a_fresh_process(runs, c):
     assert "example_inputs" in m.files  # `multiexport run DIR` works on every artifact as it is
     directory = result["artifact"].directory
     assert_manifest_valid(directory)
+    assert_facts_typed(backend, directory)
     for batch, _feed, want, out in result["feeds"]:
         error = __import__("pathlib").Path(out).with_suffix(".error.txt")
         assert not error.exists(), error.read_text() if error.exists() else ""
@@ -106,6 +107,23 @@ def test_export_then_run_from_disk_in_a_fresh_process(runs, c):
             tol = EXACT if backend.name in BIT_EXACT else default_tolerance(leaf.dtype)
             verdict = compare_leaf(leaf.name, got[leaf.name], want[leaf.name], leaf.dtype, tol, f"batch={batch}")
             assert verdict.passed, verdict.reasons
+
+
+def assert_facts_typed(backend, directory) -> None:
+    """The manifest's `format` reads back as the backend's typed facts, and every fact the export wrote is a
+    declared field of them (the round trip loses nothing); a static-sizes artifact's models likewise."""
+    from multiexport.exporting import Manifest
+    from multiexport.exporting.facts import StaticSizesFacts
+    from multiexport.exporting.static_fallback import models_of
+
+    manifest = Manifest.read(directory)
+    facts = backend.facts(manifest, str(directory))
+    assert facts.to_json() == manifest.format
+    if isinstance(facts, StaticSizesFacts):
+        for model in models_of(manifest, directory).values():
+            assert_facts_typed(backend, model)
+    else:
+        assert type(facts) is backend.facts_type
 
 
 def assert_manifest_valid(directory) -> None:

@@ -38,7 +38,7 @@ def test_a_matching_stage_artifact_is_reused_not_exported_again(stage, tmp_path)
                                    ExportOptions(stage_artifact=str(onnx.directory)))
     how = art.manifest.format["stage"]
     assert how["backend"] == "onnx" and how["made"].startswith("reused")
-    assert os.path.samefile(tmp_path / how["from"], onnx.directory)
+    assert os.path.samefile(tmp_path / how["reused_from"], onnx.directory)
     model = art.manifest.files["model"]
     assert (art.directory / model).read_bytes() == (onnx.directory / model).read_bytes()
     feed = sig.example_feed()
@@ -54,6 +54,6 @@ def test_a_stage_artifact_made_otherwise_is_not_reused(stage, tmp_path, why):
     assert reusable_stage(OnnxBackend(), sig, options, str(directory)) is None
     art = OpenVINOBackend().export(target.fn, sig, tmp_path / "openvino", options)
     assert art.manifest.format["stage"] == {"backend": "onnx", "made": "exported for this artifact (its export "
-                                                                       "time includes it)"}
+                                                                       "time includes it)", "reused_from": None}
     feed = sig.example_feed()
     assert_matches_jit(target, sig, OpenVINOBackend().load(art.directory)(feed), feed)

@@ -1,0 +1,34 @@
+"""XLA's facts in manifest.json's `format`: how the module's `main` is called, and where its weights are."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from multiexport.exporting.facts import FormatFacts
+from multiexport.exporting.stablehlo import ModuleArg
+
+
+@dataclass(frozen=True, kw_only=True)
+class XlaFacts(FormatFacts):
+    """The facts of an XLA artifact (model.jax_exported and model.mlirbc).
+
+    weight_copies: how many copies of the baked weights are on disk (1 lifted, 2 embedded in both files, 0).
+    weights: where the baked weights live, in words.
+    platforms: the platforms the module was lowered for (`cpu`, `cuda`).
+    module_args: every positional argument of `main`, in order (platform index, tokens, leaves, weights):
+        what a PJRT caller passes.
+    module_results: the output leaves `main` returns, in order.
+    nr_devices: the devices the module was exported for.
+    uses_shape_polymorphism: whether the module has symbolic dims to refine.
+    module_attributes: the module's MLIR attributes, as jax.export wrote them.
+    """
+
+    weight_copies: int
+    weights: str
+    platforms: list[str]
+    module_args: list[ModuleArg]
+    module_results: list[str]
+    nr_devices: int
+    uses_shape_polymorphism: bool
+    module_attributes: dict[str, Any]
