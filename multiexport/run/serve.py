@@ -90,14 +90,12 @@ def serve_main(argv: list[str]) -> int:
             else:
                 _answer(protocol, peak_gflops())
     except Exception as exc:
-        from .messages import WorkerFailure, decode
-        from .worker_io import write_failure
+        from .worker_io import CLEAN_FAILURE, write_failure
 
-        write_failure(args.out, exc, state["stage"], state["backend"])
-        failure = decode(WorkerFailure, (args.out / "error.json").read_text(), "error.json")
+        failure = write_failure(args.out, exc, state["stage"], state["backend"])
         protocol.write(json.dumps({"error": to_data(failure)}) + "\n")
         protocol.flush()
-        return 3
+        return CLEAN_FAILURE
     return 0
 
 

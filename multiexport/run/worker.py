@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .worker_io import load_runner, register_entries, write_failure
+from .worker_io import CLEAN_FAILURE, load_runner, register_entries, write_failure
 
 if TYPE_CHECKING:
     from .messages import TargetLoad
@@ -150,7 +150,7 @@ def export_main(argv: list[str]) -> int:
     except Exception as exc:
         for _, _, out, _ in jobs:
             write_failure(out, exc, "export")
-        return 3
+        return CLEAN_FAILURE
     made: set[str] = set()
     codes = [_export_one(target, signature, fingerprint, job, made, loaded) for job in jobs]
     return max(codes)
@@ -207,7 +207,8 @@ def _export_one(target, signature, fingerprint: str, job, made: set[str], loaded
             peak_rss_bytes=memory_now()["peak_rss_bytes"], target_load=loaded)))
         made.add(str(Path(artifact).resolve()))
     except Exception as exc:
-        return write_failure(out, exc, "export", backend)
+        write_failure(out, exc, "export", backend)
+        return CLEAN_FAILURE
     return 0
 
 
@@ -279,7 +280,8 @@ def run_main(argv: list[str]) -> int:
                 save_npz(args.out / feed_path.name, runner(load_npz(feed_path)))
         write_text_atomic(args.out / "run.json", encode(Loaded(load_s, runner.describe())))
     except Exception as exc:  # reported to the parent as data, never as a traceback on its terminal
-        return write_failure(args.out, exc, stage, backend)
+        write_failure(args.out, exc, stage, backend)
+        return CLEAN_FAILURE
     return 0
 
 

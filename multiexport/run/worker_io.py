@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .messages import WorkerFailure
 
 
 def register_entries(entries: list[str]) -> None:
@@ -18,11 +22,23 @@ def register_entries(entries: list[str]) -> None:
         register(name, locator)
 
 
-def write_failure(out: Path, exc: BaseException, stage: str, backend=None) -> int:
-    """error.json for a failure, typed: the backend's own classification first, then the error's category."""
-    from ..errors import InternalError, MultiexportError
+CLEAN_FAILURE = 3  # a worker's exit code once it wrote error.json: the parent reads the failure from there
+
+
+def write_failure(out: Path, exc: BaseException, stage: str, backend=None) -> WorkerFailure:
+    """error.json for a failure (see `failure_of`); returns what it wrote."""
     from ..files import write_text_atomic
-    from .messages import WorkerFailure, encode
+    from .messages import encode
+
+    failure = failure_of(exc, stage, backend)
+    write_text_atomic(out / "error.json", encode(failure))
+    return failure
+
+
+def failure_of(exc: BaseException, stage: str, backend=None) -> WorkerFailure:
+    """A failure, typed: the backend's own classification first, then the error's category."""
+    from ..errors import InternalError, MultiexportError
+    from .messages import WorkerFailure
 
     memory = memory_error(exc)
     known = backend.classify(exc, stage) if backend is not None and not isinstance(exc, MultiexportError) else None
@@ -39,8 +55,7 @@ def write_failure(out: Path, exc: BaseException, stage: str, backend=None) -> in
         message = str(exc)
     else:
         category, message = f"{stage}-failed", " ".join(f"{type(exc).__name__}: {exc}".split())[:3000]
-    write_text_atomic(out / "error.json", encode(WorkerFailure(category, message)))
-    return 3
+    return WorkerFailure(category, message)
 
 
 def memory_error(exc: BaseException) -> MemoryError | None:

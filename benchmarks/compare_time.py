@@ -1,0 +1,115 @@
+"""Where a compare's seconds go, on the seed and on real models, measured side by side.
+
+    python -m benchmarks.compare_time [--models haiku_resnet,keras_mobilenetv2,...] [--no-bench] --out DIR
+
+Runs `multiexport compare` on the seed and on each real model of the zoo in turn (seed, model, seed, model,
+... so machine noise falls on both alike), each a whole process with the same flags (the model's own value
+ranges and sizes added), and reads each run's timeline from its results.json. Prints and writes
+(DIR/compare_time.md, .json) per run: its wall time, its ratio to the median seed run, and its seconds by
+kind of step (build, prepare, reference, rounding, export, load, parity, timing, native, floor, reports),
+then the median real-model run against the seed: the figure #30 targets at no more than 2x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from multiexport.system.process import run_command
+
+from .real_models import select_run
+
+# The real models timed by default: one per library, convnets and transformers, the quick ones included.
+DEFAULT_MODELS = ("linen_cnn", "nnx_batchnorm", "eqx_cnn", "hf_bert", "keras_mobilenetv2", "haiku_resnet",
+                  "keras_hub_gpt2")
+# Kinds of step, by what the compare's progress line says (first match wins).
+KINDS = (
+    ("build", ("build the target",)),
+    ("floor", ("floor",)),
+    ("native", ("native",)),
+    ("rounding", ("rounding sensitivity",)),
+    ("reference", ("reference outputs",)),
+    ("export", ("export",)),
+    ("load", ("load",)),
+    ("timing", ("cold start", "benchmark", "round", "latency")),
+    ("parity", ("trials", "worker")),
+    ("prepare", ("signature of", "which backends", "gpu")),
+)
+
+
+def kind_of(step: str) -> str:
+    """The kind of a timeline step, by its words."""
+    said = step.lower()
+    for kind, words in KINDS:
+        if any(w in said for w in words):
+            return kind
+    return "other"
+
+
+def run_one(target: str, flags: list[str], out: Path, timeout: float) -> dict:
+    """One compare as its own process; its wall time and its timeline's seconds by kind."""
+    t0 = time.perf_counter()
+    done = run_command([sys.executable, "-m", "multiexport", "compare", target, "--out", str(out), *flags],
+                       timeout=timeout)
+    wall = time.perf_counter() - t0
+    results = out / "results.json"
+    steps = json.loads(results.read_text()).get("timeline", []) if results.is_file() else []
+    kinds: dict[str, float] = {}
+    for step in steps:
+        kinds[kind_of(step["what"])] = kinds.get(kind_of(step["what"]), 0.0) + float(step["seconds"])
+    return {"target": target, "exit": done.returncode, "wall_s": round(wall, 2),
+            "kinds": {k: round(v, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
+            "steps": steps}
+
+
+def table(rows: list[dict], seed_s: float) -> str:
+    kinds = sorted({k for r in rows for k in r["kinds"]}, key=lambda k: -sum(r["kinds"].get(k, 0) for r in rows))
+    lines = ["| run | exit | wall s | / seed | " + " | ".join(kinds) + " |", "|---|---|---|---|" + "---|" * len(kinds)]
+    for r in rows:
+        lines.append(f"| {r['name']} | {r['exit']} | {r['wall_s']:.1f} | {r['wall_s'] / seed_s:.2f} | "
+                     + " | ".join(f"{r['kinds'].get(k, 0):.1f}" for k in kinds) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compare_time", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                        help="real models (names, tags or 'quick'), comma-separated (default: one per library)")
+    parser.add_argument("--no-bench", action="store_true", help="parity only (compare --no-bench)")
+    parser.add_argument("--args", default="", help="more compare flags for every run, e.g. '--trials 2'")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per compare")
+    parser.add_argument("--out", type=Path, required=True, help="a new directory for the runs and the tables")
+    args = parser.parse_args(argv)
+    if args.out.exists() and any(args.out.iterdir()):
+        parser.error(f"--out {args.out}: not empty")
+    models = select_run(args.models)
+    common = [*args.args.split(), *(["--no-bench"] if args.no_bench else [])]
+    rows: list[dict] = []
+    for i, model in enumerate(models):
+        for name, target, flags in (("seed", "multiexport.examples:seed", common),
+                                    (model.name, model.target, [*common, *model.compare_flags(bench=not args.no_bench)])):
+            row = run_one(target, flags, args.out / f"{i:02d}-{name}", args.timeout)
+            row["name"] = name
+            rows.append(row)
+            print(f"{name}: {row['wall_s']:.1f} s (exit {row['exit']}); " +
+                  ", ".join(f"{k} {v:.1f}" for k, v in list(row["kinds"].items())[:4]), flush=True)
+    seeds = [r["wall_s"] for r in rows if r["name"] == "seed"]
+    real = [r["wall_s"] for r in rows if r["name"] != "seed"]
+    seed_s, median_real = statistics.median(seeds), statistics.median(real)
+    summary = (f"seed median {seed_s:.1f} s over {len(seeds)} runs [{min(seeds):.1f}, {max(seeds):.1f}]; median "
+               f"real model {median_real:.1f} s over {len(real)} models = {median_real / seed_s:.2f}x the seed "
+               f"(target: <= 2x); flags: {' '.join(common) or '(defaults)'}")
+    text = table(rows, seed_s) + "\n\n" + summary + "\n"
+    print(text)
+    (args.out / "compare_time.md").write_text(text)
+    (args.out / "compare_time.json").write_text(json.dumps({"rows": rows, "seed_median_s": seed_s,
+                                                            "real_median_s": median_real}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
