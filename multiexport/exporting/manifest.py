@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ..dtypes import parse_dtype
-from ..errors import ArtifactError
+from ..errors import ArtifactError, InputError
 from ..files import inside, write_text_atomic
 from ..files.bounded import read_json
+from ..results.schema import from_data
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = "multiexport.manifest/2"
@@ -64,36 +65,30 @@ class LeafBinding:
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> "LeafBinding":
-        if not isinstance(data, dict):
-            raise ArtifactError(f"{where} | got {type(data).__name__}, expected an object")
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        for key in ("name", "alias", "shape", "dtype"):
-            if key not in known:
-                raise ArtifactError(f"{where} | has no '{key}', expected one")
-        name, alias, shape, dtype = known["name"], known["alias"], known["shape"], known["dtype"]
-        if not isinstance(name, str) or not name:
-            raise ArtifactError(f"{where} | got name {name!r}, expected a non-empty string")
-        where = f"{where} '{name}'"
-        if not isinstance(alias, str) or not _ALIAS.match(alias):
-            raise ArtifactError(f"{where} | got alias {alias!r}, expected an identifier [A-Za-z][A-Za-z0-9_]*")
-        if not isinstance(shape, list) or not all(_is_dim(d) for d in shape):
-            raise ArtifactError(f"{where} | got shape {shape!r}, expected a list of sizes >= 0 and dimension names")
+        """One leaf from parsed JSON, through the codec; ArtifactError naming `where` and the field."""
         try:
-            parse_dtype(dtype)
+            return from_data(cls, data, where)
+        except InputError as exc:
+            raise ArtifactError(str(exc)) from None
+
+    def check_loaded(self, where: str) -> None:
+        """What the field types cannot say, checked once the codec built the leaf from a manifest (`where`
+        names it): a name, an identifier alias, dims that are sizes or names, a dtype JAX has, an index >= 0."""
+        if not self.name:
+            raise ArtifactError(f"{where} | got name '', expected a non-empty string")
+        where = f"{where} '{self.name}'"
+        if not _ALIAS.match(self.alias):
+            raise ArtifactError(f"{where} | got alias {self.alias!r}, expected an identifier [A-Za-z][A-Za-z0-9_]*")
+        if not all(_is_dim(d) for d in self.shape):
+            raise ArtifactError(f"{where} | got shape {self.shape!r}, expected a list of sizes >= 0 and dimension names")
+        try:
+            parse_dtype(self.dtype)
         except TypeError:
-            raise ArtifactError(f"{where} | got dtype {dtype!r}, expected a numeric or bool dtype name") from None
-        if dtype in _NO_JAX_DTYPE:
-            raise ArtifactError(f"{where} | got dtype {dtype!r}, expected a dtype a JAX array can have")
-        param = known.get("param")
-        if param is not None and not (isinstance(param, str) or (isinstance(param, int) and not isinstance(param, bool)
-                                                               and param >= 0)):
-            raise ArtifactError(f"{where} | got param {param!r}, expected an index >= 0, a name or null")
-        for key in ("used", "weak_type"):
-            if key in known and not isinstance(known[key], bool):
-                raise ArtifactError(f"{where} | got {key} {known[key]!r}, expected true or false")
-        if known.get("key_impl") is not None and not isinstance(known["key_impl"], str):
-            raise ArtifactError(f"{where} | got key_impl {known['key_impl']!r}, expected a string")
-        return cls(**known)
+            raise ArtifactError(f"{where} | got dtype {self.dtype!r}, expected a numeric or bool dtype name") from None
+        if self.dtype in _NO_JAX_DTYPE:
+            raise ArtifactError(f"{where} | got dtype {self.dtype!r}, expected a dtype a JAX array can have")
+        if isinstance(self.param, int) and self.param < 0:
+            raise ArtifactError(f"{where} | got param {self.param!r}, expected an index >= 0, a name or null")
 
 
 def _is_dim(d: Any) -> bool:
@@ -203,49 +198,37 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: Any, where: str = MANIFEST_NAME) -> "Manifest":
+        """The manifest in parsed JSON `data`, read by the codec of results.json and the worker messages
+        (every field checked against its type) and then `check_loaded`; ArtifactError naming the field."""
         if not isinstance(data, dict):
             raise ArtifactError(f"Artifact '{where}' | got {type(data).__name__}, expected a JSON object")
         schema = data.get("schema")
         if schema != MANIFEST_SCHEMA:
             raise ArtifactError(f"Artifact '{where}' | got schema {schema!r}, expected {MANIFEST_SCHEMA!r} "
                                 "(re-export with this multiexport)")
-        fields: dict[str, Any] = {}
-        types = {"backend": str, "target": str, "keep_unused": bool, "symbolic_dims": list, "files": dict,
-                 "versions": dict, "created": str, "inventory": dict, "inventory_sha256": dict, "requires": dict, "supports": dict,
-                 "format": dict, "warnings": list, "weights": dict, "options": dict}
-        for key, kind in types.items():
-            if key in data:
-                if not isinstance(data[key], kind) or (kind is not bool and isinstance(data[key], bool)):
-                    raise ArtifactError(f"Artifact '{where}' | field '{key}' is {type(data[key]).__name__}, "
-                                        f"expected {kind.__name__}")
-                fields[key] = data[key]
-            elif key in ("backend", "target", "files", "versions", "created", "symbolic_dims", "keep_unused"):
-                raise ArtifactError(f"Artifact '{where}' | has no field '{key}', expected one")
-        for role in ("inputs", "outputs"):
-            if not isinstance(data.get(role), list):
-                raise ArtifactError(f"Artifact '{where}' | field '{role}' is {type(data.get(role)).__name__}, "
-                                    "expected a list of leaves")
-            fields[role] = [LeafBinding.from_json(d, f"Artifact '{where}' | {role}[{i}]")
-                            for i, d in enumerate(data[role])]
-        if data.get("native") is not None and not isinstance(data["native"], dict):
-            raise ArtifactError(f"Artifact '{where}' | field 'native' is {type(data['native']).__name__}, expected an object")
-        fields["native"] = data.get("native")
-        for role, name in fields["files"].items():
-            if not isinstance(name, str):
-                raise ArtifactError(f"Artifact '{where}' | file '{role}' is {name!r}, expected a relative path")
-        for name, size in fields.get("inventory", {}).items():
-            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-                raise ArtifactError(f"Artifact '{where}' | inventory entry '{name}' is {size!r}, expected a size in bytes")
-        for name, digest in fields.get("inventory_sha256", {}).items():
-            if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
-                raise ArtifactError(f"Artifact '{where}' | inventory_sha256 entry '{name}' is {ascii(digest)[:80]}, "
+        try:
+            return from_data(cls, data, f"Artifact '{where}' | manifest")
+        except InputError as exc:
+            raise ArtifactError(str(exc)) from None
+
+    def check_loaded(self, where: str) -> None:
+        """What the field types cannot say: relative paths, sizes and digests in the inventory, unique input
+        names, at least one output."""
+        for role, name in self.files.items():
+            if not name:
+                raise ArtifactError(f"{where}.files | file '{role}' is '', expected a relative path")
+        for name, size in self.inventory.items():
+            if size < 0:
+                raise ArtifactError(f"{where}.inventory | entry '{name}' is {size!r}, expected a size in bytes")
+        for name, digest in self.inventory_sha256.items():
+            if len(digest) != 64 or digest.strip("0123456789abcdef"):
+                raise ArtifactError(f"{where}.inventory_sha256 | entry '{name}' is {ascii(digest)[:80]}, "
                                     "expected 64 hex digits")
-        names = [leaf.name for leaf in fields["inputs"]]
+        names = [leaf.name for leaf in self.inputs]
         if len(set(names)) != len(names):
-            raise ArtifactError(f"Artifact '{where}' | lists an input leaf twice, expected unique names")
-        if not fields["outputs"]:
-            raise ArtifactError(f"Artifact '{where}' | lists no outputs, expected at least one")
-        return cls(**fields)
+            raise ArtifactError(f"{where}.inputs | lists an input leaf twice, expected unique names")
+        if not self.outputs:
+            raise ArtifactError(f"{where}.outputs | lists no outputs, expected at least one")
 
     def check_files(self, directory: Path) -> None:
         """Every listed file and inventory entry resolves inside `directory` and has its recorded size."""

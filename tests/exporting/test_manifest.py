@@ -59,14 +59,14 @@ def _base():
 
 # Shared with test_manifest_schema.py: the JSON Schema must refuse every one of these too.
 MALFORMED = [
-    (lambda d: d.clear() or d.update(schema=MANIFEST_SCHEMA), "has no field 'backend'"),
-    (lambda d: d.update(inputs=None), "field 'inputs' is NoneType"),
+    (lambda d: d.clear() or d.update(schema=MANIFEST_SCHEMA), "manifest | has no 'backend', expected one"),
+    (lambda d: d.update(inputs=None), r"manifest.inputs \| got null, expected a list"),
     (lambda d: d.update(outputs=[]), "lists no outputs"),
-    (lambda d: d.update(backend=3), "field 'backend' is int"),
-    (lambda d: d.update(keep_unused="yes"), "field 'keep_unused' is str"),
-    (lambda d: d["inputs"][0].update(shape="10"), r"got shape '10', expected a list"),
+    (lambda d: d.update(backend=3), r"manifest.backend \| got int '3', expected a string"),
+    (lambda d: d.update(keep_unused="yes"), r"manifest.keep_unused \| got str 'yes', expected true or false"),
+    (lambda d: d["inputs"][0].update(shape="10"), r"inputs\[0\].shape \| got str '10', expected a list"),
     (lambda d: d["inputs"][0].update(shape=[-1]), "expected a list of sizes >= 0"),
-    (lambda d: d["inputs"][0].update(shape=[True]), "expected a list of sizes >= 0"),
+    (lambda d: d["inputs"][0].update(shape=[True]), r"shape\[0\] \| got a boolean, expected an integer"),
     (lambda d: d["inputs"][0].update(dtype="object"), "expected a numeric or bool dtype name"),
     (lambda d: d["inputs"][0].update(alias="../../x"), "expected an identifier"),
     (lambda d: d["inputs"][0].update(param=-1), "expected an index >= 0"),
@@ -74,9 +74,9 @@ MALFORMED = [
     (lambda d: d["inputs"].append(dict(d["inputs"][0])), "lists an input leaf twice"),
     (lambda d: d.update(files={"model": "/etc/passwd"}), "leaves the directory"),
     (lambda d: d.update(files={"model": "../outside"}), "leaves the directory"),
-    (lambda d: d.update(files={"model": 3}), "expected a relative path"),
+    (lambda d: d.update(files={"model": 3}), r"manifest.files.model \| got int '3', expected a string"),
     (lambda d: d.update(inventory={"a": -1}), "expected a size in bytes"),
-    (lambda d: d.update(native=[]), "field 'native' is list"),
+    (lambda d: d.update(native=[]), r"manifest.native \| got list, expected an object"),
 ]
 
 
