@@ -182,7 +182,8 @@ def test_outputs_match_jax_jit_in_a_fresh_process(fresh_run):
     for run in [("mlp", None), ("mlp", 8), ("tricky_names", None)]:
         assert list(got[run]) == list(expected[run])
         for leaf in expected[run]:
-            np.testing.assert_allclose(got[run][leaf], expected[run][leaf], rtol=1e-6, atol=0, err_msg=f"{run} {leaf}")
+            # 1e-5: TF's oneDNN kernels (on by default on AVX-512 CPUs) sum in another order than XLA (5e-6 seen)
+            np.testing.assert_allclose(got[run][leaf], expected[run][leaf], rtol=1e-5, atol=0, err_msg=f"{run} {leaf}")
 
 
 @pytest.mark.subprocess

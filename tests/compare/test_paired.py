@@ -87,7 +87,7 @@ def test_workers_start_during_exports_and_cold_start_is_the_sum_of_its_own_parts
     from multiexport.exporting import Manifest
 
     how = Manifest.read(tmp_path / "openvino").format["stage"]
-    assert how["made"].startswith("reused") and how["from"] == "onnx", how
+    assert how["made"].startswith("reused") and how["reused_from"] == "onnx", how
     assert stage.export_seconds < results.backends["onnx"].export_seconds * 5  # bounded: no second conversion
 
 

@@ -11,6 +11,7 @@ leaves no .hypothesis directory) and "nightly" (1000 examples), chosen by $HYPOT
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -45,12 +46,17 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # -- the contract --------------------------------------------------------------------------------------
 
+# TensorFlow's C++ log on load (absl's preamble, then e.g. "I0000 00:00:17.9 6965 port.cc:153] oneDNN custom
+# operations are on", which TF 2.21 prints on AVX-512 CPUs whatever TF_CPP_MIN_LOG_LEVEL says): not multiexport's.
+_TF_LOG = re.compile(r"^(WARNING: All log messages before absl::InitializeLog\(\)|[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w.]+:\d+\])")
+
+
 def stderr_lines(proc) -> list[str]:
-    """stderr without compare's progress lines ("  1.2s xla: export")."""
+    """stderr without compare's progress lines ("  1.2s xla: export") and TensorFlow's own C++ log lines."""
     out = []
     for line in proc.stderr.splitlines():
         s = line.strip()
-        if not s:
+        if not s or _TF_LOG.match(s):
             continue
         head = s.split(" ", 1)[0]
         if head.endswith("s") and head[:-1].replace(".", "", 1).isdigit():

@@ -50,21 +50,25 @@ def _measured(target):
     return sig, ref, rounding_sensitivity(target, sig, feed, ref)
 
 
-def test_a_faithful_reimplementation_of_a_deep_net_fails_the_fixed_default_and_passes_the_measured_floor():
+def test_a_faithful_reimplementation_of_a_deep_net_beyond_the_default_scale_passes_the_measured_floor():
     target, params, x, numpy_net = _deep_tanh(16)
     sig, ref, sensitivity = _measured(target)
     got = numpy_net(params, x)
     distance = float(np.abs(got["out.y"] - ref["out.y"]).max() / np.abs(ref["out.y"]).max())
     # numpy's float32 BLAS is as faithful as XLA's, yet beyond the float32 default on 16 stacked layers
     assert distance > DEFAULTS["float32"].scale
-    assert not check_parity("numpy", [got], [ref], sig.outputs, ["example"]).passed
+    # Whether the fixed default also fails it depends on the CPU: on the machine it was written on it did; on an
+    # AVX-512 EPYC numpy's BLAS lands inside the default's element-wise terms. The measured floor is what matters.
     # the measured floor is of the same order as the real distance between two faithful implementations
     assert 0.2 * distance < sensitivity["out.y"] < 5 * distance
     verdict = check_parity("numpy", [got], [ref], sig.outputs, ["example"], sensitivity=sensitivity)
     assert verdict.passed, verdict.summary()
     assert verdict.leaves[0].tolerance.scale == pytest.approx(SENSITIVITY_MARGIN * sensitivity["out.y"])
-    assert any("instead of the float32 default" in n and "rounding alone" in n and "passes only under" in n
-               for n in verdict.notes), verdict.notes
+    if check_parity("numpy", [got], [ref], sig.outputs, ["example"]).passed:
+        assert not verdict.notes  # the widening decided nothing here: no note buries the ones that matter
+    else:
+        assert any("instead of the float32 default" in n and "rounding alone" in n and "passes only under" in n
+                   for n in verdict.notes), verdict.notes
 
 
 def test_a_wrong_artifact_still_fails_under_the_widened_tolerance():
