@@ -180,18 +180,19 @@ class IreeBackend(Backend):
 
     def _load_impl(self, manifest: Manifest, directory: Path, options: RunOptions) -> Runner:
         target = DEVICE_TARGET[options.device]
-        compiled = IreeFacts.from_json(manifest.format, f"Artifact '{directory}'").target_backends
+        facts = IreeFacts.from_json(manifest.format, f"Artifact '{directory}'")
+        compiled = facts.target_backends
         if target not in compiled:
             raise RunError(
                 f"Artifact '{directory}' | compiled for {', '.join(map(str, compiled))}, expected {target}: re-export "
                 f"with --platforms {','.join(['cpu', 'cuda'] if target == 'cuda' else ['cpu'])} on a machine with that "
                 "device", category="unsupported-platform")
-        return IreeRunner(manifest, directory, options, _driver(manifest, directory, target))
+        return IreeRunner(manifest, directory, options, _driver(facts, directory, target), facts)
 
 
-def _driver(manifest: Manifest, directory: Path, target: str) -> str:
+def _driver(facts: IreeFacts, directory: Path, target: str) -> str:
     """The driver the export chose for `target` (format.drivers), checked: the manifest is data."""
-    chosen = IreeFacts.from_json(manifest.format, f"Artifact '{directory}'").drivers.get(target, DRIVERS[target])
+    chosen = facts.drivers.get(target, DRIVERS[target])
     allowed = CPU_DRIVERS if target == "llvm-cpu" else (DRIVERS[target],)
     if chosen not in allowed:
         raise ArtifactError(f"Artifact '{directory}' | manifest field format.drivers.{target} is {ascii(chosen)[:60]}, "

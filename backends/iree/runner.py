@@ -35,10 +35,11 @@ class IreeRunner(Runner):
     calling_path = ("iree.runtime VmContext.invoke of the module's synchronous main on an argument list packed "
                     "once in prepare (HAL buffer views uploaded there); results stay in device buffers")
 
-    def __init__(self, manifest: Manifest, directory: Path, options, driver: str):
+    def __init__(self, manifest: Manifest, directory: Path, options, driver: str, facts: IreeFacts):
         import iree.runtime as rt
 
         super().__init__(manifest, directory, options)
+        self._facts = facts
         self._driver_note = None
         if driver == "local-task" and options.thread_count == 1:
             # The export's own rule, and more: sizing the pool is process-wide and first-come, so export's
@@ -135,7 +136,7 @@ class IreeRunner(Runner):
         return 0  # compiled ahead of time at export; nothing compiles at run time, whatever the shapes
 
     def _describe_impl(self) -> dict[str, Any]:
-        facts = IreeFacts.from_json(self.manifest.format, f"Artifact '{self.directory}'")
+        facts = self._facts
         return {"driver": self._driver, "driver_note": self._driver_note,
                 "driver_choice": facts.driver_choice,
                 "compile_flags": facts.compile_flags, "module_signature": self.declaration,

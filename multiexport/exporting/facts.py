@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..errors import ArtifactError, InputError
+from ..errors import ArtifactError
 from ..results.schema import from_data, to_data
 
 F = TypeVar("F", bound="FormatFacts")
@@ -72,10 +72,7 @@ class FormatFacts:
     def from_json(cls: type[F], data: Any, where: str) -> F:
         """These facts from a manifest's `format`; ArtifactError naming the field when one is missing or of
         the wrong type (`where`: e.g. "Artifact 'out/onnx/manifest.json'")."""
-        try:
-            return from_data(cls, data, f"{where} | format")
-        except InputError as exc:
-            raise ArtifactError(str(exc)) from None
+        return from_data(cls, data, f"{where} | format", ArtifactError)
 
     def with_core(self: F, stage: StageMade | None, setup: ExportSetup | None) -> F:
         """These facts with the core's own (stage, setup) set."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..dtypes import parse_dtype
-from ..errors import ArtifactError, InputError
+from ..errors import ArtifactError
 from ..files import inside, write_text_atomic
 from ..files.bounded import read_json
 from ..results.schema import from_data
@@ -66,10 +66,7 @@ class LeafBinding:
     @classmethod
     def from_json(cls, data: Any, where: str) -> "LeafBinding":
         """One leaf from parsed JSON, through the codec; ArtifactError naming `where` and the field."""
-        try:
-            return from_data(cls, data, where)
-        except InputError as exc:
-            raise ArtifactError(str(exc)) from None
+        return from_data(cls, data, where, ArtifactError)
 
     def check_loaded(self, where: str) -> None:
         """What the field types cannot say, checked once the codec built the leaf from a manifest (`where`
@@ -206,10 +203,7 @@ class Manifest:
         if schema != MANIFEST_SCHEMA:
             raise ArtifactError(f"Artifact '{where}' | got schema {schema!r}, expected {MANIFEST_SCHEMA!r} "
                                 "(re-export with this multiexport)")
-        try:
-            return from_data(cls, data, f"Artifact '{where}' | manifest")
-        except InputError as exc:
-            raise ArtifactError(str(exc)) from None
+        return from_data(cls, data, f"Artifact '{where}' | manifest", ArtifactError)
 
     def check_loaded(self, where: str) -> None:
         """What the field types cannot say: relative paths, sizes and digests in the inventory, unique input

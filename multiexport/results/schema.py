@@ -39,9 +39,15 @@ def to_data(obj: Any) -> Any:
     return obj
 
 
-def from_data(cls: type, data: Any, where: str) -> Any:
-    """`cls` (a dataclass) from parsed JSON, every field checked; InputError naming the path otherwise."""
-    return _convert(cls, data, where)
+def from_data(cls: type, data: Any, where: str, error: type[Exception] = InputError) -> Any:
+    """`cls` (a dataclass) from parsed JSON, every field checked; `error` (InputError unless the caller reads
+    another kind of input, e.g. an artifact's manifest) naming the path otherwise."""
+    try:
+        return _convert(cls, data, where)
+    except InputError as exc:
+        if error is InputError:
+            raise
+        raise error(str(exc)) from None
 
 
 def _convert(hint: Any, value: Any, where: str) -> Any:
