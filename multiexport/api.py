@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from .comparison import CompareConfig
 from .errors import ArtifactError, BackendUnavailable, TargetError, UsageError
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from typing import Unpack
 
     from .comparison import CompareOptions
+    from .exporting.precision import Calibration
 
 
 def as_target(target: Target | Callable[..., Any], *args: Any, **kwargs: Any) -> Target:
@@ -47,18 +49,68 @@ def export(
     static_sizes: Mapping[str, Sequence[int]] | None = None,
     backend_options: Mapping[str, Any] | None = None,
     check_load: bool = True,
+    precision: str = "fp32",
+    calibration: str | os.PathLike | None = None,
 ) -> Artifact:
-    """Export `target` with one backend into `out_dir` (artifact files + manifest.json); see ExportOptions."""
+    """Export `target` with one backend into `out_dir` (artifact files + manifest.json); see ExportOptions.
+
+    precision: "fp32", or a reduced precision the backend makes (fp16, int8-dynamic, int8); `backend` may also
+        name it as a variant ("onnx@int8"). calibration: for int8, an .npz of input leaves with a leading sample
+        axis; None: synthetic samples in the example's domain (the manifest says so).
+    Returns the Artifact written (its directory and manifest).
+    """
+    from .exporting.precision import FP32, check_precision, split_variant
     from .exporting.registry import get_backend
     from .leaves import build_signature
 
     target = as_target(target)
-    options = ExportOptions(keep_unused=keep_unused, platforms=tuple(platforms) if platforms else None,
-                            external_weights=external_weights,
-                            static_sizes={k: tuple(v) for k, v in (static_sizes or {}).items()},
-                            backend_options=dict(backend_options or {}), check_load=check_load)
-    chosen = get_backend(backend)
-    return chosen.export(target.fn, build_signature(target), Path(out_dir), options)
+    base, named = split_variant(backend)
+    if named != FP32 and check_precision(precision) not in (FP32, named):
+        raise UsageError(f"Option 'precision' | got {precision} with backend '{backend}', expected one precision")
+    precision = named if named != FP32 else precision
+    chosen = get_backend(base)
+    signature = build_signature(target)
+    with _calibration(signature, precision, calibration) as source:
+        options = ExportOptions(keep_unused=keep_unused, platforms=tuple(platforms) if platforms else None,
+                                external_weights=external_weights,
+                                static_sizes={k: tuple(v) for k, v in (static_sizes or {}).items()},
+                                backend_options=dict(backend_options or {}), check_load=check_load,
+                                precision=precision, calibration=source)
+        return chosen.export(target.fn, signature, Path(out_dir), options)
+
+
+@contextlib.contextmanager
+def _calibration(signature, precision: str, given: str | os.PathLike | None) -> Iterator[Calibration | None]:
+    """The calibration of an int8 export: the given file, or synthetic samples in a temporary directory
+    (removed afterwards); None for the other precisions (UsageError when a file is given to them)."""
+    from .exporting.precision import DEFAULT_CALIBRATION_SAMPLES, Calibration, needs_calibration, write_calibration
+
+    if not needs_calibration(precision):
+        if given is not None:
+            raise UsageError(f"Option 'calibration' | given for precision {precision}, expected it only with int8")
+        yield None
+        return
+    if given is not None:
+        yield Calibration(str(Path(given).resolve()), False, f"given in {Path(given).name}")
+        return
+    import shutil
+
+    import numpy as np
+
+    from .files.temporary import make_temporary
+    from .measure.inputs import make_trials
+
+    trials = make_trials(signature.inputs, examples=signature.example_feed(), trials=DEFAULT_CALIBRATION_SAMPLES,
+                         seed=1009, dim_sizes={d: (n,) for d, n in signature.example_sizes().items()}
+                         if signature.example_sizes() else None)
+    feeds = [t.feed for t in trials if t.name != "example"][:DEFAULT_CALIBRATION_SAMPLES]
+    scratch = make_temporary("calibration")
+    try:
+        path = write_calibration(scratch / "calibration.npz", [{k: np.asarray(v) for k, v in f.items()} for f in feeds])
+        yield Calibration(str(path), True, f"{len(feeds)} synthetic samples in the example's domain (seed 1009); "
+                                           "give real data with --calibration")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def load(artifact_dir: str | os.PathLike, device: str = "cpu", *, threads: int | None = None,

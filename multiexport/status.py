@@ -14,6 +14,8 @@ class Status(str, Enum):
 
     OK = "ok"
     PARITY_FAILED = "parity-failed"
+    ACCURACY_FAILED = "accuracy-failed"
+    UNSUPPORTED_PRECISION = "unsupported-precision"
     UNAVAILABLE = "unavailable"
     NO_GPU = "no-gpu"
     EXPORT_FAILED = "export-failed"
@@ -65,6 +67,10 @@ MEANING: dict[Status, str] = {
     Status.OK: "the artifact ran from disk and every output leaf matched jax.jit within tolerance at every size it "
                "supports",
     Status.PARITY_FAILED: "the artifact ran, but some output leaf differs from jax.jit beyond its tolerance",
+    Status.ACCURACY_FAILED: "a reduced-precision artifact (fp16, int8) ran, but some output leaf is beyond its "
+                            "accuracy budget against jax.jit (cosine, error/scale, SQNR, top-k agreement)",
+    Status.UNSUPPORTED_PRECISION: "the format (or this target) has no artifact at the precision asked for: the row "
+                                  "names what is missing; no float artifact is made in its place",
     Status.UNAVAILABLE: "the backend's libraries are not installed here",
     Status.NO_GPU: "the backend cannot use a GPU here, so it was not run on the CPU instead",
     Status.EXPORT_FAILED: "the export failed for a reason no narrower category covers",
@@ -99,6 +105,8 @@ EXIT: dict[Status, int] = {
     Status.OK: 0,
     Status.SIZE_UNSUPPORTED: 0,
     Status.PARITY_FAILED: 1,
+    Status.ACCURACY_FAILED: 1,
+    Status.UNSUPPORTED_PRECISION: 0,  # an honest "this format has no such variant", not a failure of the run
     Status.NONDETERMINISTIC_TARGET: 2,
     Status.INTERNAL_ERROR: 70,
 }

@@ -23,7 +23,14 @@ from multiexport.exporting.stablehlo import concrete_specs, export_module, leaf_
 from multiexport.files import write_bytes_atomic
 from multiexport.leaves.weights import WEIGHTS_FILE, embedded, plan
 
-from .compile import compile_exported, compile_flags, cuda_arch, targets_for
+from .compile import (
+    PRECISION_FLAGS,
+    compile_exported,
+    compile_flags,
+    cuda_arch,
+    precision_facts as _precision,
+    targets_for,
+)
 from .config import OPTIONS, CpuConfig, cpu_config
 from .driver import CPU_DRIVERS, choose_driver
 from .facts import IreeFacts
@@ -48,6 +55,10 @@ class IreeBackend(Backend):
     order = 40
     runtime_modules = ("iree.runtime",)
     facts_type = IreeFacts
+    precisions = ("fp32", "fp16")
+    precision_gaps = {p: "iree-compile has no post-training weight quantization for a float StableHLO module (its "
+                         "integer paths take modules already quantized: QDQ ops in the input)"
+                      for p in ("int8-dynamic", "int8")}
     carries_code = True  # a .vmfb holds compiled machine code (not inspected: the README says so)
     options = OPTIONS
 
@@ -64,7 +75,7 @@ class IreeBackend(Backend):
 
     def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
         targets, arch = targets_for(options.platforms)
-        base_flags = compile_flags(targets, arch, x64=signature.x64)
+        base_flags = [*compile_flags(targets, arch, x64=signature.x64), *PRECISION_FLAGS.get(options.precision, ())]
         # Lowered for cpu whatever the targets: the StableHLO of ordinary ops is the same for every
         # platform, and one module with no platform-index argument serves all IREE targets.
         lifted = plan(fn, signature, options.external_weights)
@@ -121,6 +132,7 @@ class IreeBackend(Backend):
         if notes["custom_call_targets"]:
             warnings.append(f"the module calls custom call targets {notes['custom_call_targets']}")
         declaration = _declaration(vmfb)
+        precision = _precision(options.precision, exported.mlir_module()) if options.precision != "fp32" else None
         return FormatResult(
             files=files, used=used, params=params, output_params=list(range(len(signature.outputs))),
             versions=_iree_versions(),
@@ -159,7 +171,7 @@ class IreeBackend(Backend):
             ),
             warnings=warnings, weights=weights, fixed_dims=sizes,
             platforms=["cpu" if t == "llvm-cpu" else "cuda" for t in targets],
-            declared=_declared(declaration, arg_leaves, signature.outputs), native=native,
+            declared=_declared(declaration, arg_leaves, signature.outputs), native=native, precision=precision,
         )
 
     def _gpu_status_impl(self) -> Availability:

@@ -16,6 +16,29 @@ TARGETS = {"cpu": "llvm-cpu", "cuda": "cuda", "gpu": "cuda"}  # ExportOptions.pl
 _MESSAGE_LIMIT = 3000
 
 
+# iree-compile's reduced-precision mode (its global-opt pipeline): the inputs of every contraction (matmul,
+# convolution) demoted to float16; the function's own inputs and outputs keep their dtypes.
+PRECISION_FLAGS = {"fp16": ("--iree-global-opt-demote-contraction-inputs-type=f16",
+                            "--iree-global-opt-demote-contraction-inputs-operations=all")}
+
+
+def precision_facts(precision: str, module_text: str):
+    """The PrecisionFacts of an IREE artifact compiled with PRECISION_FLAGS[precision]."""
+    from collections import Counter
+
+    from multiexport.exporting.precision import PrecisionFacts
+    from multiexport.versions import dist_version
+
+    ops = Counter(re.findall(r"stablehlo\.(dot_general|convolution|dot)(?![\w])", module_text))
+    return PrecisionFacts(
+        precision=precision, method=f"iree-compile {' '.join(PRECISION_FLAGS[precision])}",
+        toolchain=f"iree-base-compiler {dist_version('iree-base-compiler')}",
+        quantized_ops={f"stablehlo.{op}": n for op, n in ops.items() if n},
+        io="float32 inputs and outputs, as the leaves declare",
+        notes=["the contractions' inputs are demoted to float16 by the compiler; elementwise ops and the "
+               "accumulation stay float32, and the weights are stored float32 in the module"])
+
+
 def compile_flags(targets: Sequence[str], cuda_arch: str | None = None, x64: bool = False) -> list[str]:
     """iree-compile flags besides input type and target backends, per target.
 

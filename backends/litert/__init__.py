@@ -68,6 +68,7 @@ class LiteRTBackend(Backend):
     order = 50
     runtime_modules = ("ai_edge_litert.interpreter",)
     facts_type = LiteRTFacts
+    precisions = ("fp32", "fp16", "int8-dynamic", "int8")
     options = (
         Option("select_tf_ops", False, bool,
                "also allow SELECT_TF_OPS (TensorFlow kernels via the Flex delegate): the ai_edge_litert "
@@ -84,16 +85,17 @@ class LiteRTBackend(Backend):
         import tensorflow as tf
 
         source = frontend.directory
+        front = {leaf.name: leaf for leaf in frontend.manifest.inputs}
+        samples = self._samples(signature, options, front)
         try:
             stablehlo = check_modules(source)
-            blob, ops = convert(source, resolved["select_tf_ops"])
+            blob, ops = convert(source, resolved["select_tf_ops"], options.precision, samples)
         except ConversionFailed as exc:  # classify() names a dtype gap by the leaves' dtypes
             exc.leaf_dtypes = sorted({leaf.dtype for leaf in (*signature.inputs, *signature.outputs)})
             raise
         (out_dir / MODEL_FILE).write_bytes(blob)
         meta = model_metadata(blob)
         used_ops = op_names(blob)
-        front = {leaf.name: leaf for leaf in frontend.manifest.inputs}
         params = [front[leaf.name].param for leaf in signature.inputs]
         used = [front[leaf.name].used for leaf in signature.inputs]
         output_params = [leaf.alias for leaf in signature.outputs]
@@ -155,7 +157,41 @@ class LiteRTBackend(Backend):
             ),
             warnings=warnings, weights=embedded(signature), declared=declared, platforms=["cpu"],
             native=litert_section(signature.inputs, params, signature.outputs, output_params, model=MODEL_FILE),
+            precision=self._precision(options, blob, samples, tf.__version__),
         )
+
+    def _samples(self, signature, options, front) -> list[dict[str, Any]] | None:
+        """The int8 calibration feeds keyed by the signature's input names (the leaves' aliases), leaves the
+        SavedModel dropped left out; None for the other precisions."""
+        if options.calibration is None:
+            return None
+        from multiexport.exporting.precision import calibration_feeds
+
+        return [{front[name].param: value for name, value in feed.items() if front[name].param is not None}
+                for feed in calibration_feeds(signature, options.calibration)]
+
+    def _precision(self, options, blob: bytes, samples, tf_version: str):
+        """The PrecisionFacts of a reduced-precision conversion (None at fp32)."""
+        if options.precision == "fp32":
+            return None
+        from multiexport.exporting.precision import CalibrationFacts, PrecisionFacts
+
+        from .convert import PRECISION_CALLS, precision_ops
+
+        reduced, kept = precision_ops(blob)
+        calibration = (CalibrationFacts(len(samples), options.calibration.synthetic, options.calibration.how,
+                                        sorted(samples[0])) if samples and options.calibration else None)
+        notes = {"fp16": "float16 weights; the CPU (XNNPACK) dequantizes them to float32 at load and computes in "
+                         "float32 unless the device has float16 arithmetic",
+                 "int8-dynamic": "int8 weights; activations quantized on the fly where the kernel supports it, "
+                                 "float32 elsewhere",
+                 "int8": "ops without an int8 kernel stay float32 (TFLITE_BUILTINS, not TFLITE_BUILTINS_INT8 only), "
+                         "so the model converts whatever its ops"}
+        return PrecisionFacts(precision=options.precision,
+                              method=f"tf.lite.TFLiteConverter.from_saved_model(...); {PRECISION_CALLS[options.precision]}",
+                              toolchain=f"tensorflow {tf_version} (TFLite converter)", calibration=calibration,
+                              quantized_ops=reduced, float_ops=kept, io="float32 inputs and outputs, as the leaves declare",
+                              notes=[notes[options.precision]])
 
     def classify(self, exc: BaseException, stage: str) -> tuple[str, str] | None:
         if isinstance(exc, ConversionFailed):

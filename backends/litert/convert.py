@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -119,14 +120,36 @@ def check_modules(saved_model_dir: Path) -> dict[str, Any]:
             "xla_call_modules": len(producers)}
 
 
-def convert(saved_model_dir: Path, select_tf_ops: bool) -> tuple[bytes, list[str]]:
-    """(the .tflite bytes, the ops sets used) converted from the SavedModel's serving_default signature."""
+# What each reduced precision sets on the converter (TFLite's post-training quantization guide), in words.
+PRECISION_CALLS = {
+    "fp16": "converter.optimizations = [tf.lite.Optimize.DEFAULT]; converter.target_spec.supported_types = "
+            "[tf.float16]",
+    "int8-dynamic": "converter.optimizations = [tf.lite.Optimize.DEFAULT] (dynamic range quantization)",
+    "int8": "converter.optimizations = [tf.lite.Optimize.DEFAULT]; converter.representative_dataset = samples, "
+            "each a dict keyed by the serving_default signature's input names (float inputs and outputs kept)",
+}
+
+
+def convert(saved_model_dir: Path, select_tf_ops: bool, precision: str = "fp32",
+            samples: list[dict[str, Any]] | None = None) -> tuple[bytes, list[str]]:
+    """(the .tflite bytes, the ops sets used) converted from the SavedModel's serving_default signature, at
+    `precision` (samples: the int8 calibration feeds keyed by signature input name)."""
+    import numpy as np
     import tensorflow as tf
 
     ops = [tf.lite.OpsSet.TFLITE_BUILTINS] + ([tf.lite.OpsSet.SELECT_TF_OPS] if select_tf_ops else [])
     converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir), signature_keys=[SIGNATURE_KEY])
     converter.target_spec.supported_ops = ops
-    with captured_stderr() as err:
+    if precision != "fp32":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if precision == "fp16":
+        converter.target_spec.supported_types = [tf.float16]
+    if precision == "int8":
+        feeds = [{k: np.asarray(v) for k, v in sample.items()} for sample in samples or []]
+        converter.representative_dataset = lambda: iter(feeds)
+    with captured_stderr() as err, warnings.catch_warnings():
+        # int8 calibration runs TF's own tf.lite.Interpreter inside the converter, which warns that it is deprecated
+        warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated", category=UserWarning)
         try:
             blob = converter.convert()
             failure = None
@@ -139,6 +162,41 @@ def convert(saved_model_dir: Path, select_tf_ops: bool) -> tuple[bytes, list[str
         text = f"{type(failure).__name__}: {failure}\n" + "\n".join(diagnostics(err["text"]))
         raise ConversionFailed("convert", text, errors, producer, converter_stablehlo()) from failure
     return bytes(blob), [o.name for o in ops]
+
+
+def precision_ops(blob: bytes) -> tuple[dict[str, int], dict[str, int]]:
+    """(op name -> count of ops taking int8/float16 weights or activations (float16 weights through the
+    DEQUANTIZE that widens them), op name -> count of the arithmetic ops left in float32), read from the
+    flatbuffer's tensor types."""
+    from collections import Counter
+
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAsModel(blob, 0)
+    names = _builtin_names(schema)
+    reduced_types = {schema.TensorType.INT8, schema.TensorType.UINT8, schema.TensorType.FLOAT16,
+                     schema.TensorType.INT16}
+    arithmetic = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV",
+                  "STABLEHLO_DOT_GENERAL", "STABLEHLO_CONVOLUTION", "EMBEDDING_LOOKUP"}
+    reduced: Counter[str] = Counter()
+    kept: Counter[str] = Counter()
+    for g in range(model.SubgraphsLength()):
+        subgraph = model.Subgraphs(g)
+        ops = [subgraph.Operators(i) for i in range(subgraph.OperatorsLength())]
+        # tensors a DEQUANTIZE makes from reduced-precision weights (fp16 weights are stored so, and widened at load)
+        widened = {op.Outputs(0) for op in ops if _code_name(model.OperatorCodes(op.OpcodeIndex()), names) == "DEQUANTIZE"
+                   and subgraph.Tensors(op.Inputs(0)).Type() in reduced_types}
+        for op in ops:
+            name = _code_name(model.OperatorCodes(op.OpcodeIndex()), names)
+            inputs = [op.Inputs(j) for j in range(op.InputsLength()) if op.Inputs(j) >= 0]
+            types = {subgraph.Tensors(t).Type() for t in inputs}
+            if name in ("QUANTIZE", "DEQUANTIZE"):
+                continue
+            if types & reduced_types or widened.intersection(inputs):
+                reduced[name] += 1
+            elif name in arithmetic:
+                kept[name] += 1
+    return dict(sorted(reduced.items())), dict(sorted(kept.items()))
 
 
 def model_metadata(blob: bytes) -> dict[str, Any]:

@@ -71,6 +71,7 @@ class OnnxBackend(Backend):
     order = 30
     runtime_modules = ("onnxruntime",)
     facts_type = OnnxFacts
+    precisions = ("fp32", "fp16", "int8-dynamic", "int8")
     options = (
         Option("route", "auto", str, "which converter writes the graph: jax2onnx (from the jaxpr), stablehlo "
                "(multiexport's own, from the exported StableHLO module), or auto (jax2onnx, and stablehlo when "
@@ -122,6 +123,10 @@ class OnnxBackend(Backend):
                 notes.append("route stablehlo (multiexport's StableHLO -> ONNX converter), as asked (onnx.route)")
         model, unread, total, external, model_bytes, repaired = made
         kept = {v.name for v in model.graph.inputs}
+        precision = None
+        if options.precision != "fp32":
+            model, precision = self._reduce(signature, out_dir, options, kept)
+            total, external, model_bytes = tensor_bytes(model), False, (out_dir / MODEL_FILE).stat().st_size
         used = [options.keep_unused or leaf.name not in unread for leaf in signature.inputs]
         params = [leaf.name if leaf.name in kept else None for leaf in signature.inputs]
         warnings = [*notes, *([repaired] if repaired else [])]
@@ -165,7 +170,25 @@ class OnnxBackend(Backend):
                               f"jax2onnx plugin import, {PLUGIN_IMPORT[-1] if PLUGIN_IMPORT else 'all'} (once per process)"),
             native=onnx_section(signature.inputs, params, signature.outputs, [o.name for o in signature.outputs],
                                 model=MODEL_FILE, session_options=ONNX_SESSION_OPTIONS),
+            precision=precision,
         )
+
+    def _reduce(self, signature, out_dir: Path, options, kept: set[str]):
+        """The fp32 model just written, rewritten at `options.precision` by ONNX Runtime's own tools
+        (quantize.py), then run once like any graph. Returns (the written model, its PrecisionFacts)."""
+        import onnx_ir as ir
+
+        from multiexport.exporting.precision import calibration_facts, calibration_feeds
+
+        from .quantize import quantize
+
+        feeds = calibration_feeds(signature, options.calibration) if options.calibration is not None else []
+        calibration = calibration_facts(feeds, options.calibration) if options.calibration is not None else None
+        names = {leaf.name: leaf.name for leaf in signature.inputs if leaf.name in kept}  # graph inputs are leaf names
+        facts = quantize(out_dir, MODEL_FILE, DATA_FILE, options.precision, feeds, calibration, names)
+        model = ir.load(str(out_dir / MODEL_FILE))
+        run_once(out_dir / MODEL_FILE, signature, model)
+        return model, facts
 
     def _write(self, model, signature, out_dir: Path, options, resolved):
         """Drop unread inputs, save (external data past the threshold), validate, and run the graph once in

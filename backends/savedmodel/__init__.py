@@ -71,6 +71,9 @@ class SavedModelBackend(Backend):
     order = 20
     runtime_modules = ("tensorflow",)
     facts_type = SavedModelFacts
+    precision_gaps = {p: ("TensorFlow quantizes for deployment through the TFLite converter, whose output is the "
+                          "litert backend's (litert@" + p + "), not a SavedModel")
+                      for p in ("fp16", "int8-dynamic", "int8")}
     carries_code = True
 
     def native_consumer(self):

@@ -52,6 +52,10 @@ class XlaBackend(Backend):
     order = 10
     runtime_modules = ("jax",)
     facts_type = XlaFacts
+    precision_gaps = {p: ("XLA's CPU compiler has no post-training quantization or float16 mode for a float32 module: "
+                          "reduced precision is written in the JAX function itself (params cast with astype, or a "
+                          "quantization library such as AQT), then exported like any function")
+                      for p in ("fp16", "int8-dynamic", "int8")}
 
     def native_consumer(self):
         """pjrt_run on the PJRT C API (`native.PjrtConsumer`)."""

@@ -66,6 +66,7 @@ def cmd_signature(args) -> int:
 
 def cmd_export(args) -> int:
     from ..api import export
+    from ..exporting.precision import split_variant
     from ..exporting.registry import backend_class
     from ..measure.inputs import parse_dim_sizes
     from .output import print_export
@@ -74,12 +75,14 @@ def cmd_export(args) -> int:
     platforms = split(args.platforms) if args.platforms else None
     if args.device == "gpu":
         platforms = sorted(set(platforms or ["cpu"]) | {"cuda"})
-    options = backend_options(args.backend_option, [args.backend]).get(args.backend, {})
+    base = split_variant(args.backend)[0]  # `--backend onnx@int8` takes onnx's options
+    options = backend_options(args.backend_option, [base]).get(base, {})
     static = parse_dim_sizes(args.static_sizes)
     target = load_target(args.target)
     with target_output_to_stderr():
         artifact = export(target, args.out, args.backend, keep_unused=args.keep_unused, platforms=platforms,
-                          external_weights=args.external_weights, static_sizes=static, backend_options=options)
+                          external_weights=args.external_weights, static_sizes=static, backend_options=options,
+                          precision=args.precision, calibration=args.calibration)
     print_export(artifact)
     return 0
 
@@ -190,6 +193,7 @@ def compare_config(args, backends_known: bool = True):
     from ..comparison import CompareConfig
     from ..exporting.registry import names as backend_names
     from ..files.npz import load_npz
+    from ..measure.accuracy import parse_accuracy
     from ..measure.bench import BenchConfig
     from ..measure.inputs import parse_dim_sizes, parse_val_ranges
     from ..measure.tolerance import parse_tolerances
@@ -222,7 +226,9 @@ def compare_config(args, backends_known: bool = True):
         device=args.device,
         threads=args.threads, timeout=args.timeout, bench=bench, batch_sizes=batch_sizes, export_jobs=args.export_jobs,
         native=args.native, native_plugin=str(args.native_plugin) if args.native_plugin else None,
-        paired=not args.sequential, rounds=args.rounds, floor=args.floor)
+        paired=not args.sequential, rounds=args.rounds, floor=args.floor,
+        precisions=tuple(split(args.precision)), calibration=args.calibration,
+        accuracy=dict(parse_accuracy(a) for a in args.accuracy))
 
 
 def cmd_compare(args) -> int:
@@ -362,9 +368,13 @@ def cmd_backends(args) -> int:
             status = cls().available()
             state = "available" if status.ok else f"unavailable: {status.reason}"
             options: Any = ", ".join(f"{o.name}={o.default!r} ({o.help})" for o in cls.options)
+            precisions = ", ".join(cls.precisions)
         except MultiexportError as exc:
-            state, options = f"broken: {exc}", ""
+            state, options, precisions = f"broken: {exc}", "", ""
         print(f"{name:<12} {state}  ({where})")
+        if precisions:
+            example = f"; e.g. {name}@{cls.precisions[-1]}" if len(cls.precisions) > 1 else ""
+            print(f"{'':<12} precisions: {precisions} (compare --precision{example})")
         if options:
             print(f"{'':<12} options: {options}")
     return 0

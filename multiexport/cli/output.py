@@ -95,6 +95,12 @@ def print_export(artifact) -> None:
     c.print(plain(f"  produced by: {produced}"))
     if m.requires.get("note"):
         c.print(plain(f"  a consumer needs: {m.requires['note']}"))
+    if m.precision is not None:
+        p = m.precision
+        calibrated = (f"; calibrated on {p.calibration.samples} {'synthetic ' if p.calibration.synthetic else ''}samples"
+                      if p.calibration else "")
+        reduced = ", ".join(f"{k} x{v}" for k, v in p.quantized_ops.items())
+        c.print(plain(f"  precision: {p.precision} by {p.method}{calibrated}; reduced: {reduced}"))
     for warning in m.warnings:
         c.print(Text.assemble(("  note: ", "yellow"), visible(warning)))
 
@@ -165,6 +171,8 @@ def print_results(results) -> None:
                       "reported for them"))
     rec = recommend(results)
     c.print(Text.assemble(("verdict: ", "bold"), visible(rec.verdict)))
+    if rec.precision:
+        c.print(Text.assemble(("precision: ", "bold"), visible(rec.precision.removeprefix("Precision: "))))
     plan = results.device or {}
     if plan.get("requested", "cpu") != "cpu":
         ran = [n for n, r in results.backends.items() if r.status.value not in ("no-gpu", "unavailable")]

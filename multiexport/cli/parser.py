@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from ..comparison import CompareConfig
+from ..exporting.precision import PRECISIONS
 from ..measure.bench import BenchConfig
 
 TARGET_HELP = (
@@ -18,6 +19,11 @@ TARGET_HELP = (
 EXTERNAL_WEIGHTS_HELP = (
     "where weights the target closes over go: auto (default: out of the module once they reach 16 MiB), "
     "always (the same at any size), never (embedded as constants; ONNX refuses past its 2 GB protobuf limit)")
+PRECISION_HELP = ("fp16: float16 weights (and math where the runtime does it); int8-dynamic: int8 weights, "
+                  "activations quantized per call; int8: static int8 calibrated from sample inputs. Each format uses "
+                  "its own toolchain (ONNX Runtime's quantizer, the TFLite converter, OpenVINO, iree-compile)")
+CALIBRATION_HELP = (".npz of sample inputs for int8: one array per input leaf, keyed by leaf name, with a leading "
+                    "sample axis (default: 16 synthetic samples in the example's domain)")
 OPTION_HELP = ("a backend's own option, BACKEND.NAME=VALUE, e.g. onnx.opset=21 (repeatable; `multiexport backends` "
                "lists each backend's options)")
 
@@ -71,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--static-sizes", action="append", default=[], metavar="DIM=N,N",
                    help="also write modules refined to static shapes for these sizes (what PJRT needs), e.g. b=1,8,64")
     p.add_argument("--backend-option", action="append", default=[], metavar="BACKEND.NAME=VALUE", help=OPTION_HELP)
+    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help=PRECISION_HELP)
+    p.add_argument("--calibration", type=Path, metavar="FILE.npz", help=CALIBRATION_HELP)
     p.set_defaults(handler=commands.cmd_export)
 
     p = sub.add_parser("run", help="run an artifact directory on named inputs",
@@ -184,6 +192,15 @@ def _compare_parser(sub) -> None:
                    help=f"seconds before a backend's worker is stopped (default: {d['timeout'].default:g})")
     p.add_argument("--threads", type=int, help="intra-op threads for every runtime (default: the cores this process may use)")
     p.add_argument("--export-jobs", type=int, help="exports to run at once (default: as many as cores and memory allow)")
+    p.add_argument("--precision", default="fp32", metavar="P,P",
+                   help="precisions to make of every backend, e.g. fp32,fp16,int8-dynamic,int8 (default: fp32). Each "
+                        "reduced one adds a row BACKEND@P judged by its accuracy budget (cosine, SQNR, top-k vs "
+                        "jax.jit), 'unsupported-precision' where the format has no such variant. " + PRECISION_HELP)
+    p.add_argument("--calibration", type=Path, metavar="FILE.npz", help=CALIBRATION_HELP)
+    p.add_argument("--accuracy", action="append", default=[], metavar="LEAF=METRIC:V,...",
+                   help="accuracy budget override for matching output leaves of reduced-precision rows, e.g. "
+                        "'out.logits=top1:0.99,cos:0.999' (metrics: cos, err, sqnr, top1, top5; defaults per precision "
+                        "in the README)")
     p.add_argument("--allow-fail", default="", metavar="NAME,NAME",
                    help="backends whose export or run failures do not make the exit code 3 (they still show as rows)")
     regression_options(p)

@@ -73,7 +73,15 @@ def check_row(ctx: Context, prep: Prepared, tm: Timing, row: BackendResult, mani
                            sensitivity=prep.sensitivity)
     row.parity = verdict
     notes = [f"not supported by this artifact: trials {', '.join(skipped)}"] if skipped else []
-    if not checked:
+    if checked and row.precision != "fp32":  # judged by its accuracy budget; float parity stays as figures
+        from ..measure.accuracy import judge
+
+        row.accuracy = judge(row.precision, outputs=outcome.outputs, refs=[r for _, r in checked],
+                             leaves=[leaf.name for leaf in prep.sig.outputs], overrides=config.accuracy,
+                             synthetic=config.inputs is None)
+        row.status, row.reason = ((Status.OK, "; ".join(notes)) if row.accuracy.passed else
+                                  (Status.ACCURACY_FAILED, row.accuracy.summary()))
+    elif not checked:
         row.status, row.reason = Status.RUN_FAILED, "no trial was evidence (every trial left the model's domain)"
     elif verdict.passed:
         row.status, row.reason = Status.OK, "; ".join(notes)

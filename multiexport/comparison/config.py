@@ -40,6 +40,12 @@ class CompareConfig:
     rounds: interleaved rounds per batch size in paired mode (each runner gets bench_time / rounds each).
     floor: also time the per-call floor of every timed runtime (measure.floor, one add on 8 floats, through
         the same calling path), so a small model's latency reads as overhead vs compute.
+    precisions: the precisions to make of every backend (exporting.precision): "fp32" is the float artifact;
+        each other adds a row BACKEND@PRECISION per backend ("onnx@int8"), `unsupported-precision` where the
+        format has none. `backends` holds the expanded rows once validated.
+    calibration: an .npz of sample inputs for int8 (leaf name -> array with a leading sample axis); None:
+        synthetic samples in the example's domain (the compare says so).
+    accuracy: leaf pattern -> {metric: value} overriding the precision's default budget (measure.accuracy).
     """
 
     backends: tuple[str, ...] = ("xla",)
@@ -65,10 +71,15 @@ class CompareConfig:
     paired: bool = True
     rounds: int = 5
     floor: bool = False
+    precisions: tuple[str, ...] = ("fp32",)
+    calibration: Path | None = None
+    accuracy: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def __post_init__(self):
+        from ..exporting.precision import split_variant
         from ..exporting.registry import backend_class, names
         from ..leaves.weights import check_policy
+        from ..measure.accuracy import check_accuracy
         from ..measure.inputs import check_value_ranges
         from ..measure.tolerance import check_tolerances
         from ..run.devices import CHOICES
@@ -76,7 +87,9 @@ class CompareConfig:
         backends = tuple(self.backends) if not isinstance(self.backends, str) else (self.backends,)
         if not backends or not all(isinstance(b, str) and b for b in backends):
             raise UsageError(f"Option 'backends' | got {list(backends)!r}, expected at least one of: {', '.join(names())}")
-        unknown = [b for b in backends if b not in names()]
+        backends = _with_precisions(backends, self.precisions)
+        object.__setattr__(self, "precisions", tuple(self.precisions))
+        unknown = [b for b in backends if split_variant(b)[0] not in names()]
         if unknown:
             raise UsageError(f"Backend '{unknown[0]}' | unknown, expected one of: {', '.join(names())}")
         if len(set(backends)) != len(backends):
@@ -111,8 +124,10 @@ class CompareConfig:
             object.__setattr__(self, "batch_sizes", sizes)
         object.__setattr__(self, "val_ranges", check_value_ranges(self.val_ranges))
         object.__setattr__(self, "tolerances", check_tolerances(self.tolerances))
+        _check_calibration(self, backends)
+        object.__setattr__(self, "accuracy", check_accuracy(self.accuracy))
         for name, given in self.backend_options.items():
-            if name not in backends:
+            if name not in {split_variant(b)[0] for b in backends}:
                 raise UsageError(f"Option '{name}.*' | names a backend not selected, expected one of {', '.join(backends)}")
             backend_class(name)().resolve_options(given)
         if self.out_dir is not None:
@@ -129,11 +144,12 @@ class CompareConfig:
         return self.threads or usable_cpus()
 
     def to_json(self) -> dict[str, Any]:
-        skip = {"inputs", "tolerances", "bench", "out_dir"}
+        skip = {"inputs", "tolerances", "bench", "out_dir", "calibration"}
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         data["tolerances"] = {k: {"rtol": t.rtol, "atol": t.atol, "scale": t.scale} for k, t in self.tolerances.items()}
         data["bench"] = self.bench.to_json() if self.bench else None
         data["inputs"] = "given" if self.inputs is not None else None
+        data["calibration"] = str(self.calibration) if self.calibration is not None else None
         return data
 
 
@@ -164,6 +180,43 @@ class CompareOptions(TypedDict, total=False):
     paired: bool
     rounds: int
     floor: bool
+    precisions: tuple[str, ...]
+    calibration: Path | None
+    accuracy: Mapping[str, Mapping[str, float]]
+
+
+def _with_precisions(backends: tuple[str, ...], precisions: Any) -> tuple[str, ...]:
+    """The rows: each backend at each precision, grouped by backend ("onnx", "onnx@int8", "xla", "xla@int8").
+    Names that already are variants stay as they are, so expanding twice changes nothing."""
+    from ..exporting.precision import check_precision, split_variant, variant_name
+
+    if isinstance(precisions, str) or not precisions or not all(isinstance(p, str) for p in precisions):
+        raise UsageError(f"Option 'precisions' | got {precisions!r}, expected a list such as fp32,int8")
+    for precision in precisions:
+        check_precision(precision)
+    if len(set(precisions)) != len(precisions):
+        raise UsageError(f"Option 'precisions' | got {', '.join(precisions)}, expected each precision once")
+    rows: list[str] = []
+    for name in backends:
+        base, given = split_variant(name)
+        for row in ([name] if given != "fp32" else [variant_name(base, p) for p in precisions]):
+            if row not in rows:
+                rows.append(row)
+    return tuple(rows)
+
+
+def _check_calibration(config: "CompareConfig", backends: tuple[str, ...]) -> None:
+    from ..exporting.precision import needs_calibration, split_variant
+
+    if config.calibration is None:
+        return
+    object.__setattr__(config, "calibration", Path(config.calibration))
+    if not any(needs_calibration(split_variant(b)[1]) for b in backends):
+        raise UsageError(f"Option 'calibration' | given ({config.calibration}) without an int8 row, expected "
+                         "--precision with int8 (static quantization is what calibrates)")
+    if not Path(config.calibration).is_file():
+        raise UsageError(f"Calibration file '{config.calibration}' | is missing, expected an .npz of input leaves "
+                         "with a leading sample axis")
 
 
 def _int(name: str, value: Any, low: int) -> None:

@@ -19,8 +19,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import MultiexportError, present
+from ..errors import BackendUnavailable, ExportError, MultiexportError, present
 from ..exporting.manifest import Manifest
+from ..exporting.precision import needs_calibration, split_variant
 from ..results import Binding, Status
 from .stages import Context, Prepared, Rows
 
@@ -36,6 +37,8 @@ def export_all(ctx: Context, prep: Prepared, rows: Rows) -> dict[str, Manifest]:
         row = rows[name]
         if name in prep.device.excluded:
             row.status, row.reason = Status.NO_GPU, prep.device.excluded[name]
+            continue
+        if not _has_precision(row, name, prep):
             continue
         todo.append(name)
     groups = export_groups(todo)
@@ -118,12 +121,34 @@ def _options(ctx: Context, prep: Prepared, name: str, stage_artifact: str | None
     # a failure there the same way (one root cause, one category), without paying the load twice. Except for
     # a symbolic signature: the check compares a symbolic artifact with jax.jit at the example, so one that
     # computes wrong is rebuilt at static sizes (exporting/symbolic_check.py).
+    base, precision = split_variant(name)
     return ExportOptions.for_device(prep.device.chosen, keep_unused=config.keep_unused,
                                     external_weights=config.external_weights, static_sizes=static,
                                     fallback_sizes=checked,
-                                    backend_options=dict(config.backend_options.get(name, {})),
+                                    backend_options=dict(config.backend_options.get(base, {})),
                                     check_load=bool(prep.sig.symbolic_dims),
-                                    stage_artifact=stage_artifact)
+                                    stage_artifact=stage_artifact, precision=precision,
+                                    calibration=prep.calibration if needs_calibration(precision) else None)
+
+
+def _has_precision(row, name: str, prep: Prepared) -> bool:
+    """Whether `name`'s backend makes its precision for this target; if not, the row says what is missing
+    (unsupported-precision) and no worker is started for it."""
+    from ..exporting.precision import check_weights_quantizable
+    from ..exporting.registry import get_backend
+
+    precision = split_variant(name)[1]
+    if precision == "fp32":
+        return True
+    try:
+        backend = get_backend(name)
+        check_weights_quantizable(prep.sig, precision, backend.name, backend.check_precision)
+    except BackendUnavailable:
+        return True  # the export path says it is unavailable, as for any row
+    except ExportError as exc:
+        row.status, row.reason = Status.parse(exc.category), str(exc)
+        return False
+    return True
 
 
 def _available(row, name: str) -> bool:
@@ -248,6 +273,11 @@ def _record(row, directory: Path) -> Manifest:
     row.weights = {k: v for k, v in manifest.weights.items() if k != "tensors"}
     row.versions, row.requires, row.supports = dict(manifest.versions), dict(manifest.requires), dict(manifest.supports)
     row.export_setup = manifest.format.get("setup")
+    row.artifact_bytes = sum(manifest.inventory.values())
+    if manifest.precision is not None:
+        from ..results.schema import to_data
+
+        row.precision_facts = to_data(manifest.precision)
     return manifest
 
 

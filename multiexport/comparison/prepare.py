@@ -7,12 +7,14 @@ and records the reference. Both are functions of the Context; nothing here write
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import MultiexportError
 from .stages import Context, Prepared
 
 if TYPE_CHECKING:
+    from ..exporting.precision import Calibration
     from ..leaves import Signature
     from ..measure.inputs import Trial
     from ..run.devices import DevicePlan
@@ -72,7 +74,7 @@ def prepare(ctx: Context, device: DevicePlan) -> Prepared:
                     ref_runner=ref_runner, ref_outputs=ref_outputs, excluded=out_of_domain(trials, ref_outputs),
                     truth=truth, reference=reference, environment=environment(),
                     fingerprint=sig.fingerprint(target.fn) if ctx.spec is not None else None,
-                    sensitivity=sensitivity, nondeterministic=why)
+                    sensitivity=sensitivity, nondeterministic=why, calibration=_calibration(ctx, sig, trials))
 
 
 def _rounding(ctx: Context, sig: Signature, trial: Trial, ref_output, ref_device: str) -> dict[str, float]:
@@ -109,4 +111,38 @@ def _trials(ctx: Context, sig: Signature) -> list[Trial]:
     if not trials:
         raise MultiexportError(f"Target '{sig.name}' | produced no trials")
     return trials
+
+
+def _calibration(ctx: Context, sig: Signature, trials: list[Trial]) -> Calibration | None:
+    """The int8 rows' calibration: the given file, checked against the signature now (a bad leaf is one line
+    before any export), or synthetic samples at the first trial's sizes, drawn apart from the parity trials
+    (a quantizer calibrated on the very feeds it is judged on would look better than it is)."""
+    import numpy as np
+
+    from ..exporting.precision import (
+        DEFAULT_CALIBRATION_SAMPLES,
+        Calibration,
+        calibration_feeds,
+        needs_calibration,
+        split_variant,
+        write_calibration,
+    )
+    from ..measure.inputs import trial_at
+
+    config = ctx.config
+    if not any(needs_calibration(split_variant(name)[1]) for name in config.backends):
+        return None
+    if config.calibration is not None:
+        given = Calibration(str(Path(config.calibration).resolve()), False, f"given: {Path(config.calibration).name}")
+        count = len(calibration_feeds(sig, given))
+        ctx.progress(f"calibration for int8: {count} samples from {config.calibration}")
+        return Calibration(given.path, False, f"{count} samples given in {Path(config.calibration).name}")
+    rng = np.random.default_rng(config.seed + 1009)
+    feeds = [trial_at(sig.inputs, sig.example_feed(), trials[0].dims, rng, f"calibration{i}", config.val_ranges).feed
+             for i in range(DEFAULT_CALIBRATION_SAMPLES)]
+    path = write_calibration(ctx.out / "calibration.npz", feeds)
+    how = (f"{DEFAULT_CALIBRATION_SAMPLES} synthetic samples at the first trial's sizes, drawn like the trials "
+           f"(seed {config.seed + 1009}, not the parity trials); give real data with --calibration")
+    ctx.progress(f"calibration for int8: {how}")
+    return Calibration(str(path), True, how)
 

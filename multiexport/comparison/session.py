@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import USAGE_EXIT, Interrupted, MultiexportError
+from ..exporting.precision import split_variant
 from ..files.paths import safe_component
 from ..results import BackendResult, Reference, Results, SignatureData, Status, TrialInfo
 from ..results.schema import from_data
@@ -60,7 +61,8 @@ class _Run:
 
     def __init__(self, ctx: Context, early: EarlyWorkers | None):
         self.ctx, self.early = ctx, early
-        self.rows: Rows = {name: BackendResult(name, Status.NOT_RUN, "not reached", display=_display(name))
+        self.rows: Rows = {name: BackendResult(name, Status.NOT_RUN, "not reached", display=_display(name),
+                                               precision=split_variant(name)[1])
                            for name in ctx.config.backends}
         self.device: DevicePlan | None = None
         self.prepared: Prepared | None = None

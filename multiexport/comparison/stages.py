@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 if TYPE_CHECKING:
     import numpy as np
 
+    from ..exporting.precision import Calibration
     from ..leaves import Signature, Target
     from ..measure.inputs import Trial
     from ..measure.reference import ReferenceRunner
@@ -80,6 +81,8 @@ class Prepared:
         not measured.
     nondeterministic: why two runs of the reference (or two traces) disagreed, else None: every row then
         gets that verdict and nothing else runs.
+    calibration: the samples int8 rows calibrate from (the given file, checked, or synthetic ones written
+        to the output directory), or None when no row calibrates.
     """
 
     device: DevicePlan
@@ -96,6 +99,7 @@ class Prepared:
     fingerprint: str | None
     sensitivity: Mapping[str, float]
     nondeterministic: str | None
+    calibration: Calibration | None = None
 
 
 @dataclass(frozen=True)

@@ -208,8 +208,8 @@ def paired_rounds(ctx: Context, prep: Prepared, tm: Timing, rows: Rows, referenc
     planned = present(tm.pairing, "paired rounds run after plan_timing")
     config = ctx.config
     benches = {"jax": reference} if "jax" in servers.alive and reference is not None else {}
-    for name, row in rows.items():
-        if row.status is Status.OK and row.bench is not None and name in servers.alive:
+    for name, row in rows.items():  # a variant beyond its accuracy budget is timed too: what it would have bought
+        if row.status in (Status.OK, Status.ACCURACY_FAILED) and row.bench is not None and name in servers.alive:
             benches[name] = row.bench
     unsupported = {n: {i for i, s in enumerate(b.sizes) if s.status is not Status.OK} for n, b in benches.items()}
     # Each native consumer that passed takes a slice per round too, beside its Python runner (--native).

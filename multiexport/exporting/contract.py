@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import BackendUnavailable, RunError, UsageError, leaf_message
-from .facts import STATIC_FALLBACK_KEY, ExportSetup, FormatFacts, StaticSizesFacts
+from .facts import STATIC_FALLBACK_KEY, FormatFacts, StaticSizesFacts
 from .feed import check_feed
+from .format_result import FormatResult  # noqa: F401  (re-exported: what _export_impl returns)
 
 if TYPE_CHECKING:
     from ..leaves import Signature
@@ -48,47 +49,6 @@ class Availability:
 
     ok: bool
     reason: str = ""
-
-
-@dataclass
-class FormatResult:
-    """What a backend's `_export_impl` reports about the files it wrote; the core builds the manifest.
-
-    files: role -> path relative to the artifact (`{"model": "model.onnx"}`).
-    used: per input leaf, whether the artifact's module reads it.
-    params: per input leaf, the format's parameter (an index for XLA/IREE, a name for SavedModel/ONNX),
-        None when the artifact does not take the leaf.
-    output_params: per output leaf, the format's result (an index or a name).
-    versions: producer versions specific to the format (`{"tensorflow": "2.21.0"}`).
-    requires: what a consumer needs to read the artifact (`{"stablehlo_version": "1.13.7"}`), with a
-        `note` saying which consumer releases qualify.
-    format: the format's own facts, an instance of the backend's documented `facts_type` (module_args, ...).
-    warnings: facts a user should know about this artifact.
-    weights: where this artifact keeps baked weights (see signature.weights).
-    declared: leaf name -> dtype the artifact itself declares for each input it takes and each output,
-        read back from the written files; the core refuses an artifact whose declared dtypes differ from
-        the leaves' (a manifest never states a dtype the artifact does not take).
-    fixed_dims: symbolic dimension -> the one size the artifact was compiled for, when the backend had to
-        specialise (the manifest then states concrete shapes and `supports` says so).
-    platforms: the platforms the artifact runs on (`["cpu"]`, `["cpu", "cuda"]`).
-    native: what the format's native consumer needs (see multiexport.native), or None.
-    setup: one-time setup this export paid, e.g. ExportSetup(9.8, "jax2onnx plugin import").
-    """
-
-    files: dict[str, str]
-    used: list[bool]
-    params: Sequence[int | str | None]
-    output_params: list[int | str]
-    versions: dict[str, str] = field(default_factory=dict)
-    requires: dict[str, Any] = field(default_factory=dict)
-    format: FormatFacts = field(default_factory=FormatFacts)
-    warnings: list[str] = field(default_factory=list)
-    weights: dict[str, Any] = field(default_factory=dict)
-    declared: dict[str, str] | None = None
-    fixed_dims: dict[str, int] | None = None
-    platforms: list[str] = field(default_factory=lambda: ["cpu"])
-    native: dict[str, Any] | None = None
-    setup: ExportSetup | None = None
 
 
 @dataclass(frozen=True)
@@ -235,6 +195,8 @@ class Backend:
         instead (`export.static_fallback`); False for a format that keeps every symbolic dim itself.
     facts_type: the dataclass of the format's own facts (manifest.json's `format`), which `_export_impl`
         returns in `FormatResult.format` and `facts()` reads back typed (`exporting.facts`).
+    precisions: the precisions `_export_impl` makes (exporting.precision; "fp32" always), each with the
+        toolchain's own quantizer; `precision_gaps` says why each other one is missing (reports show it).
 
     `native_consumer()` gives the format's Python-free consumer (`exporting.native_consumer.NativeConsumer`: its section's
     consumer id, program, tamper check, argv/env and bundle entry), or None when it has none.
@@ -256,6 +218,18 @@ class Backend:
     runtime_modules: ClassVar[tuple[str, ...]] = ()
     static_fallback: ClassVar[bool] = True
     facts_type: ClassVar[type[FormatFacts]] = FormatFacts
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    precision_gaps: ClassVar[dict[str, str]] = {}
+
+    def check_precision(self, precision: str) -> None:
+        """ExportError (category unsupported-precision) naming what is missing when this backend has no
+        `precision` variant; returns when it has."""
+        if precision not in self.precisions:
+            from ..errors import ExportError
+
+            why = self.precision_gaps.get(precision, f"no {precision} variant in this backend")
+            raise ExportError(f"Backend '{self.name}' | has no {precision} artifact: {why} (it makes "
+                              f"{', '.join(self.precisions)})", backend=self.name, category="unsupported-precision")
 
     def facts(self, manifest: "Manifest", where: str = "Artifact manifest") -> FormatFacts:
         """`manifest`'s format facts, typed: a `facts_type`, or `StaticSizesFacts` for a static-sizes artifact.

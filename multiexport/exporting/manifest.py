@@ -23,6 +23,7 @@ from ..errors import ArtifactError
 from ..files import inside, write_text_atomic
 from ..files.bounded import read_json
 from ..results.schema import from_data
+from .precision import PrecisionFacts
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = "multiexport.manifest/2"
@@ -120,6 +121,8 @@ class Manifest:
     weights: where the weights live (baked into the artifact, external, or input leaves).
     options: the backend options the export used (declared by the backend).
     native: what the format's native, Python-free consumer needs, or None.
+    precision: what a reduced-precision artifact is (exporting.precision.PrecisionFacts: precision, method,
+        calibration, quantized ops); None for the fp32 artifact.
     schema: `multiexport.manifest/2`.
     """
 
@@ -141,6 +144,7 @@ class Manifest:
     weights: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     native: dict[str, Any] | None = None
+    precision: PrecisionFacts | None = None
     schema: str = MANIFEST_SCHEMA
 
     @property
@@ -168,7 +172,15 @@ class Manifest:
         return [t["name"] for t in tensors]
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if data["precision"] is None:
+            del data["precision"]  # an fp32 artifact's manifest is what it was before precisions existed
+        return data
+
+    @property
+    def precision_name(self) -> str:
+        """The artifact's precision: "fp32" unless the manifest states a reduced one."""
+        return self.precision.precision if self.precision is not None else "fp32"
 
     def write(self, directory: str | os.PathLike) -> Path:
         """Write manifest.json atomically (temporary file, then rename)."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import UsageError
+from .precision import FP32, Calibration, check_precision, needs_calibration
 
 DEVICES = ("cpu", "gpu")
 # A runner's device -> the jax.export platform an artifact must have been lowered for.
@@ -88,6 +89,10 @@ class ExportOptions:
         stage again. Used only when its manifest shows it was made as the stage would be (same target and
         leaves, the stage backend's default options, the same keep_unused, weight policy and platforms);
         otherwise the stage is exported afresh. The manifest's format.stage says which happened.
+    precision: "fp32" (the float artifact), or a reduced precision the backend declares in `precisions`
+        (exporting.precision.PRECISIONS); the stage a backend builds on is always exported at fp32.
+    calibration: the sample feeds static quantization ("int8") calibrates from, by leaf name; required
+        for it, refused for the others (they would not use it).
     """
 
     keep_unused: bool = False
@@ -98,11 +103,20 @@ class ExportOptions:
     backend_options: Mapping[str, Any] = field(default_factory=dict)
     check_load: bool = True
     stage_artifact: str | None = None
+    precision: str = FP32
+    calibration: Calibration | None = None
 
     def __post_init__(self):
         from ..leaves.weights import check_policy
 
         check_policy(self.external_weights)
+        check_precision(self.precision)
+        if needs_calibration(self.precision) and self.calibration is None:
+            raise UsageError(f"Option 'calibration' | got none for precision {self.precision}, expected sample inputs "
+                             "(an .npz of input leaves with a leading sample axis)")
+        if self.calibration is not None and not needs_calibration(self.precision):
+            raise UsageError(f"Option 'calibration' | given for precision {self.precision}, expected it only with "
+                             "int8 (static quantization calibrates; the others do not)")
         if self.platforms is not None:
             platforms = tuple(self.platforms)
             bad = [p for p in platforms if p not in PLATFORMS]

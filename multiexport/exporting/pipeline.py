@@ -28,6 +28,7 @@ from .contract import Artifact, Backend, ExportOptions, FormatResult, RunOptions
 from .facts import StageMade
 from .manifest import MANIFEST_NAME, LeafBinding, Manifest
 from .outdir import claimed, disk_error
+from .precision import FP32, calibrated_at, check_weights_quantizable, remove_calibration_scratch
 
 if TYPE_CHECKING:
     from ..leaves import Signature
@@ -46,6 +47,7 @@ def export_artifact(backend: Backend, fn: Callable[..., Any], signature: "Signat
     """
     backend.require()
     resolved = backend.resolve_options(options.backend_options)
+    check_weights_quantizable(signature, options.precision, backend.name, backend.check_precision)
     with claimed(out_dir) as staging:
         try:
             export_into(backend, fn, signature, staging, options, resolved)
@@ -105,14 +107,16 @@ def _export_sizes(backend: Backend, fn: Callable[..., Any], signature: "Signatur
         key = size_key(sizes)
         sub = staging / size_dir(sizes)
         sub.mkdir(parents=True)
-        try:
-            built[key] = export_into(backend, fn, specialize(signature, sizes), sub, sized, resolved)
+        try:  # int8's calibration samples resized to this model's sizes
+            built[key] = export_into(backend, fn, specialize(signature, sizes), sub,
+                                     calibrated_at(sized, signature, dict(sizes), staging), resolved)
         except ExportError as exc:
             if not built:
                 raise ExportError(f"{symbolic} (a static export at {key} failed too: {describe_failure(exc)})",
                                   backend=backend.name, category=symbolic.category) from symbolic
             shutil.rmtree(sub, ignore_errors=True)
             not_built[key] = describe_failure(exc)
+    remove_calibration_scratch(staging)  # before the inventory: not part of the artifact
     manifest = manifest_for(backend, signature, options, resolved, built, not_built, symbolic, staging)
     manifest.write(staging)
 
@@ -153,7 +157,7 @@ class _frontend:
 
         stage = get_backend(self.backend.builds_on)
         stage_options = dataclasses.replace(self.options, backend_options=self.stage_options, check_load=False,
-                                            stage_artifact=None)
+                                            stage_artifact=None, precision=FP32, calibration=None)
         reused = reusable_stage(stage, self.signature, stage_options, self.options.stage_artifact)
         if reused is not None:
             self.how = StageMade(stage.name, "reused the stage artifact exported beside this one",
@@ -247,6 +251,7 @@ def build_manifest(backend: Backend, signature: "Signature", options: ExportOpti
         weights={**signature.weights, **result.weights},
         options=resolved,
         native=native,
+        precision=result.precision,
     )
 
 
@@ -375,7 +380,7 @@ def load_check(backend: Backend, directory: Path, manifest: Manifest, signature:
     if fn is not None and signature.symbolic_dims and backend.static_fallback:
         from .symbolic_check import wrong_result
 
-        why = wrong_result(fn, signature, feed, got)
+        why = wrong_result(fn, signature, feed, got, manifest.precision_name)
         if why:
             raise ExportError(f"Backend '{backend.name}' | the model converted with symbolic dimensions "
                               f"({', '.join(signature.symbolic_dims)}) runs but computes a wrong result: {why}",

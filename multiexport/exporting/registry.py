@@ -79,6 +79,10 @@ def builtin_names() -> list[str]:
 
 
 def backend_class(name: str) -> type[Backend]:
+    """The class of backend `name`; a precision variant ("onnx@int8", exporting.precision) is its backend's class."""
+    from .precision import split_variant
+
+    name = split_variant(name)[0]
     table = registered()
     if name not in table:
         raise BackendUnavailable(f"Backend '{name}' | unknown, expected one of {', '.join(table)}")

@@ -192,6 +192,7 @@ def manifest_for(backend: "Backend", signature: "Signature", options: "ExportOpt
         weights=dict(first.weights),
         options=resolved,
         native=None,
+        precision=first.precision,  # each model's, made the same way (the first size's calibration facts)
     )
 
 

@@ -8,7 +8,10 @@ reach. So the export's load check of a symbolic artifact compares its outputs wi
 example, and a gross difference fails the export, which the static-size fallback then answers.
 
 Only gross errors count here (beyond GROSS of a leaf's max |ref|, or a different NaN pattern): the
-compare's parity check, with its tolerances and every trial, still judges whatever is kept.
+compare's parity check, with its tolerances and every trial, still judges whatever is kept. A reduced-
+precision artifact (fp16, int8) is off by design, by more than GROSS (int8: ~5 % of the max measured on a
+ResNet): for it, gross is a cosine similarity below GROSS_COSINE, far outside any accuracy budget (the
+compare's budget for int8 is 0.99), so quantization error alone never sends it to the static fallback.
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ if TYPE_CHECKING:
     from ..leaves import Signature
 
 GROSS = 1e-2
+GROSS_COSINE = 0.9
 _MEMO: dict[tuple, dict[str, np.ndarray]] = {}  # one jax.jit per function and shapes in an export worker
 
 
 def wrong_result(fn: Callable[..., Any], signature: "Signature", feed: Mapping[str, np.ndarray],
-                 got: Mapping[str, Any]) -> str | None:
+                 got: Mapping[str, Any], precision: str = "fp32") -> str | None:
     """Why the artifact's outputs `got` on `feed` are grossly wrong against jax.jit of `fn`, naming the
-    leaf; None when they agree or cannot be compared (`feed` is not the signature's example)."""
+    leaf; None when they agree or cannot be compared (`feed` is not the signature's example). precision:
+    the artifact's (exporting.precision); a reduced one is judged by cosine (GROSS_COSINE)."""
     examples = signature.example_feed()
     if any(name not in examples or not np.array_equal(np.asarray(value), examples[name]) for name, value in feed.items()):
         return None
@@ -48,6 +53,13 @@ def wrong_result(fn: Callable[..., Any], signature: "Signature", feed: Mapping[s
         finite = np.isfinite(want) & np.isfinite(have)
         top = float(np.abs(want[finite]).max()) if finite.any() else 0.0
         err = float(np.abs(have[finite] - want[finite]).max()) if finite.any() else 0.0
+        if precision != "fp32":
+            norms = float(np.linalg.norm(have[finite]) * np.linalg.norm(want[finite]))
+            cosine = float(np.dot(have[finite], want[finite]) / norms) if norms else float(err == 0)
+            if cosine < GROSS_COSINE:
+                return (f"Output '{name}' | cosine similarity {cosine:.3g} with jax.jit at the example, expected at "
+                        f"least {GROSS_COSINE:g} even at {precision}")
+            continue
         if top and err > GROSS * top:
             return (f"Output '{name}' | max err {err:.3g} ({err / top:.3g} of the leaf's max |ref|) against jax.jit "
                     f"at the example, expected within {GROSS:g} of it")

@@ -37,11 +37,13 @@ class Pick:
 
 @dataclass
 class Recommendation:
-    """picks: one per batch size; caveats: failures, unsupported sizes, warnings; verdict: one sentence."""
+    """picks: one per batch size; caveats: failures, unsupported sizes, warnings; verdict: one sentence;
+    precision: one sentence on the reduced-precision rows (report.precision), empty without them."""
 
     picks: list[Pick] = field(default_factory=list)
     caveats: list[str] = field(default_factory=list)
     verdict: str = ""
+    precision: str = ""
 
 
 def recommend(results: Results) -> Recommendation:
@@ -51,7 +53,9 @@ def recommend(results: Results) -> Recommendation:
     it) is never the verdict over one that takes every size without the verdict saying so first.
     """
     rec = Recommendation()
-    faithful = {n: r for n, r in results.backends.items() if r.status is Status.OK}
+    # Faithful is float parity's word: a reduced-precision row within its accuracy budget is not "faithful"
+    # (report.precision weighs those against their own format's fp32 row).
+    faithful = {n: r for n, r in results.backends.items() if r.status is Status.OK and r.precision == "fp32"}
     sizes: dict = {}
     unsupported: dict = {}
     for name, r in faithful.items():
@@ -98,6 +102,9 @@ def recommend(results: Results) -> Recommendation:
         if gaps:
             rec.verdict += f" ({', '.join(gaps)}: faithful, but not at every size; see the caveats.)"
     rec.verdict = _weak_prefix(faithful, rec.picks) + rec.verdict
+    from .precision import precision_verdict
+
+    rec.precision = precision_verdict(results)
     return rec
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..errors import present
 from ..results import MEANING, LatencyStats, Results, SizeResult, Status, load_results
 from . import plots
+from .precision import PRECISION_HEADER, precision_rows
 from .recommend import recommend
 from .summary import COLUMNS, capped_note, summary_rows
 from .tables import (
@@ -97,10 +98,18 @@ NATIVE_NOTE = ("Each artifact run from disk by a compiled program that reads onl
                "calls after the Python runner was timed.")
 
 
+PRECISION_NOTE = ("Each reduced-precision artifact beside its own format's fp32 one: speed-up = fp32 p50 / its p50 "
+                  "(paired over the same rounds where both were timed together, with the ratio's 95% interval), size "
+                  "ratio, and its accuracy against jax.jit over the checked trials (worst output leaf; top-k only on "
+                  "class scores). Its status is its accuracy budget's verdict, not float parity's.")
+
+
 def render_markdown(results: Results) -> str:
     rec = recommend(results)
     rows = summary_rows(results)
     out = [f"# multiexport report: {md(results.target)}", "", f"**{md(rec.verdict)}**", "", md(weights_line(results)), ""]
+    if rec.precision:
+        out[4:4] = [f"**{md(rec.precision)}**", ""]
     if rec.picks:
         out += ["| batch | fastest faithful | p50 ms | runner-up | runner-up / fastest | significant |",
                 "|---|---|---|---|---|---|"]
@@ -118,6 +127,8 @@ def render_markdown(results: Results) -> str:
     statuses = _statuses(results)
     if statuses:
         out += ["Statuses: " + "; ".join(f"`{s.value}`: {md(MEANING[s])}" for s in statuses) + ".", ""]
+    if precision_rows(results):
+        out += ["## Format x precision", "", md(PRECISION_NOTE), "", _md_table(PRECISION_HEADER, precision_rows(results)), ""]
     header, brow = binding_table(results)
     out += ["## Which leaves each format takes", "",
             "Parameter index (XLA, IREE) or input name (SavedModel, ONNX) per input leaf; `dropped`: the format does "
@@ -220,6 +231,7 @@ def render_html(results: Results) -> str:
         f"<title>multiexport: {esc(results.target)}</title><style>{CSS}</style></head><body>",
         f"<h1>multiexport report: <code>{esc(results.target)}</code></h1>",
         f"<p class='verdict'>{esc(rec.verdict)}</p>",
+        f"<p class='verdict'>{esc(rec.precision)}</p>" if rec.precision else "",
         f"<p>{esc(weights_line(results))}</p>",
     ]
     if rec.caveats:
@@ -231,6 +243,9 @@ def render_html(results: Results) -> str:
     if statuses:
         parts.append("<p class='note'>" + "; ".join(f"<code>{esc(s.value)}</code>: {esc(MEANING[s])}" for s in statuses)
                      + ".</p>")
+    if precision_rows(results):
+        parts.append(f"<h2>Format x precision</h2><p>{esc(PRECISION_NOTE)}</p>"
+                     + _html_table(PRECISION_HEADER, precision_rows(results), 2))
     parts.append("<div class='plots'>" + "".join(c for c in _charts(results) if c) + "</div>")
     parts.append("<h2>Which leaves each format takes</h2><p>Parameter index (XLA, IREE) or input name (SavedModel, "
                  "ONNX) per input leaf; <em>dropped</em>: the format does not take it.</p>" + _html_table(header, brow))

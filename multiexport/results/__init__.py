@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from ..errors import InputError
 from ..status import MEANING, Status
+from .accuracy import AccuracyVerdict, Budget, LeafAccuracy
 from .bench import BenchResult, LatencyStats, Pairing, Ratio, SizeResult
 from .legacy import LEGACY_SCHEMA, upgrade
 from .native import NATIVE_SUFFIX, NativeResult, NativeSize
@@ -23,7 +24,7 @@ from .schema import from_data, to_data
 RESULTS_SCHEMA = "multiexport.results/2"
 _MAX_RESULTS = 512 << 20
 
-__all__ = ["RESULTS_SCHEMA", "BackendResult", "BenchResult", "ExcludedTrial", "LatencyStats", "LeafStats",
+__all__ = ["RESULTS_SCHEMA", "AccuracyVerdict", "Budget", "LeafAccuracy", "BackendResult", "BenchResult", "ExcludedTrial", "LatencyStats", "LeafStats",
            "LeafVerdict", "MEANING", "NATIVE_SUFFIX", "NativeResult", "NativeSize", "Pairing", "ParityVerdict", "Ratio", "Reference", "Results", "SizeResult", "Status", "Tolerance",
            "TrialInfo", "Binding", "LeafData", "SignatureData", "WeightsData", "load_results"]
 
@@ -95,6 +96,10 @@ class BackendResult:
     weights: where the artifact keeps the weights.
     versions: the producer versions the artifact records; requires: what a consumer needs.
     supports: what the artifact accepts (sizes, platforms).
+    precision: the artifact's precision ("fp32", or a reduced one: exporting.precision).
+    accuracy: a reduced-precision row's accuracy verdict against jax.jit (its status), else None.
+    precision_facts: what the reduced-precision export did (the manifest's `precision`), else None.
+    artifact_bytes: the artifact's size on disk (every file the export wrote).
     """
 
     backend: str
@@ -116,6 +121,10 @@ class BackendResult:
     versions: dict[str, str] = field(default_factory=dict)
     requires: dict[str, Any] = field(default_factory=dict)
     supports: dict[str, Any] = field(default_factory=dict)
+    precision: str = "fp32"
+    accuracy: AccuracyVerdict | None = None
+    precision_facts: dict[str, Any] | None = None
+    artifact_bytes: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,53 @@
+"""What a backend's `_export_impl` returns: `FormatResult`, the facts about the files it wrote, from which the
+core builds the manifest (exporting.pipeline)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .facts import ExportSetup, FormatFacts
+from .precision import PrecisionFacts
+
+
+@dataclass
+class FormatResult:
+    """What a backend's `_export_impl` reports about the files it wrote; the core builds the manifest.
+
+    files: role -> path relative to the artifact (`{"model": "model.onnx"}`).
+    used: per input leaf, whether the artifact's module reads it.
+    params: per input leaf, the format's parameter (an index for XLA/IREE, a name for SavedModel/ONNX),
+        None when the artifact does not take the leaf.
+    output_params: per output leaf, the format's result (an index or a name).
+    versions: producer versions specific to the format (`{"tensorflow": "2.21.0"}`).
+    requires: what a consumer needs to read the artifact (`{"stablehlo_version": "1.13.7"}`), with a
+        `note` saying which consumer releases qualify.
+    format: the format's own facts, an instance of the backend's documented `facts_type` (module_args, ...).
+    warnings: facts a user should know about this artifact.
+    weights: where this artifact keeps baked weights (see signature.weights).
+    declared: leaf name -> dtype the artifact itself declares for each input it takes and each output,
+        read back from the written files; the core refuses an artifact whose declared dtypes differ from
+        the leaves' (a manifest never states a dtype the artifact does not take).
+    fixed_dims: symbolic dimension -> the one size the artifact was compiled for, when the backend had to
+        specialise (the manifest then states concrete shapes and `supports` says so).
+    platforms: the platforms the artifact runs on (`["cpu"]`, `["cpu", "cuda"]`).
+    native: what the format's native consumer needs (see multiexport.native), or None.
+    setup: one-time setup this export paid, e.g. ExportSetup(9.8, "jax2onnx plugin import").
+    precision: what a reduced-precision export did (exporting.precision), or None for the fp32 artifact.
+    """
+
+    files: dict[str, str]
+    used: list[bool]
+    params: Sequence[int | str | None]
+    output_params: list[int | str]
+    versions: dict[str, str] = field(default_factory=dict)
+    requires: dict[str, Any] = field(default_factory=dict)
+    format: FormatFacts = field(default_factory=FormatFacts)
+    warnings: list[str] = field(default_factory=list)
+    weights: dict[str, Any] = field(default_factory=dict)
+    declared: dict[str, str] | None = None
+    fixed_dims: dict[str, int] | None = None
+    platforms: list[str] = field(default_factory=lambda: ["cpu"])
+    native: dict[str, Any] | None = None
+    setup: ExportSetup | None = None
+    precision: PrecisionFacts | None = None

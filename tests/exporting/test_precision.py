@@ -1,0 +1,168 @@
+"""Reduced precision in the core: variant names, options, calibration files read by leaf name (hostile ones
+refused in one line naming the file and the leaf), and the refusals that come before any export:
+a backend without the variant, a target whose weights are all input leaves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from multiexport import ExportError, Target, UsageError
+from multiexport.errors import InputError
+from multiexport.exporting import ExportOptions, Manifest
+from multiexport.exporting.precision import (
+    Calibration,
+    PrecisionFacts,
+    calibration_feeds,
+    split_variant,
+    variant_name,
+    write_calibration,
+)
+from multiexport.exporting.registry import backend_class, get_backend
+from multiexport.files.npz import save_npz
+from multiexport.leaves import build_signature
+
+from .test_manifest import _base
+
+
+def two_inputs() -> Target:
+    w = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
+
+    def fn(x, y):
+        return {"logits": x @ w + y @ w}
+
+    return Target(fn, args=(np.ones((2, 4), np.float32), np.zeros((2, 4), np.float32)), name="two_inputs")
+
+
+def test_variant_names_split_and_join_and_an_unknown_precision_is_refused():
+    assert split_variant("onnx@int8") == ("onnx", "int8")
+    assert split_variant("onnx") == ("onnx", "fp32")
+    assert variant_name("litert", "fp16") == "litert@fp16" and variant_name("litert", "fp32") == "litert"
+    with pytest.raises(UsageError, match="expected one of fp32, fp16, int8-dynamic, int8"):
+        split_variant("onnx@int4")
+    assert backend_class("onnx@fp16") is backend_class("onnx")
+
+
+def test_int8_needs_calibration_and_the_others_refuse_it(tmp_path):
+    with pytest.raises(UsageError, match="Option 'calibration' | got none for precision int8"):
+        ExportOptions(precision="int8")
+    with pytest.raises(UsageError, match="given for precision fp16"):
+        ExportOptions(precision="fp16", calibration=Calibration(str(tmp_path / "c.npz"), True, "x"))
+    with pytest.raises(UsageError, match="Option 'precision'"):
+        ExportOptions(precision="fp8")
+
+
+def test_calibration_is_read_by_leaf_name_whatever_the_order_in_the_file(tmp_path):
+    sig = build_signature(two_inputs())
+    x = np.arange(24, dtype=np.float32).reshape(3, 2, 4)
+    y = -x
+    path = save_npz(tmp_path / "c.npz", {"y": y, "x": x})  # the second argument first
+    feeds = calibration_feeds(sig, Calibration(str(path), False, "given"))
+    assert len(feeds) == 3 and list(feeds[0]) == ["x", "y"]
+    np.testing.assert_array_equal(feeds[2]["x"], x[2])
+    np.testing.assert_array_equal(feeds[2]["y"], y[2])
+
+
+@pytest.mark.parametrize("arrays, message", [
+    ({"x": np.zeros((3, 2, 4), np.float32)}, "has no 'y', expected an array per input leaf"),
+    ({"x": np.zeros((3, 2, 4), np.float32), "y": np.zeros((3, 2, 4), np.float32), "z": np.zeros(3)},
+     "holds 'z', expected only input leaves"),
+    ({"x": np.zeros((3, 2, 4), np.float32), "y": np.zeros((2, 2, 4), np.float32)}, "expected the same count"),
+    ({"x": np.zeros((3, 2, 4), np.float64), "y": np.zeros((3, 2, 4), np.float32)},
+     r"sample 0: Input 'x' \| got float64, expected float32"),
+    ({"x": np.zeros((3, 2, 5), np.float32), "y": np.zeros((3, 2, 4), np.float32)}, r"sample 0: Input 'x' \| got shape"),
+    ({"x": np.zeros((0, 2, 4), np.float32), "y": np.zeros((0, 2, 4), np.float32)}, "leading sample axis of at least 1"),
+])
+def test_a_bad_calibration_file_is_one_line_naming_the_file_and_the_leaf(tmp_path, arrays, message):
+    sig = build_signature(two_inputs())
+    path = save_npz(tmp_path / "c.npz", arrays)
+    with pytest.raises(InputError, match=message) as info:
+        calibration_feeds(sig, Calibration(str(path), False, "given"))
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_calibration_file_that_is_not_an_npz_is_refused(tmp_path):
+    sig = build_signature(two_inputs())
+    bad = tmp_path / "c.npz"
+    bad.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(InputError, match="Calibration file"):
+        calibration_feeds(sig, Calibration(str(bad), False, "given"))
+
+
+def test_a_backend_without_the_variant_refuses_before_any_work(tmp_path):
+    target = two_inputs()
+    with pytest.raises(ExportError, match="has no int8 artifact: XLA's CPU compiler") as info:
+        get_backend("xla").export(target.fn, build_signature(target), tmp_path / "out",
+                                  ExportOptions(precision="int8-dynamic".replace("-dynamic", ""),
+                                                calibration=Calibration(str(tmp_path / "c.npz"), True, "x")))
+    assert info.value.category == "unsupported-precision"
+    assert not (tmp_path / "out").exists()
+
+
+def test_int8_of_a_target_whose_weights_are_all_inputs_is_unsupported_precision_naming_why(tmp_path):
+    def fn(params, x):
+        return {"logits": x @ params["w"]}
+
+    target = Target(fn, args=({"w": np.ones((4, 3), np.float32)}, np.ones((2, 4), np.float32)), name="weights_in")
+    with pytest.raises(ExportError, match="takes all of its weights as input leaves") as info:
+        get_backend("onnx").export(target.fn, build_signature(target), tmp_path / "out",
+                                   ExportOptions(precision="int8-dynamic"))
+    assert info.value.category == "unsupported-precision"
+
+
+def test_the_manifest_states_precision_only_on_reduced_artifacts_and_reads_it_back_typed():
+    data = _base()
+    assert "precision" not in Manifest.from_json(data).to_json()
+    facts = PrecisionFacts(precision="int8", method="quantize_static(...)", toolchain="onnxruntime 1.0",
+                           quantized_ops={"MatMul": 2})
+    from multiexport.results.schema import to_data
+
+    data["precision"] = to_data(facts)
+    read = Manifest.from_json(data)
+    assert read.precision == facts and read.precision_name == "int8"
+    data["precision"] = {**to_data(facts), "precision": "int4"}
+    with pytest.raises(Exception, match="precision | got 'int4'"):
+        Manifest.from_json(data)
+
+
+def test_write_calibration_round_trips(tmp_path):
+    sig = build_signature(two_inputs())
+    feeds = [{"x": np.full((2, 4), i, np.float32), "y": np.full((2, 4), -i, np.float32)} for i in range(4)]
+    path = write_calibration(tmp_path / "c.npz", feeds)
+    back = calibration_feeds(sig, Calibration(str(path), True, "made"))
+    assert [float(f["y"][0, 0]) for f in back] == [0.0, -1.0, -2.0, -3.0]
+
+
+def test_calibration_for_the_static_fallback_is_resized_along_the_symbolic_axes_only(tmp_path):
+    from multiexport.exporting.precision import calibrated_at, remove_calibration_scratch
+
+    w = np.ones((4, 3), np.float32)
+    target = Target(lambda x: {"y": x @ w}, args=(np.ones((2, 4), np.float32),), name="sym", symbolic_batch="b")
+    sig = build_signature(target)
+    samples = np.arange(3 * 2 * 4, dtype=np.float32).reshape(3, 2, 4)
+    given = Calibration(str(save_npz(tmp_path / "c.npz", {"x": samples})), False, "given")
+    options = ExportOptions(precision="int8", calibration=given)
+    for size in (1, 5):
+        at = calibrated_at(options, sig, {"b": size}, tmp_path)
+        feeds = calibration_feeds(sig, at.calibration)
+        assert [f["x"].shape for f in feeds] == [(size, 4)] * 3
+        np.testing.assert_array_equal(feeds[1]["x"], np.take(samples[1], np.arange(size) % 2, axis=0))
+        assert "tiled or cut to b=" in at.calibration.how and at.calibration.synthetic is False
+    assert calibrated_at(ExportOptions(), sig, {"b": 1}, tmp_path) == ExportOptions()
+    remove_calibration_scratch(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npz"]
+
+
+def test_the_symbolic_load_check_judges_a_reduced_precision_artifact_by_cosine_not_by_float_error():
+    from multiexport.exporting.symbolic_check import wrong_result
+
+    w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    target = Target(lambda x: {"y": x @ w}, args=(np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4),),
+                    name="sym_check", symbolic_batch="b")
+    sig = build_signature(target)
+    feed = sig.example_feed()
+    ref = feed["x"] @ w
+    off = ref + 0.05 * np.abs(ref).max() * np.sign(ref)  # int8-like: 5 % of the max, same direction
+    assert "max err" in wrong_result(target.fn, sig, feed, {"out.y": off})
+    assert wrong_result(target.fn, sig, feed, {"out.y": off}, "int8") is None
+    assert "cosine similarity" in wrong_result(target.fn, sig, feed, {"out.y": -ref}, "int8")
