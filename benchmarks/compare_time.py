@@ -1,13 +1,16 @@
 """Where a compare's seconds go, on the seed and on real models, measured side by side.
 
-    python -m benchmarks.compare_time [--models haiku_resnet,keras_mobilenetv2,...] [--no-bench] --out DIR
+    python -m benchmarks.compare_time [--models quick,haiku_resnet,...] [--no-bench] --out DIR
 
 Runs `multiexport compare` on the seed and on each real model of the zoo in turn (seed, model, seed, model,
 ... so machine noise falls on both alike), each a whole process with the same flags (the model's own value
-ranges and sizes added), and reads each run's timeline from its results.json. Prints and writes
+ranges and sizes added), and reads each run's timeline from its results.json. `--models` takes model names,
+tags (`quick`, `nnx`, ...) and `all`, mixed in one comma list (a tag's models in the zoo's order, each model
+once); an unknown word or a list naming no model stops before any run. Prints and writes
 (DIR/compare_time.md, .json) per run: its wall time, its ratio to the median seed run, and its seconds by
-kind of step (build, prepare, reference, rounding, export, load, parity, timing, native, floor, reports),
-then the median real-model run against the seed: the figure #30 targets at no more than 2x.
+kind of step (build, prepare, reference, rounding, export, load, parity, timing, native, floor, and other
+for a step none of these names), then the median real-model run against the seed: the figure #30 targets
+at no more than 2x.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 from multiexport.system.process import run_command
 
-from .real_models import select_run
+from .real_models import REAL_MODELS, TAGS, RealModel
 
 # The real models timed by default: one per library, convnets and transformers, the quick ones included.
 DEFAULT_MODELS = ("linen_cnn", "nnx_batchnorm", "eqx_cnn", "hf_bert", "keras_mobilenetv2", "haiku_resnet",
@@ -48,6 +51,26 @@ def kind_of(step: str) -> str:
         if any(w in said for w in words):
             return kind
     return "other"
+
+
+def select_models(spec: str) -> list[RealModel]:
+    """The real models `--models` names: names, tags and 'all', comma-separated and mixed, each model once in
+    the order given. SystemExit (one line: what was given, what exists) for an unknown word or no model."""
+    known = {m.name: m for m in REAL_MODELS}
+    words = [w.strip() for w in spec.split(",") if w.strip()]
+    unknown = [w for w in words if w != "all" and w not in known and w not in TAGS]
+    if unknown or not words:
+        said = f"unknown name(s) or tag(s) {', '.join(unknown)}" if unknown else "names no model"
+        raise SystemExit(f"--models {spec!r}: {said}; models: {', '.join(known)}; tags: {', '.join(sorted(TAGS))}; "
+                         "or 'all'")
+    chosen: dict[str, RealModel] = {}
+    for w in words:
+        if w in known:
+            chosen.setdefault(w, known[w])
+        for m in REAL_MODELS:
+            if w == "all" or w in m.tags:
+                chosen.setdefault(m.name, m)
+    return list(chosen.values())
 
 
 def run_one(target: str, flags: list[str], out: Path, timeout: float) -> dict:
@@ -78,15 +101,16 @@ def table(rows: list[dict], seed_s: float) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare_time", description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                        help="real models (names, tags or 'quick'), comma-separated (default: one per library)")
+                        help="real models: names, tags ('quick', ...) or 'all', comma-separated and mixed "
+                        "(default: one per library)")
     parser.add_argument("--no-bench", action="store_true", help="parity only (compare --no-bench)")
     parser.add_argument("--args", default="", help="more compare flags for every run, e.g. '--trials 2'")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per compare")
     parser.add_argument("--out", type=Path, required=True, help="a new directory for the runs and the tables")
     args = parser.parse_args(argv)
+    models = select_models(args.models)  # an unknown word or an empty selection stops here, before any run
     if args.out.exists() and any(args.out.iterdir()):
         parser.error(f"--out {args.out}: not empty")
-    models = select_run(args.models)
     common = [*args.args.split(), *(["--no-bench"] if args.no_bench else [])]
     rows: list[dict] = []
     for i, model in enumerate(models):

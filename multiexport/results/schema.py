@@ -58,24 +58,35 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         options = typing.get_args(hint)
         if value is None and type(None) in options:
             return None
-        errors = []
+        expected: list[str] = []  # what each option wanted, where the value is not that option at all
+        got = _kind(value)
+        deeper: InputError | None = None  # the first option the value is, wrong inside (a list with a bad item)
         for option in options:
             if option is type(None):
                 continue
             try:
                 return _convert(option, value, where)
             except InputError as exc:
-                errors.append(str(exc))
-        raise InputError(errors[0] if errors else f"{where} | got {_kind(value)}, expected {hint}")
+                mismatch = getattr(exc, "mismatch", None)
+                if mismatch is not None and mismatch[0] == where:  # not this option at all
+                    got = mismatch[1] if not expected else got
+                    expected += [e for e in mismatch[2] if e not in expected]
+                elif deeper is None:
+                    deeper = exc
+        if deeper is not None:  # the sharper message: which part of it is wrong
+            raise deeper
+        if type(None) in options:
+            expected.append("null")
+        raise _mismatch(where, got, *(expected or [str(hint)]))
     if origin in (list, tuple):
         if not isinstance(value, list):
-            raise InputError(f"{where} | got {_kind(value)}, expected a list")
+            raise _mismatch(where, _kind(value), "a list")
         (item,) = typing.get_args(hint)[:1] or (Any,)
         items = [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin in (dict, collections.abc.Mapping):
         if not isinstance(value, dict):
-            raise InputError(f"{where} | got {_kind(value)}, expected an object")
+            raise _mismatch(where, _kind(value), "an object")
         _, item = typing.get_args(hint) or (str, Any)
         return {str(k): _convert(item, v, f"{where}.{k}") for k, v in value.items()}
     if isinstance(hint, type) and issubclass(hint, Enum):
@@ -85,10 +96,10 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
             parse = getattr(hint, "parse", None)
             if parse is not None and isinstance(value, str):
                 return parse(value)
-            raise InputError(f"{where} | got {value!r}, expected one of {', '.join(e.value for e in hint)}") from None
+            raise _mismatch(where, repr(value), f"one of {', '.join(e.value for e in hint)}") from None
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
-            raise InputError(f"{where} | got {_kind(value)}, expected an object")
+            raise _mismatch(where, _kind(value), "an object")
         hints = typing.get_type_hints(hint)
         kwargs = {}
         for f in dataclasses.fields(hint):
@@ -113,24 +124,33 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
             except OverflowError:  # an integer such as 10**400: no float holds it
                 raise InputError(f"{where} | got an integer of {len(str(abs(value)))} digits, expected a number a "
                                  "float can hold") from None
-        raise InputError(f"{where} | got {_kind(value)}, expected a number")
+        raise _mismatch(where, _kind(value), "a number")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise InputError(f"{where} | got {_kind(value)}, expected an integer")
+        raise _mismatch(where, _kind(value), "an integer")
     if hint is bool:
         if isinstance(value, bool):
             return value
-        raise InputError(f"{where} | got {_kind(value)}, expected true or false")
+        raise _mismatch(where, _kind(value), "true", "false")
     if hint is str:
         if isinstance(value, str):
             return value
-        raise InputError(f"{where} | got {_kind(value)}, expected a string")
+        raise _mismatch(where, _kind(value), "a string")
     if hint is type(None):
         if value is None:
             return None
-        raise InputError(f"{where} | got {_kind(value)}, expected null")
+        raise _mismatch(where, _kind(value), "null")
     return value
+
+
+def _mismatch(where: str, got: str, *expected: str) -> InputError:
+    """`where | got X, expected Y` (Y: "A", "A or B", "A, B or C"), its parts kept so that a union names
+    every option it has in one message ("expected an integer, a string or null")."""
+    wanted = expected[0] if len(expected) == 1 else f"{', '.join(expected[:-1])} or {expected[-1]}"
+    exc = InputError(f"{where} | got {got}, expected {wanted}")
+    exc.mismatch = (where, got, expected)  # type: ignore[attr-defined]
+    return exc
 
 
 def _kind(value: Any) -> str:

@@ -66,7 +66,7 @@ MALFORMED = [
     (lambda d: d.update(keep_unused="yes"), r"manifest.keep_unused \| got str 'yes', expected true or false"),
     (lambda d: d["inputs"][0].update(shape="10"), r"inputs\[0\].shape \| got str '10', expected a list"),
     (lambda d: d["inputs"][0].update(shape=[-1]), "expected a list of sizes >= 0"),
-    (lambda d: d["inputs"][0].update(shape=[True]), r"shape\[0\] \| got a boolean, expected an integer"),
+    (lambda d: d["inputs"][0].update(shape=[True]), r"shape\[0\] \| got a boolean, expected an integer or a string"),
     (lambda d: d["inputs"][0].update(dtype="object"), "expected a numeric or bool dtype name"),
     (lambda d: d["inputs"][0].update(alias="../../x"), "expected an identifier"),
     (lambda d: d["inputs"][0].update(param=-1), "expected an index >= 0"),
