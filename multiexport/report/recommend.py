@@ -70,6 +70,8 @@ def recommend(results: Results) -> Recommendation:
                   if (kept := [e for e in entries if e[0] not in limited])]
 
     for name, r in results.backends.items():
+        if r.status is Status.UNSUPPORTED_PRECISION:
+            continue  # an answer, not a caveat: the format x precision table says what each format lacks
         if r.status is not Status.OK:
             rec.caveats.append(f"{name}: {r.status.value}: {r.reason}")
         elif r.reason:
