@@ -65,8 +65,15 @@ def check_native(ctx: Context, prep: Prepared, row, manifest, checked: Sequence[
                            [t.name for t, _ in usable], config.tolerances, excluded=excluded,
                            inputs_notes=[inputs_note(t.feed) for t, _ in usable], sensitivity=prep.sensitivity)
     notes = [f"not run natively: {', '.join(skipped)}"] if skipped else []
-    result = NativeResult(consumer, Status.OK if verdict.passed else Status.PARITY_FAILED,
-                          "; ".join(notes) if verdict.passed else verdict.summary(), command, verdict)
+    passed, failed_as, why = verdict.passed, Status.PARITY_FAILED, verdict.summary()
+    if row.precision != "fp32":  # a reduced-precision artifact is held to its accuracy budget natively too
+        from ..measure.accuracy import judge
+
+        accuracy = judge(row.precision, outputs, [r for _, r in usable], [leaf.name for leaf in prep.sig.outputs],
+                         config.accuracy, synthetic=config.inputs is None)
+        passed, failed_as, why = accuracy.passed, Status.ACCURACY_FAILED, accuracy.summary()
+    result = NativeResult(consumer, Status.OK if passed else failed_as, "; ".join(notes) if passed else why, command,
+                          verdict)
     if config.bench and bench is not None:
         result.sizes = _latency(ctx, prep, row, manifest, bench, kwargs)
     return result

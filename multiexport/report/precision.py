@@ -98,7 +98,8 @@ def precision_verdict(results: Results) -> str:
     if row.artifact_bytes and base.artifact_bytes:
         size = f", {row.artifact_bytes / base.artifact_bytes:.2f}x the size"
     interval = f" (95% CI {ci[0]:.2f}-{ci[1]:.2f})" if ci else ""
-    return (f"Precision: ship {name}: {ratio:.2f}x faster than its fp32 at batch {batch}{interval}{size}, "
+    at = "as exported" if batch is None else f"at batch {batch}"
+    return (f"Precision: ship {name}: {ratio:.2f}x faster than its fp32 {at}{interval}{size}, "
             f"{', '.join(figures)}, within budget.{caveat}")
 
 

@@ -106,3 +106,17 @@ def test_int8_calibrates_from_synthetic_samples_by_default_and_from_a_named_file
     row = load_results(tmp_path / "given" / "results.json").backends["onnx@int8"]
     assert row.status is Status.OK, proc.stdout + proc.stderr
     assert row.precision_facts["calibration"]["samples"] == 5 and not row.precision_facts["calibration"]["synthetic"]
+
+
+def test_a_native_consumer_of_a_reduced_precision_artifact_is_held_to_its_accuracy_budget_not_float_parity(tmp_path):
+    if not get_backend("onnx").available().ok:
+        pytest.skip("onnx unavailable")
+    proc = run_cli("compare", "tests/precision_models.py:two_inputs", "--backends", "onnx", "--precision", "fp32,fp16",
+                   "--native", "--out", tmp_path / "o", "--trials", "1", "--no-bench")
+    results = load_results(tmp_path / "o" / "results.json")
+    native = results.backends["onnx@fp16"].native
+    if native is None or native.status is Status.UNAVAILABLE:
+        pytest.skip(f"ort_run cannot be built here: {native and native.reason}")
+    assert native.status is Status.OK, proc.stdout + proc.stderr  # float parity would fail it: 40 of 40 elements
+    assert native.parity is not None and not native.parity.passed
+    assert results.backends["onnx"].native.status is Status.OK and proc.returncode == 0
