@@ -157,7 +157,7 @@ class LiteRTBackend(Backend):
             ),
             warnings=warnings, weights=embedded(signature), declared=declared, platforms=["cpu"],
             native=litert_section(signature.inputs, params, signature.outputs, output_params, model=MODEL_FILE),
-            precision=self._precision(options, blob, samples, tf.__version__),
+            precision=self._precision(signature, options, blob, samples, tf.__version__),
         )
 
     def _samples(self, signature, options, front) -> list[dict[str, Any]] | None:
@@ -170,7 +170,7 @@ class LiteRTBackend(Backend):
         return [{front[name].param: value for name, value in feed.items() if front[name].param is not None}
                 for feed in calibration_feeds(signature, options.calibration)]
 
-    def _precision(self, options, blob: bytes, samples, tf_version: str):
+    def _precision(self, signature, options, blob: bytes, samples, tf_version: str):
         """The PrecisionFacts of a reduced-precision conversion (None at fp32)."""
         if options.precision == "fp32":
             return None
@@ -180,7 +180,8 @@ class LiteRTBackend(Backend):
 
         reduced, kept = precision_ops(blob)
         calibration = (CalibrationFacts(len(samples), options.calibration.synthetic, options.calibration.how,
-                                        sorted(samples[0])) if samples and options.calibration else None)
+                                        [leaf.name for leaf in signature.inputs if leaf.alias in samples[0]])
+                       if samples and options.calibration else None)
         notes = {"fp16": "float16 weights; the CPU (XNNPACK) dequantizes them to float32 at load and computes in "
                          "float32 unless the device has float16 arithmetic",
                  "int8-dynamic": "int8 weights; activations quantized on the fly where the kernel supports it, "

@@ -145,6 +145,7 @@ class LeafReader:
                               for feed in feeds])
 
     def get_next(self) -> dict[str, Any] | None:
+        """The next sample keyed by graph input name, None after the last (ONNX Runtime's reader protocol)."""
         return next(self._samples, None)
 
     # ONNX Runtime's reader protocol (CalibrationDataReader is an ABC with these two methods)

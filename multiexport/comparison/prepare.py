@@ -128,6 +128,7 @@ def _calibration(ctx: Context, sig: Signature, trials: list[Trial]) -> Calibrati
         write_calibration,
     )
     from ..measure.inputs import trial_at
+    from ..run.rundir import SYNTHETIC_CALIBRATION
 
     config = ctx.config
     if not any(needs_calibration(split_variant(name)[1]) for name in config.backends):
@@ -140,7 +141,7 @@ def _calibration(ctx: Context, sig: Signature, trials: list[Trial]) -> Calibrati
     rng = np.random.default_rng(config.seed + 1009)
     feeds = [trial_at(sig.inputs, sig.example_feed(), trials[0].dims, rng, f"calibration{i}", config.val_ranges).feed
              for i in range(DEFAULT_CALIBRATION_SAMPLES)]
-    path = write_calibration(ctx.out / "calibration.npz", feeds)
+    path = write_calibration(ctx.out / SYNTHETIC_CALIBRATION, feeds)  # stamped: the next run in OUT removes it
     how = (f"{DEFAULT_CALIBRATION_SAMPLES} synthetic samples at the first trial's sizes, drawn like the trials "
            f"(seed {config.seed + 1009}, not the parity trials); give real data with --calibration")
     ctx.progress(f"calibration for int8: {how}")

@@ -51,3 +51,27 @@ class FormatResult:
     native: dict[str, Any] | None = None
     setup: ExportSetup | None = None
     precision: PrecisionFacts | None = None
+
+
+def check_result(backend: Any, precision: str, result: FormatResult) -> None:
+    """What a backend's `_export_impl` returned, checked before any manifest is written: facts of its declared
+    `facts_type` (else InternalError: the backend's bug), and for a reduced `precision` facts that state it and
+    name what was reduced; a toolchain that reduced nothing (IREE's f16 demotion of a module without a
+    contraction, an fp16 IR with no weights to compress) is `unsupported-precision`, never a float artifact
+    under a reduced name."""
+    from ..errors import ExportError, InternalError
+
+    if not isinstance(result.format, backend.facts_type):
+        raise InternalError(f"Backend '{backend.name}' | returned format facts of type {type(result.format).__name__}, "
+                            f"expected its facts_type {backend.facts_type.__name__}")
+    if precision == "fp32":
+        return
+    if result.precision is None or result.precision.precision != precision:
+        stated = result.precision.precision if result.precision else "none"
+        raise InternalError(f"Backend '{backend.name}' | made a {precision} artifact whose facts state precision "
+                            f"{stated}, expected {precision}")
+    if not result.precision.quantized_ops:
+        raise ExportError(f"Backend '{backend.name}' | its {precision} toolchain ({result.precision.method}) reduced "
+                          f"none of the model's ops, so the artifact would be the float one: no {precision} artifact "
+                          "for this target", backend=backend.name, category="unsupported-precision")
+

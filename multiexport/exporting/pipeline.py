@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ..dtypes import parse_dtype
-from ..errors import ExportError, InternalError, MultiexportError, leaf_message
+from ..errors import ExportError, MultiexportError, leaf_message
 from ..versions import base_versions, utc_now
 from .contract import Artifact, Backend, ExportOptions, FormatResult, RunOptions
 from .facts import StageMade
+from .format_result import check_result
 from .manifest import MANIFEST_NAME, LeafBinding, Manifest
 from .outdir import claimed, disk_error
 from .precision import FP32, calibrated_at, check_weights_quantizable, remove_calibration_scratch
@@ -228,9 +229,7 @@ def build_manifest(backend: Backend, signature: "Signature", options: ExportOpti
         # A consumer reads inputs/ only where the export wrote it: never a section naming files that are not there.
         native = {**native, "inputs_written": _write_native_inputs(signature, staging, native)}
     dims = {d: ([fixed[d]] if d in fixed else "any") for d in signature.symbolic_dims}
-    if not isinstance(result.format, backend.facts_type):
-        raise InternalError(f"Backend '{backend.name}' | returned format facts of type {type(result.format).__name__}, "
-                            f"expected its facts_type {backend.facts_type.__name__}")
+    check_result(backend, options.precision, result)
     fmt = result.format.with_core(stage, result.setup).to_json()
     return Manifest(
         backend=backend.name,

@@ -113,11 +113,13 @@ class PrecisionFacts:
     notes: list[str] = field(default_factory=list)
 
     def check_loaded(self, where: str) -> None:
+        """A precision multiexport knows, checked when a manifest is read (`where` names the field)."""
         if self.precision not in PRECISIONS:
             raise InputError(f"{where}.precision | got {self.precision!r}, expected one of {', '.join(PRECISIONS)}")
 
 
 def needs_calibration(precision: str) -> bool:
+    """Whether `precision` calibrates from sample inputs (static int8 does; fp16 and int8-dynamic do not)."""
     return precision in CALIBRATED
 
 
@@ -188,6 +190,7 @@ def write_calibration(path: Path, feeds: list[dict[str, np.ndarray]]) -> Path:
 
 
 def calibration_facts(feeds: list[dict[str, Any]], calibration: Calibration) -> CalibrationFacts:
+    """What the manifest states about the calibration `feeds` (read from `calibration`) an export used."""
     return CalibrationFacts(samples=len(feeds), synthetic=calibration.synthetic, how=calibration.how,
                             leaves=list(feeds[0]) if feeds else [])
 
@@ -227,6 +230,7 @@ def calibrated_at(options: Any, signature: "Signature", sizes: dict[str, int], s
 
 
 def remove_calibration_scratch(staging: Path) -> None:
+    """Remove the per-size calibration files `calibrated_at` wrote in `staging` (before its inventory)."""
     for scratch in staging.glob(".calibration-*.npz"):
         scratch.unlink()
 

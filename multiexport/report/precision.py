@@ -23,8 +23,11 @@ def _base(name: str) -> str:
     return name.partition("@")[0]
 
 
-def speedup(results: Results, name: str, row: BackendResult) -> tuple[int | None, float, tuple[float, float] | None] | None:
-    """(batch, fp32 p50 / this p50, the ratio's 95% interval when paired) at the first size both measured."""
+def speedup(results: Results, name: str, row: BackendResult
+            ) -> tuple[int | None, float, tuple[float, float] | None, bool] | None:
+    """(batch, fp32 p50 / this p50, the ratio's 95% interval when paired, whether this row is faster beyond
+    the noise) at the first size both measured: paired, the interval above 1; else the two medians' 95%
+    intervals apart."""
     base = results.backends.get(_base(name))
     if base is None or not row.bench or not base.bench:
         return None
@@ -35,13 +38,15 @@ def speedup(results: Results, name: str, row: BackendResult) -> tuple[int | None
         paired = results.pairing.ratio(size.batch, name, _base(name)) if results.pairing else None
         if paired is not None:  # slower / faster over the same rounds (>= 1): turned into fp32 / this
             if paired.faster == name:
-                return size.batch, paired.ratio, (paired.ci95_low, paired.ci95_high)
-            return size.batch, 1 / paired.ratio, (1 / paired.ci95_high, 1 / paired.ci95_low)
-        return size.batch, size.latency.p50_ms / mine[size.batch].p50_ms, None
+                return size.batch, paired.ratio, (paired.ci95_low, paired.ci95_high), paired.ci95_low > 1
+            return size.batch, 1 / paired.ratio, (1 / paired.ci95_high, 1 / paired.ci95_low), False
+        own = mine[size.batch]
+        return size.batch, size.latency.p50_ms / own.p50_ms, None, own.ci95_high_ms < size.latency.ci95_low_ms
     return None
 
 
 def precision_rows(results: Results) -> list[list[str]]:
+    """One row per reduced-precision row, in PRECISION_HEADER's columns, for the reports."""
     out = []
     for name, row in variant_rows(results):
         base = results.backends.get(_base(name))
@@ -75,16 +80,17 @@ def precision_verdict(results: Results) -> str:
         return ""
     within = [(n, r, fast) for n, r in rows if r.status is Status.OK and (fast := speedup(results, n, r)) is not None
               and results.backends[_base(n)].status is Status.OK]
-    real = bool(results.config.get("calibration")) and results.config.get("inputs") == "given"
+    calibrated = any(r.precision == "int8" for _, r in rows)  # only static int8 calibrates
+    real = results.config.get("inputs") == "given" and (bool(results.config.get("calibration")) or not calibrated)
     caveat = ("" if real else " Random weights or synthetic inputs make these figures a check of the toolchain, not "
               "of task accuracy: give --inputs and --calibration from real data to judge a deployment.")
-    faster = [(n, r, f) for n, r, f in within if f[1] > 1 and (f[2] is None or f[2][0] > 1)]
+    faster = [(n, r, f) for n, r, f in within if f[1] > 1 and f[3]]
     if not faster:
         failed = [n for n, r in rows if r.status is Status.ACCURACY_FAILED]
         said = f" ({', '.join(failed)} beyond budget)" if failed else ""
         return (f"Precision: no reduced-precision artifact was measurably faster than its format's fp32 within its "
                 f"accuracy budget here{said}.{caveat}")
-    name, row, (batch, ratio, ci) = max(faster, key=lambda e: e[2][1])
+    name, row, (batch, ratio, ci, _) = max(faster, key=lambda e: e[2][1])
     acc = row.accuracy
     figures = []
     scored = [leaf for leaf in (acc.leaves if acc is not None else []) if leaf.top1 is not None]

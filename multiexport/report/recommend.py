@@ -79,7 +79,7 @@ def recommend(results: Results) -> Recommendation:
         if name in limited:
             rec.caveats.append(f"{name}: {Status.SIZE_UNSUPPORTED.value}: its artifact supports {_sizes(limited[name])} "
                                "only; it is faithful there and was not checked or timed at other sizes")
-        for note in (r.parity.notes if r.parity else []):
+        for note in (r.parity.notes if r.parity and r.precision == "fp32" else []):  # a variant's: its budget decides
             rec.caveats.append(f"{name}: {note}")
         if r.native is not None and r.native.status is not Status.OK:
             rec.caveats.append(f"{name} native ({r.native.consumer}): {r.native.status.value}: {r.native.reason}")

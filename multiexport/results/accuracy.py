@@ -39,6 +39,7 @@ class Budget:
     top5: float | None = None
 
     def text(self) -> str:
+        """The budget in words: "cos>=0.99, sqnr>=20" ("none" when nothing is judged)."""
         return ", ".join(f"{k}{'<=' if k == 'err' else '>='}{v:g}" for k in METRICS
                          if (v := getattr(self, k)) is not None) or "none"
 
@@ -64,6 +65,7 @@ class LeafAccuracy:
     failed: list[str] = field(default_factory=list)
 
     def check_loaded(self, where: str) -> None:
+        """Figures read from results.json are numbers (`where` names the field)."""
         for name in ("cosine", "err_scale"):
             if math.isnan(getattr(self, name)):
                 raise InputError(f"{where}.{name} | got nan, expected a number")
@@ -85,6 +87,7 @@ class AccuracyVerdict:
 
     @property
     def passed(self) -> bool:
+        """Every output leaf within its budget."""
         return all(not leaf.failed for leaf in self.leaves)
 
     def worst(self, figure: str) -> float | None:
@@ -95,6 +98,7 @@ class AccuracyVerdict:
         return max(values) if figure == "err_scale" else min(values)
 
     def summary(self) -> str:
+        """One line per leaf beyond its budget, naming the figures it missed (empty when passed)."""
         bad = [leaf for leaf in self.leaves if leaf.failed]
         if not bad:
             return ""

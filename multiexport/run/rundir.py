@@ -18,11 +18,13 @@ from pathlib import Path
 from ..errors import ArtifactError
 from ..exporting.outdir import disk_error
 from ..files import write_text_atomic
+from ..files.owned import is_stamped
 from ..versions import utc_now
 
 MARKER = ".multiexport-run"
 LOCK = ".multiexport-lock"  # held (flock) by the compare running in the directory
 OUTPUTS = ("results.json", "report.md", "report.html")
+SYNTHETIC_CALIBRATION = "calibration.npz"  # int8's synthetic samples (comparison/prepare.py), removed only if ours
 
 
 @dataclass
@@ -82,6 +84,8 @@ def claim_run_dir(out: Path) -> Claim:
         probe.unlink()
         for name in OUTPUTS:
             (out / name).unlink(missing_ok=True)
+        if is_stamped(out / SYNTHETIC_CALIBRATION):  # a user's own file of that name (--calibration) stays
+            (out / SYNTHETIC_CALIBRATION).unlink()
         mark(out, "running")
     except OSError as exc:
         claim.release()

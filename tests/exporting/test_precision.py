@@ -166,3 +166,31 @@ def test_the_symbolic_load_check_judges_a_reduced_precision_artifact_by_cosine_n
     assert "max err" in wrong_result(target.fn, sig, feed, {"out.y": off})
     assert wrong_result(target.fn, sig, feed, {"out.y": off}, "int8") is None
     assert "cosine similarity" in wrong_result(target.fn, sig, feed, {"out.y": -ref}, "int8")
+
+
+def test_a_reduced_artifact_must_state_its_precision_and_what_it_reduced():
+    import types
+
+    from multiexport.errors import InternalError
+    from multiexport.exporting.facts import FormatFacts
+    from multiexport.exporting.format_result import FormatResult, check_result
+
+    backend = types.SimpleNamespace(name="fake", facts_type=FormatFacts)
+    plain = FormatResult(files={}, used=[], params=[], output_params=[])
+    check_result(backend, "fp32", plain)
+    with pytest.raises(InternalError, match="state precision none, expected fp16"):
+        check_result(backend, "fp16", plain)
+    nothing = FormatResult(files={}, used=[], params=[], output_params=[],
+                           precision=PrecisionFacts(precision="fp16", method="m", toolchain="t"))
+    with pytest.raises(ExportError, match="reduced none of the model's ops") as info:
+        check_result(backend, "fp16", nothing)
+    assert info.value.category == "unsupported-precision"
+
+
+def test_iree_fp16_of_a_function_without_a_contraction_is_unsupported_precision_not_the_float_artifact(tmp_path):
+    if not get_backend("iree").available().ok:
+        pytest.skip("iree unavailable")
+    target = Target(lambda x: {"y": x * 2.0 + 1.0}, args=(np.ones((2, 4), np.float32),), name="no_contraction")
+    with pytest.raises(ExportError, match="reduced none of the model's ops") as info:
+        get_backend("iree").export(target.fn, build_signature(target), tmp_path / "a", ExportOptions(precision="fp16"))
+    assert info.value.category == "unsupported-precision" and not (tmp_path / "a").exists()

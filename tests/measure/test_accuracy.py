@@ -18,9 +18,11 @@ def test_each_figure_is_its_definition():
     noise = np.array([[0.1, 0.0, 0.0], [0.0, 0.0, -0.1]])
     got = want + noise
     leaf = leaf_accuracy("out.hidden", [got], [want], Budget())
+    centred_want, centred_got = want - want.mean(), got - want.mean()  # the variation is the signal
     assert leaf.err_scale == pytest.approx(0.1 / 5.0)
-    assert leaf.sqnr_db == pytest.approx(10 * math.log10(50.0 / 0.02))
-    assert leaf.cosine == pytest.approx(float(np.sum(got * want) / np.linalg.norm(got) / np.linalg.norm(want)))
+    assert leaf.sqnr_db == pytest.approx(10 * math.log10(np.sum(centred_want ** 2) / 0.02))
+    assert leaf.cosine == pytest.approx(float(np.sum(centred_got * centred_want) / np.linalg.norm(centred_got)
+                                              / np.linalg.norm(centred_want)))
     assert leaf.top1 is None and leaf.failed == []  # not class scores by name: no top-k
 
 
@@ -95,3 +97,33 @@ def test_a_user_top_k_budget_makes_a_leaf_class_scores_whatever_its_name():
     got = np.roll(want, 1, axis=1)
     verdict = judge("int8", [{"out.y": got}], [{"out.y": want}], ["out.y"], {"out.y": {"top1": 0.5}}, synthetic=False)
     assert verdict.leaves[0].top1 == 0.0 and not verdict.passed and verdict.synthetic is False
+
+
+def test_an_output_that_lost_its_variation_fails_though_its_offset_matches():
+    rng = np.random.default_rng(2)
+    want = -2.3 + 0.1 * rng.normal(size=(8, 10))  # log-probabilities: a large offset, a small variation
+    leaf = leaf_accuracy("out.logp", [np.full_like(want, -2.3)], [want], DEFAULT_BUDGETS["int8"])
+    assert leaf.failed and leaf.cosine < 0.5  # raw values would give cosine 0.999 and 28 dB
+
+
+def test_a_shape_or_dtype_other_than_jax_jits_fails_the_leaf_and_a_missing_leaf_fails_the_row():
+    want = np.arange(8, dtype=np.float32)
+    assert leaf_accuracy("y", [want.reshape(4, 2)], [want], Budget()).failed == ["got shape (4, 2), expected (8,)"]
+    assert leaf_accuracy("y", [want.astype(np.float16)], [want], Budget()).failed == ["got float16, expected float32"]
+    verdict = judge("int8", [{}], [{"y": want}], ["y"], {}, synthetic=True)
+    assert not verdict.passed and verdict.leaves[0].failed == ["missing in trial 0"]
+
+
+def test_a_constant_reference_is_judged_by_its_error_against_its_scale():
+    want = np.ones((4, 3))
+    assert not leaf_accuracy("y", [want * 1.001], [want], DEFAULT_BUDGETS["fp16"], constant_err=1e-2).failed
+    assert leaf_accuracy("y", [want * 1.2], [want], DEFAULT_BUDGETS["fp16"], constant_err=1e-2).failed
+
+
+def test_class_scores_of_another_width_per_trial_and_inf_signs_are_handled():
+    a, b = np.eye(3), np.eye(4)
+    leaf = leaf_accuracy("out.scores", [a, b], [a, b], Budget(top1=0.9))
+    assert leaf.top1 is None and not leaf.failed  # no one class axis: top-k not counted, nothing crashes
+    want = np.array([1.0, np.inf, -np.inf])
+    assert leaf_accuracy("y", [np.array([1.0, -np.inf, np.inf])], [want], Budget()).failed
+    assert not leaf_accuracy("y", [want.copy()], [want], Budget()).failed
