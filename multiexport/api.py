@@ -95,18 +95,15 @@ def _calibration(signature, precision: str, given: str | os.PathLike | None) -> 
         return
     import shutil
 
-    import numpy as np
-
     from .files.temporary import make_temporary
-    from .measure.inputs import make_trials
+    from .measure.inputs import DEFAULT_DIM_SIZES, synthetic_samples
 
-    trials = make_trials(signature.inputs, examples=signature.example_feed(), trials=DEFAULT_CALIBRATION_SAMPLES,
-                         seed=1009, dim_sizes={d: (n,) for d, n in signature.example_sizes().items()}
-                         if signature.example_sizes() else None)
-    feeds = [t.feed for t in trials if t.name != "example"][:DEFAULT_CALIBRATION_SAMPLES]
+    sizes = signature.example_sizes()
+    setting = sizes if sizes is not None else {d: DEFAULT_DIM_SIZES[0] for d in signature.symbolic_dims}
+    feeds = synthetic_samples(signature.inputs, signature.example_feed(), setting, 1009, DEFAULT_CALIBRATION_SAMPLES)
     scratch = make_temporary("calibration")
     try:
-        path = write_calibration(scratch / "calibration.npz", [{k: np.asarray(v) for k, v in f.items()} for f in feeds])
+        path = write_calibration(scratch / "calibration.npz", feeds)
         yield Calibration(str(path), True, f"{len(feeds)} synthetic samples in the example's domain (seed 1009); "
                                            "give real data with --calibration")
     finally:

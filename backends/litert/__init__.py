@@ -86,7 +86,7 @@ class LiteRTBackend(Backend):
 
         source = frontend.directory
         front = {leaf.name: leaf for leaf in frontend.manifest.inputs}
-        samples = self._samples(signature, options, front)
+        samples, calibration = self._samples(signature, options, front)
         try:
             stablehlo = check_modules(source)
             blob, ops = convert(source, resolved["select_tf_ops"], options.precision, samples)
@@ -157,31 +157,30 @@ class LiteRTBackend(Backend):
             ),
             warnings=warnings, weights=embedded(signature), declared=declared, platforms=["cpu"],
             native=litert_section(signature.inputs, params, signature.outputs, output_params, model=MODEL_FILE),
-            precision=self._precision(signature, options, blob, samples, tf.__version__),
+            precision=self._precision(options, blob, calibration, tf.__version__),
         )
 
-    def _samples(self, signature, options, front) -> list[dict[str, Any]] | None:
-        """The int8 calibration feeds keyed by the signature's input names (the leaves' aliases), leaves the
-        SavedModel dropped left out; None for the other precisions."""
+    def _samples(self, signature, options, front):
+        """(the int8 calibration feeds keyed by the signature's input names, leaves the SavedModel dropped left
+        out; their CalibrationFacts), or (None, None) for the other precisions."""
         if options.calibration is None:
-            return None
-        from multiexport.exporting.precision import calibration_feeds
+            return None, None
+        from multiexport.exporting.precision import calibration_facts, calibration_feeds
 
-        return [{front[name].param: value for name, value in feed.items() if front[name].param is not None}
-                for feed in calibration_feeds(signature, options.calibration)]
+        feeds = calibration_feeds(signature, options.calibration)
+        taken = [leaf.name for leaf in signature.inputs if front[leaf.name].param is not None]
+        samples = [{front[name].param: feed[name] for name in taken} for feed in feeds]
+        return samples, calibration_facts(feeds, options.calibration, taken)
 
-    def _precision(self, signature, options, blob: bytes, samples, tf_version: str):
+    def _precision(self, options, blob: bytes, calibration, tf_version: str):
         """The PrecisionFacts of a reduced-precision conversion (None at fp32)."""
         if options.precision == "fp32":
             return None
-        from multiexport.exporting.precision import CalibrationFacts, PrecisionFacts
+        from multiexport.exporting.precision import PrecisionFacts
 
         from .convert import PRECISION_CALLS, precision_ops
 
         reduced, kept = precision_ops(blob)
-        calibration = (CalibrationFacts(len(samples), options.calibration.synthetic, options.calibration.how,
-                                        [leaf.name for leaf in signature.inputs if leaf.alias in samples[0]])
-                       if samples and options.calibration else None)
         notes = {"fp16": "float16 weights; the CPU (XNNPACK) dequantizes them to float32 at load and computes in "
                          "float32 unless the device has float16 arithmetic",
                  "int8-dynamic": "int8 weights; activations quantized on the fly where the kernel supports it, "

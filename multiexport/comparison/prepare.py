@@ -117,7 +117,7 @@ def _calibration(ctx: Context, sig: Signature, trials: list[Trial]) -> Calibrati
     """The int8 rows' calibration: the given file, checked against the signature now (a bad leaf is one line
     before any export), or synthetic samples at the first trial's sizes, drawn apart from the parity trials
     (a quantizer calibrated on the very feeds it is judged on would look better than it is)."""
-    import numpy as np
+    import dataclasses
 
     from ..exporting.precision import (
         DEFAULT_CALIBRATION_SAMPLES,
@@ -127,20 +127,19 @@ def _calibration(ctx: Context, sig: Signature, trials: list[Trial]) -> Calibrati
         split_variant,
         write_calibration,
     )
-    from ..measure.inputs import trial_at
+    from ..measure.inputs import synthetic_samples
     from ..run.rundir import SYNTHETIC_CALIBRATION
 
     config = ctx.config
     if not any(needs_calibration(split_variant(name)[1]) for name in config.backends):
         return None
     if config.calibration is not None:
-        given = Calibration(str(Path(config.calibration).resolve()), False, f"given: {Path(config.calibration).name}")
-        count = len(calibration_feeds(sig, given))
+        given = Calibration(str(Path(config.calibration).resolve()), False, "")
+        count = len(calibration_feeds(sig, given))  # checked now: a bad leaf is one line before any export
         ctx.progress(f"calibration for int8: {count} samples from {config.calibration}")
-        return Calibration(given.path, False, f"{count} samples given in {Path(config.calibration).name}")
-    rng = np.random.default_rng(config.seed + 1009)
-    feeds = [trial_at(sig.inputs, sig.example_feed(), trials[0].dims, rng, f"calibration{i}", config.val_ranges).feed
-             for i in range(DEFAULT_CALIBRATION_SAMPLES)]
+        return dataclasses.replace(given, how=f"{count} samples given in {Path(config.calibration).name}")
+    feeds = synthetic_samples(sig.inputs, sig.example_feed(), trials[0].dims, config.seed + 1009,
+                              DEFAULT_CALIBRATION_SAMPLES, config.val_ranges)
     path = write_calibration(ctx.out / SYNTHETIC_CALIBRATION, feeds)  # stamped: the next run in OUT removes it
     how = (f"{DEFAULT_CALIBRATION_SAMPLES} synthetic samples at the first trial's sizes, drawn like the trials "
            f"(seed {config.seed + 1009}, not the parity trials); give real data with --calibration")

@@ -189,10 +189,12 @@ def write_calibration(path: Path, feeds: list[dict[str, np.ndarray]]) -> Path:
     return save_npz(path, {name: np.stack([np.asarray(f[name]) for f in feeds]) for name in names})
 
 
-def calibration_facts(feeds: list[dict[str, Any]], calibration: Calibration) -> CalibrationFacts:
-    """What the manifest states about the calibration `feeds` (read from `calibration`) an export used."""
+def calibration_facts(feeds: list[dict[str, Any]], calibration: Calibration,
+                      leaves: list[str] | None = None) -> CalibrationFacts:
+    """What the manifest states about the calibration `feeds` (read from `calibration`) an export used;
+    leaves: the ones the artifact was fed (default: every leaf of the feeds)."""
     return CalibrationFacts(samples=len(feeds), synthetic=calibration.synthetic, how=calibration.how,
-                            leaves=list(feeds[0]) if feeds else [])
+                            leaves=list(feeds[0]) if leaves is None and feeds else list(leaves or []))
 
 
 def resize_calibration(signature: "Signature", sizes: dict[str, int], calibration: Calibration, path: Path

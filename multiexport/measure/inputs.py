@@ -215,6 +215,14 @@ def trial_at(inputs: Sequence, examples: Mapping[str, np.ndarray], setting: Mapp
     return Trial(name, feed, dict(setting), "; ".join(sorted(origins)))
 
 
+def synthetic_samples(inputs: Sequence, examples: Mapping[str, np.ndarray], setting: Mapping[str, int], seed: int,
+                      count: int, val_ranges: Mapping[str, tuple[float, float]] | None = None) -> list[dict[str, np.ndarray]]:
+    """`count` feeds drawn as the trials are (`trial_at`: the example perturbed within its domain) at the sizes in
+    `setting`, from their own `seed`: int8's synthetic calibration samples, apart from the parity trials."""
+    rng = np.random.default_rng(seed)
+    return [trial_at(inputs, examples, setting, rng, f"sample{i}", val_ranges).feed for i in range(count)]
+
+
 def _range_for(name: str, ranges: Mapping[str, tuple[float, float]]):
     if name in ranges:
         return ranges[name]
