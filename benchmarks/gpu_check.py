@@ -272,9 +272,9 @@ class ModelCheck:
 
     def native_row(self, device: str, xla_dir: Path, want, python_row: Row | None) -> Row:
         """pjrt_run on the artifact: parity on every trial it has a module for, p50 measured inside it."""
+        from multiexport.backends.xla.runtime import find_pjrt_plugin
         from multiexport.errors import MultiexportError
         from multiexport.measure.plan import native_supports
-        from multiexport.native.build import find_pjrt_plugin
         from multiexport.native.run import run as native_run
 
         plugin = find_pjrt_plugin(device=device)
@@ -479,7 +479,8 @@ def unavailable_rows() -> list[Row]:
 def native_info(device: str) -> dict[str, Any]:
     """How the native consumer is built here, and the PJRT plugin's own attributes (API version, XLA and
     StableHLO versions) from pjrt_run --info; the error where either is missing."""
-    from multiexport.native.build import build, find_pjrt_header, find_pjrt_plugin, plugin_environment
+    from multiexport.backends.xla.runtime import find_pjrt_header, find_pjrt_plugin, plugin_environment
+    from multiexport.native.build import build
 
     info: dict[str, Any] = {}
     try:

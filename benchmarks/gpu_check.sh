@@ -41,7 +41,7 @@ fetch() {
   grep -v '^\s*\(#\|$\)' "$list" >"$wheels/requirements.txt"
   "$py" -m pip download --quiet --no-deps --only-binary=:all: -d "$wheels" -r "$wheels/requirements.txt"
   local header
-  header=$("$py" -c 'from multiexport.native.build import find_pjrt_header; print(find_pjrt_header())') || {
+  header=$("$py" -c 'from multiexport.backends.xla.runtime import find_pjrt_header; print(find_pjrt_header())') || {
     echo "gpu_check --fetch: no pjrt_c_api.h here: install multiexport[native] (xla-cpu-pjrt) or tensorflow" >&2
     exit 1
   }

@@ -26,8 +26,9 @@ from multiexport.exporting.registry import get_backend
 from multiexport.leaves import build_signature
 from multiexport.measure.bench import summarize
 from multiexport.measure.pairing import round_orders
-from multiexport.native.build import build, package_dir
+from multiexport.native.build import build
 from multiexport.native.run import run as native_run
+from multiexport.native.runtimes import package_dir
 
 # (distribution, module directory, plugin file inside it)
 PLUGINS = {

@@ -8,6 +8,8 @@
   cycle; a unit imports only units listed before it.
 - No module imports another module's private names (`from x import _y`).
 - No module is over 400 lines.
+- The core's native machinery names no format: every runtime's headers, libraries, plugins and program sources
+  are its backend's (`NativeConsumer.recipe` and the finders beside it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ BACKEND_MAY_IMPORT = ("multiexport.errors", "multiexport.dtypes", "multiexport.f
 LAYERS = ("status", "errors", "dtypes", "telemetry", "versions", "preflight", "system", "files", "leaves", "examples",
           "results", "exporting", "environment", "measure", "native", "report", "run", "comparison", "sweeps", "api", "cli",
           "__main__", "__init__")
+# Words naming a format's runtime or program, none of which the core's native machinery may use outside docstrings.
+FORMAT_WORDS = ("pjrt", "tensorflow", "openvino", "onnxruntime", "litert", "xla", "cuda", "nvidia", "iree", "mx_ort",
+                "tf_run", "ov_run", "ort_run", "lite_run")
+NATIVE_CORE = sorted([*(CORE / "native").glob("*.py"), CORE / "exporting" / "native_consumer.py",
+                      CORE / "exporting" / "native_section.py"])
 HEAVY = ("jax", "jaxlib", "tensorflow", "onnx", "onnxruntime", "jax2onnx", "iree", "flax", "openvino", "ai_edge_litert")
 
 
@@ -154,6 +161,39 @@ def test_a_backend_imports_only_the_contract_and_shared_stages(path):
             assert module.split(".")[:3] == own, f"{path.name} imports another backend: {module}"
             continue
         assert module.startswith(BACKEND_MAY_IMPORT), f"{path.relative_to(REPO)} imports core module {module}"
+
+
+def _format_words(source: str) -> list[str]:
+    """The FORMAT_WORDS `source`'s code uses (names, strings, comments aside), docstrings left out: they may give a
+    format as an example."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            node.body[0].value.value = ""
+    code = ast.unparse(tree).lower()  # unparsing drops the comments
+    return [w for w in FORMAT_WORDS if w in code]
+
+
+@pytest.mark.parametrize("path", NATIVE_CORE, ids=lambda p: str(p.relative_to(CORE)))
+def test_the_cores_native_machinery_names_no_format(path):
+    assert not _format_words(path.read_text()), f"{path.relative_to(REPO)} names {_format_words(path.read_text())}: " \
+        "a format's runtime belongs to its backend's NativeConsumer (recipe, finders, user_options)"
+
+
+def test_the_cores_native_sources_are_the_shared_ones_alone():
+    """Each program's main source and own headers are in its backend's csrc/; native/csrc holds common/ and the
+    section's specification."""
+    here = {p.relative_to(CORE / "native" / "csrc").as_posix() for p in (CORE / "native" / "csrc").rglob("*")
+            if p.is_file()}
+    assert {p for p in here if not p.startswith("common/")} == {"README.md"}, here
+
+
+def test_the_format_word_check_sees_a_runtime_named_in_code():
+    """Not vacuous: a finder of a runtime's library in code is caught, the same words in a docstring are not."""
+    assert _format_words('def f():\n    """Finds libonnxruntime."""\n    return package_dir("onnxruntime")\n') \
+        == ["onnxruntime"]
+    assert _format_words('"""PJRT, OpenVINO and TensorFlow are backends."""\nx = 1  # pjrt\n') == []
 
 
 @pytest.mark.parametrize("path", _modules(CORE / "report") + _modules(CORE / "results"),

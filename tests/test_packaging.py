@@ -61,11 +61,15 @@ def test_the_wheel_says_the_package_is_typed(wheel_names):
 
 
 def test_native_sources_are_in_the_wheel(wheel_names):
-    expected = {
-        f for f in _tree_files("multiexport/native/csrc", "multiexport/native/csrc", "*") if not f.endswith("/")
-    }
-    expected = {f for f in expected if (ROOT / f).is_file()}
+    """The shared sources (multiexport/native/csrc) and each backend's program (backends/<name>/csrc)."""
+    expected = {f for f in _tree_files("multiexport/native/csrc", "multiexport/native/csrc", "*")
+                if (ROOT / f).is_file()}
+    for csrc in sorted(ROOT.glob("backends/*/csrc")):
+        top = csrc.relative_to(ROOT).as_posix()
+        expected |= {f for f in _tree_files(top, f"multiexport/{top}", "*")
+                     if (ROOT / top / f.split("/csrc/", 1)[1]).is_file()}
     assert expected, "no native sources found in the tree"
+    assert {f.rsplit("/", 1)[1] for f in expected} >= {"mx_util.c", "pjrt_run.cc", "ort_api.h", "lite_run.c"}
     missing = sorted(expected - wheel_names)
     assert not missing, f"native sources missing from the wheel (package-data in pyproject.toml): {missing}"
 

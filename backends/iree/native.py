@@ -20,7 +20,7 @@ from multiexport.exporting.native_section import (
     npy_describes,
     symbolic_names,
 )
-from multiexport.native.build import NativeBuildError, package_dir
+from multiexport.native.runtimes import NativeBuildError, package_dir
 
 from .facts import IreeFacts
 

@@ -1,4 +1,5 @@
-"""OpenVINO's native consumer: `ov_run` (csrc/ov_run.c) on OpenVINO's C API, and the section it reads."""
+"""OpenVINO's native consumer: `ov_run` (csrc/ov_run.c) on OpenVINO's C API, how it is built, and the section it
+reads; also the C++ API's flags a user's own program needs (examples/cpp/batch_openvino.cpp)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from multiexport.errors import UsageError
-from multiexport.exporting.native_consumer import NativeConsumer, Request
+from multiexport.exporting.native_consumer import NativeConsumer, Recipe, Request
 from multiexport.exporting.native_section import bound_section, ports
+from multiexport.native.runtimes import NativeBuildError, package_dir
 
 CONSUMER = "openvino_c_api"  # the section's consumer id (manifest.schema.json)
+SOURCE = Path(__file__).resolve().parent / "csrc" / "ov_run.c"  # package data: a wheel carries it
 # What ov_run compiles with: the Python runner's configuration (runner.py `config`) less the threads, which the
 # caller chooses. Fixed, so a manifest cannot ask the consumer for bf16 math.
 OPENVINO_PROPERTIES = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_PRECISION_HINT": "f32"}
@@ -28,6 +31,31 @@ def openvino_section(inputs: Sequence[Any], params: Sequence[str | None], output
                          properties=dict(properties))
 
 
+def find_openvino() -> tuple[Path, Path]:
+    """(include dir, libopenvino_c) of the openvino wheel's C API."""
+    ov = package_dir("openvino")
+    if ov is None:
+        raise NativeBuildError("no openvino: the OpenVINO C API consumer links the openvino wheel's libopenvino_c; "
+                               "pip install 'multiexport[openvino]'")
+    header = ov / "include" / "openvino" / "c" / "openvino.h"
+    libs = sorted((ov / "libs").glob("libopenvino_c.so*"))
+    if not header.is_file() or not libs:
+        raise NativeBuildError(f"openvino at {ov} | no include/openvino/c/openvino.h or libs/libopenvino_c.so*: this "
+                               "wheel lacks the C API")
+    return ov / "include", libs[0]
+
+
+def find_openvino_cpp() -> tuple[Path, Path]:
+    """(include dir, libopenvino) of the openvino wheel's C++ API, for a user's own C++ program
+    (examples/cpp/batch_openvino.cpp); the wheel ships libopenvino.so.<version> without the plain name."""
+    include, _ = find_openvino()
+    libs = sorted((include.parent / "libs").glob("libopenvino.so*"))
+    if not (include / "openvino" / "openvino.hpp").is_file() or not libs:
+        raise NativeBuildError(f"openvino at {include.parent} | no include/openvino/openvino.hpp or libs/libopenvino.so*: "
+                               "this wheel lacks the C++ API")
+    return include, libs[0]
+
+
 @dataclass(frozen=True)
 class OpenVINOConsumer(NativeConsumer):
     """ov_run: the section is recomputed from the manifest's model, ports and leaves (the tamper check), and a
@@ -42,12 +70,29 @@ class OpenVINOConsumer(NativeConsumer):
                                 model=manifest.files.get("model", ""),
                                 properties=OPENVINO_PROPERTIES)
 
+    def recipe(self) -> Recipe:
+        """C99 linked with the openvino wheel's `libopenvino_c`, with an rpath to the wheel's `openvino/libs`."""
+        include, lib = find_openvino()
+        return Recipe("c", SOURCE, ("-std=c99", f"-I{include}", f"-l:{lib.name}", f"-L{lib.parent}",
+                                    f"-Wl,-rpath,{lib.parent}"), (include / "openvino" / "c" / "openvino.h", lib))
+
+    def user_options(self) -> Mapping[str, str]:
+        return {"openvino-cflags": "include flags for a C++ program on OpenVINO's C++ API: the shared C sources, "
+                                   "openvino.hpp",
+                "openvino-libs": "link flags for it: the openvino wheel's libopenvino, with an rpath to the wheel's libs"}
+
+    def user_answer(self, option: str, common: Path, device: str) -> str:
+        if option == "openvino-cflags":
+            return f"-I{common} -I{find_openvino_cpp()[0]}"
+        if option == "openvino-libs":
+            library = find_openvino_cpp()[1]
+            return f"{library} -Wl,-rpath,{library.parent}"
+        return super().user_answer(option, common, device)
+
     def bundle_runtime(self, request: Request) -> list[Path]:
         """What OpenVINO loads at run time for ov_run, measured under LD_DEBUG=files (OpenVINO 2026.4): the device
         plugin of native.device, the auto-batching plugin (compile_model consults it), the frontend of the model's
         format and TBB's dlopened allocator and binding (libtbbbind needs libhwloc, which ldd then finds)."""
-        from multiexport.native.build import NativeBuildError, package_dir
-
         libs = (package_dir("openvino") or Path("openvino")) / "libs"
         device = str(request.native.get("device", "CPU"))
         plugins = {"CPU": "libopenvino_intel_cpu_plugin.so"}

@@ -1,14 +1,31 @@
-"""The SavedModel's native consumer: `tf_run` (csrc/tf_run.c) on the TF C API, and the section it reads."""
+"""The SavedModel's native consumer: `tf_run` (csrc/tf_run.c) on the TF C API, how it is built, and the section it
+reads."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from multiexport.exporting.native_consumer import NativeConsumer
+from multiexport.exporting.native_consumer import NativeConsumer, Recipe
 from multiexport.exporting.native_section import NATIVE_SCHEMA, leaf_entry, symbolic_names
+from multiexport.native.runtimes import NativeBuildError, package_dir
 
 CONSUMER = "tf_c_api"  # the section's consumer id (manifest.schema.json)
+SOURCE = Path(__file__).resolve().parent / "csrc" / "tf_run.c"  # package data: a wheel carries it
+
+
+def find_tensorflow() -> tuple[Path, Path]:
+    """(include dir, library dir) of the tensorflow wheel's C API."""
+    tf = package_dir("tensorflow")
+    if tf is None:
+        raise NativeBuildError("no tensorflow: the TF C API consumer links the tensorflow wheel's "
+                               "libtensorflow_cc.so.2; pip install 'multiexport[tf]'")
+    for need in (tf / "include" / "tensorflow" / "c" / "c_api.h", tf / "libtensorflow_cc.so.2",
+                 tf / "libtensorflow_framework.so.2"):
+        if not need.is_file():
+            raise NativeBuildError(f"tensorflow at {tf} | no {need.relative_to(tf)}: this wheel lacks the C API")
+    return tf / "include", tf
 
 
 def savedmodel_section(inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],
@@ -49,6 +66,14 @@ class TfConsumer(NativeConsumer):
     program: str = "tf_run"
     env: tuple[tuple[str, str], ...] = (("TF_CPP_MIN_LOG_LEVEL", "1"),)  # read when the library loads
     threads_flag: bool = False
+
+    def recipe(self) -> Recipe:
+        """C99 linked with the tensorflow wheel's `libtensorflow_cc.so.2` / `libtensorflow_framework.so.2`, with an
+        rpath to the wheel so the program runs under `env -i`."""
+        include, lib = find_tensorflow()
+        return Recipe("c", SOURCE, ("-std=c99", f"-I{include}", f"-L{lib}", "-l:libtensorflow_cc.so.2",
+                                    "-l:libtensorflow_framework.so.2", f"-Wl,-rpath,{lib}"),
+                      (include / "tensorflow" / "c" / "c_api.h", lib / "libtensorflow_cc.so.2"))
 
     def thread_env(self, threads: int) -> dict[str, str]:
         return {"TF_NUM_INTRAOP_THREADS": str(threads), "TF_NUM_INTEROP_THREADS": "1"}

@@ -1,4 +1,5 @@
-"""XLA's native consumer: `pjrt_run` (csrc/pjrt_run.cc) on the PJRT C API, loading the plugin it is given."""
+"""XLA's native consumer: `pjrt_run` (csrc/pjrt_run.cc) on the PJRT C API, loading the plugin it is given, and
+how it is built (its runtime is found by runtime.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from multiexport.errors import UsageError
-from multiexport.exporting.native_consumer import Call, NativeConsumer, Request
+from multiexport.exporting.native_consumer import Call, NativeConsumer, Recipe, Request
 
 from .section import CONSUMER
+
+SOURCE = Path(__file__).resolve().parent / "csrc" / "pjrt_run.cc"  # package data: a wheel carries it
 
 
 @dataclass(frozen=True)
@@ -23,11 +26,33 @@ class PjrtConsumer(NativeConsumer):
     devices: tuple[str, ...] = ("cpu", "gpu")
     static_modules: bool = True
 
+    def recipe(self) -> Recipe:
+        """C++17 against `pjrt_c_api.h` (runtime.find_pjrt_header). No library: the program dlopens the plugin it
+        is given, so one build serves every plugin of PJRT C API major 0."""
+        from .runtime import find_pjrt_header
+
+        header = find_pjrt_header()
+        return Recipe("c++", SOURCE, ("-std=c++17", f"-I{header}", "-ldl"), (header / "pjrt_c_api.h",))
+
+    def user_options(self) -> Mapping[str, str]:
+        return {"cflags": "include flags for a program on the PJRT C API: the shared C sources and pjrt_c_api.h",
+                "plugin": "the installed PJRT plugin to dlopen: a CPU plugin's with --device cpu (the default), "
+                          "jax's CUDA plugin with --device gpu"}
+
+    def user_answer(self, option: str, common: Path, device: str) -> str:
+        from .runtime import find_pjrt_header, find_pjrt_plugin
+
+        if option == "cflags":
+            return f"-I{common} -I{find_pjrt_header()}"
+        if option == "plugin":
+            return str(find_pjrt_plugin(device=device))
+        return super().user_answer(option, common, device)
+
     def thread_env(self, threads: int) -> dict[str, str]:
         return {"PJRT_NPROC": str(threads)}
 
     def program_args(self, manifest: Any, native: Mapping[str, Any], call: Call) -> tuple[list[str], dict[str, str]]:
-        from multiexport.native.build import find_pjrt_plugin, plugin_environment
+        from .runtime import find_pjrt_plugin, plugin_environment
 
         found = find_pjrt_plugin(call.plugin, call.device)
         return ["--plugin", str(found)], plugin_environment(found)
@@ -40,7 +65,7 @@ class PjrtConsumer(NativeConsumer):
 
 
 def _bundled_plugin(request: Request) -> Path:
-    from multiexport.native.build import find_pjrt_plugin, is_cuda_plugin
+    from .runtime import find_pjrt_plugin, is_cuda_plugin
 
     plugin = find_pjrt_plugin(request.plugin)
     if is_cuda_plugin(plugin):  # it dlopens CUDA from the NVIDIA wheels through LD_LIBRARY_PATH, and the driver

@@ -199,7 +199,7 @@ class Backend:
         toolchain's own quantizer; `precision_gaps` says why each other one is missing (reports show it).
 
     `native_consumer()` gives the format's Python-free consumer (`exporting.native_consumer.NativeConsumer`: its section's
-    consumer id, program, tamper check, argv/env and bundle entry), or None when it has none.
+    consumer id, program and its build recipe, tamper check, argv/env and bundle entry), or None when it has none.
     """
 
     name: ClassVar[str] = ""

@@ -5,12 +5,13 @@ format: `native.run` asks the consumer for its argv and environment and how its 
 `native_section.check_section` asks it for its section's consumer id and field checks, `native.bundle` asks it
 what a bundle holds. A new format with a native consumer is its backend package alone.
 
-It lives with the `Backend` contract (below `native` in the layers), so it builds nothing itself: the core hands
-`command` the built program. The default behaviour is that of multiexport's own programs in `native/csrc/`
-(built by `native/build.py`), which share one command line,
-`PROG [FLAGS] --inputs DIR --outputs DIR [--warmup N --iters N --times FILE]`, print their figures as one JSON
-line and write every timed call's ns to `--times`. A consumer that runs someone else's tool (IREE's) sets
-`builds=False` and overrides `command`, `timed`, `read_timing` and `bundle_programs`.
+It lives with the `Backend` contract (below `native` in the layers), so it builds nothing itself: its `recipe`
+says how (language, the program's main source in its backend's `csrc/`, flags, the runtime files hashed into the
+cache key), `native/build.py` compiles it with the shared `native/csrc/common/` sources, and the core hands
+`command` the built program. The default behaviour is that of multiexport's own programs, which share one
+command line, `PROG [FLAGS] --inputs DIR --outputs DIR [--warmup N --iters N --times FILE]`, print their figures
+as one JSON line and write every timed call's ns to `--times`. A consumer that runs someone else's tool (IREE's)
+sets `builds=False`, gives no `recipe` and overrides `command`, `timed`, `read_timing` and `bundle_programs`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from ..errors import ArtifactError, RunError
+from ..errors import ArtifactError, BackendUnavailable, RunError
 
 if TYPE_CHECKING:
     from .manifest import Manifest
@@ -68,15 +69,42 @@ class Program:
 
 
 @dataclass(frozen=True)
+class Recipe:
+    """How `native/build.py` compiles one of our programs: everything about its runtime, none of it in the core.
+
+    language: "c" or "c++", which compiler builds `main` (the shared `common/` sources are always compiled as C99).
+    main: the program's main source, package data of its backend (`backends/<name>/csrc/`); the build's include
+        path holds its own directory (quoted includes) and `native/csrc/` (`#include "common/mx_util.h"`).
+    flags: compile and link flags in order (`-std=`, `-I`, `-D`; `-l`, `-L`, `-Wl,` go on the link line). A
+        `-Wl,-rpath,DIR` is the wheels' directory: the bundled build drops it for `$ORIGIN/../lib`.
+    inputs: the runtime's headers and libraries and the program's own headers, hashed into the cache key by path,
+        size and mtime (hashing a 300 MB library on each call costs seconds), so an upgrade builds anew.
+    dlopened: names of `-DNAME="/abs/path"` flags naming a library the program dlopens by path: the bundled build
+        names the file alone, which dlopen then looks for through the bundle's `$ORIGIN/../lib`.
+    """
+
+    language: str
+    main: Path
+    flags: tuple[str, ...] = ()
+    inputs: tuple[Path, ...] = ()
+    dlopened: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.language not in ("c", "c++"):
+            raise ValueError(f"Recipe language '{self.language}' | unknown, expected 'c' or 'c++'")
+
+
+@dataclass(frozen=True)
 class NativeConsumer:
     """One format's Python-free consumer. Subclass it for a format whose consumer needs more than the defaults.
 
     consumer: the id the manifest's native section names (`native.consumer`, e.g. "pjrt_c_api"), listed in
         manifest.schema.json; `check_section` refuses a section of a backend naming another.
-    program: what `native.run.consumer_of` answers: our program's name in `native/csrc/` (built by
-        `native.build.build`) when `builds`, else a label of the tool found elsewhere (IREE's "iree").
-    builds: whether `program` is ours: the core builds it and passes it to `command`, and a bundle holds its
-        bundled build (False: `command` and `bundle_programs` find the tool themselves).
+    program: what `native.run.consumer_of` answers: our program's name (built by `native.build.build` from
+        `recipe`, the name `native.build` looks it up by) when `builds`, else a label of the tool found elsewhere
+        (IREE's "iree").
+    builds: whether `program` is ours: the core builds it from `recipe` and passes it to `command`, and a bundle
+        holds its bundled build (False: `command` and `bundle_programs` find the tool themselves).
     mismatch: the end of the message refusing a section that differs from `expected` ("... give: refusing to
         run a session the export did not write"); used only when `expected` returns a section.
     env: variables every run sets (read when the runtime's library loads, so the program cannot set them);
@@ -98,6 +126,26 @@ class NativeConsumer:
     mkdir_outputs: bool = False
     devices: tuple[str, ...] = ("cpu",)
     static_modules: bool = False
+
+    # -- the build -------------------------------------------------------------------------------------------
+
+    def recipe(self) -> Recipe:
+        """How `program` is compiled on this machine when `builds`: the runtime's headers and libraries found in the
+        installed wheels. Raises BackendUnavailable (`native.runtimes.NativeBuildError`) naming what is missing."""
+        raise BackendUnavailable(f"Native consumer '{self.consumer}' | builds its program '{self.program}' but gives "
+                                 "no recipe, expected `NativeConsumer.recipe` overridden")
+
+    def user_options(self) -> Mapping[str, str]:
+        """Options of `python -m multiexport.native.build` this consumer answers, name (no "--") -> help: what a
+        user's own C/C++ program on this runtime needs (include and link flags, a plugin to dlopen), as
+        examples/cpp/Makefile asks. An option an earlier backend (registry order) offers is not offered twice."""
+        return {}
+
+    def user_answer(self, option: str, common: Path, device: str) -> str:
+        """The one-line answer to `option`, one of `user_options`. common: the directory a program's `-I` names for
+        the shared headers (`#include "common/mx_util.h"`); device: the command's `--device` ("cpu", "gpu").
+        Raises BackendUnavailable naming what is missing."""
+        raise KeyError(option)
 
     # -- the tamper check -------------------------------------------------------------------------------------
 

@@ -1,25 +1,13 @@
-"""Build the native consumers in `csrc/` on first use, cached per machine.
+"""Build our native consumers on first use, cached per machine; this module names no format.
 
-Each program is compiled with the system compiler (g++/gcc, or $CXX/$CC) against headers and libraries
-that come from Python packages, never vendored:
+Each program is declared by its backend: the consumer whose `program` it is (found through the registry, as
+`native.run` finds a backend's consumer) gives its `Recipe`: the language, the main source in the backend's
+`csrc/`, the flags of its runtime (headers and libraries from Python packages, never vendored) and the files
+whose change forces a rebuild. Here the main source is compiled with the system compiler (g++/gcc, or $CXX/$CC)
+together with the shared `csrc/common/` sources, which every program includes as `"common/mx_util.h"`.
 
-- `pjrt_run` (C++): `pjrt_c_api.h` from $MULTIEXPORT_PJRT_INCLUDE (a directory holding it, for a machine
-  with neither wheel, e.g. one with only JAX and its CUDA plugin), the xla-cpu-pjrt wheel
-  (`xla_plugins/xla_cpu_pjrt/include`) or the tensorflow wheel (`tensorflow/include/xla/pjrt/c`). The PJRT
-  plugin is not linked: the program dlopens the one it is given (`find_pjrt_plugin`: a CPU plugin, or the
-  CUDA plugin of jax's `jax-cuda*-pjrt` package), so one build serves every plugin of API major 0.
-- `ov_run` (C): OpenVINO's C API headers (`openvino/include`) and `libopenvino_c` of the openvino wheel,
-  linked with an rpath to the wheel's `openvino/libs`.
-- `tf_run` (C): the TF C API headers and `libtensorflow_cc.so.2` / `libtensorflow_framework.so.2` of the
-  tensorflow wheel, linked with an rpath to the wheel so the program runs under `env -i`.
-- `ort_run` (C): ONNX Runtime's C API, declared by `csrc/ort_api.h` (no package here ships ORT's headers),
-  or ORT's own `onnxruntime_c_api.h` from $MULTIEXPORT_ORT_INCLUDE (a directory holding it, e.g. the
-  `include/` of ORT's release package). The library is dlopened by absolute path: $MULTIEXPORT_ORT_LIBRARY,
-  else the onnxruntime wheel's `capi/libonnxruntime.so.1.*` (which the wheel ships without the
-  `libonnxruntime.so.1` name its soname asks for, so it cannot be linked and found by soname).
-
-A build lands in `<cache>/<hash>/<program>`, the hash covering the sources, the compiler's version and
-the headers and libraries used, so an upgrade of any of them builds anew. The cache is
+A build lands in `<cache>/<hash>/<program>`, the hash covering the sources, the compiler's version, the flags
+and the recipe's headers and libraries, so an upgrade of any of them builds anew. The cache is
 $MULTIEXPORT_NATIVE_CACHE, else $XDG_CACHE_HOME/multiexport/native, else ~/.cache/multiexport/native.
 """
 
@@ -29,51 +17,23 @@ import hashlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
+from ..errors import BackendUnavailable
+from ..exporting.native_consumer import NativeConsumer, Recipe
+from ..exporting.native_section import consumer_for
 from ..system.process import run_command
 
-# Where each runtime is (runtimes.py); re-exported, since callers build and locate through this module.
-from .runtimes import (
-    CUDA_PLUGIN_FILE as CUDA_PLUGIN_FILE,
-    CUDA_PLUGIN_PACKAGES as CUDA_PLUGIN_PACKAGES,
-    HEADER_ENV as HEADER_ENV,
-    ORT_DECLARATION as ORT_DECLARATION,
-    ORT_HEADER_ENV as ORT_HEADER_ENV,
-    ORT_LIBRARY_ENV as ORT_LIBRARY_ENV,
-    PLUGIN_ENV as PLUGIN_ENV,
-    NativeBuildError as NativeBuildError,
-    find_cuda_plugin as find_cuda_plugin,
-    find_litert as find_litert,
-    find_onnxruntime as find_onnxruntime,
-    find_openvino as find_openvino,
-    find_openvino_cpp as find_openvino_cpp,
-    find_pjrt_header as find_pjrt_header,
-    find_pjrt_plugin as find_pjrt_plugin,
-    find_tensorflow as find_tensorflow,
-    is_cuda_plugin as is_cuda_plugin,
-    nvidia_library_dirs as nvidia_library_dirs,
-    package_dir as package_dir,
-    plugin_environment as plugin_environment,
-)
+# Generic helpers every format's runtime lookup uses (runtimes.py); re-exported, since callers build through here.
+from .runtimes import NativeBuildError as NativeBuildError, package_dir as package_dir
 
-SOURCE_DIR = Path(__file__).resolve().parent / "csrc"  # package data: a wheel carries the sources
+SOURCE_DIR = Path(__file__).resolve().parent / "csrc"  # the shared sources' root (package data): -I names it
 COMMON = ("common/mx_json.c", "common/mx_npy.c", "common/mx_util.c")
 COMMON_HEADERS = ("common/mx_json.h", "common/mx_npy.h", "common/mx_util.h")
-PROGRAMS = ("pjrt_run", "tf_run", "ov_run", "ort_run", "lite_run")
-# jax's CUDA PJRT plugins, newest CUDA first: the package `jax-cudaNN-pjrt` installs jax_plugins/xla_cudaNN/.
 COMPILE_TIMEOUT_S = 600
 BUNDLE_RPATH = "$ORIGIN/../lib"  # a bundled program's libraries: OUT/bin/PROG finds them in OUT/lib
-
-
-@dataclass(frozen=True)
-class Toolchain:
-    """What one program is built from: compiler, flags, and the files whose change forces a rebuild."""
-
-    compiler: str
-    flags: list[str]
-    inputs: list[Path] = field(default_factory=list)  # headers and libraries hashed into the cache key
+CORE_OPTIONS = ("sources", "program", "device")  # `main`'s own options, which no backend's can replace
 
 
 def cache_root() -> Path:
@@ -95,46 +55,50 @@ def find_compiler(language: str) -> str:
         f"install one, e.g. `apt-get install {'g++' if language == 'c++' else 'gcc'}`")
 
 
-def toolchain(program: str) -> Toolchain:
-    """How `program` is compiled here; raises NativeBuildError naming what is missing."""
-    if program == "pjrt_run":
-        header = find_pjrt_header()
-        return Toolchain(find_compiler("c++"), ["-std=c++17", f"-I{header}", "-ldl"], [header / "pjrt_c_api.h"])
-    if program == "tf_run":
-        include, lib = find_tensorflow()
-        return Toolchain(find_compiler("c"), [
-            "-std=c99", f"-I{include}", f"-L{lib}", "-l:libtensorflow_cc.so.2", "-l:libtensorflow_framework.so.2",
-            f"-Wl,-rpath,{lib}"], [include / "tensorflow" / "c" / "c_api.h", lib / "libtensorflow_cc.so.2"])
-    if program == "ov_run":
-        include, lib = find_openvino()
-        return Toolchain(find_compiler("c"), ["-std=c99", f"-I{include}", f"-l:{lib.name}", f"-L{lib.parent}",
-                                              f"-Wl,-rpath,{lib.parent}"], [include / "openvino" / "c" / "openvino.h", lib])
-    if program == "ort_run":
-        ort_include, ort_library = find_onnxruntime()
-        real = [f"-I{ort_include}", "-DMX_ORT_REAL_HEADER"] if ort_include else []
-        return Toolchain(find_compiler("c"), ["-std=c11", *real, f'-DMX_ORT_LIBRARY="{ort_library}"', "-ldl"],
-                         [ort_include / "onnxruntime_c_api.h" if ort_include else SOURCE_DIR / ORT_DECLARATION,
-                          ort_library])
-    if program == "lite_run":
-        lib = find_litert()
-        # C11: litert_api.h checks LiteRT's documented struct sizes with _Static_assert
-        return Toolchain(find_compiler("c"), ["-std=c11", f"-L{lib.parent}", "-l:libLiteRt.so",
-                                              f"-Wl,-rpath,{lib.parent}"], [SOURCE_DIR / "litert_api.h", lib])
-    raise NativeBuildError(f"Program '{program}' | unknown, expected one of {', '.join(PROGRAMS)}")
+def consumers() -> dict[str, NativeConsumer]:
+    """Program name -> the consumer that declares it, for every registered backend whose consumer we build
+    (`builds`), in registry order; a program two backends name is the first's."""
+    from ..exporting.registry import names
+
+    found: dict[str, NativeConsumer] = {}
+    for backend in names():
+        consumer = consumer_for(backend)
+        if consumer is not None and consumer.builds:
+            found.setdefault(consumer.program, consumer)
+    return found
 
 
-def _sources(program: str) -> list[Path]:
-    main = SOURCE_DIR / (f"{program}.cc" if program == "pjrt_run" else f"{program}.c")
-    return [main, *(SOURCE_DIR / c for c in COMMON)]
+def recipe(program: str) -> Recipe:
+    """How `program` is compiled here, from the consumer that declares it; raises NativeBuildError naming what
+    is missing (an unknown program, a runtime not installed)."""
+    known = consumers()
+    if program not in known:
+        raise NativeBuildError(f"Program '{program}' | unknown, expected one of {', '.join(known) or 'none'}")
+    return known[program].recipe()
 
 
-def _key(program: str, chain: Toolchain) -> str:
+def relocatable(chain: Recipe) -> Recipe:
+    """The relocatable variant of `chain` a bundle carries: the wheels' rpaths dropped for DT_RPATH
+    `$ORIGIN/../lib`, and each library the program dlopens by path (`Recipe.dlopened`) named by file name
+    instead, which dlopen then searches for through that DT_RPATH, i.e. the bundle's lib/."""
+    flags = []
+    for flag in chain.flags:
+        if flag.startswith("-Wl,-rpath,"):
+            continue
+        name, _, value = flag[2:].partition("=")
+        if flag.startswith("-D") and name in chain.dlopened:
+            flag = f'-D{name}="{Path(value.strip(chr(34))).name}"'
+        flags.append(flag)
+    return replace(chain, flags=(*flags, "-Wl,--disable-new-dtags", f"-Wl,-rpath,{BUNDLE_RPATH}"))
+
+
+def _key(program: str, chain: Recipe, compiler: str) -> str:
     digest = hashlib.sha256(program.encode())
-    for path in [*_sources(program), *(SOURCE_DIR / h for h in COMMON_HEADERS)]:
+    for path in [chain.main, *(SOURCE_DIR / c for c in (*COMMON, *COMMON_HEADERS))]:
         digest.update(path.read_bytes())
-    version = run_command([chain.compiler, "--version"], timeout=60).stdout
+    version = run_command([compiler, "--version"], timeout=60).stdout
     digest.update(version.encode())
-    digest.update(" ".join(chain.flags).encode())
+    digest.update(" ".join([chain.language, *chain.flags]).encode())
     for path in chain.inputs:  # a library is identified by size and mtime: hashing 300 MB on each call costs seconds
         stat = path.stat()
         digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
@@ -142,38 +106,35 @@ def _key(program: str, chain: Toolchain) -> str:
 
 
 def build(program: str, *, force: bool = False, bundled: bool = False) -> Path:
-    """Path of the compiled `program` (one of PROGRAMS), compiling it first if this machine has none.
+    """Path of the compiled `program` (a registered consumer's `program`), compiling it first if this machine
+    has none.
 
-    bundled: the relocatable copy a bundle carries (`native/bundle.py`): its libraries are found through
-    DT_RPATH `$ORIGIN/../lib` instead of the wheels' directories. DT_RPATH rather than DT_RUNPATH: the
+    bundled: the relocatable copy a bundle carries (`native/bundle.py`, see `relocatable`): its libraries are found
+    through DT_RPATH `$ORIGIN/../lib` instead of the wheels' directories. DT_RPATH rather than DT_RUNPATH: the
     loader also applies an executable's DT_RPATH to the dependencies of every object that has no RUNPATH
-    of its own (a dlopened PJRT plugin), where DT_RUNPATH serves the executable's direct needs alone.
+    of its own (a dlopened plugin), where DT_RUNPATH serves the executable's direct needs alone.
     """
-    chain = toolchain(program)
+    chain = recipe(program)
     if bundled:  # the flags are hashed into the key: this copy is cached beside the ordinary one
-        # A library the program dlopens by absolute path (ort_run's libonnxruntime) is named by file name instead:
-        # dlopen then searches the program's DT_RPATH, i.e. the bundle's lib/.
-        flags = [f'-DMX_ORT_LIBRARY="{Path(f.split("=", 1)[1].strip(chr(34))).name}"'
-                 if f.startswith("-DMX_ORT_LIBRARY=") else f for f in chain.flags if not f.startswith("-Wl,-rpath,")]
-        chain = Toolchain(chain.compiler, flags + ["-Wl,--disable-new-dtags", f"-Wl,-rpath,{BUNDLE_RPATH}"],
-                          chain.inputs)
-    target = cache_root() / _key(program, chain) / program
+        chain = relocatable(chain)
+    compiler = find_compiler(chain.language)
+    target = cache_root() / _key(program, chain, compiler) / program
     if target.is_file() and not force:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as work:
         objects = []
-        # The shared C files are compiled as C even for the C++ program (they are C99).
+        # The shared C files are compiled as C even for a C++ program (they are C99).
         cc = find_compiler("c")
         for source in (SOURCE_DIR / c for c in COMMON):
             obj = Path(work) / (source.stem + ".o")
             _compile([cc, "-std=c99", "-O2", "-c", str(source), "-o", str(obj)], program)
             objects.append(str(obj))
-        main = _sources(program)[0]
         tmp = Path(work) / program
         compile_flags = [f for f in chain.flags if not f.startswith(("-l", "-L", "-Wl"))]
         link_flags = [f for f in chain.flags if f.startswith(("-l", "-L", "-Wl"))]
-        _compile([chain.compiler, "-O2", *compile_flags, f"-I{SOURCE_DIR}", str(main), *objects, *link_flags,
+        # The main source finds its own headers beside it (quoted includes) and the shared ones as "common/...".
+        _compile([compiler, "-O2", *compile_flags, f"-I{SOURCE_DIR}", str(chain.main), *objects, *link_flags,
                   "-o", str(tmp)], program)
         os.replace(tmp, target)  # atomic: a concurrent build of the same key leaves one complete binary
     return target
@@ -186,40 +147,49 @@ def _compile(command: list[str], program: str) -> None:
                                f"...): {(outcome.stderr or outcome.stdout)[-4000:]}")
 
 
+def user_options() -> dict[str, tuple[NativeConsumer, str]]:
+    """The options of `main` the registered consumers answer (`NativeConsumer.user_options`): name -> (consumer,
+    help), the first backend in registry order keeping a name two offer."""
+    from ..exporting.registry import names
+
+    found: dict[str, tuple[NativeConsumer, str]] = {}
+    for backend in names():
+        consumer = consumer_for(backend)
+        if consumer is None:
+            continue
+        for option, text in consumer.user_options().items():
+            if option not in CORE_OPTIONS:
+                found.setdefault(option, (consumer, text))
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m multiexport.native.build --cflags|--sources|--plugin|--openvino-cflags|--openvino-libs|--program
-    NAME`: what a user's own C/C++ build needs (examples/cpp/Makefile uses it), one answer per line."""
+    """`python -m multiexport.native.build --sources|--program NAME|--OPTION`: what a user's own C/C++ build
+    needs (examples/cpp/Makefile uses it), one answer per line. --sources and --program are the core's; every
+    other option is a backend's (`NativeConsumer.user_options`: e.g. include flags of its runtime's headers)."""
     import argparse
     import sys
 
+    offered = user_options()
     parser = argparse.ArgumentParser(prog="python -m multiexport.native.build", description=main.__doc__)
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--cflags", action="store_true", help="include flags: the shared C sources and pjrt_c_api.h")
     group.add_argument("--sources", action="store_true", help="the shared C sources (JSON, .npy, manifest helpers)")
-    group.add_argument("--plugin", action="store_true", help="the installed PJRT plugin to dlopen (see --device)")
-    group.add_argument("--openvino-cflags", action="store_true",
-                       help="include flags for a C++ program on OpenVINO's C++ API: the shared C sources, openvino.hpp")
-    group.add_argument("--openvino-libs", action="store_true",
-                       help="link flags for it: the openvino wheel's libopenvino, with an rpath to the wheel's libs")
+    for option, (_, text) in offered.items():
+        group.add_argument(f"--{option}", action="store_true", help=text)
+    group.add_argument("--program", choices=list(consumers()),
+                       help="build (if needed) and print the path of a native program")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
-                        help="with --plugin: the CPU plugin (default) or jax's CUDA plugin")
-    group.add_argument("--program", choices=PROGRAMS, help="build (if needed) and print the path of a native program")
+                        help="the device an answer is for, where it depends on one (default: cpu)")
     args = parser.parse_args(argv)
     try:
-        if args.cflags:
-            print(f"-I{SOURCE_DIR} -I{find_pjrt_header()}")
-        elif args.sources:
+        if args.sources:
             print(" ".join(str(SOURCE_DIR / c) for c in COMMON))
-        elif args.plugin:
-            print(find_pjrt_plugin(device=args.device))
-        elif args.openvino_cflags:
-            print(f"-I{SOURCE_DIR} -I{find_openvino_cpp()[0]}")
-        elif args.openvino_libs:
-            library = find_openvino_cpp()[1]
-            print(f"{library} -Wl,-rpath,{library.parent}")
-        else:
+        elif args.program:
             print(build(args.program))
-    except NativeBuildError as exc:
+        else:
+            option = next(o for o in offered if getattr(args, o.replace("-", "_")))
+            print(offered[option][0].user_answer(option, SOURCE_DIR, args.device))
+    except BackendUnavailable as exc:  # NativeBuildError, or a consumer without a recipe
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -19,7 +19,7 @@ from typing import Iterator
 
 from ..errors import ArtifactError
 from ..system.process import run_command
-from .build import NativeBuildError
+from .runtimes import NativeBuildError
 
 DEFAULT_SYSTEM_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64")
 LDD_TIMEOUT_S = 600

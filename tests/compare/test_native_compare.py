@@ -7,9 +7,10 @@ import json
 import pytest
 
 from multiexport import examples
+from multiexport.backends.xla.runtime import find_pjrt_plugin
 from multiexport.comparison import compare
 from multiexport.files.owned import unstamped
-from multiexport.native.build import NativeBuildError, find_pjrt_plugin
+from multiexport.native.build import NativeBuildError
 from multiexport.report.render import render_markdown
 from multiexport.results import Status, load_results
 

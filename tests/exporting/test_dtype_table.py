@@ -13,6 +13,10 @@ import re
 import numpy as np
 import pytest
 
+from multiexport.backends.litert import native as litert_native
+from multiexport.backends.onnx import native as onnx_native
+from multiexport.backends.openvino import native as openvino_native
+from multiexport.backends.xla import native as xla_native
 from multiexport.dtypes import parse_dtype
 from multiexport.native.build import SOURCE_DIR
 
@@ -51,9 +55,10 @@ def test_npy_column_is_numpys_descriptor_and_the_native_readers_table():
 
 
 def test_pjrt_column_is_the_consumers_table_and_names_the_headers_enum():
-    from multiexport.native.build import NativeBuildError, find_pjrt_header
+    from multiexport.backends.xla.runtime import find_pjrt_header
+    from multiexport.native.build import NativeBuildError
 
-    consumer = {k: v for k, v in _c_pairs(SOURCE_DIR / "pjrt_run.cc", r'\{"([a-z0-9_]+)", PJRT_Buffer_Type_([A-Z0-9]+)\}').items()}
+    consumer = {k: v for k, v in _c_pairs(xla_native.SOURCE, r'\{"([a-z0-9_]+)", PJRT_Buffer_Type_([A-Z0-9]+)\}').items()}
     assert consumer == {name: row["pjrt"] for name, row in table().items() if row["pjrt"]}
     try:
         header = (find_pjrt_header() / "pjrt_c_api.h").read_text()
@@ -92,7 +97,7 @@ def test_tflite_column_names_the_schemas_tensor_types():
 
 def test_openvino_column_is_ov_type_and_the_consumers_table():
     ov = pytest.importorskip("openvino")
-    consumer = _c_pairs(SOURCE_DIR / "ov_run.c", r'\{"([a-z0-9_]+)", ([A-Z0-9]+)\}')
+    consumer = _c_pairs(openvino_native.SOURCE, r'\{"([a-z0-9_]+)", ([A-Z0-9]+)\}')
     for name, row in table().items():
         if row["openvino"] is None:
             assert name not in consumer, name
@@ -112,7 +117,7 @@ def test_iree_column_is_the_raw_input_table():
 
 
 def test_onnx_column_is_ort_runs_table():
-    consumer = _c_pairs(SOURCE_DIR / "ort_run.c", r'\{"([a-z0-9_]+)", ONNX_TENSOR_ELEMENT_DATA_TYPE_([A-Z0-9]+)\}')
+    consumer = _c_pairs(onnx_native.SOURCES / "ort_run.c", r'\{"([a-z0-9_]+)", ONNX_TENSOR_ELEMENT_DATA_TYPE_([A-Z0-9]+)\}')
     assert consumer, "ort_run.c's dtype table not found"
     rows = table()
     for name, element in consumer.items():
@@ -120,7 +125,7 @@ def test_onnx_column_is_ort_runs_table():
 
 
 def test_tflite_column_is_lite_runs_table():
-    consumer = _c_pairs(SOURCE_DIR / "lite_run.c", r'\{"([a-z0-9_]+)", kLiteRtElementType([A-Za-z0-9]+)\}')
+    consumer = _c_pairs(litert_native.SOURCES / "lite_run.c", r'\{"([a-z0-9_]+)", kLiteRtElementType([A-Za-z0-9]+)\}')
     assert consumer, "lite_run.c's dtype table not found"
     rows = table()
     for name, element in consumer.items():

@@ -148,7 +148,8 @@ def test_out_never_overwrites_an_npz_multiexport_did_not_write(artifact, sandbox
     import numpy as np
 
     if command == "native":
-        from multiexport.native.build import NativeBuildError, find_pjrt_plugin
+        from multiexport.backends.xla.runtime import find_pjrt_plugin
+        from multiexport.native.build import NativeBuildError
 
         try:
             find_pjrt_plugin(None)

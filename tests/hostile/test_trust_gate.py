@@ -33,10 +33,10 @@ def _written(evil: Path, mode: str) -> list[str]:
 
 
 def _tf_run_buildable() -> None:
-    from multiexport.native.build import NativeBuildError, toolchain
+    from multiexport.native.build import NativeBuildError, recipe
 
     try:
-        toolchain("tf_run")
+        recipe("tf_run")
     except NativeBuildError as exc:
         pytest.skip(f"tf_run cannot be built here: {exc}")
 

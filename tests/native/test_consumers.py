@@ -21,13 +21,14 @@ import jax
 import numpy as np
 import pytest
 
+from multiexport.backends.xla.runtime import find_pjrt_plugin
 from multiexport.exporting import ExportOptions
 from multiexport.exporting.registry import get_backend
 from multiexport.files.npz import load_npz, save_npz
 from multiexport.leaves import build_signature
 from multiexport.measure.parity import compare_leaf
 from multiexport.measure.tolerance import default_tolerance
-from multiexport.native.build import NativeBuildError, find_pjrt_plugin
+from multiexport.native.build import NativeBuildError
 from multiexport.native.run import print_command, run
 
 from ..cases import case, feed_for

@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from multiexport.backends.xla.runtime import find_pjrt_header, find_pjrt_plugin
 from multiexport.exporting import ExportOptions
 from multiexport.exporting.registry import get_backend
 from multiexport.leaves import build_signature
-from multiexport.native.build import NativeBuildError, find_pjrt_header, find_pjrt_plugin
+from multiexport.native.build import NativeBuildError
 
 from ..cases import case
 from ..conftest import REPO, reference_outputs
@@ -135,7 +136,7 @@ def test_the_readme_lines_for_examples_cpp_run_as_written(tmp_path):
     import json
     import os
 
-    from multiexport.native.build import find_openvino_cpp
+    from multiexport.backends.openvino.native import find_openvino_cpp
 
     blocks = readme_cpp_blocks()
     assert len(blocks) == 1, "README.md: expected one ```sh block running make -C examples/cpp"

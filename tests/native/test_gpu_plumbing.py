@@ -15,10 +15,10 @@ import sys
 import pytest
 
 from multiexport import api
+from multiexport.backends.xla import runtime as pjrt
 from multiexport.errors import BackendUnavailable, RunError
 from multiexport.examples import mlp_dynamic
 from multiexport.exporting.manifest import Manifest
-from multiexport.native import build
 from multiexport.native.run import command, run
 
 
@@ -39,16 +39,16 @@ def _cuda_wheel_layout(root, cuda: str = "13"):
     plugin_dir = root / "jax_plugins" / f"xla_cuda{cuda}"
     plugin_dir.mkdir(parents=True)
     (plugin_dir / "__init__.py").write_text("")
-    (plugin_dir / build.CUDA_PLUGIN_FILE).write_bytes(b"")
+    (plugin_dir / pjrt.CUDA_PLUGIN_FILE).write_bytes(b"")
     lib = root / "nvidia" / f"cu{cuda}" / "lib"
     lib.mkdir(parents=True)
-    return plugin_dir / build.CUDA_PLUGIN_FILE, lib
+    return plugin_dir / pjrt.CUDA_PLUGIN_FILE, lib
 
 
 @pytest.fixture
 def no_plugin_env(monkeypatch):
-    monkeypatch.delenv(build.PLUGIN_ENV, raising=False)
-    monkeypatch.delenv(build.HEADER_ENV, raising=False)
+    monkeypatch.delenv(pjrt.PLUGIN_ENV, raising=False)
+    monkeypatch.delenv(pjrt.HEADER_ENV, raising=False)
 
 
 def test_device_gpu_finds_jaxs_cuda_plugin_and_its_nvidia_libraries(
@@ -56,44 +56,44 @@ def test_device_gpu_finds_jaxs_cuda_plugin_and_its_nvidia_libraries(
 ):
     plugin, lib = _cuda_wheel_layout(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    found = build.find_pjrt_plugin(device="gpu")
+    found = pjrt.find_pjrt_plugin(device="gpu")
     assert found == plugin.resolve()
     monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64")  # where a container puts libcuda.so.1
-    env = build.plugin_environment(found)
+    env = pjrt.plugin_environment(found)
     assert env["LD_LIBRARY_PATH"].split(":") == [str(lib), "/usr/local/nvidia/lib64"]
     assert env["PATH"] == os.environ["PATH"]  # XLA looks for ptxas there
-    assert build.plugin_environment(tmp_path / "xla_cpu_pjrt.so") == {}  # a CPU plugin needs nothing
+    assert pjrt.plugin_environment(tmp_path / "xla_cpu_pjrt.so") == {}  # a CPU plugin needs nothing
 
 
 def test_without_a_cuda_plugin_the_error_names_the_package(tmp_path, monkeypatch, no_plugin_env):
-    if any(build.package_dir(m) for m in build.CUDA_PLUGIN_PACKAGES):
+    if any(pjrt.package_dir(m) for m in pjrt.CUDA_PLUGIN_PACKAGES):
         pytest.skip("a CUDA PJRT plugin is installed here")
     with pytest.raises(BackendUnavailable, match=r"no CUDA PJRT plugin: install JAX's.*jax-cuda13-pjrt"):
-        build.find_pjrt_plugin(device="gpu")
+        pjrt.find_pjrt_plugin(device="gpu")
     with pytest.raises(BackendUnavailable, match=r"Device 'tpu' \| no PJRT plugin kind"):
-        build.find_pjrt_plugin(device="tpu")
+        pjrt.find_pjrt_plugin(device="tpu")
 
 
 def test_an_explicit_plugin_wins_over_the_device(tmp_path, monkeypatch, no_plugin_env):
     given = tmp_path / "my_plugin.so"
     given.write_bytes(b"")
-    monkeypatch.setenv(build.PLUGIN_ENV, str(given))
-    assert build.find_pjrt_plugin(device="gpu") == given.resolve()
+    monkeypatch.setenv(pjrt.PLUGIN_ENV, str(given))
+    assert pjrt.find_pjrt_plugin(device="gpu") == given.resolve()
 
 
 def test_the_header_directory_can_be_named(tmp_path, monkeypatch, no_plugin_env):
     try:
-        installed = build.find_pjrt_header()
+        installed = pjrt.find_pjrt_header()
     except BackendUnavailable as exc:
         pytest.skip(str(exc))
     carried = tmp_path / "include"
     carried.mkdir()
     shutil.copy(installed / "pjrt_c_api.h", carried)  # a scratch copy, as a machine without the wheels gets it
-    monkeypatch.setenv(build.HEADER_ENV, str(carried))
-    assert build.find_pjrt_header() == carried.resolve()
+    monkeypatch.setenv(pjrt.HEADER_ENV, str(carried))
+    assert pjrt.find_pjrt_header() == carried.resolve()
     (carried / "pjrt_c_api.h").unlink()
     with pytest.raises(BackendUnavailable, match=r"MULTIEXPORT_PJRT_INCLUDE '.*include' \| holds no pjrt_c_api.h"):
-        build.find_pjrt_header()
+        pjrt.find_pjrt_header()
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +122,8 @@ def test_static_modules_follow_this_machine_when_the_module_has_its_platform(tmp
 
 def test_pjrt_run_refuses_a_module_lowered_for_another_platform(cuda_artifact, no_plugin_env):
     try:
-        build.find_pjrt_plugin()
-        build.find_pjrt_header()
+        pjrt.find_pjrt_plugin()
+        pjrt.find_pjrt_header()
     except BackendUnavailable as exc:
         pytest.skip(str(exc))
     import numpy as np
@@ -138,7 +138,7 @@ def test_the_gpu_command_carries_the_cuda_plugin_and_its_libraries(
     cuda_artifact, tmp_path, monkeypatch, no_plugin_env, fresh_namespaces
 ):
     try:
-        build.find_pjrt_header()
+        pjrt.find_pjrt_header()
     except BackendUnavailable as exc:
         pytest.skip(str(exc))
     plugin, lib = _cuda_wheel_layout(tmp_path / "site")

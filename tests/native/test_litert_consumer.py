@@ -198,10 +198,10 @@ def test_a_static_fallback_artifact_is_refused_naming_its_models_which_run_nativ
 def test_a_litert_release_the_declarations_were_not_checked_against_is_unavailable(monkeypatch):
     """litert_api.h declares a C API whose signatures changed between releases: an installed ai-edge-litert outside
     the checked ones makes lite_run unavailable (a native row says why), never a program built on a guess."""
-    from multiexport.native import runtimes
+    from multiexport.backends.litert import native as litert_native
 
     pytest.importorskip("ai_edge_litert")
-    runtimes.find_litert()  # the installed release is one the declarations were checked against
-    monkeypatch.setattr(runtimes, "LITERT_CHECKED", ("0.1",))
+    litert_native.find_litert()  # the installed release is one the declarations were checked against
+    monkeypatch.setattr(litert_native, "LITERT_CHECKED", ("0.1",))
     with pytest.raises(NativeBuildError, match=r"ai-edge-litert 2\.3\.\d+ \| lite_run's declarations .* against 0\.1\.x"):
         build("lite_run")

@@ -23,12 +23,13 @@ import jax
 import pytest
 
 from multiexport import examples
+from multiexport.backends.onnx.native import find_onnxruntime
 from multiexport.errors import ArtifactError
 from multiexport.exporting import ExportOptions
 from multiexport.exporting.registry import get_backend
 from multiexport.files.npz import load_npz, save_npz
 from multiexport.leaves import build_signature
-from multiexport.native.build import NativeBuildError, build, find_onnxruntime, toolchain
+from multiexport.native.build import NativeBuildError, build, recipe
 from multiexport.native.run import command, run
 
 from ..cases import case, feed_for
@@ -184,12 +185,13 @@ def test_declaration_unless_a_real_header_is_named(monkeypatch, tmp_path):
     except NativeBuildError as exc:
         pytest.skip(str(exc))
     monkeypatch.delenv("MULTIEXPORT_ORT_INCLUDE", raising=False)
-    chain = toolchain("ort_run")
+    chain = recipe("ort_run")
     assert "-DMX_ORT_REAL_HEADER" not in chain.flags and chain.inputs[0].name == "ort_api.h"
     assert any(f.startswith("-DMX_ORT_LIBRARY=") and "libonnxruntime.so" in f for f in chain.flags)
+    assert chain.dlopened == ("MX_ORT_LIBRARY",)  # the bundled build names it by file name
     monkeypatch.setenv("MULTIEXPORT_ORT_INCLUDE", str(tmp_path))
     with pytest.raises(NativeBuildError, match=r"MULTIEXPORT_ORT_INCLUDE .* holds no onnxruntime_c_api.h"):
-        toolchain("ort_run")
+        recipe("ort_run")
 
 
 @pytest.mark.subprocess

@@ -7,7 +7,7 @@
 // A symbolic-batch artifact is run through the refined static module for the sizes its inputs bind,
 // since PJRT cannot compile a polymorphic module. With --iters N it times N calls itself.
 //
-// Everything about the binding comes from manifest.json; see native/README.md for the section.
+// Everything about the binding comes from manifest.json; see multiexport/native/csrc/README.md for the section.
 #include <dlfcn.h>
 #include <strings.h>
 

@@ -1,9 +1,9 @@
 /* The part of ONNX Runtime's C API that ort_run.c calls, declared by multiexport (no ONNX Runtime header
  * ships in any package here; its headers are never copied into this project).
  *
- * With MX_ORT_REAL_HEADER defined (build.py does so when $MULTIEXPORT_ORT_INCLUDE names a directory
- * holding ONNX Runtime's own onnxruntime_c_api.h, e.g. from its release package), that header is used
- * instead and this declaration is not compiled.
+ * With MX_ORT_REAL_HEADER defined (the build recipe in backends/onnx/native.py does so when
+ * $MULTIEXPORT_ORT_INCLUDE names a directory holding ONNX Runtime's own onnxruntime_c_api.h, e.g. from its
+ * release package), that header is used instead and this declaration is not compiled.
  *
  * The documentation is ONNX Runtime's public C API reference (https://onnxruntime.ai/docs/api/c/, the
  * structure OrtApi) and its header include/onnxruntime/core/session/onnxruntime_c_api.h. The library

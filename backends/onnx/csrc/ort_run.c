@@ -24,7 +24,7 @@
 #include "ort_api.h"
 
 #ifndef MX_ORT_LIBRARY
-#error "MX_ORT_LIBRARY (the path of libonnxruntime.so) must be defined: build.py sets it"
+#error "MX_ORT_LIBRARY (the path of libonnxruntime.so) must be defined: the ONNX backend's build recipe sets it"
 #endif
 
 static const char *USAGE =
