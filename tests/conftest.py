@@ -17,6 +17,16 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kept_build_cache(tmp_path_factory):
+    """The programs targets' factories compile are kept between commands (leaves/factory_cache.py): in this
+    session's own directory, not the machine's ~/.cache, and gone with the session's temporaries."""
+    path = tmp_path_factory.mktemp("kept-build-cache")
+    os.environ["MULTIEXPORT_BUILD_CACHE"] = str(path)
+    yield path
+    os.environ.pop("MULTIEXPORT_BUILD_CACHE", None)
+
+
 def run_cli(*args: str, check: bool = False, env: dict | None = None, cwd: Path | None = None):
     """Run `python -m multiexport ARGS` in a fresh interpreter; returns the CompletedProcess."""
     proc = subprocess.run(

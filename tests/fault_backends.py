@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import jax
@@ -45,6 +46,8 @@ class _FaultyRunner(XlaRunner):
     def _prepare_impl(self, arrays):
         if self.fault == "abort":
             os.abort()  # SIGABRT, as a native runtime crash would
+        if self.fault == "autograph":
+            autograph_then_abort()
         if self.fault == "hang":
             if os.environ.get("MULTIEXPORT_TEST_PID_FILE"):  # so a test can check the worker is gone afterwards
                 with open(os.environ["MULTIEXPORT_TEST_PID_FILE"], "w") as f:
@@ -186,6 +189,41 @@ class ExportCrashingXla(XlaBackend):
         os.abort()
 
 
+def autograph_then_abort() -> None:
+    """Have TensorFlow's autograph write its module into $TMPDIR, as a SavedModel or LiteRT export does, then
+    abort (SIGABRT) as a converter's native code does: no cleanup of the process's own runs. The module's path
+    goes to $MULTIEXPORT_TEST_EVIDENCE, so a test knows the file was written and where."""
+    import tensorflow as tf
+
+    def step(x):
+        if x > 0:  # Python control flow on a tensor: autograph converts `step` and writes its module to $TMPDIR
+            x = x + 1
+        return x
+
+    tf.function(step)(tf.constant(1.0))
+    written = [m.__file__ for n, m in sys.modules.items() if n.startswith("__autograph_generated_file")]
+    with open(os.environ["MULTIEXPORT_TEST_EVIDENCE"], "a") as f:
+        f.writelines(f"{path}\n" for path in written)
+    os.abort()
+
+
+class AutographExportCrashingXla(XlaBackend):
+    """Its export runs TensorFlow's autograph, then aborts the worker."""
+
+    name = "xla_autograph_export_crashes"
+
+    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
+        autograph_then_abort()
+
+
+class AutographRunCrashingXla(_Faulty):
+    """Its runtime runs TensorFlow's autograph, then aborts the worker, when handed inputs."""
+
+    name = "xla_autograph_run_crashes"
+    fault = "autograph"
+
+
 ALL = {cls.name: f"tests.fault_backends:{cls.__name__}"
        for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, KilledXla, SleepyXla, DiesWhileTimedXla,
-                    ExportFailingXla, ExportCrashingXla, StaticOnlyXla, StaticOnlyPerturbedXla, SymbolicWrongXla)}
+                    ExportFailingXla, ExportCrashingXla, AutographExportCrashingXla, AutographRunCrashingXla,
+                    StaticOnlyXla, StaticOnlyPerturbedXla, SymbolicWrongXla)}

@@ -188,7 +188,14 @@ def _in_worker(ctx: Context, prep: Prepared, rows: Rows, group: list[str]) -> di
     """Export `group` in one worker (a stage first, then what builds on it); {name: manifest or None}."""
     from ..exporting.outdir import remove_stale
     from ..run.messages import encode
-    from ..run.workers import classify, classify_outcome, start_work_dir, worker_command
+    from ..run.workers import (
+        classify,
+        classify_outcome,
+        private_tmp,
+        start_work_dir,
+        worker_command,
+        worker_environment,
+    )
     from ..system.process import run_command
 
     done: dict[str, Manifest | None] = {n: None for n in group}
@@ -206,7 +213,8 @@ def _in_worker(ctx: Context, prep: Prepared, rows: Rows, group: list[str]) -> di
         args += ["--then", name, str(ctx.out / name), str(work), payload_json]
     timeout = ctx.config.timeout * len(jobs)
     try:
-        outcome = run_command(worker_command(*args), timeout=timeout, env={**os.environ})
+        with private_tmp() as tmp:
+            outcome = run_command(worker_command(*args), timeout=timeout, env=worker_environment(tmp))
     except BaseException:  # a signal stopped the wait: the worker is gone, and so are its directories
         for _, work, _ in jobs:
             _remove(work)

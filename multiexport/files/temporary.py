@@ -8,6 +8,10 @@ So what a worker may remove is decided by a mark that only `make_temporary` writ
 The mark names the process that made the directory (its pid and start time, so a reused pid is not taken
 for it): a process killed outright (`kill -9`) cannot remove what it made, so every multiexport command
 starts by removing the marked temporaries whose owner is gone (`remove_orphaned`).
+
+A worker runs with a $TMPDIR of its own (`run.workers.worker_environment`), so what its frameworks write there
+goes when its parent removes that directory, even after a crash in native code. Marked temporaries are still
+made in, and looked for in, the user's temporary directory (`root`): the worker is told where it is.
 """
 
 from __future__ import annotations
@@ -20,19 +24,29 @@ from pathlib import Path
 
 MARK = ".multiexport-temporary"  # a file in each directory make_temporary creates: {"pid", "start"}
 PREFIX = "multiexport-"
+ROOT_ENV = "MULTIEXPORT_TEMPORARY_ROOT"  # a worker's $TMPDIR is its own: this names the user's, where marks live
+
+
+def root() -> Path:
+    """Where marked temporaries are made and looked for: the user's temporary directory, which a worker (whose
+    $TMPDIR is a private directory its parent removes) is told in $MULTIEXPORT_TEMPORARY_ROOT."""
+    given = os.environ.get(ROOT_ENV)
+    if given and os.path.isdir(given):
+        return Path(given)
+    return Path(tempfile.gettempdir())
 
 
 def make_temporary(prefix: str) -> Path:
-    """A new directory `$TMPDIR/multiexport-PREFIX-XXXXXXXX`, marked as this process's temporary."""
-    path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{prefix}-"))
+    """A new directory `ROOT/multiexport-PREFIX-XXXXXXXX` (ROOT: `root()`), marked as this process's temporary."""
+    path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{prefix}-", dir=root()))
     pid = os.getpid()
     (path / MARK).write_text(json.dumps({"pid": pid, "start": process_start(pid)}))
     return path
 
 
 def is_temporary(path: Path) -> bool:
-    """True only for a directory make_temporary created: a real directory directly in $TMPDIR, with the mark."""
-    tmp = Path(tempfile.gettempdir()).resolve()
+    """True only for a directory make_temporary created: a real directory directly in `root()`, with the mark."""
+    tmp = root().resolve()
     return (path.parent.resolve() == tmp and path.name.startswith(PREFIX) and not path.is_symlink()
             and path.is_dir() and (path / MARK).is_file())
 
@@ -62,8 +76,8 @@ def owner_alive(path: Path) -> bool:
 
 
 def remove_orphaned() -> list[str]:
-    """Remove the temporaries in $TMPDIR whose owner is gone (killed before it could); their names."""
-    tmp = Path(tempfile.gettempdir())
+    """Remove the temporaries in `root()` whose owner is gone (killed before it could); their names."""
+    tmp = root()
     removed: list[str] = []
     try:
         entries = [e for e in os.scandir(tmp) if e.name.startswith(PREFIX)]

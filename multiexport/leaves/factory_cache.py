@@ -3,8 +3,15 @@
 A TARGET string names a factory that every export worker calls again for the function and its arguments.
 Building a model runs its initializers eagerly, one XLA compile per op and shape (equinox's MNIST CNN: 15
 compiles, ~6 s), so each export worker paid the parent's load again. The process that loads the TARGET
-records those programs in a JAX persistent compilation cache of its own (a fresh temporary directory, gone
-when it closes); export workers read it and build the same weights from the same programs in ~1 s.
+records those programs in a JAX persistent compilation cache; export workers read it and build the same
+weights from the same programs in ~1 s.
+
+The cache is kept between commands (`kept_directory`: $XDG_CACHE_HOME/multiexport/build, bounded to
+MAX_BYTES, least recently used first out), so the next compare of the same model builds it from the same
+programs too: building was the largest share of a real model's compare (a Haiku ResNet's init 8.6 s of a
+64 s compare). $MULTIEXPORT_BUILD_CACHE names another directory, or `off` for a temporary one per command
+(removed when it closes), which is also what a machine without `filelock` gets: JAX locks a bounded cache
+with it, and two compares sharing one unlocked could read each other's half-written programs.
 
 Only programs compiled while a factory runs are written, and only export workers read the cache. A timed
 worker (the reference, the xla runner, every cold start) has JAX's cache switched off, even when the
@@ -15,24 +22,48 @@ fresh process: a cold start is never a cache hit.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
+from pathlib import Path
 from typing import Iterator
 
 from ..files.temporary import make_temporary
 
 ENV = "MULTIEXPORT_FACTORY_CACHE"  # the directory, for the workers this process starts
+KEPT_ENV = "MULTIEXPORT_BUILD_CACHE"  # the kept cache's directory, or "off"
+MAX_BYTES = 256 * 2**20  # the kept cache's bound: jax evicts the least recently used programs beyond it
+_OFF = ("off", "0", "no", "false", "none")
 _NEVER_WRITE_S = 1e9  # jax writes an entry only for a compile that took at least this long
+
+
+def kept_directory() -> Path | None:
+    """Where factories' programs are kept between commands: $MULTIEXPORT_BUILD_CACHE, else
+    $XDG_CACHE_HOME/multiexport/build (~/.cache/...); None when that says `off` or `filelock` is missing."""
+    given = os.environ.get(KEPT_ENV, "").strip()
+    if given.lower() in _OFF or importlib.util.find_spec("filelock") is None:
+        return None
+    if given:
+        return Path(given).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "multiexport" / "build"
 
 
 class FactoryCache:
     """One process's cache directory; `load` builds a TARGET recording its programs, `close` removes it.
 
     path: the directory (also in os.environ[ENV] while open, so every worker started meanwhile is told).
+    kept: whether it is the cache kept between commands (`kept_directory`), else a temporary removed by `close`.
     """
 
     def __init__(self) -> None:
-        self.path = str(make_temporary("factory-cache"))
+        kept = kept_directory()
+        if kept is not None:
+            try:
+                kept.mkdir(parents=True, exist_ok=True)
+            except OSError:  # unwritable: this command builds as if it were off
+                kept = None
+        self.kept = kept is not None and os.access(kept, os.W_OK)
+        self.path = str(kept) if self.kept else str(make_temporary("factory-cache"))
         _configure(self.path)
         os.environ[ENV] = self.path
 
@@ -46,7 +77,8 @@ class FactoryCache:
     def close(self) -> None:
         if os.environ.get(ENV) == self.path:
             del os.environ[ENV]
-        shutil.rmtree(self.path, ignore_errors=True)
+        if not self.kept:
+            shutil.rmtree(self.path, ignore_errors=True)
 
     def __enter__(self) -> "FactoryCache":
         return self
@@ -78,6 +110,8 @@ def _configure(path: str) -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # the factory's programs are small
     jax.config.update("jax_persistent_cache_min_compile_time_secs", _NEVER_WRITE_S)
     jax.config.update("jax_persistent_cache_enable_xla_caches", "none")  # no autotune files of XLA's
+    if importlib.util.find_spec("filelock") is not None:  # bounded, and so locked: compares may share it
+        jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
 
 
 @contextlib.contextmanager

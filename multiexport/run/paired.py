@@ -37,7 +37,7 @@ from .messages import (
     TimeSlice,
 )
 from .worker import thread_env
-from .workers import start_work_dir, worker_command
+from .workers import start_work_dir, worker_command, worker_environment
 
 if TYPE_CHECKING:
     from .runs import ArtifactRun
@@ -77,7 +77,9 @@ class Servers:
         self.dirs[name] = out
         cmd = worker_command("serve", *source, str(out), "--device", self.device, "--threads", str(self.threads),
                              *(["--runtime", runtime] if runtime else []))
-        self.alive[name] = Served(cmd, env={**os.environ, **thread_env(self.threads)})
+        # its own $TMPDIR inside ours: what its frameworks leave there goes with `close`, even after a crash
+        tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=self.work))
+        self.alive[name] = Served(cmd, env=worker_environment(tmp, thread_env(self.threads)))
 
     def load(self, name: str, artifact: str | None = None) -> None:
         """Wait for the spawned worker's import, then have it load its runner (the timed load) from

@@ -73,9 +73,10 @@ def _exit_with_parent(argv: list[str], interval: float = 1.0) -> None:
 
     parent = os.getppid()
     # The supervisor's temporary directories this worker was given (an argument, or the directory holding
-    # one), and the factory cache of the compare that started it: with the supervisor gone, nobody else would
-    # remove them. Only directories carrying multiexport's mark: an argument may lie in the user's --out.
-    given = [a for a in argv if a and not a.startswith("-")] + ([os.environ[ENV]] if os.environ.get(ENV) else [])
+    # one; its $TMPDIR), and the factory cache of the compare that started it: with the supervisor gone, nobody
+    # else would remove them. Only directories carrying multiexport's mark: an argument may lie in the user's --out.
+    given = [a for a in argv if a and not a.startswith("-")]
+    given += [os.environ[v] for v in (ENV, "TMPDIR") if os.environ.get(v)]  # its factory cache, its own $TMPDIR
     owned = {c for a in given for c in (Path(a), Path(a).parent) if is_temporary(c)}
 
     def watch() -> None:

@@ -9,15 +9,17 @@ the deadline; a worker that exits 0 without its results is `internal-error`.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import InputError
-from ..files.temporary import make_temporary
+from ..files.temporary import ROOT_ENV, make_temporary, root
 from ..results import BenchResult
 from ..system.process import Outcome, run_command
 from .messages import Loaded, WorkerFailure, decode
@@ -59,16 +61,36 @@ def start_work_dir(prefix: str) -> Path:
     return make_temporary(prefix)
 
 
+def worker_environment(tmp: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A worker's environment: this process's, then `extra`, with `tmp` as its $TMPDIR.
+
+    `tmp` is a directory this process removes once the worker has ended, however it ended: the frameworks a
+    worker runs write their own temporaries there (TensorFlow's `__autograph_generated_file*.py`, removed by a
+    clean exit only), and a worker killed in native code cannot remove them itself. The user's temporary
+    directory, where marked temporaries live, is passed on (`files.temporary.root`).
+    """
+    return {**os.environ, **(extra or {}), "TMPDIR": str(tmp), ROOT_ENV: str(root())}
+
+
+@contextmanager
+def private_tmp() -> Iterator[Path]:
+    """A marked temporary to be one worker's $TMPDIR (`worker_environment`), removed when the block ends."""
+    path = make_temporary("tmp")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def run_worker(args: Sequence[str], work: Path, timeout: float, expect: str | None = None,
                env: dict[str, str] | None = None) -> WorkerResult:
     """Run one worker with `args` (its out directory among them: `work`), and read what it left.
 
     expect: the result file a successful worker must leave (e.g. "export.json"); its absence is a bug.
     """
-    import os
-
     try:
-        outcome = run_command(worker_command(*args), timeout=timeout, env={**os.environ, **(env or {})})
+        with private_tmp() as tmp:
+            outcome = run_command(worker_command(*args), timeout=timeout, env=worker_environment(tmp, env))
     except BaseException:  # a signal stopped the wait: the worker is gone, and so is its directory
         shutil.rmtree(work, ignore_errors=True)
         raise

@@ -7,6 +7,8 @@ MULTIEXPORT_RUNTIME_TELEMETRY=1), TensorFlow no `__autograph_generated_file*.py`
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from multiexport.exporting.registry import backend_class
@@ -70,6 +72,39 @@ def test_a_tensorflow_export_leaves_no_autograph_files(sandbox, home, backend):
                        sandbox.root / backend, env={"HOME": str(home)})
     assert proc.returncode == 0, proc.stderr
     assert _left(home, sandbox.tmp) == []  # before: one __autograph_generated_file*.py per export
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("backend, timed", [("xla_autograph_export_crashes", False),  # the export worker
+                                            ("xla_autograph_run_crashes", False),  # the parity worker
+                                            ("xla_autograph_run_crashes", True)])  # the paired serving worker
+def test_a_tensorflow_worker_that_crashes_in_native_code_leaves_no_temporaries(tmp_path, monkeypatch, fault_backends,
+                                                                                backend, timed):
+    """A worker killed by SIGABRT after TensorFlow's autograph wrote its module: the module went into the worker's
+    own $TMPDIR, which the compare removed; nothing is left in the user's."""
+    import tempfile
+
+    from multiexport import examples
+    from multiexport.comparison import compare
+    from multiexport.measure.bench import BenchConfig
+    from multiexport.results import Status
+
+    pytest.importorskip("tensorflow")
+    tmp, evidence = tmp_path / "tmp", tmp_path / "written.txt"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("MULTIEXPORT_TEST_EVIDENCE", str(evidence))
+    bench = BenchConfig(warmup_iters=1, warmup_time=0.0, min_iters=5, bench_time=0.1) if timed else None
+    results = compare(examples.seed(), backends=[backend, "xla"], out_dir=tmp_path / "out", trials=1, bench=bench,
+                      target_spec="multiexport.examples:seed")
+    crashed = results.backends[backend]
+    assert crashed.status is Status.CRASHED and "SIGABRT" in crashed.reason, (crashed.status, crashed.reason)
+    assert results.backends["xla"].status is Status.OK
+    written = evidence.read_text().split()
+    assert written and all(w.startswith(str(tmp)) and "__autograph_generated_file" in w for w in written)
+    assert [w for w in written if Path(w).exists()] == []
+    assert sorted(p.name for p in tmp.iterdir()) == []  # before: __autograph_generated_file*.py
 
 
 def test_the_telemetry_default_keeps_a_value_the_user_set():

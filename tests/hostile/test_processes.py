@@ -249,9 +249,11 @@ def test_a_signal_during_export_exits_128_plus_n_and_leaves_no_staging_or_lock(s
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_while_compare_builds_the_target_stops_its_workers_and_removes_the_cache(sandbox, hostile, signum):
-    """The paired workers start before the target is built, and the factory cache is made for it."""
+    """The paired workers start before the target is built, and the factory cache is made for it (a temporary
+    one: with MULTIEXPORT_BUILD_CACHE=off, the kept one is not this command's to remove)."""
     out = sandbox.root / "o"
-    run = _start_in(sandbox, ["compare", f"{hostile}:factory_hangs", "--backends", "xla", "--out", out])
+    run = _start_in(sandbox, ["compare", f"{hostile}:factory_hangs", "--backends", "xla", "--out", out],
+                    MULTIEXPORT_BUILD_CACHE="off")
     try:
         run.wait_for(_hanging(_pid_file(sandbox), "factory"), "the factory running")
         run.wait_for(lambda: len(run.poll()) >= 2, "the early paired workers")
@@ -279,7 +281,8 @@ def test_a_sigkill_after_the_paired_workers_started_leaves_nothing_after_the_nex
     """kill -9 of compare: its paired workers died at once (before: they ended on their stdin's end, leaving
     multiexport-paired-* with the feeds, and the factory cache); the next command removes the temporaries."""
     out = sandbox.root / "o"
-    run = _start_in(sandbox, ["compare", f"{hostile}:factory_hangs", "--backends", "xla", "--out", out])
+    run = _start_in(sandbox, ["compare", f"{hostile}:factory_hangs", "--backends", "xla", "--out", out],
+                    MULTIEXPORT_BUILD_CACHE="off")  # the temporary factory cache, which a kill -9 leaves
     try:
         run.wait_for(_hanging(_pid_file(sandbox), "factory"), "the factory running")
         workers = run.wait_for(lambda: [p for p in run.poll() if _comm(p).startswith("python")], "paired workers")

@@ -43,6 +43,55 @@ def test_an_export_worker_builds_the_target_from_the_programs_the_parents_load_c
     assert fresh["factory_cache"] is False and fresh["cache_hits"] == 0
 
 
+def _build_in_a_fresh_process(env: dict[str, str]) -> dict:
+    """A fresh process builds SPEC through a FactoryCache: JAX's cache hits and misses meanwhile, and the cache."""
+    script = textwrap.dedent(f"""
+        import json, jax
+        from multiexport.leaves.factory_cache import FactoryCache
+        counts = {{"/jax/compilation_cache/cache_hits": 0, "/jax/compilation_cache/cache_misses": 0}}
+        def count(event, **_):
+            if event in counts:
+                counts[event] += 1
+        jax.monitoring.register_event_listener(count)
+        with FactoryCache() as cache:
+            cache.load({SPEC!r})
+        print(json.dumps({{"hits": counts["/jax/compilation_cache/cache_hits"], "kept": cache.kept,
+                          "misses": counts["/jax/compilation_cache/cache_misses"], "path": cache.path,
+                          "max_size": jax.config.jax_compilation_cache_max_size}}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.subprocess
+def test_the_next_command_builds_the_target_from_the_programs_the_last_one_kept(tmp_path):
+    from multiexport.leaves.factory_cache import MAX_BYTES
+
+    kept = tmp_path / "kept"
+    first = _build_in_a_fresh_process({"MULTIEXPORT_BUILD_CACHE": str(kept)})
+    assert first["kept"] and first["path"] == str(kept) and first["misses"] >= 3  # every eager init op compiled
+    assert first["max_size"] == MAX_BYTES  # bounded: jax evicts the least recently used, under its file lock
+    programs = sorted(p.name for p in kept.glob("*-cache"))
+    assert len(programs) >= 3
+    second = _build_in_a_fresh_process({"MULTIEXPORT_BUILD_CACHE": str(kept)})
+    assert second["hits"] >= 3 and second["misses"] == 0  # built from the kept programs: no compile at all
+    off = _build_in_a_fresh_process({"MULTIEXPORT_BUILD_CACHE": "off"})  # a temporary of its own, removed
+    assert not off["kept"] and off["hits"] == 0 and off["misses"] >= 3 and not os.path.exists(off["path"])
+    assert sorted(p.name for p in kept.glob("*-cache")) == programs
+
+
+def test_the_kept_cache_follows_the_users_cache_home_unless_turned_off(monkeypatch, tmp_path):
+    from multiexport.leaves.factory_cache import KEPT_ENV, kept_directory
+
+    monkeypatch.delenv(KEPT_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert kept_directory() == tmp_path / "multiexport" / "build"
+    monkeypatch.setenv(KEPT_ENV, "off")
+    assert kept_directory() is None
+
+
 @pytest.mark.subprocess
 def test_no_timed_worker_reads_or_writes_the_users_jax_compilation_cache(tmp_path):
     """A user's JAX_COMPILATION_CACHE_DIR, set to write every compile: a compare leaves it empty, so neither

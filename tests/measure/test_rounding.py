@@ -97,6 +97,15 @@ def test_baked_weights_are_moved_like_input_leaves():
     assert baked > 0.3 * as_input
 
 
+def test_a_weight_the_function_closes_over_is_moved_even_when_the_output_ignores_the_inputs():
+    """The output is the baked weight's product alone: moving only the input leaves (all jax.closure_convert
+    would hoist) measures exactly 0; moving the weight measures rounding of a 64-term dot product."""
+    w = np.random.default_rng(1).normal(size=(64, 64)).astype(np.float32)
+    x = np.ones((4, 64), np.float32)
+    moved = _measured(Target(lambda x: {"y": x * 0.0 + (w @ w)[:4]}, (x,), name="baked_only"))[2]["out.y"]
+    assert 1e-8 < moved < 1e-5
+
+
 def test_a_shallow_model_keeps_the_default_tolerance():
     target = examples.mlp()
     sig, _, sensitivity = _measured(target)
