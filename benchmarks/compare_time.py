@@ -11,6 +11,10 @@ once); an unknown word or a list naming no model stops before any run. Prints an
 kind of step (build, prepare, reference, rounding, export, load, parity, timing, native, floor, and other
 for a step none of these names), then the median real-model run against the seed: the figure #30 targets
 at no more than 2x.
+
+Every run makes the same request by default: parity, and one timed size (the seed has no batch to sweep, so
+each model is timed at its example's size, --bench-time per runner as for the seed). `--batch-sweep` adds
+each model's own batch sweep (the zoo's `--batch-sizes`), which asks for that many times the timed seconds.
 """
 
 from __future__ import annotations
@@ -104,6 +108,9 @@ def main(argv=None) -> int:
                         help="real models: names, tags ('quick', ...) or 'all', comma-separated and mixed "
                         "(default: one per library)")
     parser.add_argument("--no-bench", action="store_true", help="parity only (compare --no-bench)")
+    parser.add_argument("--batch-sweep", action="store_true",
+                        help="also time each model at its batch sweep (the zoo's --batch-sizes: that many times the "
+                        "timed seconds); default: one timed size, as the seed")
     parser.add_argument("--args", default="", help="more compare flags for every run, e.g. '--trials 2'")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per compare")
     parser.add_argument("--out", type=Path, required=True, help="a new directory for the runs and the tables")
@@ -115,7 +122,8 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     for i, model in enumerate(models):
         for name, target, flags in (("seed", "multiexport.examples:seed", common),
-                                    (model.name, model.target, [*common, *model.compare_flags(bench=not args.no_bench)])):
+                                    (model.name, model.target,
+                                     [*common, *model.compare_flags(bench=args.batch_sweep and not args.no_bench)])):
             row = run_one(target, flags, args.out / f"{i:02d}-{name}", args.timeout)
             row["name"] = name
             rows.append(row)
@@ -126,7 +134,8 @@ def main(argv=None) -> int:
     seed_s, median_real = statistics.median(seeds), statistics.median(real)
     summary = (f"seed median {seed_s:.1f} s over {len(seeds)} runs [{min(seeds):.1f}, {max(seeds):.1f}]; median "
                f"real model {median_real:.1f} s over {len(real)} models = {median_real / seed_s:.2f}x the seed "
-               f"(target: <= 2x); flags: {' '.join(common) or '(defaults)'}")
+               f"(target: <= 2x); flags: {' '.join(common) or '(defaults)'}"
+               + ("; each model timed at its batch sweep" if args.batch_sweep and not args.no_bench else ""))
     text = table(rows, seed_s) + "\n\n" + summary + "\n"
     print(text)
     (args.out / "compare_time.md").write_text(text)

@@ -69,3 +69,21 @@ def test_the_docstring_names_the_kinds_the_code_has():
     kinds = {kind for kind, _ in KINDS}
     assert kinds <= words and "other" in words and "reports" not in words
     assert words - kinds <= {"and", "other", "for", "a", "step", "none", "of", "these", "names"}
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_each_model_is_timed_at_its_batch_sweep_only_when_asked(sweep, tmp_path, monkeypatch):
+    """By default a model makes the seed's request (one timed size); --batch-sweep adds the zoo's sizes."""
+    asked: dict[str, list[str]] = {}
+
+    def run_one(target, flags, out, timeout):
+        asked[target] = list(flags)
+        out.mkdir(parents=True)
+        return {"target": target, "exit": 0, "wall_s": 1.0, "kinds": {}, "steps": []}
+
+    monkeypatch.setattr(compare_time, "run_one", run_one)
+    compare_time.main(["--models", "linen_cnn", "--out", str(tmp_path / "out"), *(["--batch-sweep"] if sweep else [])])
+    assert asked["multiexport.examples:seed"] == []
+    model_flags = asked["benchmarks.real_models:linen_cnn"]
+    assert ("--batch-sizes" in model_flags) is sweep
+    assert ("batch sweep" in (tmp_path / "out" / "compare_time.md").read_text()) is sweep

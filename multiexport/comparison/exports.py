@@ -3,10 +3,11 @@
 A backend that builds on another (`Backend.builds_on`: LiteRT on the SavedModel, OpenVINO on the ONNX
 file) is exported in the same worker right after that stage and starts from the artifact the stage just
 wrote, so the framework is imported, the target traced and the stage converted once, not twice. Each
-other backend has a worker of its own, unless there are more groups than may run at once: then two such
-backends share one (`share_workers`), each still starting from the target. Groups overlap as cores and
-memory allow; a worker that dies takes only the export it was on: the backends after it in its group are
-exported again, each alone. Export workers build the target from the programs the parent's load compiled
+other backend has a worker of its own, unless there are more groups than may run at once: then groups
+share workers (`share_workers`) until there are as many as may run, since a group without a slot would
+wait for one anyway and a shared worker builds the target once. Groups overlap as cores and memory allow;
+a worker that dies takes only the export it was on: the backends after it in its worker are exported
+again, each alone. Export workers build the target from the programs the parent's load compiled
 (signature/factory_cache.py).
 Functions of the stages' typed values (`stages.Context`, `Prepared`) and the rows, like `timing`.
 """
@@ -48,8 +49,8 @@ def export_all(ctx: Context, prep: Prepared, rows: Rows) -> dict[str, Manifest]:
     if ctx.spec is None:  # no TARGET string: in this process, one after another
         for group in groups:
             for name in group:
-                stage = group[0] if _stage_of(group, name) and group[0] in artifacts else None
-                manifest = _in_process(ctx, prep, rows, name, rows[stage].artifact if stage else None)
+                stage = _stage_in(group, name)
+                manifest = _in_process(ctx, prep, rows, name, rows[stage].artifact if stage in artifacts else None)
                 if manifest is not None:
                     artifacts[name] = manifest
         return {name: artifacts[name] for name in ctx.config.backends if name in artifacts}
@@ -79,22 +80,23 @@ def export_groups(todo: list[str]) -> list[list[str]]:
 
 
 def share_workers(groups: list[list[str]], jobs: int) -> list[list[str]]:
-    """With more groups than workers may run at once, backends alone in theirs pair up, two to a worker: one
-    would wait for the other's slot anyway, and a worker's start (its imports, the target built and traced)
-    is paid once. Each still starts from the target (no stage of the other's), and dies alone (`_in_worker`)."""
-    groups = [list(g) for g in groups]
-    while len(groups) > jobs:
-        alone = [g for g in groups if len(g) == 1]
-        if len(alone) < 2:
-            break
-        alone[0].extend(alone[1])
-        groups.remove(alone[1])
-    return groups
+    """With more groups than workers may run at once, the two smallest groups (by exports; the later ones on
+    a tie) become one worker's, until there are `jobs`: a group without a slot would wait for one anyway, and
+    a worker's start (its imports, the target built and traced) is then paid once, not twice. Each backend
+    still starts from the target unless its own stage was exported before it in that worker (`_stage_in`),
+    and dies alone (`_in_worker`)."""
+    workers = [[i] for i in range(len(groups))]  # each worker's groups, by their place in `groups`
+    while len(workers) > max(jobs, 1):
+        by_size = sorted(range(len(workers)), key=lambda w: (sum(len(groups[i]) for i in workers[w]), -w))
+        first, second = sorted(by_size[:2])
+        workers[first] = sorted(workers[first] + workers.pop(second))
+    return [[name for i in w for name in groups[i]] for w in workers]
 
 
-def _stage_of(group: list[str], name: str) -> bool:
-    """Whether `name` builds on the first backend of its group (and so starts from that artifact)."""
-    return name != group[0] and _builds_on(name) == group[0]
+def _stage_in(names: list[str], name: str) -> str | None:
+    """The stage `name` builds on when it is exported before `name` among `names` (one worker's), else None."""
+    stage = _builds_on(name)
+    return stage if stage in names[:names.index(name)] else None
 
 
 def export_jobs(ctx: Context, prep: Prepared, count: int) -> int:
@@ -204,9 +206,10 @@ def _in_worker(ctx: Context, prep: Prepared, rows: Rows, group: list[str]) -> di
         return done
     jobs = []
     for i, name in enumerate(names):
-        options = _options(ctx, prep, name, str(ctx.out / names[0]) if i and _stage_of(names, name) else None)
+        stage = _stage_in(names, name)
+        options = _options(ctx, prep, name, str(ctx.out / stage) if stage else None)
         jobs.append((name, start_work_dir("export"), encode(options)))
-        ctx.progress(f"{name}: export in a worker process" + (f" (after {names[0]}, in its worker)" if i else ""))
+        ctx.progress(f"{name}: export in a worker process" + (f" (after {names[i - 1]}, in its worker)" if i else ""))
     args = ["export", present(ctx.spec, "workers export from a TARGET string"), names[0], str(ctx.out / names[0]),
             str(jobs[0][1]), "--options", jobs[0][2]]
     for name, work, payload_json in jobs[1:]:

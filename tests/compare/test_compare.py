@@ -43,13 +43,43 @@ def test_crash_hang_raise_kill_and_export_failure_become_rows_and_others_finish(
     assert set(data["backends"]) == set(rows) and data["backends"]["xla"]["parity"]["passed"]
 
 
-def test_more_exports_than_workers_pair_up_two_to_a_worker_and_still_fail_alone():
+def test_more_export_groups_than_workers_share_workers_until_each_has_a_slot():
     from multiexport.comparison.exports import share_workers
 
     stages = [["savedmodel", "litert"], ["onnx", "openvino"]]
-    assert share_workers([*stages, ["xla"], ["iree"]], 2) == [*stages, ["xla", "iree"]]
+    # the smallest two first (the singletons), then the later of the equal pairs: two workers for two slots
+    assert share_workers([*stages, ["xla"], ["iree"]], 3) == [*stages, ["xla", "iree"]]
+    assert share_workers([*stages, ["xla"], ["iree"]], 2) == [stages[0], [*stages[1], "xla", "iree"]]
     assert share_workers([*stages, ["xla"], ["iree"]], 4) == [*stages, ["xla"], ["iree"]]  # a slot each: no waiting
-    assert share_workers([["a"], ["b"], ["c"], ["d"], ["e"]], 1) == [["a", "b"], ["c", "d"], ["e"]]
+    assert share_workers([["a"], ["b"], ["c"], ["d"], ["e"]], 1) == [["a", "b", "c", "d", "e"]]
+    assert share_workers([["a"], ["b"], ["c"], ["d"], ["e"]], 2) == [["a", "d", "e"], ["b", "c"]]  # 3 and 2
+
+
+def test_a_backend_starts_from_its_stage_only_when_its_worker_exported_the_stage_before_it():
+    from multiexport.comparison.exports import _stage_in
+
+    merged = ["onnx", "openvino", "xla", "savedmodel", "litert"]
+    assert _stage_in(merged, "openvino") == "onnx" and _stage_in(merged, "litert") == "savedmodel"
+    assert _stage_in(merged, "xla") is None and _stage_in(merged, "onnx") is None
+    assert _stage_in(["litert", "savedmodel"], "litert") is None  # its stage comes after it: from the target
+
+
+@pytest.mark.subprocess
+def test_two_stage_chains_in_one_worker_each_start_from_their_own_stage(tmp_path):
+    """One slot, two chains: one worker exports savedmodel, litert, onnx, openvino in turn; openvino (third
+    after its stage's chain began) starts from the ONNX file this worker just wrote, not from the SavedModel."""
+    from multiexport.exporting import Manifest
+
+    seen: list[str] = []
+    results = compare(examples.seed(), backends=["savedmodel", "litert", "onnx", "openvino"], out_dir=tmp_path,
+                      trials=1, bench=None, export_jobs=1, target_spec="multiexport.examples:seed",
+                      progress=seen.append)
+    assert all(r.status is Status.OK for r in results.backends.values()), {n: r.reason for n, r in results.backends.items()}
+    assert any("1 at a time in 1 worker(s)" in line for line in seen), seen
+    assert "openvino: export in a worker process (after onnx, in its worker)" in seen
+    for name, stage in (("litert", "savedmodel"), ("openvino", "onnx")):
+        how = Manifest.read(tmp_path / name).format["stage"]
+        assert how["made"].startswith("reused") and how["reused_from"] == stage, (name, how)
 
 
 @pytest.mark.parametrize("order", [("xla_export_crashes", "xla"), ("xla", "xla_export_crashes")])
