@@ -3,11 +3,12 @@
 A backend that builds on another (`Backend.builds_on`: LiteRT on the SavedModel, OpenVINO on the ONNX
 file) is exported in the same worker right after that stage and starts from the artifact the stage just
 wrote, so the framework is imported, the target traced and the stage converted once, not twice. Each
-other backend has a worker of its own, unless there are more groups than may run at once: then groups
-share workers (`share_workers`) until there are as many as may run, since a group without a slot would
-wait for one anyway and a shared worker builds the target once. Groups overlap as cores and memory allow;
-a worker that dies takes only the export it was on: the backends after it in its worker are exported
-again, each alone. Export workers build the target from the programs the parent's load compiled
+group has a worker of its own, unless there are more groups than may run at once: then the groups beyond
+the slots form a pool that every worker takes from, one export at a time, once its own group is done
+(`plan_workers`): nothing waits for a slot, no worker starts (imports, builds the target) only to queue, and
+the worker that finishes first takes the most. A worker that dies takes only the export it was on: the
+exports after it that no other worker took are exported again, each alone.
+Export workers build the target from the programs the parent's load compiled
 (signature/factory_cache.py).
 Functions of the stages' typed values (`stages.Context`, `Prepared`) and the rows, like `timing`.
 """
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,27 +44,27 @@ def export_all(ctx: Context, prep: Prepared, rows: Rows) -> dict[str, Manifest]:
         if not _has_precision(row, name, prep):
             continue
         todo.append(name)
+    if not todo:
+        return {}
     groups = export_groups(todo)
     artifacts: dict[str, Manifest] = {}
     jobs = export_jobs(ctx, prep, len(groups))
-    groups = share_workers(groups, jobs)
     if ctx.spec is None:  # no TARGET string: in this process, one after another
-        for group in groups:
-            for name in group:
-                stage = _stage_in(group, name)
-                manifest = _in_process(ctx, prep, rows, name, rows[stage].artifact if stage in artifacts else None)
-                if manifest is not None:
-                    artifacts[name] = manifest
+        for name in (n for g in groups for n in g):
+            stage = _builds_on(name)
+            manifest = _in_process(ctx, prep, rows, name, rows[stage].artifact if stage in artifacts else None)
+            if manifest is not None:
+                artifacts[name] = manifest
         return {name: artifacts[name] for name in ctx.config.backends if name in artifacts}
-    shared = [g for g in groups if len(g) > 1]
-    ctx.progress(f"export with {', '.join(todo)} ({jobs} at a time in {len(groups)} worker(s)"
-                 + (f"; together: {', '.join(' then '.join(g) for g in shared)}" if shared else "") + ")")
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_in_worker, ctx, prep, rows, group): group for group in groups}
-        for future in as_completed(futures):
-            for name, manifest in future.result().items():
-                if manifest is not None:
-                    artifacts[name] = manifest
+    plans = plan_workers(groups, jobs)
+    pool = plans[0].pooled
+    shared = [w.own for w in plans if len(w.own) > 1]
+    ctx.progress(f"export with {', '.join(todo)} ({len(plans)} at a time in {len(plans)} worker(s)"
+                 + (f"; together: {', '.join(' then '.join(g) for g in shared)}" if shared else "")
+                 + (f"; then each takes the next of {', '.join(pool)}" if pool else "") + ")")
+    for name, manifest in _in_workers(ctx, prep, rows, plans).items():
+        if manifest is not None:
+            artifacts[name] = manifest
     return {name: artifacts[name] for name in ctx.config.backends if name in artifacts}
 
 
@@ -79,18 +81,25 @@ def export_groups(todo: list[str]) -> list[list[str]]:
     return sorted(groups, key=lambda g: -len(g))
 
 
-def share_workers(groups: list[list[str]], jobs: int) -> list[list[str]]:
-    """With more groups than workers may run at once, the two smallest groups (by exports; the later ones on
-    a tie) become one worker's, until there are `jobs`: a group without a slot would wait for one anyway, and
-    a worker's start (its imports, the target built and traced) is then paid once, not twice. Each backend
-    still starts from the target unless its own stage was exported before it in that worker (`_stage_in`),
-    and dies alone (`_in_worker`)."""
-    workers = [[i] for i in range(len(groups))]  # each worker's groups, by their place in `groups`
-    while len(workers) > max(jobs, 1):
-        by_size = sorted(range(len(workers)), key=lambda w: (sum(len(groups[i]) for i in workers[w]), -w))
-        first, second = sorted(by_size[:2])
-        workers[first] = sorted(workers[first] + workers.pop(second))
-    return [[name for i in w for name in groups[i]] for w in workers]
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What one export worker exports.
+
+    own: its group (a stage first, then what builds on it), in order.
+    pooled: the exports every worker shares, taken one at a time after `own`, each by the first worker to
+        reach it (the others skip it); the same tuple in every plan.
+    """
+
+    own: tuple[str, ...]
+    pooled: tuple[str, ...] = ()
+
+
+def plan_workers(groups: list[list[str]], jobs: int) -> list[WorkerPlan]:
+    """One worker per slot: the first `jobs` groups are one worker's each, the rest a pool every worker
+    takes from once its own group is done (groups come longest first: a chain starts early)."""
+    slots = max(jobs, 1)
+    pooled = tuple(name for group in groups[slots:] for name in group)
+    return [WorkerPlan(tuple(group), pooled) for group in groups[:slots]]
 
 
 def _stage_in(names: list[str], name: str) -> str | None:
@@ -186,48 +195,105 @@ def _in_process(ctx: Context, prep: Prepared, rows: Rows, name: str, stage_artif
     return _record(row, ctx.out / name)
 
 
-def _in_worker(ctx: Context, prep: Prepared, rows: Rows, group: list[str]) -> dict[str, Manifest | None]:
-    """Export `group` in one worker (a stage first, then what builds on it); {name: manifest or None}."""
+@dataclass(frozen=True)
+class _Job:
+    """One export as the workers are told it: its backend, its private directory (export.json or
+    error.json land there; a pooled one's `claim` names the worker that took it) and its options' JSON."""
+
+    name: str
+    work: Path
+    options: str
+
+
+def _in_worker(ctx: Context, prep: Prepared, rows: Rows, names: list[str]) -> dict[str, Manifest | None]:
+    """Export `names` in one worker, in order; {name: manifest or None}."""
+    return _in_workers(ctx, prep, rows, [WorkerPlan(tuple(names))])
+
+
+def _in_workers(ctx: Context, prep: Prepared, rows: Rows, plans: list[WorkerPlan]) -> dict[str, Manifest | None]:
+    """Export every plan's backends, one worker per plan, all at once; {name: manifest or None}. An export a
+    dead worker did not finish and no other took is exported again, alone."""
     from ..exporting.outdir import remove_stale
+
+    done: dict[str, Manifest | None] = {n: None for w in plans for n in (*w.own, *w.pooled)}
+    pooled = [n for n in plans[0].pooled if _available(rows[n], n)]
+    owns = [[n for n in w.own if _available(rows[n], n)] for w in plans]
+    pool_jobs = [_job(ctx, prep, name, pooled, True) for name in pooled]
+    own_jobs = [[_job(ctx, prep, name, own, False) for name in own] for own in owns]
+    every = [*pool_jobs, *(j for jobs in own_jobs for j in jobs)]
+    launch = [(k, jobs) for k, jobs in enumerate(own_jobs) if jobs or pool_jobs]
+    if not launch:
+        return done
+    timeout = ctx.config.timeout * (max(len(jobs) for _, jobs in launch) + len(pool_jobs))
+    try:
+        with ThreadPoolExecutor(max_workers=len(launch)) as pool:
+            outcomes = list(pool.map(lambda item: _run_worker(ctx, item[0], item[1], pool_jobs, timeout), launch))
+        if any(outcome.returncode != 0 for outcome in outcomes):
+            remove_stale(ctx.out)  # a dead worker's staging directories and locks in the output directory
+        retry = []
+        for (k, jobs), outcome in zip(launch, outcomes):
+            taken = [*jobs, *(j for j in pool_jobs if _claimed_by(j.work) == k)]
+            retry += _collect(ctx, prep, rows, taken, outcome, timeout, done)
+        retry += [j.name for j in pool_jobs if _claimed_by(j.work) is None]  # no worker got that far
+    except BaseException:  # a signal stopped the wait: the workers are gone, and so are their directories
+        remove_stale(ctx.out)
+        raise
+    finally:
+        for job in every:
+            _remove(job.work)
+    for name in retry:  # each export a dead worker did not finish, alone in a fresh worker
+        done[name] = _in_worker(ctx, prep, rows, [name])[name]
+    return done
+
+
+def _job(ctx: Context, prep: Prepared, name: str, names: list[str], pooled: bool) -> _Job:
+    """`name`'s export among `names` (one worker's, or the pool), starting from its stage when that comes
+    before it there; said as it is planned."""
     from ..run.messages import encode
-    from ..run.workers import (
-        classify,
-        classify_outcome,
-        private_tmp,
-        start_work_dir,
-        worker_command,
-        worker_environment,
-    )
+    from ..run.workers import start_work_dir
+
+    stage = _stage_in(names, name)
+    options = _options(ctx, prep, name, str(ctx.out / stage) if stage else None)
+    place = names.index(name)
+    ctx.progress(f"{name}: export in a worker process" + (" (the first worker free)" if pooled else
+                                                          f" (after {names[place - 1]}, in its worker)" if place else ""))
+    return _Job(name, start_work_dir("export"), encode(options))
+
+
+def _run_worker(ctx: Context, k: int, jobs: list[_Job], pooled: list[_Job], timeout: float):
+    """Worker `k`: its own jobs in order, then each pooled job it claims first."""
+    from ..run.workers import private_tmp, worker_command, worker_environment
     from ..system.process import run_command
 
-    done: dict[str, Manifest | None] = {n: None for n in group}
-    names = [n for n in group if _available(rows[n], n)]
-    if not names:
-        return done
-    jobs = []
-    for i, name in enumerate(names):
-        stage = _stage_in(names, name)
-        options = _options(ctx, prep, name, str(ctx.out / stage) if stage else None)
-        jobs.append((name, start_work_dir("export"), encode(options)))
-        ctx.progress(f"{name}: export in a worker process" + (f" (after {names[i - 1]}, in its worker)" if i else ""))
-    args = ["export", present(ctx.spec, "workers export from a TARGET string"), names[0], str(ctx.out / names[0]),
-            str(jobs[0][1]), "--options", jobs[0][2]]
-    for name, work, payload_json in jobs[1:]:
-        args += ["--then", name, str(ctx.out / name), str(work), payload_json]
-    timeout = ctx.config.timeout * len(jobs)
+    ordered = [*jobs, *pooled]
+    first = ordered[0]
+    args = ["export", present(ctx.spec, "workers export from a TARGET string"), first.name, str(ctx.out / first.name),
+            str(first.work), "--options", first.options]
+    for job in ordered[1:]:
+        args += ["--then", job.name, str(ctx.out / job.name), str(job.work), job.options]
+    if pooled:
+        args += ["--pool", str(len(pooled)), "--claim-as", str(k)]
+    with private_tmp() as tmp:
+        return run_command(worker_command(*args), timeout=timeout, env=worker_environment(tmp))
+
+
+def _claimed_by(work: Path) -> int | None:
+    """Which worker took a pooled job (its `claim` file, written by that worker), or None."""
     try:
-        with private_tmp() as tmp:
-            outcome = run_command(worker_command(*args), timeout=timeout, env=worker_environment(tmp))
-    except BaseException:  # a signal stopped the wait: the worker is gone, and so are its directories
-        for _, work, _ in jobs:
-            _remove(work)
-        remove_stale(ctx.out)  # its staging directories and locks in the output directory too
-        raise
-    if outcome.returncode != 0:
-        remove_stale(ctx.out)
+        return int((work / "claim").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _collect(ctx: Context, prep: Prepared, rows: Rows, taken: list[_Job], outcome, timeout: float,
+             done: dict[str, Manifest | None]) -> list[str]:
+    """The rows of the jobs one worker took, in the order it took them, from what it left; returns the names
+    to export again alone (those after the one it died on, or that it died on after another export)."""
+    from ..run.workers import classify, classify_outcome
+
     reached, retry = True, []
-    for i, (name, work, _) in enumerate(jobs):
-        row = rows[name]
+    for i, job in enumerate(taken):
+        row, name, work = rows[job.name], job.name, job.work
         info, failure = _read(work / "export.json"), None
         if info is None and (work / "error.json").is_file():
             failure = classify(outcome, work, timeout)  # its own clean error report
@@ -241,7 +307,6 @@ def _in_worker(ctx: Context, prep: Prepared, rows: Rows, group: list[str]) -> di
                 failure = None
         elif info is None:
             retry.append(name)
-        _remove(work)
         if failure is not None:
             row.status, row.reason = Status.parse(failure[0]), failure[1]
         elif info is not None and info.fingerprint != prep.fingerprint:
@@ -253,9 +318,7 @@ def _in_worker(ctx: Context, prep: Prepared, rows: Rows, group: list[str]) -> di
             row.export_seconds, row.export_cpu_seconds = round(info.seconds, 3), round(info.cpu_seconds, 3)
             row.export_peak_rss_bytes = info.peak_rss_bytes
             done[name] = _record(row, ctx.out / name)
-    for name in retry:  # each export the dead worker did not finish, alone in a fresh worker
-        done[name] = _in_worker(ctx, prep, rows, [name])[name]
-    return done
+    return retry
 
 
 def _read(path: Path) -> ExportReply | None:

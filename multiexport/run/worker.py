@@ -127,6 +127,8 @@ def export_main(argv: list[str]) -> int:
     the first: compare sends a stage and the backends built on it together (the framework is imported and
     the target traced once; a `stage_artifact` counts only once this process has made it). Each export
     leaves export.json or error.json in its own OUT_DIR and a clean failure does not stop the next.
+    `--pool N --claim-as K`: the last N exports are shared with other workers; this one does each only if
+    it claims it first (creates OUT_DIR/claim, holding K, where none exists), else skips it.
     """
     parser = argparse.ArgumentParser(prog="python -m multiexport.run.worker export")
     parser.add_argument("mode")
@@ -137,10 +139,17 @@ def export_main(argv: list[str]) -> int:
     parser.add_argument("--options", default="{}", help="ExportOptions as JSON (run.messages' codec)")
     parser.add_argument("--then", nargs=4, action="append", default=[],
                         metavar=("BACKEND", "ARTIFACT_DIR", "OUT_DIR", "OPTIONS"), help="one more export after it")
+    parser.add_argument("--pool", type=int, default=0, help="how many of the last exports are shared")
+    parser.add_argument("--claim-as", default="0", help="what this worker writes in a claim")
     _common(parser)
     args = parser.parse_args(argv)
     jobs = [(args.backend, args.artifact, args.out, args.options),
             *((b, Path(a), Path(o), opts) for b, a, o, opts in args.then)]
+    shared = {id(job) for job in jobs[len(jobs) - args.pool:]} if args.pool > 0 else set()
+
+    def mine(job) -> bool:  # an own export, or a shared one this worker claimed first
+        return id(job) not in shared or _claim(job[2], args.claim_as)
+
     try:
         from ..leaves import build_signature
 
@@ -149,12 +158,25 @@ def export_main(argv: list[str]) -> int:
         signature = build_signature(target)
         fingerprint = signature.fingerprint(target.fn)
     except Exception as exc:
-        for _, _, out, _ in jobs:
-            write_failure(out, exc, "export")
+        for job in jobs:
+            if mine(job):
+                write_failure(job[2], exc, "export")
         return CLEAN_FAILURE
     made: set[str] = set()
-    codes = [_export_one(target, signature, fingerprint, job, made, loaded) for job in jobs]
-    return max(codes)
+    codes = [_export_one(target, signature, fingerprint, job, made, loaded) for job in jobs if mine(job)]
+    return max(codes, default=0)
+
+
+def _claim(out: Path, token: str) -> bool:
+    """Whether this worker is the first to claim the shared export whose directory is `out` (an exclusive
+    create: of two workers reaching it at once, exactly one gets it)."""
+    try:
+        fd = os.open(out / "claim", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as claim:
+        claim.write(token)
+    return True
 
 
 def _load_with_factory_cache(spec: str) -> tuple[Any, TargetLoad]:

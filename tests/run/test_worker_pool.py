@@ -1,0 +1,26 @@
+"""run/worker.py's shared exports: a pooled export is done by the one worker that claims it first."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+from multiexport.run.worker import _claim
+
+
+def _race(out, token, barrier, results):
+    barrier.wait()
+    results.put((token, _claim(out, token)))
+
+
+def test_of_workers_reaching_a_shared_export_at_once_exactly_one_claims_it(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(tmp_path, str(k), barrier, results)) for k in range(4)]
+    for p in procs:
+        p.start()
+    got = dict(results.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    winners = [token for token, won in got.items() if won]
+    assert len(winners) == 1 and (tmp_path / "claim").read_text() == winners[0]
+    assert _claim(tmp_path, "late") is False and (tmp_path / "claim").read_text() == winners[0]
