@@ -62,7 +62,7 @@ def test_a_target_string_is_measured_as_the_cli_does_and_an_object_in_process(tm
 
     steps = load_results(tmp_path / "s" / "results.json").timeline
     assert steps[0].what == BUILD_STEP and steps[0].at_s < 1.0
-    assert any(s.what.startswith("xla: export") for s in steps) and all(s.seconds >= 0 for s in steps)
+    assert any(s.what.startswith("export with xla") for s in steps) and all(s.seconds >= 0 for s in steps)
     for before, after in zip(steps, steps[1:]):
         assert after.at_s == pytest.approx(before.at_s + before.seconds, abs=2e-3)
     assert "## Where the time went" in (tmp_path / "s" / "report.md").read_text()

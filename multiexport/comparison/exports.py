@@ -207,19 +207,20 @@ class _Job:
 
 def _in_worker(ctx: Context, prep: Prepared, rows: Rows, names: list[str]) -> dict[str, Manifest | None]:
     """Export `names` in one worker, in order; {name: manifest or None}."""
-    return _in_workers(ctx, prep, rows, [WorkerPlan(tuple(names))])
+    return _in_workers(ctx, prep, rows, [WorkerPlan(tuple(names))], alone=True)
 
 
-def _in_workers(ctx: Context, prep: Prepared, rows: Rows, plans: list[WorkerPlan]) -> dict[str, Manifest | None]:
+def _in_workers(ctx: Context, prep: Prepared, rows: Rows, plans: list[WorkerPlan],
+                alone: bool = False) -> dict[str, Manifest | None]:
     """Export every plan's backends, one worker per plan, all at once; {name: manifest or None}. An export a
-    dead worker did not finish and no other took is exported again, alone."""
+    dead worker did not finish and no other took is exported again, alone (`alone`: this is that)."""
     from ..exporting.outdir import remove_stale
 
     done: dict[str, Manifest | None] = {n: None for w in plans for n in (*w.own, *w.pooled)}
     pooled = [n for n in plans[0].pooled if _available(rows[n], n)]
     owns = [[n for n in w.own if _available(rows[n], n)] for w in plans]
-    pool_jobs = [_job(ctx, prep, name, pooled, True) for name in pooled]
-    own_jobs = [[_job(ctx, prep, name, own, False) for name in own] for own in owns]
+    pool_jobs = [_job(ctx, prep, name, pooled, True, alone) for name in pooled]
+    own_jobs = [[_job(ctx, prep, name, own, False, alone) for name in own] for own in owns]
     every = [*pool_jobs, *(j for jobs in own_jobs for j in jobs)]
     launch = [(k, jobs) for k, jobs in enumerate(own_jobs) if jobs or pool_jobs]
     if not launch:
@@ -246,7 +247,7 @@ def _in_workers(ctx: Context, prep: Prepared, rows: Rows, plans: list[WorkerPlan
     return done
 
 
-def _job(ctx: Context, prep: Prepared, name: str, names: list[str], pooled: bool) -> _Job:
+def _job(ctx: Context, prep: Prepared, name: str, names: list[str], pooled: bool, alone: bool) -> _Job:
     """`name`'s export among `names` (one worker's, or the pool), starting from its stage when that comes
     before it there; said as it is planned."""
     from ..run.messages import encode
@@ -255,8 +256,10 @@ def _job(ctx: Context, prep: Prepared, name: str, names: list[str], pooled: bool
     stage = _stage_in(names, name)
     options = _options(ctx, prep, name, str(ctx.out / stage) if stage else None)
     place = names.index(name)
-    ctx.progress(f"{name}: export in a worker process" + (" (the first worker free)" if pooled else
-                                                          f" (after {names[place - 1]}, in its worker)" if place else ""))
+    # Said, not marked: exports overlap, so the timeline keeps the phase as one step (each export's own
+    # seconds are its row's); an export again alone, after the phase, is a step of its own.
+    (ctx.progress if alone else ctx.say)(f"{name}: export in a worker process" + (
+        " (the first worker free)" if pooled else f" (after {names[place - 1]}, in its worker)" if place else ""))
     return _Job(name, start_work_dir("export"), encode(options))
 
 

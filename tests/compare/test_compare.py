@@ -99,6 +99,11 @@ def test_a_pooled_export_is_taken_by_one_worker_and_a_death_in_the_pool_fails_al
     assert len(planned) == 1, planned
     # the export that died after another in its worker is judged alone, in a fresh worker
     assert seen.count("xla_export_crashes: export in a worker process") == 1
+    # the overlapping exports are one step of the timeline (each export's seconds are its row's), not a step
+    # per export that would hold the whole phase's seconds
+    steps = [step.what for step in results.timeline]
+    assert sum(what.startswith("export with") for what in steps) == 1
+    assert not any(what.startswith(("xla: export", "iree: export")) for what in steps), steps
 
 
 @pytest.mark.parametrize("order", [("xla_export_crashes", "xla"), ("xla", "xla_export_crashes")])
