@@ -56,13 +56,18 @@ def export_all(ctx: Context, prep: Prepared, rows: Rows) -> dict[str, Manifest]:
             if manifest is not None:
                 artifacts[name] = manifest
         return {name: artifacts[name] for name in ctx.config.backends if name in artifacts}
-    plans = plan_workers(groups, jobs)
+    if not ctx.config.export_jobs and _by_memory(prep) < min(len(groups), ctx.threads):
+        # Memory, not cores, limits the overlap: a pooled worker would hold every framework it exported with
+        # at once, so each group gets a fresh worker, queued for a slot.
+        plans = [WorkerPlan(tuple(group)) for group in groups]
+    else:
+        plans = plan_workers(groups, jobs)
     pool = plans[0].pooled
     shared = [w.own for w in plans if len(w.own) > 1]
-    ctx.progress(f"export with {', '.join(todo)} ({len(plans)} at a time in {len(plans)} worker(s)"
+    ctx.progress(f"export with {', '.join(todo)} ({jobs} at a time in {len(plans)} worker(s)"
                  + (f"; together: {', '.join(' then '.join(g) for g in shared)}" if shared else "")
                  + (f"; then each takes the next of {', '.join(pool)}" if pool else "") + ")")
-    for name, manifest in _in_workers(ctx, prep, rows, plans).items():
+    for name, manifest in _in_workers(ctx, prep, rows, plans, slots=jobs).items():
         if manifest is not None:
             artifacts[name] = manifest
     return {name: artifacts[name] for name in ctx.config.backends if name in artifacts}
@@ -112,13 +117,17 @@ def export_jobs(ctx: Context, prep: Prepared, count: int) -> int:
     """How many exports may overlap: the cores, and what memory allows (~3x the weights per export)."""
     if ctx.config.export_jobs:
         return min(ctx.config.export_jobs, max(count, 1))
+    return max(1, min(count, ctx.threads, _by_memory(prep)))
+
+
+def _by_memory(prep: Prepared) -> int:
+    """How many exports memory allows at once (~3x the weights each, plus 1 GiB for the frameworks)."""
     weights = int(prep.sig.weights.get("baked_bytes", 0)) + int(prep.sig.weights.get("input_bytes", 0))
     try:
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):
         available = 8 << 30
-    by_memory = max(1, int(available // max(3 * weights + (1 << 30), 1)))
-    return max(1, min(count, ctx.threads, by_memory))
+    return max(1, int(available // max(3 * weights + (1 << 30), 1)))
 
 
 def _options(ctx: Context, prep: Prepared, name: str, stage_artifact: str | None) -> ExportOptions:
@@ -207,13 +216,13 @@ class _Job:
 
 def _in_worker(ctx: Context, prep: Prepared, rows: Rows, names: list[str]) -> dict[str, Manifest | None]:
     """Export `names` in one worker, in order; {name: manifest or None}."""
-    return _in_workers(ctx, prep, rows, [WorkerPlan(tuple(names))], alone=True)
+    return _in_workers(ctx, prep, rows, [WorkerPlan(tuple(names))], slots=1, alone=True)
 
 
-def _in_workers(ctx: Context, prep: Prepared, rows: Rows, plans: list[WorkerPlan],
+def _in_workers(ctx: Context, prep: Prepared, rows: Rows, plans: list[WorkerPlan], slots: int,
                 alone: bool = False) -> dict[str, Manifest | None]:
-    """Export every plan's backends, one worker per plan, all at once; {name: manifest or None}. An export a
-    dead worker did not finish and no other took is exported again, alone (`alone`: this is that)."""
+    """Export every plan's backends, one worker per plan, `slots` at a time; {name: manifest or None}. An
+    export a dead worker did not finish and no other took is exported again, alone (`alone`: this is that)."""
     from ..exporting.outdir import remove_stale
 
     done: dict[str, Manifest | None] = {n: None for w in plans for n in (*w.own, *w.pooled)}
@@ -227,7 +236,7 @@ def _in_workers(ctx: Context, prep: Prepared, rows: Rows, plans: list[WorkerPlan
         return done
     timeout = ctx.config.timeout * (max(len(jobs) for _, jobs in launch) + len(pool_jobs))
     try:
-        with ThreadPoolExecutor(max_workers=len(launch)) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, min(slots, len(launch)))) as pool:
             outcomes = list(pool.map(lambda item: _run_worker(ctx, item[0], item[1], pool_jobs, timeout), launch))
         if any(outcome.returncode != 0 for outcome in outcomes):
             remove_stale(ctx.out)  # a dead worker's staging directories and locks in the output directory

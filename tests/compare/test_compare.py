@@ -183,3 +183,16 @@ def test_a_compare_with_nothing_to_export_gives_each_row_its_reason(tmp_path):
                       target_spec="multiexport.examples:mlp")
     row = results.backends["xla@fp16"]
     assert row.status is Status.UNSUPPORTED_PRECISION and "no fp16 artifact" in row.reason
+
+
+def test_when_memory_limits_the_exports_each_group_gets_a_fresh_worker_queued(tmp_path, monkeypatch):
+    """Memory for one export at a time (the figure forced to 1): no pool, whose worker would hold every
+    framework it exported with at once; each group waits for the slot in a worker of its own."""
+    from multiexport.comparison import exports
+
+    monkeypatch.setattr(exports, "_by_memory", lambda prep: 1)
+    seen: list[str] = []
+    results = compare(examples.seed(), backends=["xla", "iree"], out_dir=tmp_path, trials=1, bench=None, threads=2,
+                      target_spec="multiexport.examples:seed", progress=seen.append)
+    assert all(r.status is Status.OK for r in results.backends.values())
+    assert "export with xla, iree (1 at a time in 2 worker(s))" in seen, seen
