@@ -145,7 +145,7 @@ def export_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     jobs = [(args.backend, args.artifact, args.out, args.options),
             *((b, Path(a), Path(o), opts) for b, a, o, opts in args.then)]
-    shared = {id(job) for job in jobs[len(jobs) - args.pool:]} if args.pool > 0 else set()
+    shared = {id(job) for job in jobs[max(0, len(jobs) - args.pool):]} if args.pool > 0 else set()
 
     def mine(job) -> bool:  # an own export, or a shared one this worker claimed first
         return id(job) not in shared or _claim(job[2], args.claim_as)
