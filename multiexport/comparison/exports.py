@@ -240,11 +240,12 @@ def _in_workers(ctx: Context, prep: Prepared, rows: Rows, plans: list[WorkerPlan
             outcomes = list(pool.map(lambda item: _run_worker(ctx, item[0], item[1], pool_jobs, timeout), launch))
         if any(outcome.returncode != 0 for outcome in outcomes):
             remove_stale(ctx.out)  # a dead worker's staging directories and locks in the output directory
+        claims = {job.name: _claimed_by(job.work) for job in pool_jobs}  # read once, every worker ended
         retry = []
         for (k, jobs), outcome in zip(launch, outcomes):
-            taken = [*jobs, *(j for j in pool_jobs if _claimed_by(j.work) == k)]
+            taken = [*jobs, *(j for j in pool_jobs if claims[j.name] == k)]
             retry += _collect(ctx, prep, rows, taken, outcome, timeout, done)
-        retry += [j.name for j in pool_jobs if _claimed_by(j.work) is None]  # no worker got that far
+        retry += [j.name for j in pool_jobs if claims[j.name] is None]  # no worker got that far
     except BaseException:  # a signal stopped the wait: the workers are gone, and so are their directories
         remove_stale(ctx.out)
         raise

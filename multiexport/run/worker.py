@@ -145,10 +145,10 @@ def export_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     jobs = [(args.backend, args.artifact, args.out, args.options),
             *((b, Path(a), Path(o), opts) for b, a, o, opts in args.then)]
-    shared = {id(job) for job in jobs[max(0, len(jobs) - args.pool):]} if args.pool > 0 else set()
+    first_shared = len(jobs) - max(args.pool, 0)  # jobs from this index on are shared with other workers
 
-    def mine(job) -> bool:  # an own export, or a shared one this worker claimed first
-        return id(job) not in shared or _claim(job[2], args.claim_as)
+    def mine(i: int) -> bool:  # an own export, or a shared one this worker claimed first
+        return i < first_shared or _claim(jobs[i][2], args.claim_as)
 
     try:
         from ..leaves import build_signature
@@ -158,12 +158,13 @@ def export_main(argv: list[str]) -> int:
         signature = build_signature(target)
         fingerprint = signature.fingerprint(target.fn)
     except Exception as exc:
-        for job in jobs:
-            if mine(job):
+        for i, job in enumerate(jobs):
+            if mine(i):
                 write_failure(job[2], exc, "export")
         return CLEAN_FAILURE
     made: set[str] = set()
-    codes = [_export_one(target, signature, fingerprint, job, made, loaded) for job in jobs if mine(job)]
+    # each shared export is claimed only when this worker reaches it, after the ones before it are done
+    codes = [_export_one(target, signature, fingerprint, job, made, loaded) for i, job in enumerate(jobs) if mine(i)]
     return max(codes, default=0)
 
 
