@@ -240,7 +240,9 @@ def cmd_compare(args) -> int:
     from ..leaves.factory_cache import FactoryCache
     from ..measure.timeline import Timeline
     from ..report.regression import check_thresholds
+    from ..run.devices import keep_jax_off_the_tpu
 
+    keep_jax_off_the_tpu()  # one process owns a TPU: this one and the CPU workers run JAX on the CPU
     check_thresholds(args.max_slowdown, args.max_parity_drift)
     pre = compare_config(args, backends_known=False)  # every option but the backend names, before the target loads
     start = time.perf_counter()

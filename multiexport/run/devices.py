@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Mapping, Sequence
 
+from ..environment import TpuPresence, keep_jax_off_the_tpu, tpu_presence, tpu_variables, tpu_worker_environment
 from ..errors import UsageError
 from ..exporting.contract import Availability
 
@@ -79,3 +80,5 @@ def probe_gpu(backends: Sequence[str], timeout: float = 300.0) -> dict[str, Avai
 
             shutil.rmtree(result_dir, ignore_errors=True)
     return out
+
+__all__ = ["TpuPresence", "keep_jax_off_the_tpu", "tpu_presence", "tpu_variables", "tpu_worker_environment"]

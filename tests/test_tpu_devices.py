@@ -1,0 +1,101 @@
+"""The TPU found without opening it, and one process per chip: on a machine with a TPU, `compare`'s own process
+and every worker it starts run JAX with JAX_PLATFORMS=cpu (libtpu lets one process hold a chip; a parent that
+opened it made every worker fail with the libtpu lockfile error). Rehearsed on the CPU: the TPU is announced the
+way the lent machine announces it (TPU_ACCELERATOR_TYPE, device files), and each process that builds the target
+writes down the JAX platform setting it started with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from multiexport.environment import tpu_presence, tpu_variables
+
+from .conftest import REPO
+
+
+def _without_tpu_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("TPU_") and k != "JAX_PLATFORMS"}
+
+
+def test_device_files_and_the_accelerator_variable_are_the_evidence(tmp_path):
+    assert not tpu_presence({}, dev=str(tmp_path)).attached
+    (tmp_path / "dev" / "vfio").mkdir(parents=True)
+    (tmp_path / "dev" / "vfio" / "vfio").write_text("")  # the VFIO control file alone is no device
+    assert not tpu_presence({}, dev=str(tmp_path)).attached
+    (tmp_path / "dev" / "accel0").write_text("")
+    (tmp_path / "dev" / "vfio" / "0").write_text("")
+    found = tpu_presence({"TPU_ACCELERATOR_TYPE": "v5litepod-4"}, dev=str(tmp_path))
+    assert found.evidence == ("/dev/accel0", "/dev/vfio/0", "TPU_ACCELERATOR_TYPE=v5litepod-4")
+    assert "a TPU (/dev/accel0" in found.describe()
+
+
+def test_the_tpu_variables_are_passed_as_they_are():
+    env = {"TPU_SKIP_MDS_QUERY": "true", "TPU_HOST_BOUNDS": "1,1,1", "PATH": "/bin", "XTPU_X": "1"}
+    assert tpu_variables(env) == {"TPU_HOST_BOUNDS": "1,1,1", "TPU_SKIP_MDS_QUERY": "true"}
+
+
+def _platforms_after(code: str, env: dict[str, str]) -> list[str]:
+    script = ("import os, sys\nfrom multiexport.environment import keep_jax_off_the_tpu, tpu_worker_environment\n"
+              + code + "\nimport jax\nprint(os.environ.get('JAX_PLATFORMS'), jax.config.jax_platforms, "
+              "tpu_worker_environment()['JAX_PLATFORMS'], jax.default_backend())")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**_without_tpu_env(), **env}, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def test_with_a_tpu_jax_is_kept_on_the_cpu_before_and_after_its_import():
+    assert _platforms_after("keep_jax_off_the_tpu()", {"TPU_ACCELERATOR_TYPE": "v5litepod-4"}) == \
+        ["cpu", "cpu", "tpu,cpu", "cpu"]
+    # JAX imported first (a target module imports it) reads JAX_PLATFORMS at import: its config is set too
+    assert _platforms_after("import jax\nkeep_jax_off_the_tpu()", {"TPU_ACCELERATOR_TYPE": "v5litepod-4"}) == \
+        ["cpu", "cpu", "tpu,cpu", "cpu"]
+    # the user's own setting goes to the one TPU process
+    assert _platforms_after("keep_jax_off_the_tpu()", {"TPU_ACCELERATOR_TYPE": "v5litepod-4",
+                                                       "JAX_PLATFORMS": "tpu"})[2] == "tpu"
+
+
+def test_without_a_tpu_nothing_changes():
+    assert _platforms_after("keep_jax_off_the_tpu()", {})[:2] == ["None", "None"]
+
+
+TARGET = '''
+import os
+from pathlib import Path
+
+import jax.numpy as jnp
+
+import multiexport
+
+with open(os.environ["TPU_TEST_LOG"], "a") as log:  # each process that builds the target says how JAX starts
+    log.write(f"{os.getpid()} {os.environ.get('JAX_PLATFORMS')}\\n")
+
+
+def f(x):
+    return jnp.tanh(x) * 2.0
+
+
+target = multiexport.Target(f, args=(jnp.ones((4, 3), jnp.float32),), name="tpu_target")
+'''
+
+
+def test_compare_on_a_tpu_machine_runs_every_process_with_jax_on_the_cpu(tmp_path):
+    (tmp_path / "tpu_target.py").write_text(TARGET)
+    log = tmp_path / "platforms.log"
+    out = tmp_path / "out"
+    env = {**_without_tpu_env(), "TPU_ACCELERATOR_TYPE": "v5litepod-4", "TPU_TEST_LOG": str(log),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "multiexport", "compare", "tpu_target:target", "--backends", "xla",
+                           "--trials", "1", "--bench-time", "0.05", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    seen = [line.split() for line in log.read_text().splitlines()]
+    assert len({pid for pid, _ in seen}) >= 2, seen  # the parent and at least one worker built it
+    assert {platform for _, platform in seen} == {"cpu"}, seen
+    environment = json.loads((out / "results.json").read_text())["environment"]
+    assert environment["jax_platforms"] == "cpu"
+    assert environment["tpu"].startswith("a TPU (") and "TPU_ACCELERATOR_TYPE=v5litepod-4" in environment["tpu"]
