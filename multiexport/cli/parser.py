@@ -23,7 +23,8 @@ PRECISION_HELP = ("fp16: float16 weights (and math where the runtime does it); i
                   "activations quantized per call; int8: static int8 calibrated from sample inputs. Each format uses "
                   "its own toolchain (ONNX Runtime's quantizer, the TFLite converter, OpenVINO, iree-compile)")
 CALIBRATION_HELP = (".npz of sample inputs for int8: one array per input leaf, keyed by leaf name, with a leading "
-                    "sample axis (default: 16 synthetic samples in the example's domain)")
+                    "sample axis of at most 1024 samples, finite values (default: 16 synthetic samples in the "
+                    "example's domain)")
 OPTION_HELP = ("a backend's own option, BACKEND.NAME=VALUE, e.g. onnx.opset=21 (repeatable; `multiexport backends` "
                "lists each backend's options)")
 

@@ -34,6 +34,9 @@ PRECISIONS: dict[str, str] = {
 CALIBRATED = ("int8",)
 VARIANT = "@"
 DEFAULT_CALIBRATION_SAMPLES = 16
+# The most samples a calibration file may hold: quantizers' ranges settle within a few hundred feeds, and a
+# file of a million samples took 45 s and 4 GiB to read and check (the count is read from the file's headers).
+MAX_CALIBRATION_SAMPLES = 1024
 
 
 def check_precision(precision: str) -> str:
@@ -146,30 +149,42 @@ def calibration_feeds(signature: "Signature", calibration: Calibration, what: st
     """The sample feeds in `calibration.path`, one dict of leaf name -> array per sample, each checked against
     the signature like a feed (name, dtype, shape; symbolic dims bound consistently within a sample).
 
-    The file holds one array per input leaf with a leading sample axis (N, *leaf shape). Raises InputError
-    naming the file and the leaf for an unknown or missing leaf, a wrong dtype or shape, or unequal N.
+    The file holds one array per input leaf with a leading sample axis (N, *leaf shape), N at most
+    MAX_CALIBRATION_SAMPLES (read from the members' headers before any array is loaded). Raises InputError
+    naming the file and the leaf for an unknown or missing leaf, a wrong dtype or shape, unequal or too
+    many N, or a NaN or infinity (a quantizer's ranges would come from them: the file's fault, not the
+    toolchain's).
     """
-    from ..files.npz import load_npz
+    from ..files.npz import load_npz, npz_shapes
     from .feed import check_signature_feed
 
     path = Path(calibration.path)
-    arrays = load_npz(path, what)
+    shapes = npz_shapes(path, what)
     known = [leaf.name for leaf in signature.inputs]
-    unknown = [k for k in arrays if k not in known]
+    unknown = [k for k in shapes if k not in known]
     if unknown:
         raise InputError(f"{what} '{path}' | holds '{unknown[0]}', expected only input leaves: {', '.join(known)}")
-    missing = [k for k in known if k not in arrays]
+    missing = [k for k in known if k not in shapes]
     if missing:
         raise InputError(f"{what} '{path}' | has no '{missing[0]}', expected an array per input leaf with a leading "
                          f"sample axis (also missing: {', '.join(missing[1:]) or 'none'})")
     counts = {}
-    for name, array in arrays.items():
-        if array.ndim < 1 or array.shape[0] < 1:
-            raise InputError(f"{what} '{path}' | leaf '{name}' has shape {array.shape}, expected a leading sample "
+    for name, shape in shapes.items():
+        if len(shape) < 1 or shape[0] < 1:
+            raise InputError(f"{what} '{path}' | leaf '{name}' has shape {shape}, expected a leading sample "
                              "axis of at least 1")
-        counts[name] = array.shape[0]
+        counts[name] = shape[0]
     if len(set(counts.values())) != 1:
         raise InputError(f"{what} '{path}' | got sample counts {counts}, expected the same count for every leaf")
+    if counts[known[0]] > MAX_CALIBRATION_SAMPLES:
+        raise InputError(f"{what} '{path}' | holds {counts[known[0]]} samples, expected at most "
+                         f"{MAX_CALIBRATION_SAMPLES}: give a subset (e.g. the first {MAX_CALIBRATION_SAMPLES})")
+    arrays = load_npz(path, what)
+    for name in known:
+        bad = _first_non_finite(arrays[name])
+        if bad is not None:
+            raise InputError(f"{what} '{path}' | leaf '{name}' holds {bad[0]} at sample {bad[1]}, "
+                             "expected finite values (a quantizer's ranges come from them)")
     feeds = []
     for i in range(next(iter(counts.values()))):
         feed = {name: arrays[name][i] for name in known}
@@ -179,6 +194,20 @@ def calibration_feeds(signature: "Signature", calibration: Calibration, what: st
             raise InputError(f"{what} '{path}' | sample {i}: {exc}") from None
         feeds.append(feed)
     return feeds
+
+
+def _first_non_finite(array: np.ndarray) -> tuple[str, int] | None:
+    """('NaN', 'inf' or '-inf', its sample index along the leading axis) of the first non-finite value of a
+    floating-point `array`; None when every value is finite (or it is not floating point)."""
+    try:
+        finite = np.isfinite(array)
+    except TypeError:  # integers, booleans: always finite
+        return None
+    if finite.all():
+        return None
+    flat = np.flatnonzero(~finite.reshape(-1))[0]
+    value = array.reshape(-1)[flat]
+    return ("NaN" if np.isnan(value) else ("inf" if value > 0 else "-inf")), int(flat // max(1, array[0].size))
 
 
 def write_calibration(path: Path, feeds: list[dict[str, np.ndarray]]) -> Path:

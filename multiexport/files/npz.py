@@ -94,8 +94,32 @@ def _read_members(path: Path, archive: zipfile.ZipFile, what: str, archive_bytes
     return arrays
 
 
-def _read_array(path: Path, name: str, fh, size: int, what: str) -> np.ndarray:
-    """One member, its header checked against the member's size before any data is allocated."""
+def npz_shapes(path: str | Path, what: str = "Inputs file") -> dict[str, tuple[int, ...]]:
+    """Each array's shape in an .npz, read from the members' headers alone (nothing inflated or allocated), so
+    a caller can bound what it loads; the same checks and one-line InputErrors as `load_npz`."""
+    path = Path(path)
+    fd = open_regular(path, what, NPZ_LIMIT, InputError, EXPECTED)
+    shapes: dict[str, tuple[int, ...]] = {}
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            if not zipfile.is_zipfile(fh):
+                raise InputError(f"{what} '{path}' | is not a zip archive, {EXPECTED}")
+            with zipfile.ZipFile(fh) as archive:
+                for info in archive.infolist():
+                    name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+                    if info.is_dir() or name == DTYPES_KEY:
+                        continue
+                    with archive.open(info) as member:
+                        shapes[name] = tuple(_read_header(path, name, member, what)[0])
+        except InputError:
+            raise
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError) as exc:
+            raise InputError(f"{what} '{path}' | unreadable ({type(exc).__name__}: {exc}), {EXPECTED}") from exc
+    return shapes
+
+
+def _read_header(path: Path, name: str, fh, what: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran order, dtype) of one .npy member, its file position left at the data."""
     fmt = np.lib.format
     try:
         version = fmt.read_magic(fh)
@@ -108,6 +132,12 @@ def _read_array(path: Path, name: str, fh, size: int, what: str) -> np.ndarray:
     except (ValueError, SyntaxError, tokenize.TokenError) as exc:  # numpy tokenizes the header as Python
         raise InputError(f"{what} '{path}' | member '{name}' is not an .npy array ({type(exc).__name__}: {exc}), "
                          f"{EXPECTED}") from exc
+    return shape, fortran, dtype
+
+
+def _read_array(path: Path, name: str, fh, size: int, what: str) -> np.ndarray:
+    """One member, its header checked against the member's size before any data is allocated."""
+    shape, fortran, dtype = _read_header(path, name, fh, what)
     if dtype.hasobject:
         raise InputError(f"{what} '{path}' | member '{name}' holds Python objects (pickled data), expected numbers")
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1

@@ -41,3 +41,19 @@ def test_export_names_the_variant_as_a_backend_too_and_refuses_one_it_does_not_h
                    "--out", tmp_path / "b")
     assert proc.returncode == 3 and "has no fp16 artifact" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "b").exists()
+
+
+def test_export_int8_with_a_calibration_file_of_nan_is_exit_2_naming_the_file_and_the_leaf(tmp_path):
+    import numpy as np
+
+    from multiexport.files.npz import save_npz
+
+    rng = np.random.default_rng(0)
+    image = rng.uniform(0, 1, size=(8, 4, 64)).astype(np.float32)
+    image[5, 0, 3] = np.nan
+    path = save_npz(tmp_path / "nan.npz", {"image": image, "extra": rng.normal(size=(8, 4, 64)).astype(np.float32)})
+    proc = run_cli("export", "tests/precision_models.py:two_inputs", "--backend", "onnx", "--precision", "int8",
+                   "--calibration", path, "--out", tmp_path / "a")
+    assert proc.returncode == 2, proc.stderr
+    assert f"Calibration file '{path}' | leaf 'image' holds NaN at sample 5" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "a").exists()

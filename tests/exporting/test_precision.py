@@ -194,3 +194,29 @@ def test_iree_fp16_of_a_function_without_a_contraction_is_unsupported_precision_
     with pytest.raises(ExportError, match="reduced none of the model's ops") as info:
         get_backend("iree").export(target.fn, build_signature(target), tmp_path / "a", ExportOptions(precision="fp16"))
     assert info.value.category == "unsupported-precision" and not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("bad, shown", [(np.nan, "NaN"), (np.inf, "inf"), (-np.inf, "-inf")])
+def test_a_calibration_file_holding_nan_or_infinity_is_the_files_fault_in_one_line(tmp_path, bad, shown):
+    sig = build_signature(two_inputs())
+    y = np.zeros((3, 2, 4), np.float32)
+    y[1, 1, 2] = bad
+    path = save_npz(tmp_path / "c.npz", {"x": np.ones((3, 2, 4), np.float32), "y": y})
+    with pytest.raises(InputError, match=f"leaf 'y' holds {shown} at sample 1, expected finite values") as info:
+        calibration_feeds(sig, Calibration(str(path), False, "given"))
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_calibration_file_of_a_million_samples_is_refused_from_its_header_naming_the_cap(tmp_path):
+    from multiexport.cli.parser import CALIBRATION_HELP
+    from multiexport.exporting.precision import MAX_CALIBRATION_SAMPLES
+
+    w = np.ones((1, 2), np.float32)
+    target = Target(lambda x: {"y": x @ w}, args=(np.ones((1,), np.float32),), name="one_value")
+    path = save_npz(tmp_path / "c.npz", {"x": np.ones((1_000_000, 1), np.float32)})  # real, 4 MB
+    with pytest.raises(InputError, match=f"holds 1000000 samples, expected at most {MAX_CALIBRATION_SAMPLES}") as info:
+        calibration_feeds(build_signature(target), Calibration(str(path), False, "given"))
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    assert f"at most {MAX_CALIBRATION_SAMPLES} samples" in CALIBRATION_HELP  # --help says the cap
+    at_cap = save_npz(tmp_path / "cap.npz", {"x": np.ones((MAX_CALIBRATION_SAMPLES, 1), np.float32)})
+    assert len(calibration_feeds(build_signature(target), Calibration(str(at_cap), False, "given"))) == 1024
