@@ -47,6 +47,7 @@ def prepare(ctx: Context, device: DevicePlan) -> Prepared:
     config, target = ctx.config, ctx.target
     sig = build_signature(target)
     check_patterns(config.tolerances, [leaf.name for leaf in sig.outputs], "Tolerance")
+    check_patterns(config.accuracy, [leaf.name for leaf in sig.outputs], "Accuracy budget")  # a typo, as --tol
     trials = _trials(ctx, sig)
     feeds = (bench_feeds(sig, trials, config.batch_sizes, config.seed, config.val_ranges, target.batch_leaves)
              if config.bench else [])

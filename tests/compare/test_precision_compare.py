@@ -85,6 +85,16 @@ def test_precision_usage_errors_are_one_line_before_any_work(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_an_accuracy_budget_naming_no_leaf_is_refused_in_one_line_as_a_tolerance_is(tmp_path):
+    for flag, spec, what in (("--tol", "out.smal=rtol:1", "Tolerance"), ("--accuracy", "out.smal=cos:0.9", "Accuracy budget")):
+        proc = run_cli("compare", "tests/precision_models.py:wide_range", "--backends", "xla", "--precision", "fp16",
+                       flag, spec, "--out", tmp_path / "o")
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == (f"multiexport: error: {what} 'out.smal' | matched no leaf, "
+                                                         "expected one of: out.large, out.small")
+        assert not (tmp_path / "o").exists()
+
+
 def test_int8_calibrates_from_synthetic_samples_by_default_and_from_a_named_file_when_given(tmp_path):
     if not get_backend("onnx").available().ok:
         pytest.skip("onnx unavailable")
