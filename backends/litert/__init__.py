@@ -191,7 +191,9 @@ class LiteRTBackend(Backend):
                               method=f"tf.lite.TFLiteConverter.from_saved_model(...); {PRECISION_CALLS[options.precision]}",
                               toolchain=f"tensorflow {tf_version} (TFLite converter)", calibration=calibration,
                               quantized_ops=reduced, float_ops=kept, io="float32 inputs and outputs, as the leaves declare",
-                              notes=[notes[options.precision]])
+                              notes=[notes[options.precision]],
+                              # fp16 and dynamic range reduce the stored weights; the CPU computes in float32
+                              weights_only=options.precision in ("fp16", "int8-dynamic"))
 
     def classify(self, exc: BaseException, stage: str) -> tuple[str, str] | None:
         if isinstance(exc, ConversionFailed):

@@ -362,5 +362,5 @@ def _compress(ov, model, out_dir: Path, files: dict[str, str]):
         io="float32 inputs and outputs, as the leaves declare",
         notes=["float16 weights in model.bin, decompressed to float32 when the CPU plugin compiles the model: the "
                "math stays f32 (INFERENCE_PRECISION_HINT=f32, as every OpenVINO artifact multiexport writes), so the "
-               "gain is size, not speed, on a CPU"])
+               "gain is size, not speed, on a CPU"], weights_only=True)
     return {"model": "model.xml", "ir_weights": "model.bin"}, model, facts

@@ -58,7 +58,9 @@ def check_result(backend: Any, precision: str, result: FormatResult) -> None:
     `facts_type` (else InternalError: the backend's bug), and for a reduced `precision` facts that state it and
     name what was reduced; a toolchain that reduced nothing (IREE's f16 demotion of a module without a
     contraction, an fp16 IR with no weights to compress) is `unsupported-precision`, never a float artifact
-    under a reduced name."""
+    under a reduced name. So is one that reduces only stored weights (`PrecisionFacts.weights_only`) of a
+    target that stores none: what it reduced are the function's own constants (a 0.5, GELU's coefficients),
+    and its outputs were bit-identical to the float artifact's (LiteRT and OpenVINO fp16, measured)."""
     from ..errors import ExportError, InternalError
 
     if not isinstance(result.format, backend.facts_type):
@@ -74,4 +76,12 @@ def check_result(backend: Any, precision: str, result: FormatResult) -> None:
         raise ExportError(f"Backend '{backend.name}' | its {precision} toolchain ({result.precision.method}) reduced "
                           f"none of the model's ops, so the artifact would be the float one: no {precision} artifact "
                           "for this target", backend=backend.name, category="unsupported-precision")
+    stored = int(result.weights.get("embedded_bytes", 0) or 0) + int(result.weights.get("external_bytes", 0) or 0)
+    if result.precision.weights_only and not stored:
+        touched = ", ".join(f"{k} x{v}" for k, v in result.precision.quantized_ops.items())
+        raise ExportError(f"Backend '{backend.name}' | its {precision} toolchain reduces only the weights stored in "
+                          "the model, and this target stores none (all of its weights are input leaves): it reduced "
+                          f"only the function's own constants ({touched}) and would compute as the float artifact: no "
+                          f"{precision} artifact for this target; close over the weights (bake them into the function) "
+                          "to reduce them", backend=backend.name, category="unsupported-precision")
 

@@ -104,6 +104,10 @@ class PrecisionFacts:
     float_ops: op type -> count of compute ops that stayed in float32.
     io: the dtypes a caller feeds and gets back (reduced-precision models keep float32 at the boundary).
     notes: anything else a deployer should know (ops the quantizer skipped, runtime caveats).
+    weights_only: whether the toolchain reduced only the weights stored in the model, the math staying float32
+        on the runtime (LiteRT's and OpenVINO's fp16): an artifact of a target that stores no weights (all of
+        them input leaves) then reduced only the function's own constants and computes as the float one, so
+        the core refuses it (exporting.format_result.check_result).
     """
 
     precision: str
@@ -114,6 +118,7 @@ class PrecisionFacts:
     float_ops: dict[str, int] = field(default_factory=dict)
     io: str = "the leaves' own dtypes (float32 stays float32)"
     notes: list[str] = field(default_factory=list)
+    weights_only: bool = False
 
     def check_loaded(self, where: str) -> None:
         """A precision multiexport knows, checked when a manifest is read (`where` names the field)."""

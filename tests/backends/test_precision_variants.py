@@ -123,3 +123,38 @@ def test_litert_int8_calibrated_from_named_leaves_is_the_tflite_converter_by_han
     ours = (made.directory / "model.tflite").read_bytes()
     np.testing.assert_array_equal(run(ours), run(by_hand(("image", "extra"))))
     assert not np.array_equal(run(ours), run(by_hand(("extra", "image"))))
+
+
+def _weights_in():
+    """An MLP whose weights are all input leaves, with the function's own constants (GELU's, a 0.5) inside."""
+    from multiexport import Target
+
+    def weights_in_fn(params, x):
+        hidden = jax.nn.gelu(x @ params["w1"] + params["b1"])
+        return {"logits": hidden @ params["w2"] * 0.5}
+
+    rng = np.random.default_rng(0)
+    params = {"w1": rng.normal(size=(16, 32)).astype(np.float32), "b1": np.zeros(32, np.float32),
+              "w2": rng.normal(size=(32, 4)).astype(np.float32)}
+    return Target(weights_in_fn, args=(params, rng.normal(size=(2, 16)).astype(np.float32)), name="weights_in")
+
+
+WEIGHTS_ONLY = [("litert", "fp16"), ("openvino", "fp16")]
+
+
+@pytest.mark.parametrize("backend, precision", WEIGHTS_ONLY, ids=[f"{b}@{p}" for b, p in WEIGHTS_ONLY])
+def test_a_weights_only_reduction_of_a_target_storing_no_weights_is_unsupported_precision(tmp_path, backend, precision):
+    """Its toolchain reduced only the function's own constants: the artifact's outputs were bit-identical to the
+    float artifact's and it was `ok` (OpenVINO's even 1.7x larger); now no artifact, naming why."""
+    from multiexport import ExportError
+
+    _available(backend)
+    target = _weights_in()
+    sig = build_signature(target)
+    with pytest.raises(ExportError, match="reduces only the weights stored in the model, and this target stores none") \
+            as info:
+        get_backend(backend).export(target.fn, sig, tmp_path / "a", ExportOptions(precision=precision))
+    assert info.value.category == "unsupported-precision" and "\n" not in str(info.value)
+    assert not (tmp_path / "a").exists()
+    float_artifact = get_backend(backend).export(target.fn, sig, tmp_path / "f", ExportOptions())  # fp32 still is
+    assert Manifest.read(float_artifact.directory).precision is None

@@ -185,6 +185,18 @@ def test_a_reduced_artifact_must_state_its_precision_and_what_it_reduced():
     with pytest.raises(ExportError, match="reduced none of the model's ops") as info:
         check_result(backend, "fp16", nothing)
     assert info.value.category == "unsupported-precision"
+    constants_only = PrecisionFacts(precision="fp16", method="m", toolchain="t", quantized_ops={"MUL": 1},
+                                    weights_only=True)
+    for weights in ({}, {"storage": "none", "embedded_bytes": 0, "external_bytes": 0}):
+        with pytest.raises(ExportError, match="this target stores none") as info:
+            check_result(backend, "fp16", FormatResult(files={}, used=[], params=[], output_params=[],
+                                                       weights=weights, precision=constants_only))
+        assert info.value.category == "unsupported-precision"
+    for weights in ({"embedded_bytes": 128}, {"external_bytes": 1 << 20}):
+        check_result(backend, "fp16", FormatResult(files={}, used=[], params=[], output_params=[], weights=weights,
+                                                   precision=constants_only))
+    math = PrecisionFacts(precision="fp16", method="m", toolchain="t", quantized_ops={"dot_general": 1})
+    check_result(backend, "fp16", FormatResult(files={}, used=[], params=[], output_params=[], precision=math))
 
 
 def test_iree_fp16_of_a_function_without_a_contraction_is_unsupported_precision_not_the_float_artifact(tmp_path):
