@@ -17,13 +17,13 @@ SOURCE = Path(__file__).resolve().parent / "csrc" / "pjrt_run.cc"  # package dat
 
 @dataclass(frozen=True)
 class PjrtConsumer(NativeConsumer):
-    """pjrt_run: the plugin is an argument (a CPU plugin, or jax's CUDA plugin for device "gpu"); the CPU client
-    reads its threads from PJRT_NPROC."""
+    """pjrt_run: the plugin is an argument (a CPU plugin, jax's CUDA plugin for device "gpu", libtpu for "tpu"); the
+    CPU client reads its threads from PJRT_NPROC."""
 
     consumer: str = CONSUMER
     program: str = "pjrt_run"
     threads_flag: bool = False
-    devices: tuple[str, ...] = ("cpu", "gpu")
+    devices: tuple[str, ...] = ("cpu", "gpu", "tpu")
     static_modules: bool = True
 
     def recipe(self) -> Recipe:
@@ -37,7 +37,7 @@ class PjrtConsumer(NativeConsumer):
     def user_options(self) -> Mapping[str, str]:
         return {"cflags": "include flags for a program on the PJRT C API: the shared C sources and pjrt_c_api.h",
                 "plugin": "the installed PJRT plugin to dlopen: a CPU plugin's with --device cpu (the default), "
-                          "jax's CUDA plugin with --device gpu"}
+                          "jax's CUDA plugin with --device gpu, libtpu's libtpu.so with --device tpu"}
 
     def user_answer(self, option: str, common: Path, device: str) -> str:
         from .runtime import find_pjrt_header, find_pjrt_plugin
@@ -63,11 +63,23 @@ class PjrtConsumer(NativeConsumer):
     def bundle_argv(self, request: Request) -> list[str]:
         return ["--plugin", f"../lib/{_bundled_plugin(request).name}"]
 
+    def bundle_environment(self, request: Request) -> dict[str, str]:
+        """Defaults run.sh sets when the server's environment has none: for libtpu, this machine's TPU_* variables
+        (a server of the same TPU type; its own values win), without which libtpu waits on a metadata server."""
+        from .runtime import is_tpu_plugin, tpu_environment
+
+        return tpu_environment() if is_tpu_plugin(_bundled_plugin(request)) else {}
+
 
 def _bundled_plugin(request: Request) -> Path:
+    """The plugin a bundle carries: the one asked for, else libtpu on a machine with a TPU (the device it runs on,
+    as `native` picks it), else the installed CPU plugin."""
+    from multiexport.native.runtimes import tpu_presence
+
     from .runtime import find_pjrt_plugin, is_cuda_plugin
 
-    plugin = find_pjrt_plugin(request.plugin)
+    here = tpu_presence()
+    plugin = find_pjrt_plugin(request.plugin, "tpu" if here.attached and here.libtpu else "cpu")
     if is_cuda_plugin(plugin):  # it dlopens CUDA from the NVIDIA wheels through LD_LIBRARY_PATH, and the driver
         raise UsageError(f"PJRT plugin '{plugin}' | a CUDA plugin cannot be bundled yet, expected a CPU plugin: it "
                          "loads the NVIDIA wheels' libraries through LD_LIBRARY_PATH and the server's driver")

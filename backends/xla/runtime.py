@@ -1,6 +1,7 @@
 """Where the PJRT consumer's runtime is on this machine: `pjrt_c_api.h` to compile `pjrt_run` against, and the
-PJRT plugin it dlopens (a CPU plugin wheel's, or jax's CUDA plugin with the NVIDIA wheels' libraries), found in
-the installed packages without importing them, never vendored."""
+PJRT plugin it dlopens (a CPU plugin wheel's, jax's CUDA plugin with the NVIDIA wheels' libraries, or libtpu's
+libtpu.so with the machine's TPU_* variables), found in the installed packages without importing them, never
+vendored."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ HEADER_ENV = "MULTIEXPORT_PJRT_INCLUDE"
 # jax's CUDA PJRT plugins, newest CUDA first: the package `jax-cudaNN-pjrt` installs jax_plugins/xla_cudaNN/.
 CUDA_PLUGIN_PACKAGES = ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
 CUDA_PLUGIN_FILE = "xla_cuda_plugin.so"
+TPU_PLUGIN_FILE = "libtpu.so"  # the `libtpu` package's library is itself a PJRT plugin (it exports GetPjrtApi)
 
 
 def find_pjrt_header() -> Path:
@@ -43,7 +45,7 @@ def find_pjrt_header() -> Path:
 
 def find_pjrt_plugin(explicit: str | os.PathLike | None = None, device: str = "cpu") -> Path:
     """The PJRT plugin to dlopen: `explicit`, else $MULTIEXPORT_PJRT_PLUGIN, else an installed one for
-    `device` ("cpu" or "gpu").
+    `device` ("cpu", "gpu" or "tpu": libtpu's libtpu.so).
 
     Installed CPU plugins, best first: lammps-jax-pjrt-cpu (built from the XLA of jaxlib 0.11.2: measured
     bit-equal to JAX 0.10.2 on the MLP), then xla-cpu-pjrt 0.0.1 (an older XLA: its dots differ from
@@ -58,8 +60,10 @@ def find_pjrt_plugin(explicit: str | os.PathLike | None = None, device: str = "c
         return path
     if device == "gpu":
         return find_cuda_plugin()
+    if device == "tpu":
+        return find_tpu_plugin()
     if device != "cpu":
-        raise NativeBuildError(f"Device '{device}' | no PJRT plugin kind for it, expected cpu or gpu")
+        raise NativeBuildError(f"Device '{device}' | no PJRT plugin kind for it, expected cpu, gpu or tpu")
     candidates = []
     lammps = package_dir("lammps_jax_pjrt_cpu")
     if lammps:
@@ -91,6 +95,24 @@ def find_cuda_plugin() -> Path:
         + (f"; looked in {', '.join(looked)}" if looked else ""))
 
 
+def find_tpu_plugin() -> Path:
+    """libtpu's PJRT plugin (the `libtpu` package's libtpu.so, which jax[tpu] installs), found without loading it:
+    loading it takes the chip's lock."""
+    from multiexport.native.runtimes import tpu_presence
+
+    found = tpu_presence()
+    if found.libtpu is None:
+        raise NativeBuildError(f"no TPU PJRT plugin: libtpu is not installed (pip install 'jax[tpu]' brings the libtpu "
+                               f"package and its {TPU_PLUGIN_FILE}), or name a .so with --plugin or ${PLUGIN_ENV}; "
+                               f"{found.describe()}")
+    return found.libtpu
+
+
+def is_tpu_plugin(plugin: Path) -> bool:
+    """Whether `plugin` is libtpu (the libtpu package's libtpu.so, or a copy of it in a bundle's lib/)."""
+    return plugin.name == TPU_PLUGIN_FILE
+
+
 def is_cuda_plugin(plugin: Path) -> bool:
     """Whether `plugin` is a CUDA PJRT plugin (jax's layout: jax_plugins/xla_cudaNN/xla_cuda_plugin.so)."""
     return plugin.name == CUDA_PLUGIN_FILE or plugin.parent.name.startswith("xla_cuda")
@@ -114,12 +136,14 @@ def nvidia_library_dirs() -> list[Path]:
 def plugin_environment(plugin: Path) -> dict[str, str]:
     """What the native program's environment (nothing inherited, as `env -i`) needs for `plugin`.
 
-    A CPU plugin needs nothing. jax's CUDA plugin dlopens the CUDA libraries (cudart, cuBLAS, cuDNN, ...)
+    A CPU plugin needs nothing. libtpu needs the machine's TPU_* variables (`tpu_environment`). jax's CUDA plugin dlopens the CUDA libraries (cudart, cuBLAS, cuDNN, ...)
     that jax preloads from the NVIDIA wheels before registering it (jax_plugins/xla_cuda13/__init__.py):
     without Python, LD_LIBRARY_PATH names those directories instead, followed by this process's own
     LD_LIBRARY_PATH, which is where a container puts the driver (libcuda.so.1, e.g. /usr/local/nvidia/lib64).
     PATH is passed on too (XLA looks for ptxas there), and CUDA_VISIBLE_DEVICES when set.
     """
+    if is_tpu_plugin(plugin):
+        return tpu_environment()
     if not is_cuda_plugin(plugin):
         return {}
     inherited = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
@@ -129,3 +153,16 @@ def plugin_environment(plugin: Path) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
     return {k: v for k, v in env.items() if v}
 
+
+
+def tpu_environment() -> dict[str, str]:
+    """What libtpu needs in an environment that inherits nothing: this machine's TPU_* variables (its topology:
+    TPU_ACCELERATOR_TYPE, TPU_CHIPS_PER_HOST_BOUNDS, TPU_HOST_BOUNDS, TPU_WORKER_ID, ...), and
+    TPU_SKIP_MDS_QUERY=true when they say the topology. Without them libtpu asks a cloud metadata server for
+    each key, about 30 s apiece, which looks like a hang."""
+    from multiexport.native.runtimes import tpu_variables
+
+    env = tpu_variables()
+    if "TPU_ACCELERATOR_TYPE" in env:
+        env.setdefault("TPU_SKIP_MDS_QUERY", "true")
+    return env

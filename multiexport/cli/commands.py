@@ -143,13 +143,16 @@ def cmd_native(args) -> int:
             raise UsageError(f"Option '--{name}' | got {getattr(args, name)}, expected an integer >= 0")
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
+    if not args.timeout > 0:
+        raise UsageError(f"Option '--timeout' | got {args.timeout:g}, expected seconds > 0")
     if args.bundle is not None:
         return _native_bundle(args)
     if args.out is not None and args.out.is_dir():
         raise UsageError(f"Option '--out' | '{args.out}' is a directory, expected a file name such as out.npz")
     if args.out is not None:  # before any work: a file of the user's is never replaced
         check_overwritable(args.out, "Option '--out'")
-    kwargs = {"threads": args.threads, "plugin": args.plugin, "trust_artifact": args.trust_artifact}
+    kwargs = {"threads": args.threads, "plugin": args.plugin, "trust_artifact": args.trust_artifact,
+              "device": args.device}
     if args.print_command:
         if args.inputs or args.out or args.iters:
             raise UsageError("Option '--print-command' | got --inputs/--out/--iters too, expected it alone: the line "
@@ -161,7 +164,8 @@ def cmd_native(args) -> int:
         if "example_inputs" not in manifest.files:
             raise UsageError(f"Artifact '{args.artifact}' | has no example_inputs.npz, expected --inputs FILE.npz")
         args.inputs = manifest.path(args.artifact, "example_inputs")
-    result = run(args.artifact, load_npz(args.inputs), iters=args.iters, warmup=args.warmup, **kwargs)
+    result = run(args.artifact, load_npz(args.inputs), iters=args.iters, warmup=args.warmup, timeout=args.timeout,
+                 **kwargs)
     if args.out:
         save_npz(args.out, result.outputs)
         print(visible(f"wrote {len(result.outputs)} outputs to {args.out}: {', '.join(result.outputs)}"))
@@ -180,7 +184,9 @@ def _native_bundle(args) -> int:
     if args.inputs or args.out or args.iters or args.print_command or args.threads:
         raise UsageError("Option '--bundle' | got --inputs/--out/--iters/--threads/--print-command too, expected it "
                          "alone (or with --plugin, --trust-artifact): OUT/run.sh passes its arguments to the program")
-    print(visible(bundle(args.artifact, args.bundle, plugin=args.plugin, trust_artifact=args.trust_artifact).summary()))
+    made = bundle(args.artifact, args.bundle, plugin=args.plugin, trust_artifact=args.trust_artifact,
+                  timeout=args.timeout)
+    print(visible(made.summary()))
     return 0
 
 

@@ -118,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="intra-op threads for the runtime (default: its own choice)")
     p.add_argument("--plugin", type=Path, help="the PJRT plugin .so for XLA (default: $MULTIEXPORT_PJRT_PLUGIN, else "
                                                 "the installed one)")
+    p.add_argument("--device", choices=["auto", "cpu", "gpu", "tpu"], default="auto",
+                   help="the device the consumer runs on (XLA: which installed PJRT plugin; default auto: the TPU when "
+                        "this machine has one and libtpu is installed, else the CPU)")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds before the program (or the bundle's proving run) is stopped with everything it "
+                        "started (default: 300)")
     p.add_argument("--trust-artifact", action="store_true",
                    help="run a format that carries code (a SavedModel) without checking its graph first; only for "
                         "artifacts you trust like your own code (the program that runs it is always multiexport's)")

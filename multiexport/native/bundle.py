@@ -2,7 +2,8 @@
 
 `bundle(DIR, OUT)` (`multiexport native DIR --bundle OUT`) writes:
 
-    OUT/run.sh        one line: cd "$(dirname "$0")/artifact" && exec ../bin/PROG ARGS "$@"
+    OUT/run.sh        one line: cd "$(dirname "$0")/artifact" && exec ../bin/PROG ARGS "$@" (after the runtime's
+                      defaults from this machine, e.g. libtpu's TPU_* topology, each kept if the server sets it)
     OUT/bin/          the consumer: our own program rebuilt with DT_RPATH $ORIGIN/../lib, or a prebuilt tool
     OUT/lib/          every library the program and its runtime load that comes from outside the system's library
                       directories, flat, under the name the loader asks for (a PJRT plugin, OpenVINO's device
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import ArtifactError, UsageError
+from ..errors import ArtifactError, RunError, UsageError
 from ..exporting.manifest import Manifest
 from ..exporting.native_consumer import NativeConsumer, Program, Request
 from ..exporting.native_section import CONSUMERS, consumer_for
@@ -90,8 +91,10 @@ class Bundle:
 
 
 def bundle(artifact_dir: str | os.PathLike, out: str | os.PathLike, *, plugin: str | os.PathLike | None = None,
-           trust_artifact: bool = False) -> Bundle:
-    """Write the relocatable bundle of `artifact_dir` to `out` (a new or empty directory), proven before it appears."""
+           trust_artifact: bool = False, timeout: float = LDD_TIMEOUT_S) -> Bundle:
+    """Write the relocatable bundle of `artifact_dir` to `out` (a new or empty directory), proven before it appears.
+
+    timeout: seconds the proving run of run.sh may take; past them it is stopped with everything it started."""
     from .run import check_artifact
 
     directory = Path(artifact_dir).resolve()
@@ -111,7 +114,7 @@ def bundle(artifact_dir: str | os.PathLike, out: str | os.PathLike, *, plugin: s
     try:
         staging.chmod(0o777 & ~current_umask())  # mkdtemp's 0700 would make OUT unreadable to the deployer's others
         made = _write(staging, directory, manifest, consumer, request, programs, runtime)
-        _prove(staging, made)
+        _prove(staging, made, timeout)
         _check_out(target, directory)  # still new or empty: rename() replaces an empty directory, nothing else
         try:
             os.replace(staging, target)
@@ -206,7 +209,11 @@ def _write_run_sh(root: Path, consumer: NativeConsumer, request: Request, progra
     mkdir = "mkdir -p outputs && " if consumer.mkdir_outputs else ""
     argv = shlex.join([f"../bin/{program}", *consumer.bundle_argv(request)])
     line = f'cd "$(dirname "$0")/artifact" && {mkdir}{env}exec {argv} "$@"'
-    (root / "run.sh").write_text(f"#!/bin/sh\n{line}\n")
+    # A runtime's defaults from this machine (libtpu's TPU_* topology), each kept when the server sets its own.
+    defaults = getattr(consumer, "bundle_environment", lambda _request: {})(request)
+    preset = "".join(f'[ -n "${{{k}+set}}" ] || {k}={shlex.quote(v)}; export {k}\n' for k, v in defaults.items()
+                     if re.fullmatch(r"[A-Z_][A-Z0-9_]*", k))
+    (root / "run.sh").write_text(f"#!/bin/sh\n{preset}{line}\n")
     (root / "run.sh").chmod(0o755)
 
 
@@ -231,7 +238,7 @@ def _requires(files: list[Path], bundled: set[str]) -> dict[str, str]:
     return {family: number for family, (_, number) in sorted(newest.items())}
 
 
-def _prove(root: Path, made: Mapping[str, Any]) -> None:
+def _prove(root: Path, made: Mapping[str, Any], timeout: float = LDD_TIMEOUT_S) -> None:
     """ldd on every ELF file, then one run under env -i: nothing may come from outside the bundle and the system."""
     known = system_dirs()
     root = root.resolve()
@@ -267,11 +274,14 @@ def _prove(root: Path, made: Mapping[str, Any]) -> None:
         # env(1) sets LD_DEBUG for run.sh alone: run_command starts programs behind a Python stub, whose own
         # loading must not be logged.
         outcome = run_command(["env", "LD_DEBUG=libs,files", f"LD_DEBUG_OUTPUT={logs}/ld", str(root / "run.sh")],
-                              timeout=LDD_TIMEOUT_S, cwd=root, env={})
+                              timeout=timeout, cwd=root, env={})
         loaded = [p for log in sorted(Path(logs).iterdir()) for p in loaded_objects(log.read_text(errors="replace"),
                                                                                     artifact)]
     if not had_outputs:
         shutil.rmtree(artifact / "outputs", ignore_errors=True)
+    if outcome.timed_out:
+        raise RunError(f"Bundle run.sh | ran past {timeout:g} s on the artifact's example inputs under env -i and was "
+                       "stopped with everything it started (--timeout); nothing was written", category="timeout")
     if outcome.returncode != 0:
         said = " ".join((outcome.stderr.strip() or outcome.stdout.strip()).split())[-2000:]
         raise ArtifactError(f"Bundle run.sh | {outcome.how_it_ended()} on the artifact's example inputs under env -i: "

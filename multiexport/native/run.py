@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..dtypes import npy_storable
-from ..errors import ArtifactError, InputError, RunError, leaf_message
+from ..errors import ArtifactError, InputError, RunError, UsageError, leaf_message
 from ..exporting.feed import check_feed
 from ..exporting.manifest import Manifest
 from ..exporting.native_consumer import Call, NativeConsumer
@@ -96,13 +96,29 @@ def command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DIR, out
     repetition). threads: the runtime's intra-op threads (PJRT_NPROC for XLA's CPU client,
     TF_NUM_INTRAOP_THREADS for TF, --task_topology_max_group_count for IREE, INFERENCE_NUM_THREADS for
     OpenVINO, intra_op_num_threads for ONNX Runtime, XNNPACK's num_threads for LiteRT), as compare gives every runtime.
-    device: for XLA without `plugin`, which installed PJRT plugin runs it ("cpu", or "gpu": jax's CUDA plugin).
+    device: for XLA without `plugin`, which installed PJRT plugin runs it ("cpu"; "gpu": jax's CUDA plugin; "tpu":
+    libtpu; "auto": the TPU where this machine has one the consumer can use, else the CPU; `device_for`).
     trust_artifact: skip the trust gate (`Backend.check_untrusted`); the program itself is always multiexport's.
     """
     directory = Path(artifact_dir).resolve()
     manifest, native, consumer = _consumer_checked(directory, trust_artifact)
+    device = device_for(consumer, device)
     call = Call(inputs_dir, outputs_dir, iters, warmup, threads, None if plugin is None else str(plugin), device)
     return consumer.command(manifest, native, call, build(consumer.program) if consumer.builds else None)
+
+
+def device_for(consumer: NativeConsumer, requested: str) -> str:
+    """The device `consumer` runs on: `requested`, which must be one of its devices, or for "auto" the TPU when
+    this machine has one (seen without opening it; libtpu installed) and the consumer runs there, else the CPU."""
+    from ..environment import tpu_presence
+
+    if requested == "auto":
+        here = tpu_presence()
+        return "tpu" if "tpu" in consumer.devices and here.attached and here.libtpu is not None else "cpu"
+    if requested not in consumer.devices:
+        raise UsageError(f"Option '--device' | got '{requested}', expected one of {', '.join(consumer.devices)}: "
+                         f"the native program '{consumer.program}' runs on those only")
+    return requested
 
 
 def print_command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DIR, outputs_dir: str = OUTPUT_DIR,
@@ -156,7 +172,7 @@ def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int 
         timing, samples = consumer.read_timing(stdout, work_out, times) if iters else (None, None)
         if iters and consumer.outputs_after_timing():
             run_argv, _ = command(directory, inputs_dir=str(work_in), outputs_dir=str(work_out), threads=threads,
-                                  trust_artifact=True)
+                                  plugin=plugin, device=device, trust_artifact=True)
             _run(run_argv, env, directory, timeout)
         outputs = {}
         for entry in native["results"]:
@@ -170,8 +186,9 @@ def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int 
 def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> str:
     name = Path(argv[0]).name
     outcome = run_command(argv, timeout=timeout, cwd=cwd, env=env)  # env: nothing inherited, as `env -i`
-    if outcome.timed_out:
-        raise RunError(f"Native program '{name}' | ran past {timeout:g} s, expected it to finish", category="timeout")
+    if outcome.timed_out:  # run_command killed its whole session: nothing it started is left running
+        raise RunError(f"Native program '{name}' | ran past {timeout:g} s and was stopped with everything it started, "
+                       "expected it to finish (--timeout)", category="timeout")
     if outcome.start_error:
         raise RunError(f"Native program '{name}' | {outcome.how_it_ended()}")
     if outcome.returncode != 0:

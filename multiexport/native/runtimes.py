@@ -10,7 +10,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from ..environment import tpu_presence, tpu_variables
 from ..errors import BackendUnavailable
+
+__all__ = ["NativeBuildError", "package_dir", "tpu_presence", "tpu_variables"]  # the TPU's: for libtpu lookups
 
 
 class NativeBuildError(BackendUnavailable):

@@ -70,8 +70,8 @@ def test_without_a_cuda_plugin_the_error_names_the_package(tmp_path, monkeypatch
         pytest.skip("a CUDA PJRT plugin is installed here")
     with pytest.raises(BackendUnavailable, match=r"no CUDA PJRT plugin: install JAX's.*jax-cuda13-pjrt"):
         pjrt.find_pjrt_plugin(device="gpu")
-    with pytest.raises(BackendUnavailable, match=r"Device 'tpu' \| no PJRT plugin kind"):
-        pjrt.find_pjrt_plugin(device="tpu")
+    with pytest.raises(BackendUnavailable, match=r"Device 'npu' \| no PJRT plugin kind"):
+        pjrt.find_pjrt_plugin(device="npu")
 
 
 def test_an_explicit_plugin_wins_over_the_device(tmp_path, monkeypatch, no_plugin_env):
