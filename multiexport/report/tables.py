@@ -108,18 +108,27 @@ PARITY_HEADER = ["backend", "output leaf", "verdict", "max err / scale", "max ab
 
 
 def parity_rows(results: Results) -> list[list[str]]:
+    """Per row and output leaf, its worst trial's figures and verdict. A reduced-precision row is judged by its
+    accuracy budget, not by float tolerances: its verdict and last-but-one column are the budget's (a float
+    FAIL beside a row the budget judged ok would be a false verdict)."""
     rows = []
     for name, r in results.backends.items():
         if not r.parity:
             continue
+        budget = {leaf.leaf: leaf for leaf in r.accuracy.leaves} if r.accuracy is not None else None
         for leaf, v in r.parity.worst().items():
             s = v.stats
+            verdict, held_to = ("pass" if v.passed else "FAIL"), v.tolerance.text()
+            if budget is not None and leaf in budget:
+                verdict = "FAIL (budget)" if budget[leaf].failed else "pass (budget)"
+                held_to = f"budget {budget[leaf].budget.text()}"
             if not s.compared:
-                rows.append([name, leaf, "FAIL", "shape differs", "-", "-", "-", "-", "-", v.tolerance.text(), v.trial])
+                rows.append([name, leaf, "FAIL" if budget is None else verdict, "shape differs", "-", "-", "-", "-",
+                             "-", held_to, v.trial])
                 continue
-            rows.append([name, leaf, "pass" if v.passed else "FAIL", f"{s.err_scale:.3g}", f"{s.max_abs:.3g}",
+            rows.append([name, leaf, verdict, f"{s.err_scale:.3g}", f"{s.max_abs:.3g}",
                          f"{s.max_rel:.3g}", "-" if s.max_ulp is None else str(s.max_ulp), f"{s.mismatch_ratio:.3g}",
-                         f"{s.min_rtol:.3g}", v.tolerance.text(), v.trial])
+                         f"{s.min_rtol:.3g}", held_to, v.trial])
     return rows
 
 
