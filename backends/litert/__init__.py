@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from multiexport.errors import ArtifactError, RunError
+from multiexport.errors import ArtifactError, ExportError, RunError
 from multiexport.exporting import Backend, FormatResult, Manifest, Option, RunOptions, Runner
 from multiexport.leaves.weights import embedded
 from multiexport.versions import dist_version
@@ -94,6 +94,8 @@ class LiteRTBackend(Backend):
             exc.leaf_dtypes = sorted({leaf.dtype for leaf in (*signature.inputs, *signature.outputs)})
             raise
         (out_dir / MODEL_FILE).write_bytes(blob)
+        if options.precision != "fp32":
+            self._check_prepares(out_dir / MODEL_FILE, blob, options.precision)
         meta = model_metadata(blob)
         used_ops = op_names(blob)
         params = [front[leaf.name].param for leaf in signature.inputs]
@@ -159,6 +161,24 @@ class LiteRTBackend(Backend):
             native=litert_section(signature.inputs, params, signature.outputs, output_params, model=MODEL_FILE),
             precision=self._precision(options, blob, calibration, tf.__version__),
         )
+
+    def _check_prepares(self, path: Path, blob: bytes, precision: str) -> None:
+        """A reduced model whose kernels cannot be prepared is refused before this process opens it: one whose
+        int8 ADD/SUB LiteRT would abort on names the op and the range calibration gave it (unsupported-precision);
+        any other native crash preparing it, found in a child process, is `crashed` here, not this process's end."""
+        from .convert import requantization_gap
+        from .runner import prepare_in_child
+
+        gap = requantization_gap(blob)
+        if gap:
+            raise ExportError(f"Backend '{self.name}' | no {precision} artifact: {gap}. The calibration met float32's "
+                              "extremes (an attention mask's finfo(float32).min bias, a clamp to float32's max): a "
+                              "finite bias such as -1e9 quantizes", backend=self.name, category="unsupported-precision")
+        died = prepare_in_child(str(path))
+        if died:
+            raise ExportError(f"Backend '{self.name}' | LiteRT's interpreter died by {died} preparing the {precision} "
+                              "model (native code in a kernel's Prepare, seen in a child process): no such artifact",
+                              backend=self.name, category="crashed")
 
     def _samples(self, signature, options, front):
         """(the int8 calibration feeds keyed by the signature's input names, leaves the SavedModel dropped left

@@ -266,3 +266,43 @@ def scatter_regions(blob: bytes) -> list[list[str]]:
             region = model.Subgraphs(options.UpdateComputationSubgraphIndex())
             regions.append([op_name(region.Operators(j)) for j in range(region.OperatorsLength())])
     return regions
+
+
+# TFLite's int8/int16 ADD and SUB kernels (add.cc, sub.cc Prepare) rescale through `(1 << left_shift) * output
+# scale` in float32 and abort (QuantizeMultiplierSmallerThanOneExp's CHECK) when that overflows to inf or a scale
+# is not a positive finite number: a native crash, not an error, when the model is first prepared.
+_LEFT_SHIFT = {"INT8": 20, "INT16": 15}
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def requantization_gap(blob: bytes) -> str | None:
+    """What makes LiteRT's quantized ADD/SUB kernel abort on this model, in words (the op, its tensor and the
+    range calibration gave it), or None. Such a scale comes from float32's extremes calibrated into int8: an
+    attention mask's bias of finfo(float32).min (HF BERT) gives a range of +-3.4e38, a scale of ~1.3e36."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAsModel(blob, 0)
+    names = _builtin_names(schema)
+    types = {value: key for key, value in vars(schema.TensorType).items() if not key.startswith("_")}
+    for g in range(model.SubgraphsLength()):
+        subgraph = model.Subgraphs(g)
+        for i in range(subgraph.OperatorsLength()):
+            op = subgraph.Operators(i)
+            name = _code_name(model.OperatorCodes(op.OpcodeIndex()), names)
+            out = subgraph.Tensors(op.Outputs(0)) if op.OutputsLength() else None
+            if name not in ("ADD", "SUB") or out is None or types.get(out.Type()) not in _LEFT_SHIFT:
+                continue
+            shift = _LEFT_SHIFT[types[out.Type()]]
+            tensors = [subgraph.Tensors(op.Inputs(j)) for j in range(op.InputsLength()) if op.Inputs(j) >= 0] + [out]
+            for tensor in tensors:
+                quant = tensor.Quantization()
+                scale = float(quant.Scale(0)) if quant is not None and quant.ScaleLength() else None
+                if scale is None:
+                    continue
+                overflows = tensor is out and (1 << shift) * scale > _FLOAT32_MAX
+                if overflows or not (0 < scale < float("inf")):
+                    role = "output" if tensor is out else "input"
+                    return (f"its {types[out.Type()].lower()} {name} '{(tensor.Name() or b'').decode(errors='replace')}' "
+                            f"has an {role} scale of {scale:.3g} (a calibrated range of +-{scale * 127:.3g}), which "
+                            f"TFLite's {name} kernel cannot requantize: it aborts when the model is prepared")
+    return None

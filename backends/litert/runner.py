@@ -139,6 +139,31 @@ def open_interpreter(path: str, threads: int):
     return Interpreter(model_path=path, num_threads=threads)
 
 
+# Prepares a model in a child process: `-I` so nothing beside the artifact or in PYTHON* variables is imported.
+_PREPARE = ("import sys\nfrom ai_edge_litert.interpreter import Interpreter\n"
+            "Interpreter(model_path=sys.argv[1], num_threads=1).allocate_tensors()\n")
+
+
+def prepare_in_child(path: str, timeout: float = 600.0) -> str | None:
+    """The name of the signal that killed a child process preparing the model at `path` (allocate_tensors: every
+    kernel's Prepare), or None when it prepared, failed with a Python error or timed out (the in-process load
+    then says which). A kernel that aborts in native code would otherwise take the exporting process with it."""
+    import signal
+    import subprocess
+    import sys
+
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-c", _PREPARE, path], capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    if proc.returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-proc.returncode).name
+    except ValueError:
+        return f"signal {-proc.returncode}"
+
+
 def signature_of(interpreter) -> dict[str, dict[str, int]] | None:
     """serving_default's {"inputs": {alias: tensor index}, "outputs": {...}}, or None when the model has none."""
     full = getattr(interpreter, "_get_full_signature_list", None)
