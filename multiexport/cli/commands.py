@@ -282,6 +282,8 @@ def requested_backends(args) -> list[str]:
 
 
 def _compare(args, target, start: float, early_workers, timeline) -> int:
+    import dataclasses
+
     from ..comparison import compare
     from .output import err_console, plain, print_results
 
@@ -294,12 +296,15 @@ def _compare(args, target, start: float, early_workers, timeline) -> int:
     unknown = [b for b in allow if b not in config.backends]
     if unknown:
         raise UsageError(f"Option '--allow-fail' | names '{unknown[0]}', expected one of {', '.join(config.backends)}")
-    baseline = None
-    if args.baseline:
-        from ..results import load_results
+    from ..comparison.baseline import gate_inputs
 
-        baseline = load_results(args.baseline)
+    baseline, beside, said = gate_inputs(args.baseline, args.baseline_artifacts, config.backends, config.out_dir)
+    gated = args.baseline is not None or args.baseline_artifacts is not None
+    if beside is not None:  # the baseline's artifacts timed in the same rounds: the paired A/B
+        config = dataclasses.replace(config, baseline_artifacts=beside)
     err = err_console()
+    if said:
+        err.print(plain(said))
     status = err.status("starting") if err.is_terminal else None  # a live line on terminals, plain lines in logs
 
     built = [f"{time.perf_counter() - start:6.1f}s target '{target.name}' built (its module imported, its arguments made)"]
@@ -322,7 +327,7 @@ def _compare(args, target, start: float, early_workers, timeline) -> int:
             status.stop()
     print_results(results)
     code = results.exit_code_allowing(allow)
-    if baseline is not None:
+    if gated:
         code = max(code, _gate(baseline, results, args))
     return code
 

@@ -212,7 +212,13 @@ def _compare_parser(sub) -> None:
                    help="backends whose export or run failures do not make the exit code 3 (they still show as rows)")
     regression_options(p)
     p.add_argument("--baseline", type=Path, metavar="RESULTS_JSON",
-                   help="compare to a previous results.json; exit 1 on a regression (Markdown diff printed)")
+                   help="compare to a previous results.json; exit 1 on a regression. Its artifacts, when still beside "
+                        "it, are timed in the same rounds as the new ones (paired A/B); else latency is judged "
+                        "cross-run, with a wider threshold")
+    p.add_argument("--baseline-artifacts", type=Path, metavar="DIR",
+                   help="a previous compare's output directory: its artifacts (DIR/BACKEND, read-only) are timed in "
+                        "the same interleaved rounds as the new ones, and each latency verdict rests on that paired "
+                        "ratio; exit 1 on a regression")
     p.add_argument("--device", choices=["cpu", "gpu", "auto"], default=d["device"].default,
                    help="cpu (default); gpu: every backend on the GPU, those that cannot use it are reported as 'no-gpu' "
                         "rows; auto: the GPU when every selected backend sees one, else the CPU")
@@ -292,7 +298,9 @@ def _sweep_parsers(sub) -> None:
 
 
 def regression_options(p) -> None:
-    p.add_argument("--max-slowdown", type=float, default=1.10, help="p50 ratio that counts as a slowdown (default: 1.10)")
+    p.add_argument("--max-slowdown", type=float, default=None,
+                   help="p50 ratio that counts as a slowdown, for every kind of comparison (default: the calibrated "
+                        "thresholds: paired A/B 1.05, cross-run 1.5; wider under 30 us per call)")
     p.add_argument("--max-parity-drift", type=float, default=10.0,
                    help="growth factor of a leaf's worst error that counts as drift (default: 10)")
     p.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML, one test case per backend x check")

@@ -46,6 +46,8 @@ class CompareConfig:
     calibration: an .npz of sample inputs for int8 (leaf name -> array with a leading sample axis); None:
         synthetic samples in the example's domain (the compare says so).
     accuracy: leaf pattern -> {metric: value} overriding the precision's default budget (measure.accuracy).
+    baseline_artifacts: a previous compare's output directory whose artifacts are timed in the same rounds as
+        the new ones (comparison.baseline: the paired A/B a regression gate rests on), or None.
     """
 
     backends: tuple[str, ...] = ("xla",)
@@ -74,6 +76,7 @@ class CompareConfig:
     precisions: tuple[str, ...] = ("fp32",)
     calibration: Path | None = None
     accuracy: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    baseline_artifacts: Path | None = None
 
     def __post_init__(self):
         from ..exporting.precision import split_variant
@@ -136,6 +139,11 @@ class CompareConfig:
             raise UsageError(f"Option 'native' | got {self.native!r}, expected true or false")
         if self.native_plugin is not None and not self.native:
             raise UsageError("Option 'native_plugin' | given without native, expected --native as well")
+        if self.baseline_artifacts is not None:  # refused now, before any export: DIR/ROW manifests validated
+            from .baseline import find_baseline
+
+            object.__setattr__(self, "baseline_artifacts", Path(self.baseline_artifacts))
+            find_baseline(self.baseline_artifacts, backends, self.out_dir)
 
     def runtime_threads(self) -> int:
         """The intra-op threads every runtime gets: `threads`, else the cores this process may use."""
@@ -144,12 +152,13 @@ class CompareConfig:
         return self.threads or usable_cpus()
 
     def to_json(self) -> dict[str, Any]:
-        skip = {"inputs", "tolerances", "bench", "out_dir", "calibration"}
+        skip = {"inputs", "tolerances", "bench", "out_dir", "calibration", "baseline_artifacts"}
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         data["tolerances"] = {k: {"rtol": t.rtol, "atol": t.atol, "scale": t.scale} for k, t in self.tolerances.items()}
         data["bench"] = self.bench.to_json() if self.bench else None
         data["inputs"] = "given" if self.inputs is not None else None
         data["calibration"] = str(self.calibration) if self.calibration is not None else None
+        data["baseline_artifacts"] = str(self.baseline_artifacts) if self.baseline_artifacts is not None else None
         return data
 
 
@@ -183,6 +192,7 @@ class CompareOptions(TypedDict, total=False):
     precisions: tuple[str, ...]
     calibration: Path | None
     accuracy: Mapping[str, Mapping[str, float]]
+    baseline_artifacts: Path | None
 
 
 def _with_precisions(backends: tuple[str, ...], precisions: Any) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..results import BackendResult, Pairing, Reference, Results
     from ..run.devices import DevicePlan
     from ..run.paired import Servers
+    from .baseline import BaselineArtifacts
     from .config import CompareConfig
 
 Rows = dict[str, "BackendResult"]  # backend name -> its row, in the compare's order
@@ -122,10 +123,12 @@ class Timing:
     pairing: paired or sequential with the reason (None without a benchmark).
     servers: one live worker per runner in paired mode (each row's parity and cold start come from it
         too), else None: each row runs in a fresh worker, one after another.
+    baseline: the baseline artifacts timed beside the new ones in the rounds (comparison.baseline), or None.
     """
 
     pairing: Pairing | None
     servers: Servers | None
+    baseline: BaselineArtifacts | None = None
 
     @property
     def paired(self) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ..errors import present
 from ..exporting.manifest import Manifest
 from ..results import Status
+from ..results.bench import BASELINE_PREFIX
 from .stages import Context, Prepared, Rows, Timing, Workers
 
 if TYPE_CHECKING:
@@ -119,6 +120,7 @@ def plan_timing(ctx: Context, prep: Prepared, rows: Rows, artifacts: dict[str, M
 
     config = ctx.config
     fits, reason, pairing = False, "", None
+    baseline = _baseline(ctx, artifacts)
     if config.bench and not config.paired:
         pairing = Pairing(mode="sequential", reason="sequential: asked for (--sequential)")
     elif config.bench:
@@ -126,6 +128,10 @@ def plan_timing(ctx: Context, prep: Prepared, rows: Rows, artifacts: dict[str, M
                  for name in artifacts}
         if ctx.spec is not None:
             sizes["jax"] = int(prep.sig.weights.get("baked_bytes", 0))
+        if baseline is not None:
+            from .baseline import artifact_bytes
+
+            sizes.update(artifact_bytes(baseline))
         # The memory available before the early workers started: they are part of what is being sized.
         fits, reason = fits_in_memory(sizes, workers.available_before)
         if len(sizes) < 2:
@@ -135,11 +141,28 @@ def plan_timing(ctx: Context, prep: Prepared, rows: Rows, artifacts: dict[str, M
     if not fits:
         if workers.servers is not None:
             workers.servers.close()
+        if baseline is not None:
+            from .baseline import attach
+
+            attach(pairing, baseline, {}, list(artifacts))  # the baseline could not be timed beside: cross-run
         return Timing(pairing, None)
     if ctx.spec is None:
         reason += "; the reference (no TARGET string to load it in a worker) is timed on its own, before the rounds"
     servers = workers.servers or Servers(prep.device.chosen, ctx.threads, config.timeout)
-    return Timing(Pairing(mode="paired", reason=reason, rounds=config.rounds), servers)
+    if baseline is not None:
+        from .baseline import spawn_baselines
+
+        spawn_baselines(servers, baseline, list(artifacts))  # their runtimes import while the new ones load
+    return Timing(Pairing(mode="paired", reason=reason, rounds=config.rounds), servers, baseline)
+
+
+def _baseline(ctx: Context, artifacts: dict[str, Manifest]):
+    """The baseline artifacts to time beside `artifacts` (compare --baseline-artifacts), or None."""
+    if ctx.config.baseline_artifacts is None or not ctx.config.bench or not artifacts:
+        return None
+    from .baseline import find_baseline
+
+    return find_baseline(ctx.config.baseline_artifacts, list(ctx.config.backends), ctx.out)
 
 
 def start_servers(ctx: Context, servers: Servers, rows: Rows, artifacts: dict[str, Manifest]) -> None:
@@ -151,13 +174,16 @@ def start_servers(ctx: Context, servers: Servers, rows: Rows, artifacts: dict[st
         ctx.progress("reference: load jax.jit in its paired worker")
         servers.load("jax")
     for name in list(servers.dirs):
-        if name != "jax" and name not in artifacts:
+        if name != "jax" and name not in artifacts and not name.startswith(BASELINE_PREFIX):
             servers.discard(name)  # its export failed: nothing to load
     for name in artifacts:
         if name not in servers.dirs:
             servers.spawn(name, ["run", "-"], name)
         ctx.progress(f"{name}: load in its paired worker")
         servers.load(name, rows[name].artifact)
+    for name in [n for n in servers.dirs if n.startswith(BASELINE_PREFIX)]:
+        ctx.progress(f"{name[len(BASELINE_PREFIX):]}: load its baseline in a paired worker")
+        servers.load(name)
 
 
 def bench_reference(ctx: Context, prep: Prepared, tm: Timing) -> BenchResult | None:
@@ -211,6 +237,11 @@ def paired_rounds(ctx: Context, prep: Prepared, tm: Timing, rows: Rows, referenc
     for name, row in rows.items():  # a variant beyond its accuracy budget is timed too: what it would have bought
         if row.status in (Status.OK, Status.ACCURACY_FAILED) and row.bench is not None and name in servers.alive:
             benches[name] = row.bench
+    baseline_failures = {}
+    if tm.baseline is not None:  # each baseline artifact prepared at its new artifact's sizes, to join the rounds
+        from .baseline import prepare_baselines
+
+        baseline_failures = prepare_baselines(servers, benches, prep.bench_feeds, config.bench, ctx.progress)
     unsupported = {n: {i for i, s in enumerate(b.sizes) if s.status is not Status.OK} for n, b in benches.items()}
     # Each native consumer that passed takes a slice per round too, beside its Python runner (--native).
     natives = native_slices(ctx, prep, rows) if config.native and config.bench else {}
@@ -224,6 +255,10 @@ def paired_rounds(ctx: Context, prep: Prepared, tm: Timing, rows: Rows, referenc
     failures = {n: f for n, f in servers.failures.items() if n in benches}
     pairing = pairing_result("paired", planned.reason, runners, prep.bench_feeds, config.rounds, config.bench,
                              failures, peak)
+    if tm.baseline is not None:
+        from .baseline import attach
+
+        attach(pairing, tm.baseline, baseline_failures, [n for n in rows if n in benches])
     apply(pairing, runners, benches, {n: r.native for n, r in rows.items() if r.native is not None})
     apply_paired(ctx, prep, rows, timed)
     return pairing

@@ -11,7 +11,7 @@ whole rounds, the same ones for both runners, keeping each round's pair together
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from ..results.bench import Ratio
 BOOTSTRAP = 1000
 SUBSAMPLE = 512
 PER_WORKER_BYTES = 768 << 20  # a runtime's own footprint (TF loaded: ~700 MB RSS measured), besides the artifact
+# A slowdown planted in a paired worker's timed calls, for benchmarks/gate_calibration.py only: FACTOR (> 1)
+# makes each call last FACTOR times as long (a spin after it); the baseline's workers never get it.
+PLANTED_ENV = "MULTIEXPORT_PLANTED_SLOWDOWN"
 
 
 def round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:
@@ -80,6 +83,30 @@ def all_ratios(samples: Mapping[str, Sequence[np.ndarray]], batch, seed: int = 0
             out.append(Ratio(batch=batch, faster=faster, slower=slower, ratio=point[slower] / point[faster],
                              ci95_low=low, ci95_high=high, significant=bool(low > 1.0)))
     return out
+
+
+def planted(call: Callable[[], None]) -> Callable[[], None]:
+    """`call`, slowed by the factor in $MULTIEXPORT_PLANTED_SLOWDOWN when set (a benchmark's planted regression:
+    after each call, a spin for (FACTOR - 1) times its duration, inside the timed region); else `call` itself."""
+    import os
+    import time
+
+    given = os.environ.get(PLANTED_ENV)
+    if not given:
+        return call
+    factor = float(given)
+    if not math.isfinite(factor) or factor < 1:
+        raise ValueError(f"${PLANTED_ENV} | got {given!r}, expected a factor >= 1")
+    clock, extra = time.perf_counter_ns, factor - 1
+
+    def slowed() -> None:
+        t0 = clock()
+        call()
+        end = clock() + extra * (clock() - t0)
+        while clock() < end:
+            pass
+
+    return slowed
 
 
 def fits_in_memory(artifact_bytes: Mapping[str, int], available_bytes: int | None) -> tuple[bool, str]:

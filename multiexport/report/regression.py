@@ -1,12 +1,18 @@
-"""Regression gate: compare two results.json files per backend, batch size and check.
+"""Regression gate: compare a run with its baseline per backend, batch size and check.
 
-A slowdown is flagged only when it is both large (p50 ratio above `max_slowdown`) and statistically
-real: the distribution-free 95% intervals of the two medians do not overlap. Two non-overlapping 95%
-intervals mean a difference significant at well under 5%, and the ratio threshold keeps a real but
-harmless drift (a few percent on a shared machine) from failing a build. Parity regressions: a backend
-that passed and now fails, or a leaf whose worst relative error grew by more than `max_parity_drift`
-times (ignoring growth below `drift_floor` and below a tenth of the leaf's rtol, where a bit-exact 0
-becoming 4e-7 against a tolerance of 1e-5 is rounding moving around, not drift).
+Latency is judged on the strongest evidence the run has, and each verdict says which (`Check.kind`):
+- **paired A/B**: the baseline's artifacts were timed in the same interleaved rounds as the new ones
+  (compare --baseline-artifacts, or a --baseline whose artifacts are still beside it): a slowdown is
+  flagged when the 95% interval of the paired ratio new / baseline lies entirely above the threshold;
+- **cross-run**: only the baseline's recorded figures (its artifacts are gone): two separate runs differ
+  by more than either run's interval says (another process's cache, the clock, the scheduler), so the
+  p50 ratio must pass a wider threshold, calibrated with A/A runs (benchmarks/gate_calibration.py), and
+  the two medians' intervals must not overlap.
+The default thresholds (`PAIRED`, `CROSS_RUN`, wider for calls under `TINY_MS`) are the calibrated ones;
+`max_slowdown` given replaces every one of them. Parity regressions: a backend that passed and now
+fails, or a leaf whose worst relative error grew by more than `max_parity_drift` times (ignoring growth
+below `drift_floor` and below a tenth of the leaf's rtol, where a bit-exact 0 becoming 4e-7 against a
+tolerance of 1e-5 is rounding moving around, not drift).
 """
 
 from __future__ import annotations
@@ -19,8 +25,16 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from ..files.text import visible
-from ..results import BackendResult, Results, Status
-from .text import md
+from ..results import BackendResult, Pairing, Results, Status
+from .text import md, one_line
+
+PAIRED_AB, CROSS_RUN_KIND, HISTORY = "paired A/B", "cross-run", "history"
+# Default thresholds, set from benchmarks/gate_calibration.py (benchmarks/README.md, "Regression gate"):
+# a paired slowdown is flagged when its interval's low end passes PAIRED; a cross-run one when its p50
+# ratio passes CROSS_RUN. Calls under TINY_MS (thread wake-ups dominate them) get the wider figures.
+PAIRED, PAIRED_TINY = 1.05, 1.10
+CROSS_RUN, CROSS_RUN_TINY = 1.50, 2.50
+TINY_MS = 0.030
 
 
 @dataclass
@@ -30,6 +44,8 @@ class Check:
     backend: the backend (or model/backend in a zoo). check: "status", "parity LEAF", "latency@BATCH",
     "version NAME". verdict: ok | regression | improvement | new | missing | changed | slower | faster.
     detail: one line saying what changed. base, current, ratio: the figures compared.
+    kind: what the verdict rests on: "paired A/B" (new and baseline timed in the same rounds of this run),
+        "cross-run" (the baseline's recorded figures from another run) or "history" (a sweep history).
     """
 
     backend: str
@@ -39,14 +55,16 @@ class Check:
     base: float | str | None = None
     current: float | str | None = None
     ratio: float | None = None
+    kind: str = CROSS_RUN_KIND
 
 
 @dataclass
 class Diff:
-    """All checks between two runs; `regressions` fail the gate (exit 1)."""
+    """All checks between two runs; `regressions` fail the gate (exit 1). max_slowdown: the threshold given
+    for every latency check, or None for the calibrated defaults by kind and call size."""
 
     checks: list[Check] = field(default_factory=list)
-    max_slowdown: float = 1.10
+    max_slowdown: float | None = None
     max_parity_drift: float = 10.0
 
     @property
@@ -61,19 +79,39 @@ class Diff:
         return asdict(self)
 
 
-def check_thresholds(max_slowdown: float, max_parity_drift: float) -> None:
-    """Refuse thresholds that cannot mean anything (validated before any run, from the API too)."""
+def check_thresholds(max_slowdown: float | None, max_parity_drift: float) -> None:
+    """Refuse thresholds that cannot mean anything (validated before any run, from the API too); a
+    max_slowdown of None means the calibrated defaults."""
     from ..errors import UsageError
 
     for name, value in (("max_slowdown", max_slowdown), ("max_parity_drift", max_parity_drift)):
+        if name == "max_slowdown" and value is None:
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
             raise UsageError(f"Option '{name}' | got {value!r}, expected a finite number >= 1")
 
 
-def diff_results(base: Results, current: Results, *, max_slowdown: float = 1.10,
+def slowdown_threshold(kind: str, base_ms: float, given: float | None) -> float:
+    """The p50 ratio a slowdown must pass: `given`, else the calibrated default for the comparison's kind and
+    the call's size (the baseline's p50)."""
+    if given is not None:
+        return given
+    tiny = base_ms < TINY_MS
+    if kind == PAIRED_AB:
+        return PAIRED_TINY if tiny else PAIRED
+    return CROSS_RUN_TINY if tiny else CROSS_RUN
+
+
+def diff_results(base: Results | None, current: Results, *, max_slowdown: float | None = None,
                  max_parity_drift: float = 10.0, drift_floor: float = 1e-7) -> Diff:
+    """Every check of `current` against `base` (None: a baseline with artifacts and no results.json, so only
+    the latency measured against them in this run's rounds is judged)."""
     check_thresholds(max_slowdown, max_parity_drift)
     out = Diff(max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
+    if base is None:
+        for name, row in current.backends.items():
+            out.checks.extend(_latency_checks(name, None, row, max_slowdown, current.pairing))
+        return out
     for name, b in base.backends.items():
         c = current.backends.get(name)
         if c is None:
@@ -82,7 +120,7 @@ def diff_results(base: Results, current: Results, *, max_slowdown: float = 1.10,
             continue
         out.checks.append(_status_check(name, b, c))
         out.checks.extend(_parity_checks(name, b, c, max_parity_drift, drift_floor))
-        out.checks.extend(_latency_checks(name, b, c, max_slowdown))
+        out.checks.extend(_latency_checks(name, b, c, max_slowdown, current.pairing))
         out.checks.extend(_version_checks(name, b, c))
     for name, c in current.backends.items():
         if name not in base.backends:
@@ -154,29 +192,53 @@ def _parity_checks(name, b, c, factor, floor) -> list[Check]:
     return checks
 
 
-def _latency_checks(name, b, c, max_slowdown) -> list[Check]:
-    base = {s.batch: s.latency for s in (b.bench.measured() if b.bench else [])}
+def _latency_checks(name, b: BackendResult | None, c: BackendResult, given: float | None,
+                    pairing: Pairing | None) -> list[Check]:
+    base = {s.batch: s.latency for s in (b.bench.measured() if b is not None and b.bench else [])}
     checks = []
     for s in (c.bench.measured() if c.bench else []):
+        now = s.latency
+        if now is None:  # measured() keeps only the sizes with a latency
+            continue
+        batch = "as exported" if s.batch is None else s.batch
+        paired = pairing.against_baseline(s.batch, name) if pairing is not None else None
+        if paired is not None:
+            checks.append(_paired_check(name, f"latency@{batch}", paired, base.get(s.batch), now, given))
+            continue
         was = base.get(s.batch)
         if was is None:
             continue
-        now = s.latency
         ratio = now.p50_ms / was.p50_ms if was.p50_ms > 0 else math.inf
+        limit = slowdown_threshold(CROSS_RUN_KIND, was.p50_ms, given)
         separated_slower = now.ci95_low_ms > was.ci95_high_ms
         separated_faster = now.ci95_high_ms < was.ci95_low_ms
-        if ratio > max_slowdown and separated_slower:
+        if ratio > limit and separated_slower:
             verdict = "regression"
-        elif ratio < 1 / max_slowdown and separated_faster:
+        elif ratio < 1 / limit and separated_faster:
             verdict = "improvement"
         else:
             verdict = "ok"
         why = "intervals separate" if separated_slower or separated_faster else "intervals overlap"
-        batch = "as exported" if s.batch is None else s.batch
+        unpaired = (pairing.baseline_failures.get(name) if pairing is not None else None) or "no baseline artifacts"
         checks.append(Check(name, f"latency@{batch}", verdict,
-                            f"p50 {was.p50_ms:.4g} -> {now.p50_ms:.4g} ms ({ratio:.2f}x, {why})",
-                            was.p50_ms, now.p50_ms, ratio))
+                            f"cross-run: p50 {was.p50_ms:.4g} -> {now.p50_ms:.4g} ms ({ratio:.2f}x, {why}; threshold "
+                            f"{limit:g}x across runs; not paired: {unpaired})", was.p50_ms, now.p50_ms, ratio,
+                            CROSS_RUN_KIND))
     return checks
+
+
+def _paired_check(name, check, paired: tuple[float, float, float], was, now, given: float | None) -> Check:
+    """Latency judged on the ratio new / baseline measured in the same rounds: a regression when its whole
+    95% interval lies above the threshold, an improvement when it lies below its inverse."""
+    ratio, low, high = paired
+    base_ms = now.p50_ms / ratio if ratio > 0 else now.p50_ms  # the baseline's p50 in this run
+    limit = slowdown_threshold(PAIRED_AB, base_ms, given)
+    verdict = "regression" if low > limit else "improvement" if high < 1 / limit else "ok"
+    recorded = f"; recorded baseline p50 {was.p50_ms:.4g} ms" if was is not None else ""
+    return Check(name, check, verdict,
+                 f"paired A/B: new/baseline {ratio:.3f}x, 95% interval {low:.3f}-{high:.3f} (threshold {limit:g}x; "
+                 f"p50 {base_ms:.4g} -> {now.p50_ms:.4g} ms in this run{recorded})", base_ms, now.p50_ms, ratio,
+                 PAIRED_AB)
 
 
 def aggregate_latency(diff: Diff, max_slowdown: float, group=lambda backend: backend) -> Diff:
@@ -188,6 +250,7 @@ def aggregate_latency(diff: Diff, max_slowdown: float, group=lambda backend: bac
     the gate is one check per backend group: the geometric mean of the ratios above `max_slowdown`,
     with at least half of the entries slower beyond their intervals.
     """
+    max_slowdown = max_slowdown if max_slowdown is not None else CROSS_RUN  # a suite's baseline is another run
     groups: dict[str, list[Check]] = {}
     kept = []
     for c in diff.checks:
@@ -204,21 +267,49 @@ def aggregate_latency(diff: Diff, max_slowdown: float, group=lambda backend: bac
         geo = math.exp(sum(math.log(r) for r in ratios) / len(checks))
         separated = sum(r > 1 and "intervals separate" in c.detail for c, r in zip(checks, ratios))
         flagged = geo > max_slowdown and separated * 2 >= len(checks)
+        kind = PAIRED_AB if all(c.kind == PAIRED_AB for c in checks) else CROSS_RUN_KIND
         kept.append(Check(name, f"latency (geometric mean of {len(checks)})", "regression" if flagged else "ok",
-                          f"p50 ratio {geo:.2f}x over {len(checks)} model x batch entries, {separated} slower beyond "
-                          f"their intervals", None, None, geo))
+                          f"{kind}: p50 ratio {geo:.2f}x over {len(checks)} model x batch entries (threshold "
+                          f"{max_slowdown:g}x), {separated} slower beyond their intervals", None, None, geo, kind))
     return Diff(kept, diff.max_slowdown, diff.max_parity_drift)
+
+
+def _thresholds(diff: Diff) -> str:
+    if diff.max_slowdown is not None:
+        return f"slowdown threshold {diff.max_slowdown:g}x (given)"
+    return (f"slowdown thresholds: paired A/B {PAIRED:g}x on the interval's low end ({PAIRED_TINY:g}x under "
+            f"{TINY_MS * 1000:g} us), cross-run {CROSS_RUN:g}x with separated intervals ({CROSS_RUN_TINY:g}x under "
+            f"{TINY_MS * 1000:g} us)")
 
 
 def markdown(diff: Diff, title: str = "multiexport regression check") -> str:
     mark = {"ok": "ok", "regression": "**REGRESSION**", "missing": "**MISSING**", "improvement": "improved", "new": "new",
             "slower": "slower", "faster": "faster", "changed": "changed"}
     lines = [f"### {title}", "",
-             f"{len(diff.regressions)} regression(s); slowdown threshold {diff.max_slowdown:g}x with separated 95% "
-             f"intervals; parity drift threshold {diff.max_parity_drift:g}x.", "",
-             "| backend | check | verdict | detail |", "|---|---|---|---|"]
+             f"{len(diff.regressions)} regression(s); {_thresholds(diff)}; parity drift threshold "
+             f"{diff.max_parity_drift:g}x.", "",
+             "| backend | check | verdict | kind | detail |", "|---|---|---|---|---|"]
     for c in diff.checks:
-        lines.append(f"| {md(c.backend)} | {md(c.check)} | {mark.get(c.verdict, md(c.verdict))} | {md(c.detail)} |")
+        lines.append(f"| {md(c.backend)} | {md(c.check)} | {mark.get(c.verdict, md(c.verdict))} | {md(c.kind)} | "
+                     f"{_md_text(c.detail)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _md_text(value: object) -> str:
+    """`md`, with its '&gt;' back to '>': md escapes '&' first, so every '&gt;' it returns was a '>', and a '>'
+    inside a table cell opens no tag (only '<' does) and quotes nothing ("p50 1 -> 2 ms" reads as written)."""
+    return md(value).replace("&gt;", ">")
+
+
+def terminal(diff: Diff, title: str = "multiexport regression check") -> str:
+    """The gate as plain lines for a terminal or a CI log: no Markdown, no HTML entities; every name and
+    detail one line with control characters escaped."""
+    mark = {"regression": "REGRESSION", "missing": "MISSING", "improvement": "improved"}
+    lines = [f"{title}: {len(diff.regressions)} regression(s); {_thresholds(diff)}; parity drift threshold "
+             f"{diff.max_parity_drift:g}x"]
+    for c in diff.checks:
+        lines.append(f"  {mark.get(c.verdict, c.verdict):<10}  {one_line(c.backend)}  {one_line(c.check)}  "
+                     f"[{c.kind}] {one_line(c.detail)}")
     return "\n".join(lines) + "\n"
 
 
@@ -228,11 +319,13 @@ def junit(diff: Diff, suite: str = "multiexport") -> str:
     for c in diff.checks:
         # a name or detail may hold characters XML 1.0 cannot carry at all (C0 controls): shown escaped
         detail, backend, check = visible(c.detail), visible(c.backend), visible(c.check)
-        body = ""
+        # which kind of comparison the verdict rests on: a property, and the failure message's first words
+        body = f'<properties><property name="comparison" value={quoteattr(c.kind)}/></properties>'
         if c.verdict in ("regression", "missing"):
-            body = f"<failure message={quoteattr(detail)}>{escape(detail)}</failure>"
+            message = f"[{c.kind}] {detail}"
+            body += f"<failure message={quoteattr(message)}>{escape(message)}</failure>"
         elif c.verdict == "new":
-            body = f"<skipped message={quoteattr('not in the baseline')}/>"
+            body += f"<skipped message={quoteattr('not in the baseline')}/>"
         cases.append(f'  <testcase classname={quoteattr(f"{visible(suite)}.{backend}")} name={quoteattr(check)}>{body}</testcase>')
     failures = sum(c.verdict in ("regression", "missing") for c in diff.checks)
     skipped = sum(c.verdict == "new" for c in diff.checks)
@@ -241,7 +334,8 @@ def junit(diff: Diff, suite: str = "multiexport") -> str:
 
 
 def publish(diff: Diff, junit_path: str | os.PathLike | None = None) -> str:
-    """Write the JUnit file if asked and append the Markdown to $GITHUB_STEP_SUMMARY when set."""
+    """Write the JUnit file if asked and append the Markdown to $GITHUB_STEP_SUMMARY when set; returns the
+    terminal lines (what the caller prints)."""
     text = markdown(diff)
     if junit_path:
         from ..files.owned import write_owned_text
@@ -251,4 +345,4 @@ def publish(diff: Diff, junit_path: str | os.PathLike | None = None) -> str:
     if summary:
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write(text)
-    return text
+    return terminal(diff)

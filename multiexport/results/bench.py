@@ -145,6 +145,9 @@ class Ratio:
                 raise _impossible(f"{where}.{name}", 0.0, "a finite ratio > 0")
 
 
+BASELINE_PREFIX = "baseline:"  # a baseline artifact's runner in the rounds: "baseline:onnx" beside "onnx"
+
+
 @dataclass
 class Pairing:
     """How latency was measured across runners, and the machine's peak for scale.
@@ -158,6 +161,12 @@ class Pairing:
     failures: runner -> why its paired worker failed (its sizes are then bench-failed).
     floors: runner -> p50 ms of the per-call floor (one add on 8 floats through the same runtime and calling
         path, timed the same way in this run), when asked for (compare --floor).
+    baseline: the baseline artifacts' directory whose artifacts were timed in these rounds beside the new
+        ones (compare --baseline-artifacts, or a --baseline whose artifacts still exist), else "".
+    baseline_ratios: per backend and batch size, the ratio between the new artifact and its baseline
+        (named BASELINE_PREFIX + backend), measured in the same rounds: what a paired A/B gate rests on.
+    baseline_failures: backend -> why its baseline was not timed beside it (no artifact there, a manifest
+        refused, its worker failed): its gate is then cross-run.
     """
 
     mode: str
@@ -169,10 +178,24 @@ class Pairing:
     peak_how: str = ""
     failures: dict[str, str] = field(default_factory=dict)
     floors: dict[str, float] = field(default_factory=dict)
+    baseline: str = ""
+    baseline_ratios: list[Ratio] = field(default_factory=list)
+    baseline_failures: dict[str, str] = field(default_factory=dict)
 
     def ratio(self, batch, a: str, b: str) -> Ratio | None:
         """The measured ratio between runners a and b at `batch`, either way round."""
         return next((r for r in self.ratios if r.batch == batch and {r.faster, r.slower} == {a, b}), None)
+
+    def against_baseline(self, batch, name: str) -> tuple[float, float, float] | None:
+        """(new / baseline, its 95% interval low, high) for backend `name` at `batch`, when its baseline was
+        timed in the same rounds; else None."""
+        base = BASELINE_PREFIX + name
+        r = next((r for r in self.baseline_ratios if r.batch == batch and {r.faster, r.slower} == {name, base}), None)
+        if r is None:
+            return None
+        if r.slower == name:
+            return r.ratio, r.ci95_low, r.ci95_high
+        return 1 / r.ratio, 1 / r.ci95_high, 1 / r.ci95_low
 
 
 def _impossible(where: str, value: object, expected: str) -> Exception:

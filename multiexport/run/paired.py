@@ -21,7 +21,9 @@ import numpy as np
 
 from ..errors import InputError
 from ..files.npz import save_npz
+from ..measure.pairing import PLANTED_ENV
 from ..results import Pairing
+from ..results.bench import BASELINE_PREFIX
 from ..system.process import Served, ServedExit
 from .messages import (
     ColdStart,
@@ -79,7 +81,10 @@ class Servers:
                              *(["--runtime", runtime] if runtime else []))
         # its own $TMPDIR inside ours: what its frameworks leave there goes with `close`, even after a crash
         tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=self.work))
-        self.alive[name] = Served(cmd, env=worker_environment(tmp, thread_env(self.threads)))
+        env = worker_environment(tmp, thread_env(self.threads))
+        if name.startswith(BASELINE_PREFIX):  # a benchmark's planted slowdown slows the new runners, never the baseline
+            env.pop(PLANTED_ENV, None)
+        self.alive[name] = Served(cmd, env=env)
 
     def load(self, name: str, artifact: str | None = None) -> None:
         """Wait for the spawned worker's import, then have it load its runner (the timed load) from
@@ -225,15 +230,23 @@ def pairing_result(mode: str, reason: str, timed: dict[str, Timed], feeds, round
     """The Pairing record: every ratio at every size, the peak, and the failures."""
     from ..measure.pairing import all_ratios, slice_plan
 
-    ratios = []
+    ratios, against_baseline = [], []
     for i, (batch, _) in enumerate(feeds):
         complete = {n: t.samples[i] for n, t in timed.items() if len(t.samples.get(i, [])) == rounds}
-        if len(complete) > 1:
-            ratios += all_ratios(complete, batch)
+        new = {n: s for n, s in complete.items() if not n.startswith(BASELINE_PREFIX)}
+        if len(new) > 1:
+            ratios += all_ratios(new, batch)
+        for name in new:  # each new artifact against its own baseline only, timed in the same rounds
+            base = BASELINE_PREFIX + name
+            if base in complete:
+                against_baseline += all_ratios({name: complete[name], base: complete[base]}, batch)
     return Pairing(mode=mode, reason=reason, rounds=rounds, slice_s=slice_plan(bench.bench_time, bench.min_iters,
                                                                                bench.max_iters, rounds)[0],
                    ratios=ratios, peak_gflops=peak.gflops if peak else None, peak_how=peak.how if peak else "",
-                   failures={n: f"{c}: {r}" for n, (c, r) in failures.items()})
+                   failures={n: f"{c}: {r}" for n, (c, r) in failures.items() if not n.startswith(BASELINE_PREFIX)},
+                   baseline_ratios=against_baseline,
+                   baseline_failures={n[len(BASELINE_PREFIX):]: f"{c}: {r}" for n, (c, r) in failures.items()
+                                      if n.startswith(BASELINE_PREFIX)})
 
 
 def directory_bytes(path: str | os.PathLike) -> int:

@@ -10,8 +10,18 @@ from pathlib import Path
 from multiexport import examples
 from multiexport.comparison import compare
 from multiexport.measure.bench import BenchConfig
-from multiexport.report.regression import diff_results, junit, markdown, publish
-from multiexport.results import load_results
+from multiexport.report.regression import (
+    CROSS_RUN,
+    CROSS_RUN_TINY,
+    PAIRED,
+    PAIRED_TINY,
+    diff_results,
+    junit,
+    markdown,
+    publish,
+    terminal,
+)
+from multiexport.results import Pairing, Ratio, load_results
 
 from ..conftest import run_cli
 from .builders import results, row
@@ -63,8 +73,56 @@ def test_drift_far_inside_the_tolerance_is_not_flagged():
 
 def test_large_but_noisy_differences_are_not_flagged():
     # 1.5x slower p50, but the intervals overlap: not established, not flagged
-    assert diff_results(results_like(), results_like(p50=1.5, lo=1.0, hi=2.0)).exit_code == 0
-    assert diff_results(results_like(), results_like(p50=1.5, lo=1.2, hi=2.0)).exit_code == 1
+    assert diff_results(results_like(), results_like(p50=1.5, lo=1.0, hi=2.0), max_slowdown=1.1).exit_code == 0
+    assert diff_results(results_like(), results_like(p50=1.5, lo=1.2, hi=2.0), max_slowdown=1.1).exit_code == 1
+
+
+def test_cross_run_latency_needs_the_wider_calibrated_threshold():
+    """Two separate runs differ by more than their intervals say: separated intervals and 1.4x are no regression
+    across runs by default (CROSS_RUN), 1.6x is; a tiny call needs CROSS_RUN_TINY."""
+    d = diff_results(results_like(), results_like(p50=1.4, lo=1.3, hi=1.5))
+    [check] = [c for c in d.checks if c.check.startswith("latency")]
+    assert d.exit_code == 0 and check.kind == "cross-run" and f"threshold {CROSS_RUN:g}x across runs" in check.detail
+    assert diff_results(results_like(), results_like(p50=1.6, lo=1.55, hi=1.7)).exit_code == 1
+    tiny = results_like(p50=0.010, lo=0.009, hi=0.011)
+    assert diff_results(tiny, results_like(p50=0.020, lo=0.019, hi=0.021)).exit_code == (2.0 > CROSS_RUN_TINY)
+    assert diff_results(tiny, results_like(p50=0.030, lo=0.029, hi=0.031)).exit_code == 1
+
+
+def paired(lo, ratio, hi, p50=1.0):
+    """Results whose onnx was timed against its baseline in the same rounds: new / baseline = ratio (lo-hi)."""
+    now = results_like(p50=p50, lo=0.99 * p50, hi=1.01 * p50)
+    now.pairing = Pairing(mode="paired", rounds=5, baseline="base", baseline_ratios=[
+        Ratio(8, "baseline:onnx", "onnx", ratio, lo, hi, lo > 1) if ratio >= 1 else
+        Ratio(8, "onnx", "baseline:onnx", 1 / ratio, 1 / hi, 1 / lo, hi < 1)])
+    return now
+
+
+def test_a_paired_verdict_rests_on_the_interval_of_new_over_baseline():
+    # recorded baseline p50 1.0 vs 1.0 now: cross-run says nothing; the paired interval says slower
+    d = diff_results(results_like(), paired(1.12, 1.2, 1.3))
+    [check] = [c for c in d.checks if c.check.startswith("latency")]
+    assert check.verdict == "regression" and check.kind == "paired A/B" and check.ratio == 1.2
+    assert "95% interval 1.120-1.300" in check.detail and f"threshold {PAIRED:g}x" in check.detail
+    # a large ratio whose interval reaches below the threshold is not established
+    assert diff_results(results_like(), paired(PAIRED - 0.01, 1.3, 1.6)).exit_code == 0
+    faster = diff_results(results_like(), paired(0.7, 0.8, 0.9))
+    assert [c.verdict for c in faster.checks if c.check.startswith("latency")] == ["improvement"]
+    # a tiny call (under TINY_MS) needs the wider PAIRED_TINY; no recorded baseline: latency alone is judged
+    assert diff_results(None, paired(PAIRED_TINY - 0.01, 1.2, 1.3, p50=0.01)).exit_code == 0
+    alone = diff_results(None, paired(PAIRED_TINY + 0.01, 1.2, 1.3, p50=0.01))
+    assert alone.exit_code == 1 and [c.check for c in alone.checks] == ["latency@8"]
+
+
+def test_markdown_and_terminal_lines_carry_no_html_escapes():
+    d = diff_results(results_like(), results_like(p50=2.0, lo=1.9, hi=2.1))
+    text, plain = markdown(d), terminal(d)
+    assert "p50 1 -> 2 ms" in text and "&gt;" not in text and "| cross-run |" in text
+    assert "p50 1 -> 2 ms" in plain and "&" not in plain and "**" not in plain and "|" not in plain
+    assert "REGRESSION  onnx  latency@8  [cross-run]" in plain
+    hostile = markdown(diff_results(results_like(), results(row("onnx", "crashed", reason="<b>x</b> > y &gt;"))))
+    # no tag can open (every '<' stays escaped) and an entity given stays literal text
+    assert "<b>" not in hostile and "now crashed: &lt;b>x&lt;/b> > y &amp;gt;" in hostile
 
 
 def test_a_changed_producer_or_consumer_version_is_flagged_but_not_failed():
@@ -88,9 +146,14 @@ def test_junit_markdown_and_step_summary(tmp_path, monkeypatch):
     assert root.attrib["failures"] == "1" and len(root.findall("testcase")) == 3
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    text = publish(d, tmp_path / "j.xml")
-    assert "**REGRESSION**" in text and summary.read_text() == text
-    assert ET.parse(tmp_path / "j.xml").getroot().tag == "testsuite"
+    text = publish(d, tmp_path / "j.xml")  # the terminal's lines; the step summary gets the Markdown
+    assert "  REGRESSION  onnx  status  [cross-run]" in text and summary.read_text() == markdown(d)
+    assert "**REGRESSION**" in summary.read_text()
+    root = ET.parse(tmp_path / "j.xml").getroot()
+    assert root.tag == "testsuite"
+    kinds = {c.attrib["name"]: c.find("properties/property").attrib["value"] for c in root}
+    assert kinds == {"status": "cross-run", "parity out": "cross-run", "latency@8": "cross-run"}
+    assert root.find("testcase/failure").attrib["message"].startswith("[cross-run] was ok, now crashed")
 
 
 def test_cli_diff_and_compare_baseline(tmp_path):
@@ -101,7 +164,7 @@ def test_cli_diff_and_compare_baseline(tmp_path):
     broken["backends"]["xla"]["status"] = "crashed"
     (tmp_path / "b.json").write_text(json.dumps(broken))
     proc = run_cli("diff", out / "results.json", tmp_path / "b.json", "--junit", tmp_path / "j.xml")
-    assert proc.returncode == 1 and "**REGRESSION**" in proc.stdout
+    assert proc.returncode == 1 and "  REGRESSION  xla  status" in proc.stdout
     assert (tmp_path / "j.xml").is_file()
     proc = run_cli("diff", out / "results.json", out / "results.json")
     assert proc.returncode == 0
@@ -128,8 +191,9 @@ def test_diff_reads_a_results_json_of_multiexport_0_1_across_the_schema_change(t
     proc = run_cli("diff", LEGACY, out / "results.json", "--max-slowdown", "1000")
     assert proc.returncode == (1 if drifted else 0), proc.stdout + proc.stderr  # 0.1's verdicts, drift only as measured
     assert "max element-wise rel error (the baseline, schema 1" in proc.stdout
-    flagged = {line.split("|")[1].strip() for line in proc.stdout.splitlines() if "REGRESSION" in line}
-    assert flagged == drifted and all("| parity " in line for line in proc.stdout.splitlines() if "REGRESSION" in line)
+    flagged = {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("  REGRESSION")}
+    assert flagged == drifted and all(line.split()[2] == "parity" for line in proc.stdout.splitlines()
+                                      if line.startswith("  REGRESSION"))
     for leaf in now["backends"]["onnx"]["parity"]["leaves"]:
         leaf["stats"]["max_rel"] = 0.5
     (tmp_path / "worse.json").write_text(json.dumps(now))

@@ -1,0 +1,99 @@
+"""The regression gate's A/B in one run: the baseline's artifacts timed in the same rounds as the new ones.
+
+Real compares, real workers, a real slowdown (the planted spin every timed call of the new artifacts
+gets from $MULTIEXPORT_PLANTED_SLOWDOWN; the baseline's workers never get it)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from multiexport.measure.pairing import PLANTED_ENV
+
+from ..conftest import run_cli
+
+pytestmark = pytest.mark.subprocess
+
+FAST = ("--backends", "xla", "--bench-time", "0.2", "--trials", "1")
+
+
+def tree(directory: Path) -> dict[str, str]:
+    """Every entry under `directory` with its bytes' sha256 (a directory as 'dir'): what 'unchanged' means."""
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(directory.rglob("*"))}
+
+
+def said(proc) -> str:
+    """stderr as one line (the terminal console wraps long lines)."""
+    return " ".join(proc.stderr.split())
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ab") / "base"
+    run_cli("compare", *FAST, "--out", out, check=True)
+    return out
+
+
+def test_a_planted_slowdown_is_caught_on_the_paired_ratio_and_the_baseline_is_untouched(baseline, tmp_path):
+    before = tree(baseline)
+    proc = run_cli("compare", *FAST, "--out", tmp_path / "new", "--baseline", baseline / "results.json",
+                   "--junit", tmp_path / "j.xml", env={PLANTED_ENV: "3"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    assert "timed in the same rounds as the new ones (paired A/B)" in said(proc)  # found beside it, and said
+    [line] = [x for x in proc.stdout.splitlines() if "REGRESSION" in x]
+    assert "latency@" in line and "[paired A/B]" in line and "&gt;" not in proc.stdout
+    pairing = json.loads((tmp_path / "new" / "results.json").read_text())["pairing"]
+    assert pairing["baseline"] == str(baseline) and not pairing["baseline_failures"]
+    [ratio] = pairing["baseline_ratios"]
+    assert (ratio["faster"], ratio["slower"]) == ("baseline:xla", "xla") and ratio["ci95_low"] > 1.5
+    # the new-vs-baseline pair is kept apart from the compare's own ratios (the report's)
+    assert all("baseline:" not in r["faster"] + r["slower"] for r in pairing["ratios"])
+    case = next(c for c in ET.parse(tmp_path / "j.xml").getroot() if c.attrib["name"].startswith("latency@"))
+    assert case.find("properties/property").attrib == {"name": "comparison", "value": "paired A/B"}
+    assert case.find("failure").attrib["message"].startswith("[paired A/B]")
+    assert tree(baseline) == before  # read-only input: nothing written into it, nothing changed
+
+
+def test_baseline_artifacts_alone_gate_latency_and_gone_artifacts_are_judged_cross_run(baseline, tmp_path):
+    artifacts_only = tmp_path / "artifacts"
+    shutil.copytree(baseline / "xla", artifacts_only / "xla")
+    proc = run_cli("compare", *FAST, "--out", tmp_path / "new", "--baseline-artifacts", artifacts_only,
+                   env={PLANTED_ENV: "3"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    assert "no results.json there: latency is all it judges" in said(proc)
+    checks = [x for x in proc.stdout.splitlines() if "[paired A/B]" in x or "[cross-run]" in x]
+    assert len(checks) == 1 and "REGRESSION" in checks[0] and "[paired A/B]" in checks[0]
+    lone = tmp_path / "lone" / "results.json"  # a results.json whose artifacts are gone
+    lone.parent.mkdir()
+    shutil.copy(baseline / "results.json", lone)
+    proc = run_cli("compare", *FAST, "--out", tmp_path / "again", "--baseline", lone)
+    assert "latency is judged cross-run" in said(proc)
+    [line] = [x for x in proc.stdout.splitlines() if "latency@" in x]
+    assert "[cross-run]" in line and "threshold" in line and "not paired: no baseline artifacts" in line
+
+
+def test_a_baseline_directory_that_is_not_one_is_one_line_and_exit_2(baseline, tmp_path):
+    forged = tmp_path / "forged"
+    shutil.copytree(baseline / "xla", forged / "xla")
+    manifest = json.loads((forged / "xla" / "manifest.json").read_text())
+    manifest["files"]["module"] = "../../outside.bin"  # a path out of the artifact
+    (forged / "xla" / "manifest.json").write_text(json.dumps(manifest))
+    before = tree(forged)
+    cases = {"forged": ("--baseline-artifacts", forged), "missing": ("--baseline-artifacts", tmp_path / "nope"),
+             "overlap": ("--baseline-artifacts", tmp_path)}
+    errors = {}
+    for what, option in cases.items():
+        proc = run_cli("compare", *FAST, "--out", tmp_path / "new", *option)
+        assert proc.returncode == 2, (what, proc.stderr[-2000:])
+        assert proc.stderr.count("multiexport: error:") == 1 and "Traceback" not in proc.stderr, (what, proc.stderr)
+        errors[what] = said(proc)
+    assert str(forged / "xla") in errors["forged"] and "outside.bin" in errors["forged"], errors
+    assert "is missing" in errors["missing"] and "overlaps --out" in errors["overlap"], errors
+    assert tree(forged) == before
+    assert not (tmp_path / "new" / "results.json").exists()
