@@ -439,9 +439,20 @@ int main(int argc, char **argv) {
       dims.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
       dims.buffer = outputs[i];
       check(api->PJRT_Buffer_Dimensions(&dims), "PJRT_Buffer_Dimensions");
+      // Row-major on the host whatever the device's layout: a TPU executable may keep an output column-major
+      // ({0,1} for a 64x10 result), and without a host layout the copy keeps the device's order.
+      std::vector<int64_t> minor_to_major(dims.num_dims);
+      for (size_t d = 0; d < dims.num_dims; d++) minor_to_major[d] = (int64_t)(dims.num_dims - 1 - d);
+      PJRT_Buffer_MemoryLayout row_major{};
+      row_major.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE;
+      row_major.type = PJRT_Buffer_MemoryLayout_Type_Tiled;
+      row_major.tiled.struct_size = PJRT_Buffer_MemoryLayout_Tiled_STRUCT_SIZE;
+      row_major.tiled.minor_to_major = minor_to_major.data();
+      row_major.tiled.minor_to_major_size = minor_to_major.size();
       PJRT_Buffer_ToHostBuffer_Args th{};
       th.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
       th.src = outputs[i];
+      th.host_layout = &row_major;
       check(api->PJRT_Buffer_ToHostBuffer(&th), "PJRT_Buffer_ToHostBuffer (size)");
       std::vector<char> host(th.dst_size);
       th.dst = host.data();

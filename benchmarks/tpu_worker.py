@@ -1,0 +1,161 @@
+"""The one process of the TPU check that owns the chip: jax.jit and the XLA artifact on the TPU, timed there.
+
+    python -m benchmarks.tpu_worker JOB.json      (started by benchmarks.tpu_check with JAX_PLATFORMS=tpu,cpu)
+
+libtpu lets one process hold a chip, so everything that runs on the TPU through JAX runs here, and exits before
+the native consumer (pjrt_run on libtpu, another process) takes the chip. Per model, on the parent's inputs:
+jax.jit at the default matmul precision (the reference on the TPU) and at "highest", the XLA artifact
+(jax.jit(Exported.call), multiexport's XlaRunner) on the TPU, timed in interleaved rounds with inputs on the
+device and each call synchronised (block_until_ready); host->device and device->host transfers are timed apart.
+The harness overhead: the XlaRunner's timed call against a bare jitted loop on the same executable, interleaved.
+Writes JOB's out/tpu.json (rows, overhead) and out/MODEL.tpu.npz (each runner's outputs); without a TPU every
+row is `no-tpu` with JAX's own reason.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROUNDS = 5
+
+
+def timed(calls: dict[str, Callable[[], None]], bench_time: float, rounds: int = ROUNDS) -> dict[str, dict]:
+    """Each call timed in `rounds` interleaved rounds (order rotated and reversed, as compare's paired rounds):
+    p50 per call in ms with its 95 % interval (order statistics of the pooled calls), and the call count."""
+    from multiexport.measure.bench import BenchConfig, summarize, time_calls
+    from multiexport.measure.pairing import round_orders
+
+    config = BenchConfig(warmup_iters=3, warmup_time=0.0, min_iters=10, bench_time=bench_time / rounds)
+    samples: dict[str, list[np.ndarray]] = {name: [] for name in calls}
+    for order in round_orders(list(calls), rounds):
+        for name in order:
+            samples[name].append(time_calls(calls[name], config)[0])
+    out = {}
+    for name, parts in samples.items():
+        stats = summarize(np.concatenate(parts))
+        out[name] = {"p50_ms": stats.p50_ms, "ci95_ms": [stats.ci95_low_ms, stats.ci95_high_ms], "calls": stats.n}
+    return out
+
+
+def transfers(device, arrays: list[np.ndarray], call: Callable[..., Any], repeats: int = 20) -> dict[str, float]:
+    """p50 of host->device (device_put of every input, synchronised) and device->host (np.asarray of fresh
+    outputs, the call itself finished first), in ms."""
+    import time
+
+    import jax
+
+    h2d, d2h = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        on_device = jax.block_until_ready([jax.device_put(a, device) for a in arrays])
+        h2d.append(time.perf_counter_ns() - t0)
+        outs = jax.block_until_ready(call(*on_device))
+        t0 = time.perf_counter_ns()
+        [np.asarray(o) for o in outs]
+        d2h.append(time.perf_counter_ns() - t0)
+    return {"h2d_ms": float(np.median(h2d)) / 1e6, "d2h_ms": float(np.median(d2h)) / 1e6}
+
+
+def check_model(name: str, job: dict, device) -> tuple[list[dict], dict | None, dict[str, np.ndarray]]:
+    """Rows of one model on the TPU, its harness overhead, and the outputs to save."""
+    import jax
+
+    from benchmarks.tpu_models import make
+    from multiexport.backends.xla import XlaRunner
+    from multiexport.exporting.contract import RunOptions
+    from multiexport.exporting.jit_runner import JitRunner
+    from multiexport.exporting.manifest import Manifest
+    from multiexport.leaves import build_signature
+    from multiexport.measure.reference import reference_manifest
+
+    target = make(name)
+    sig = build_signature(target)
+    feed = dict(np.load(Path(job["inputs"]) / f"{name}.npz"))
+    flat = sig.flat_function(target.fn)
+    options = RunOptions()
+    jit_default = JitRunner(reference_manifest(sig), Path("."), options, flat, device)
+
+    def highest(*args):
+        with jax.default_matmul_precision("highest"):
+            return flat(*args)
+
+    jit_highest = JitRunner(reference_manifest(sig), Path("."), options, highest, device)
+    artifact = Path(job["artifacts"]) / name
+    manifest = Manifest.read(artifact)
+    exported = jax.export.deserialize(bytearray(manifest.path(artifact, "exported").read_bytes()))
+    xla = XlaRunner(manifest, artifact, options, exported, device)
+    runners = {"jax.jit": jit_default, "jax.jit highest": jit_highest, "xla": xla}
+    outputs = {label: runner(feed) for label, runner in runners.items()}
+    prepared = {label: runner.prepare(feed) for label, runner in runners.items()}
+    bare_fn = jax.jit(exported.call)
+    bare_args = prepared["xla"]
+    calls = {label: (lambda r=runner, p=prepared[label]: r.run_prepared(p)) for label, runner in runners.items()}
+    calls["bare"] = lambda: jax.block_until_ready(bare_fn(*bare_args))
+    times = timed(calls, job["bench_time"])
+    moved = transfers(device, [np.asarray(a) for a in bare_args], bare_fn)  # the module's own arguments
+    reference = outputs["jax.jit"]
+    rows = []
+    for label in runners:
+        err = {leaf: err_scale(outputs[label][leaf], reference[leaf]) for leaf in reference}
+        rows.append({"model": name, "runner": label, "device": "tpu", "status": "ok", "reason": "",
+                     "vs": "jax.jit on the TPU", "err": err, **times[label],
+                     **(moved if label == "xla" else {})})
+    overhead = {"model": name, "runner_p50_ms": times["xla"]["p50_ms"], "bare_p50_ms": times["bare"]["p50_ms"],
+                "ratio": times["xla"]["p50_ms"] / times["bare"]["p50_ms"], "calls": times["xla"]["calls"]}
+    saved = {f"{label}/{leaf}": np.asarray(v) for label, outs in outputs.items() for leaf, v in outs.items()}
+    return rows, overhead, saved
+
+
+def err_scale(got, want) -> float:
+    """max |got - want| / max |want| (integers and exact matches give 0; a shape mismatch is inf)."""
+    a, b = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    scale = max(float(np.max(np.abs(b), initial=0.0)), np.finfo(np.float64).tiny)
+    return float(np.max(np.abs(a - b), initial=0.0)) / scale
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(Path(argv[0]).read_text())
+    out = Path(job["out"])
+    result: dict[str, Any] = {"rows": [], "overhead": [], "device": "", "reason": ""}
+    try:
+        import jax
+
+        device = jax.devices("tpu")[0]
+        result["device"] = f"{device.device_kind} ({device.platform}, {len(jax.devices('tpu'))} chip(s) seen)"
+    except Exception as exc:  # noqa: BLE001 - JAX says why there is no TPU (RuntimeError, or libtpu's lock)
+        result["reason"] = f"JAX sees no TPU: {' '.join(str(exc).split())[:300]}"
+        for name in job["models"]:
+            for label in ("jax.jit", "jax.jit highest", "xla"):
+                result["rows"].append({"model": name, "runner": label, "device": "tpu", "status": "no-tpu",
+                                       "reason": result["reason"]})
+        (out / "tpu.json").write_text(json.dumps(result, indent=1))
+        return 0
+    for name in job["models"]:
+        try:
+            rows, overhead, saved = check_model(name, job, device)
+        except Exception as exc:  # noqa: BLE001 - one model's failure is its rows, the others still run
+            said = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
+            traceback.print_exc()
+            rows = [{"model": name, "runner": label, "device": "tpu", "status": "failed", "reason": said}
+                    for label in ("jax.jit", "jax.jit highest", "xla")]
+            overhead, saved = None, {}
+        result["rows"] += rows
+        if overhead:
+            result["overhead"].append(overhead)
+        if saved:
+            np.savez(out / f"{name}.tpu.npz", **saved)
+        (out / "tpu.json").write_text(json.dumps(result, indent=1))  # after each model: a timeout keeps the rest
+        print(f"[tpu_worker] {name}: " + ", ".join(f"{r['runner']} {r['status']}" for r in rows), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
