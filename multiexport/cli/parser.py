@@ -292,7 +292,12 @@ def _sweep_parsers(sub) -> None:
     p.add_argument("--model", help="only this model (a task name)")
     p.add_argument("--backend", help="only this backend")
     p.add_argument("--changes", action="store_true",
-                   help="only the changes of status from one sweep to the next, with the versions that changed")
+                   help="only the changes of status from one sweep to the next, with the versions that changed, "
+                        "and the sweeps where latency or parity moved (change points over each model x backend)")
+    p.add_argument("--gate", action="store_true",
+                   help="exit 1 when the last change point of a model x backend made it slower (1.1x) or its parity "
+                        "worse (2x): a gate against the history rather than one baseline")
+    p.add_argument("--junit", type=Path, metavar="FILE", help="with --gate: JUnit XML, one test case per change")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=sweep_commands.cmd_history)
 

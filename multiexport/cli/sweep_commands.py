@@ -95,14 +95,21 @@ def cmd_history(args) -> int:
     for directory in args.add or ():
         count = history.add(directory)
         print(f"recorded {count} row(s) of {directory}", file=sys.stderr)
-    if args.add and not (args.model or args.backend or args.changes or args.json):
+    if args.add and not (args.model or args.backend or args.changes or args.json or getattr(args, "gate", False)):
         return 0
+    if getattr(args, "gate", False):  # judged against the history's change points, not one baseline
+        from ..sweeps.changepoints import history_gate
+
+        return history_gate(history.rows(args.model, args.backend), args.junit)
     if args.changes:
         changes = history.changes(args.model, args.backend)
         if args.json:
             print(json.dumps([asdict(c) for c in changes], indent=1))
         else:
+            from ..sweeps.changepoints import describe
+
             print(render_changes(changes) or "no rows recorded for that model and backend")
+            print(describe(history.rows(args.model, args.backend)))  # where latency or parity moved
         return 0
     rows = history.rows(args.model, args.backend)
     print(json.dumps([asdict(r) for r in rows], indent=1) if args.json else render_rows(rows))

@@ -1,0 +1,182 @@
+"""Calibrate the regression gate: false alarms on A/A runs, detection of a planted slowdown.
+
+    python -m benchmarks.gate_calibration [--runs N] [--models mlp,cnn] [--backends xla,onnx,openvino]
+                                          [--slowdown 1.2] [--bench-time S] [--out DIR]
+    python -m benchmarks.gate_calibration --history
+
+For each model: one baseline compare (DIR/MODEL/base), then N A/A compares (same code, same artifacts:
+`compare --baseline-artifacts base`, nothing changed) alternating with N compares whose new runners carry a
+planted slowdown ($MULTIEXPORT_PLANTED_SLOWDOWN: each timed call of the new artifacts spins for
+(FACTOR - 1) times its duration; the baseline's workers never get it). Every run is judged by the gate
+itself (`report.regression.diff_results`) twice: paired A/B (the ratio new / baseline measured in the
+same rounds) and cross-run (the same run with its paired ratios dropped: this run's p50 against the
+baseline run's recorded one), at the default thresholds and at a range of given ones. Reported per
+backend and call size (the baseline's p50: < 30 us, 30 us - 1 ms, >= 1 ms): the false-alarm rate (A/A
+runs flagged) and the detection rate (planted runs flagged). Writes DIR/calibration.json and
+DIR/calibration.md (the Markdown is printed too); each run's directory is removed once read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MODELS = {"mlp": "multiexport.examples:mlp", "cnn": "multiexport.examples:cnn",
+          "transformer": "multiexport.examples:transformer"}
+PAIRED_GIVEN = (1.02, 1.05, 1.08, 1.10, 1.15)
+CROSS_GIVEN = (1.10, 1.25, 1.50, 2.00, 2.50, 3.00)
+BUCKETS = ((0.030, "< 30 us"), (1.0, "30 us - 1 ms"), (float("inf"), ">= 1 ms"))
+
+
+def compare(spec: str, out: Path, backends: str, bench_time: float, baseline: Path | None,
+            planted: float | None) -> dict | None:
+    """One `multiexport compare` as a CI job runs it; its results.json (None when it wrote none)."""
+    from multiexport.measure.pairing import PLANTED_ENV
+
+    env = {k: v for k, v in os.environ.items() if k != PLANTED_ENV}
+    if planted is not None:
+        env[PLANTED_ENV] = str(planted)
+    cmd = [sys.executable, "-m", "multiexport", "compare", spec, "--backends", backends, "--out", str(out),
+           "--bench-time", str(bench_time), *(["--baseline-artifacts", str(baseline)] if baseline else [])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    path = out / "results.json"
+    if not path.is_file():
+        print(f"[calibration] {' '.join(cmd)} wrote no results (exit {proc.returncode}): {proc.stderr[-800:]}",
+              file=sys.stderr)
+        return None
+    return json.loads(path.read_text())
+
+
+def judge(base: dict, run: dict, condition: str, model: str) -> list[dict]:
+    """Every latency check of `run` against `base`, paired and cross-run, at the defaults and given thresholds."""
+    from multiexport.report.regression import diff_results
+    from multiexport.results import Results
+
+    base_results, now = Results.from_json(base, "baseline"), Results.from_json(run, "run")
+    crossed = dataclasses.replace(now, pairing=dataclasses.replace(now.pairing, baseline_ratios=[])
+                                  if now.pairing is not None else None)
+    size = {(name, s.batch): s.latency.p50_ms for name, r in base_results.backends.items()
+            for s in (r.bench.measured() if r.bench else []) if s.latency is not None}
+    rows = []
+    for kind, results, given in (("paired A/B", now, PAIRED_GIVEN), ("cross-run", crossed, CROSS_GIVEN)):
+        for threshold in (None, *given):
+            for check in diff_results(base_results, results, max_slowdown=threshold).checks:
+                if not check.check.startswith("latency@") or check.kind != kind:
+                    continue
+                batch = check.check.split("@", 1)[1]
+                key = (check.backend, None if batch == "as exported" else int(batch))
+                rows.append({"model": model, "backend": check.backend, "batch": key[1], "kind": kind,
+                             "condition": condition, "threshold": threshold, "base_ms": size.get(key),
+                             "ratio": check.ratio, "flagged": check.verdict == "regression"})
+    return rows
+
+
+def bucket(ms: float | None) -> str:
+    return next(label for limit, label in BUCKETS if ms is not None and ms < limit) if ms is not None else "?"
+
+
+def table(rows: list[dict], kind: str, thresholds: tuple) -> str:
+    """Per backend x call size: A/A false alarms and planted detections at each threshold (default first)."""
+    heads = ["default"] + [f"{t:g}x" for t in thresholds]
+    lines = ["| backend | call size | runs (A/A, planted) | " + " | ".join(f"{h}: false alarms / detected"
+                                                                          for h in heads) + " |",
+             "|---|---|---|" + "---|" * len(heads)]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["kind"] == kind:
+            groups.setdefault((r["backend"], bucket(r["base_ms"])), []).append(r)
+    for (backend, size), group in sorted(groups.items()):
+        cells = []
+        for t in (None, *thresholds):
+            aa = [r["flagged"] for r in group if r["threshold"] == t and r["condition"] == "A/A"]
+            slow = [r["flagged"] for r in group if r["threshold"] == t and r["condition"] == "planted"]
+            cells.append(f"{sum(aa)}/{len(aa)} / {sum(slow)}/{len(slow)}")
+        n_aa = sum(1 for r in group if r["threshold"] is None and r["condition"] == "A/A")
+        n_slow = sum(1 for r in group if r["threshold"] is None and r["condition"] == "planted")
+        lines.append(f"| {backend} | {size} | {n_aa}, {n_slow} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def history_rates(series: int = 200, sweeps: int = 20, noise: float = 0.05, step: float = 1.2) -> str:
+    """The history gate's change points on seeded series: how often `sweeps` sweeps of pure noise (lognormal,
+    `noise`) get a change point, and how often a `step` slowdown half way is found within one sweep of it."""
+    import numpy as np
+
+    from multiexport.sweeps.changepoints import PENALTY, shifts
+    from multiexport.sweeps.history import HistoryRow
+
+    def rows(p50s):
+        return [HistoryRow(f"s{i:03d}", "", None, "m", "b", "ok", "", 1e-7, 8, float(v), 0.0, 0.0, {}, {}, {})
+                for i, v in enumerate(p50s)]
+
+    false = found = 0
+    half = sweeps // 2
+    for k in range(series):
+        rng = np.random.default_rng(100 + k)
+        false += bool(shifts(rows(np.exp(rng.normal(0, noise, sweeps)))))
+        rng = np.random.default_rng(10_000 + k)
+        stepped = np.exp(rng.normal(0, noise, sweeps)) * np.where(np.arange(sweeps) >= half, step, 1.0)
+        found += any(s.measure == "latency" and abs(int(s.sweep[1:]) - half) <= 1 for s in shifts(rows(stepped)))
+    return (f"History change points (PENALTY {PENALTY:g}): {false}/{series} series of {sweeps} sweeps of noise "
+            f"({noise:.0%} lognormal) got a change point; a {step:g}x step half way was found within one sweep in "
+            f"{found}/{series}.")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gate_calibration", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5, help="A/A runs and planted runs per model (default: 5)")
+    parser.add_argument("--models", default="mlp,cnn", help=f"of {', '.join(MODELS)} (default: mlp,cnn)")
+    parser.add_argument("--backends", default="xla,onnx,openvino")
+    parser.add_argument("--slowdown", type=float, default=1.2, help="the planted slowdown factor (default: 1.2)")
+    parser.add_argument("--bench-time", type=float, default=1.0, help="compare --bench-time (default: 1.0, its own)")
+    parser.add_argument("--out", type=Path, default=Path("multiexport-out/gate-calibration"))
+    parser.add_argument("--history", action="store_true",
+                        help="only the history gate's rates on seeded series (seconds, no compare)")
+    args = parser.parse_args(argv)
+    if args.history:
+        print(history_rates())
+        return 0
+    from multiexport.report.regression import CROSS_RUN, CROSS_RUN_TINY, PAIRED, PAIRED_TINY
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    t0 = time.perf_counter()
+    for model in args.models.split(","):
+        base_dir = args.out / model / "base"
+        shutil.rmtree(base_dir, ignore_errors=True)
+        base = compare(MODELS[model], base_dir, args.backends, args.bench_time, None, None)
+        if base is None:
+            return 3
+        for k in range(args.runs):  # A/A and planted alternate, so a drift of the machine meets both
+            for condition, planted in (("A/A", None), ("planted", args.slowdown)):
+                run_dir = args.out / model / f"run-{k}"
+                run = compare(MODELS[model], run_dir, args.backends, args.bench_time, base_dir, planted)
+                shutil.rmtree(run_dir, ignore_errors=True)
+                if run is not None:
+                    rows += judge(base, run, condition, model)
+                print(f"[calibration] {model} {condition} {k + 1}/{args.runs} ({time.perf_counter() - t0:.0f} s)",
+                      file=sys.stderr, flush=True)
+    load = os.getloadavg()
+    text = (f"Gate calibration: {args.runs} A/A and {args.runs} planted {args.slowdown:g}x runs per model "
+            f"({args.models}; {args.backends}; --bench-time {args.bench_time:g}), {time.perf_counter() - t0:.0f} s, "
+            f"load average at the end {load[0]:.1f} on {os.cpu_count()} cores. Each cell: A/A runs flagged / A/A "
+            f"runs, planted runs flagged / planted runs.\n\nPaired A/B (default: interval of new/baseline above "
+            f"{PAIRED:g}x, {PAIRED_TINY:g}x under 30 us):\n\n{table(rows, 'paired A/B', PAIRED_GIVEN)}\n\n"
+            f"Cross-run (default: p50 ratio above {CROSS_RUN:g}x with separated intervals, {CROSS_RUN_TINY:g}x "
+            f"under 30 us):\n\n{table(rows, 'cross-run', CROSS_GIVEN)}\n")
+    (args.out / "calibration.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (args.out / "calibration.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
