@@ -109,7 +109,9 @@ def cmd_history(args) -> int:
             from ..sweeps.changepoints import describe
 
             print(render_changes(changes) or "no rows recorded for that model and backend")
-            print(describe(history.rows(args.model, args.backend)))  # where latency or parity moved
+            moved = describe(history.rows(args.model, args.backend))  # where latency or parity moved
+            if moved:
+                print(moved)
         return 0
     rows = history.rows(args.model, args.backend)
     print(json.dumps([asdict(r) for r in rows], indent=1) if args.json else render_rows(rows))
