@@ -7,7 +7,7 @@ Run by benchmarks/tpu_check.sh after it installs the carried wheels. This proces
 (`keep_jax_off_the_tpu`: one process owns the chip) and, per model of benchmarks/tpu_models.py:
 
 1. exports the XLA artifact for the TPU and the CPU (`platforms=("cpu", "tpu")`) and draws its inputs;
-2. starts the one TPU process (benchmarks/tpu_worker.py): jax.jit at the default matmul precision and at
+2. starts the one TPU process (multiexport/run/tpu_worker.py): jax.jit at the default matmul precision and at
    "highest", and the XLA artifact, on the TPU, timed in interleaved rounds (synchronised; transfers apart),
    plus the harness overhead (XlaRunner against a bare jitted loop);
 3. once it has exited, the native PJRT consumer (pjrt_run) on libtpu, with the TPU_* variables under env -i,
@@ -79,13 +79,16 @@ def prepare(models: list[str], work: Path) -> dict[str, dict[str, np.ndarray]]:
 def run_tpu_worker(models: list[str], work: Path, bench_time: float, timeout: float) -> dict[str, Any]:
     """The one TPU process; its tpu.json (rows written after each model, so a timeout keeps those done)."""
     from multiexport.environment import tpu_worker_environment
+    from multiexport.run.tpu_worker import RUNNERS
 
-    job = {"models": models, "artifacts": str(work / "artifacts"), "inputs": str(work / "inputs"),
-           "out": str(work / "tpu"), "bench_time": bench_time}
+    specs = {m: "multiexport.examples:seed" if m == "seed" else f"benchmarks.tpu_models:{m}" for m in models}
+    job = {"targets": specs, "artifacts": {m: str(work / "artifacts" / m) for m in models},
+           "feeds": {m: str(work / "inputs" / f"{m}.npz") for m in models}, "out": str(work / "tpu"),
+           "bench_time": bench_time}
     (work / "tpu").mkdir(exist_ok=True)
     (work / "job.json").write_text(json.dumps(job))
     env = {**os.environ, **tpu_worker_environment()}
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.tpu_worker", str(work / "job.json")], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "multiexport.run.tpu_worker", str(work / "job.json")], env=env,
                             start_new_session=True)
     try:
         code = proc.wait(timeout)
@@ -100,7 +103,7 @@ def run_tpu_worker(models: list[str], work: Path, bench_time: float, timeout: fl
         if name not in done:
             result["rows"] += [{"model": name, "runner": label, "device": "tpu", "status": "failed",
                                 "reason": f"the TPU worker ended (exit {code}) before this model"}
-                               for label in ("jax.jit", "jax.jit highest", "xla")]
+                               for label in RUNNERS]
     return result
 
 
@@ -126,7 +129,7 @@ def native_rows(models: list[str], work: Path, feeds: dict, device: str, want: d
         row.update(p50_ms=t.get("median_ms"), calls=t.get("calls"), compile_ms=t.get("compile_ms"),
                    ci95_ms=_ci(got.samples_ns))
         if name in want:
-            from benchmarks.tpu_worker import err_scale
+            from multiexport.run.tpu_worker import err_scale
 
             row["err"] = {leaf: err_scale(v, want[name][leaf]) for leaf, v in got.outputs.items()}
             row["bit_exact"] = all(np.asarray(v).tobytes() == np.asarray(want[name][leaf]).tobytes()
@@ -148,10 +151,10 @@ def _ci(samples_ns) -> list[float] | None:
 def cpu_rows(models: list[str], work: Path, feeds: dict, bench_time: float) -> tuple[list[dict], dict]:
     """jax.jit and the XLA artifact on the CPU, here (JAX on the CPU), timed in interleaved rounds."""
     from benchmarks.tpu_models import make
-    from benchmarks.tpu_worker import err_scale, timed
     from multiexport import api
     from multiexport.leaves import build_signature
     from multiexport.measure.reference import ReferenceRunner
+    from multiexport.run.tpu_worker import err_scale, timed
 
     rows, outputs = [], {}
     for name in models:
@@ -174,7 +177,7 @@ def precision_table(models: list[str], work: Path, cpu_outputs: dict) -> list[di
     """Trained on TPU, shipped to CPU: per model and output leaf, each CPU row against the TPU reference at the
     default matmul precision and at "highest"; `tpu_arithmetic` is jax.jit on the CPU against the TPU default
     (what the TPU's arithmetic alone moves), `explained` its share of the CPU row's difference."""
-    from benchmarks.tpu_worker import err_scale
+    from multiexport.run.tpu_worker import err_scale
 
     table = []
     for name in models:

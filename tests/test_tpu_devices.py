@@ -99,3 +99,31 @@ def test_compare_on_a_tpu_machine_runs_every_process_with_jax_on_the_cpu(tmp_pat
     environment = json.loads((out / "results.json").read_text())["environment"]
     assert environment["jax_platforms"] == "cpu"
     assert environment["tpu"].startswith("a TPU (") and "TPU_ACCELERATOR_TYPE=v5litepod-4" in environment["tpu"]
+
+
+def test_device_tpu_adds_the_tpu_rows_and_auto_adds_them_only_with_a_tpu():
+    from multiexport.run.devices import resolve
+
+    plan = resolve("tpu", {})
+    assert plan.tpu and plan.chosen == "cpu" and "one TPU worker" in plan.note
+    assert resolve("auto", {}, tpu_here=True).tpu
+    assert not resolve("auto", {}, tpu_here=False).tpu and not resolve("cpu", {}, tpu_here=True).tpu
+
+
+def test_compare_device_tpu_without_a_tpu_gives_no_tpu_rows_with_the_reason_beside_the_cpu_rows(tmp_path):
+    out = tmp_path / "out"
+    env = {**_without_tpu_env(), "TMPDIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "multiexport", "compare", "--backends", "xla", "--device", "tpu",
+                           "--native", "--trials", "1", "--bench-time", "0.05", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["backends"]["xla"]["status"] == "ok"  # the CPU row as ever
+    tpu = results["device"]["tpu_rows"]
+    runners = {row["runner"]: row for row in tpu["rows"]}
+    assert set(runners) == {"jax.jit", "jax.jit highest", "xla", "xla native"}
+    assert {row["status"] for row in runners.values()} == {"no-tpu"}
+    assert all(row["device"] == "tpu" and row["reason"] for row in runners.values())
+    assert tpu["reason"].startswith("JAX sees no TPU")
+    assert "TPU xla: no-tpu" in proc.stderr + proc.stdout
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("multiexport-")]  # its temporaries are gone

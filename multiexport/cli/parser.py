@@ -219,9 +219,11 @@ def _compare_parser(sub) -> None:
                    help="a previous compare's output directory: its artifacts (DIR/BACKEND, read-only) are timed in "
                         "the same interleaved rounds as the new ones, and each latency verdict rests on that paired "
                         "ratio; exit 1 on a regression")
-    p.add_argument("--device", choices=["cpu", "gpu", "auto"], default=d["device"].default,
+    p.add_argument("--device", choices=["cpu", "gpu", "tpu", "auto"], default=d["device"].default,
                    help="cpu (default); gpu: every backend on the GPU, those that cannot use it are reported as 'no-gpu' "
-                        "rows; auto: the GPU when every selected backend sees one, else the CPU")
+                        "rows; tpu: every row on the CPU plus TPU rows (jax.jit, xla, with --native its PJRT consumer) "
+                        "in one TPU worker; auto: the TPU rows when a TPU is there, else the GPU when every selected "
+                        "backend sees one, else the CPU")
     p.add_argument("--include-transfers", action="store_true",
                    help="time host-to-host calls (input copies to the device and outputs back) instead of device-resident ones")
     p.add_argument("--no-bench", action="store_true", help="check parity only, measure no latency")

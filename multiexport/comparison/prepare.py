@@ -21,13 +21,17 @@ if TYPE_CHECKING:
 
 
 def plan_devices(ctx: Context) -> DevicePlan:
-    """Where each backend runs: the CPU, or the GPU for those that see one (`run.devices.resolve`)."""
-    from ..run.devices import probe_gpu, resolve
+    """Where each backend runs: the CPU, or the GPU for those that see one, and whether the TPU rows are added
+    (`run.devices.resolve`; a TPU is found without opening it)."""
+    from ..run.devices import probe_gpu, resolve, tpu_presence
 
     config = ctx.config
-    if config.device != "cpu":
+    here = tpu_presence()
+    tpu_here = here.attached and here.libtpu is not None
+    probe = config.device == "gpu" or (config.device == "auto" and not tpu_here)
+    if probe:
         ctx.progress(f"which backends see a GPU ({', '.join(config.backends)})")
-    plan = resolve(config.device, probe_gpu(config.backends) if config.device != "cpu" else {})
+    plan = resolve(config.device, probe_gpu(config.backends) if probe else {}, tpu_here)
     if plan.note:
         ctx.progress(plan.note)
     return plan

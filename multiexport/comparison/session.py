@@ -151,6 +151,10 @@ class _Run:
         timing.compute_figures(self.pairing, rows, self.reference_bench)
         if ctx.config.floor and self.pairing is not None:
             timing.floors(ctx, rows, self.pairing)
+        if self.device is not None and self.device.tpu and self.prepared is not None:
+            from .tpu_stage import tpu_stage  # after every CPU row: the TPU worker alone holds the chip
+
+            self.device.tpu_rows = tpu_stage(ctx, self.prepared)
 
     def _finish(self, interrupted: bool) -> Results:
         ctx, prep = self.ctx, self.prepared

@@ -15,18 +15,20 @@ from ..environment import TpuPresence, keep_jax_off_the_tpu, tpu_presence, tpu_v
 from ..errors import UsageError
 from ..exporting.contract import Availability
 
-CHOICES = ("cpu", "gpu", "auto")
+CHOICES = ("cpu", "gpu", "tpu", "auto")
 
 
 @dataclass
 class DevicePlan:
     """Where a compare runs each backend.
 
-    requested: what was asked ("cpu", "gpu", "auto").
-    chosen: "cpu" or "gpu".
+    requested: what was asked ("cpu", "gpu", "tpu", "auto").
+    chosen: "cpu" or "gpu": where the compare's ordinary rows run (with a TPU plan, the CPU).
     found: backend -> {gpu: bool, reason: str}, each backend's own answer.
     excluded: backend -> why it cannot run on `chosen` (a no-gpu row).
     note: one line for the terminal and reports.
+    tpu: whether the compare adds its TPU rows (comparison.tpu_stage: one TPU worker after the CPU rows).
+    tpu_rows: what that stage found (rows, harness overhead, the TPU's arithmetic), once it ran.
     """
 
     requested: str
@@ -34,18 +36,26 @@ class DevicePlan:
     found: dict[str, dict[str, object]] = field(default_factory=dict)
     excluded: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    tpu: bool = False
+    tpu_rows: dict[str, object] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
 
 
-def resolve(requested: str, gpu_status: Mapping[str, Availability]) -> DevicePlan:
-    """Decide the device from each backend's GPU status (an empty mapping when only the CPU is wanted)."""
+def resolve(requested: str, gpu_status: Mapping[str, Availability], tpu_here: bool = False) -> DevicePlan:
+    """Decide the device from each backend's GPU status (an empty mapping when only the CPU is wanted).
+
+    tpu_here: this machine has a TPU JAX can use (seen without opening it). `tpu` always adds the TPU rows (no-tpu
+    rows with the reason where there is none); `auto` adds them when there is one, the other rows on the CPU."""
     if requested not in CHOICES:
         raise UsageError(f"Option '--device' | got '{requested}', expected one of {', '.join(CHOICES)}")
     found = {name: {"gpu": s.ok, "reason": s.reason} for name, s in gpu_status.items()}
     if requested == "cpu":
         return DevicePlan("cpu", "cpu", found)
+    if requested == "tpu" or (requested == "auto" and tpu_here):
+        return DevicePlan(requested, "cpu", found, tpu=True, note="TPU rows (jax.jit, xla, its native consumer) in one "
+                          "TPU worker after the CPU rows; every other row on the CPU")
     lacking = {name: s.reason for name, s in gpu_status.items() if not s.ok}
     if requested == "gpu":
         note = f"{len(lacking)} backend(s) cannot use the GPU and are reported as such" if lacking else ""

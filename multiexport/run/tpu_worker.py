@@ -1,15 +1,18 @@
-"""The one process of the TPU check that owns the chip: jax.jit and the XLA artifact on the TPU, timed there.
+"""The one process that owns the TPU: jax.jit and the XLA artifact on the chip, timed there.
 
-    python -m benchmarks.tpu_worker JOB.json      (started by benchmarks.tpu_check with JAX_PLATFORMS=tpu,cpu)
+    python -m multiexport.run.tpu_worker JOB.json   (started with JAX_PLATFORMS=tpu,cpu by `compare --device tpu`
+                                                     and benchmarks/tpu_check.py; the parent keeps JAX on the CPU)
 
-libtpu lets one process hold a chip, so everything that runs on the TPU through JAX runs here, and exits before
-the native consumer (pjrt_run on libtpu, another process) takes the chip. Per model, on the parent's inputs:
+JOB: {"targets": {name: TARGET string}, "feeds": {name: .npz}, "artifacts": {name: XLA artifact lowered for tpu},
+"out": dir, "bench_time": seconds}. libtpu lets one process hold a chip, so everything that runs on the TPU
+through JAX runs here, and exits before the native consumer (pjrt_run on libtpu, another process) takes the
+chip. Per target, on the parent's inputs:
 jax.jit at the default matmul precision (the reference on the TPU) and at "highest", the XLA artifact
 (jax.jit(Exported.call), multiexport's XlaRunner) on the TPU, timed in interleaved rounds with inputs on the
 device and each call synchronised (block_until_ready); host->device and device->host transfers are timed apart.
 The harness overhead: the XlaRunner's timed call against a bare jitted loop on the same executable, interleaved.
-Writes JOB's out/tpu.json (rows, overhead) and out/MODEL.tpu.npz (each runner's outputs); without a TPU every
-row is `no-tpu` with JAX's own reason.
+Writes JOB's out/tpu.json (rows, overhead) and out/NAME.tpu.npz (each runner's outputs, "RUNNER/LEAF"); without
+a TPU every row is `no-tpu` with JAX's own reason.
 """
 
 from __future__ import annotations
@@ -23,13 +26,14 @@ from typing import Any, Callable
 import numpy as np
 
 ROUNDS = 5
+RUNNERS = ("jax.jit", "jax.jit highest", "xla")
 
 
 def timed(calls: dict[str, Callable[[], None]], bench_time: float, rounds: int = ROUNDS) -> dict[str, dict]:
     """Each call timed in `rounds` interleaved rounds (order rotated and reversed, as compare's paired rounds):
     p50 per call in ms with its 95 % interval (order statistics of the pooled calls), and the call count."""
-    from multiexport.measure.bench import BenchConfig, summarize, time_calls
-    from multiexport.measure.pairing import round_orders
+    from ..measure.bench import BenchConfig, summarize, time_calls
+    from ..measure.pairing import round_orders
 
     config = BenchConfig(warmup_iters=3, warmup_time=0.0, min_iters=10, bench_time=bench_time / rounds)
     samples: dict[str, list[np.ndarray]] = {name: [] for name in calls}
@@ -62,21 +66,19 @@ def transfers(device, arrays: list[np.ndarray], call: Callable[..., Any], repeat
     return {"h2d_ms": float(np.median(h2d)) / 1e6, "d2h_ms": float(np.median(d2h)) / 1e6}
 
 
-def check_model(name: str, job: dict, device) -> tuple[list[dict], dict | None, dict[str, np.ndarray]]:
+def check_target(name: str, job: dict, device) -> tuple[list[dict], dict | None, dict[str, np.ndarray]]:
     """Rows of one model on the TPU, its harness overhead, and the outputs to save."""
     import jax
 
-    from benchmarks.tpu_models import make
-    from multiexport.backends.xla import XlaRunner
-    from multiexport.exporting.contract import RunOptions
-    from multiexport.exporting.jit_runner import JitRunner
-    from multiexport.exporting.manifest import Manifest
-    from multiexport.leaves import build_signature
-    from multiexport.measure.reference import reference_manifest
+    from ..exporting.contract import RunOptions
+    from ..exporting.jit_runner import JitRunner
+    from ..exporting.manifest import Manifest
+    from ..leaves import build_signature, load_target
+    from ..measure.reference import reference_manifest
 
-    target = make(name)
+    target = load_target(job["targets"][name])
     sig = build_signature(target)
-    feed = dict(np.load(Path(job["inputs"]) / f"{name}.npz"))
+    feed = dict(np.load(job["feeds"][name]))
     flat = sig.flat_function(target.fn)
     options = RunOptions()
     jit_default = JitRunner(reference_manifest(sig), Path("."), options, flat, device)
@@ -86,10 +88,14 @@ def check_model(name: str, job: dict, device) -> tuple[list[dict], dict | None, 
             return flat(*args)
 
     jit_highest = JitRunner(reference_manifest(sig), Path("."), options, highest, device)
-    artifact = Path(job["artifacts"]) / name
+    artifact = Path(job["artifacts"][name])
     manifest = Manifest.read(artifact)
     exported = jax.export.deserialize(bytearray(manifest.path(artifact, "exported").read_bytes()))
-    xla = XlaRunner(manifest, artifact, options, exported, device)
+    if manifest.external_weights():
+        raise ValueError(f"Artifact '{artifact}' | its weights are lifted to a file, which this TPU stage does not load "
+                         "yet, expected baked weights")
+    # what the XLA backend's runner is: jax.jit(Exported.call) on inputs committed to the device
+    xla = JitRunner(manifest, artifact, options, exported.call, device, x64=bool(manifest.supports.get("x64")))
     runners = {"jax.jit": jit_default, "jax.jit highest": jit_highest, "xla": xla}
     outputs = {label: runner(feed) for label, runner in runners.items()}
     prepared = {label: runner.prepare(feed) for label, runner in runners.items()}
@@ -132,20 +138,20 @@ def main(argv: list[str]) -> int:
         result["device"] = f"{device.device_kind} ({device.platform}, {len(jax.devices('tpu'))} chip(s) seen)"
     except Exception as exc:  # noqa: BLE001 - JAX says why there is no TPU (RuntimeError, or libtpu's lock)
         result["reason"] = f"JAX sees no TPU: {' '.join(str(exc).split())[:300]}"
-        for name in job["models"]:
-            for label in ("jax.jit", "jax.jit highest", "xla"):
+        for name in job["targets"]:
+            for label in RUNNERS:
                 result["rows"].append({"model": name, "runner": label, "device": "tpu", "status": "no-tpu",
                                        "reason": result["reason"]})
         (out / "tpu.json").write_text(json.dumps(result, indent=1))
         return 0
-    for name in job["models"]:
+    for name in job["targets"]:
         try:
-            rows, overhead, saved = check_model(name, job, device)
+            rows, overhead, saved = check_target(name, job, device)
         except Exception as exc:  # noqa: BLE001 - one model's failure is its rows, the others still run
             said = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
             traceback.print_exc()
             rows = [{"model": name, "runner": label, "device": "tpu", "status": "failed", "reason": said}
-                    for label in ("jax.jit", "jax.jit highest", "xla")]
+                    for label in RUNNERS]
             overhead, saved = None, {}
         result["rows"] += rows
         if overhead:
@@ -153,7 +159,7 @@ def main(argv: list[str]) -> int:
         if saved:
             np.savez(out / f"{name}.tpu.npz", **saved)
         (out / "tpu.json").write_text(json.dumps(result, indent=1))  # after each model: a timeout keeps the rest
-        print(f"[tpu_worker] {name}: " + ", ".join(f"{r['runner']} {r['status']}" for r in rows), flush=True)
+        print(f"[tpu worker] {name}: " + ", ".join(f"{r['runner']} {r['status']}" for r in rows), flush=True)
     return 0
 
 

@@ -32,8 +32,8 @@ def test_gpu_reports_backends_that_cannot_use_it_instead_of_falling_back():
 
 def test_cpu_and_bad_choices():
     assert resolve("cpu", {}).chosen == "cpu"
-    with pytest.raises(UsageError, match="expected one of cpu, gpu, auto"):
-        resolve("tpu", {})
+    with pytest.raises(UsageError, match="expected one of cpu, gpu, tpu, auto"):
+        resolve("npu", {})
 
 
 def test_gpu_artifacts_are_lowered_for_both_platforms():

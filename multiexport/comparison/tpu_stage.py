@@ -1,0 +1,154 @@
+"""The compare's TPU rows (`--device tpu`, or `--device auto` on a machine with a TPU): one process owns the chip.
+
+The parent and every CPU worker keep JAX on the CPU (`environment.keep_jax_off_the_tpu`), so the CPU rows are the
+compare's ordinary rows. After them, this stage exports the XLA artifact once more, lowered for the TPU and the CPU,
+and starts one TPU worker (`run.tpu_worker`) that runs jax.jit on the TPU at the default matmul precision (the TPU
+reference) and at "highest", and the artifact on the TPU, timed in interleaved rounds with each call synchronised
+and the transfers timed apart. With `--native`, pjrt_run on libtpu then runs the same artifact (the worker has
+exited: libtpu lets one process hold the chip). Each TPU row is judged against jax.jit on the TPU; jax.jit on the
+CPU (the compare's reference) against the TPU at both precisions says how much the TPU's arithmetic alone moves
+an output, which bounds what a CPU row can differ from a model checked on the TPU beyond its own error.
+A row that cannot run on the TPU is `no-tpu` with the reason, never a CPU run. The result lands in
+results.json under `device.tpu`, and each row is said on the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+
+from .stages import Context, Prepared
+
+# An XLA artifact on the TPU runs the module jax.jit runs there (bit-identical, measured on a TPU v5e); above this
+# error / max|ref| against jax.jit on the TPU a TPU row is parity-failed.
+TPU_PARITY = 1e-5
+
+
+def tpu_stage(ctx: Context, prep: Prepared) -> dict[str, Any]:
+    """The TPU rows of this compare, for results.json's `device.tpu`."""
+    from ..environment import tpu_presence
+
+    here = tpu_presence()
+    if ctx.spec is None:
+        return _none("the TPU worker builds the target from its TARGET string, and this compare was given a Target "
+                     "object (the Python API): run `multiexport compare TARGET --device tpu`", here.describe())
+    from ..files.temporary import make_temporary
+
+    work = make_temporary("tpu")
+    try:
+        return _stage(ctx, prep, work, here.describe())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _none(reason: str, machine: str) -> dict[str, Any]:
+    rows = [{"runner": r, "device": "tpu", "status": "no-tpu", "reason": reason} for r in ("jax.jit", "xla")]
+    return {"machine": machine, "reason": reason, "rows": rows, "overhead": [], "arithmetic": {}}
+
+
+def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
+    from ..environment import tpu_worker_environment
+    from ..exporting.options import ExportOptions
+    from ..exporting.registry import get_backend
+    from ..run.tpu_worker import RUNNERS, err_scale
+
+    config = ctx.config
+    ctx.progress("TPU: exporting xla for tpu,cpu, then one TPU worker (jax.jit and xla on the chip)")
+    artifact = work / "xla"
+    get_backend("xla").export(ctx.target.fn, prep.sig, artifact,
+                              ExportOptions(platforms=("cpu", "tpu"), keep_unused=config.keep_unused))
+    feed = prep.trials[0].feed
+    np.savez(work / "feed.npz", **{k: np.asarray(v) for k, v in feed.items()})
+    name = ctx.target.name
+    bench_time = config.bench.bench_time if config.bench is not None else 0.2
+    job = {"targets": {name: ctx.spec}, "feeds": {name: str(work / "feed.npz")}, "artifacts": {name: str(artifact)},
+           "out": str(work), "bench_time": bench_time}
+    (work / "job.json").write_text(json.dumps(job))
+    proc = subprocess.Popen([sys.executable, "-m", "multiexport.run.tpu_worker", str(work / "job.json")],
+                            env={**os.environ, **tpu_worker_environment(), "TMPDIR": str(work)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=config.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        err = f"the TPU worker ran past {config.timeout:g} s (--timeout) and was stopped"
+    found = work / "tpu.json"
+    result = json.loads(found.read_text()) if found.is_file() else {
+        "rows": [{"runner": r, "device": "tpu", "status": "failed",
+                  "reason": ((err or "").strip().splitlines() or ["the TPU worker wrote nothing"])[-1]} for r in RUNNERS],
+        "overhead": [], "reason": ""}
+    outputs = work / f"{name}.tpu.npz"
+    saved = dict(np.load(outputs)) if outputs.is_file() else {}
+    # What the TPU's own bf16 passes move each output: jax.jit at the default matmul precision against "highest".
+    own = {k.split("/", 1)[1]: err_scale(v, saved[f"jax.jit highest/{k.split('/', 1)[1]}"])
+           for k, v in saved.items() if k.startswith("jax.jit/")}
+    for row in result["rows"]:
+        row.pop("model", None)
+        if row["runner"] == "xla":
+            _judge(row, own)
+    arithmetic: dict[str, dict[str, float]] = {}
+    if saved:
+        for leaf, cpu in prep.ref_outputs[0].items():
+            if f"jax.jit/{leaf}" in saved:
+                arithmetic[leaf] = {"vs_tpu_default": err_scale(cpu, saved[f"jax.jit/{leaf}"]),
+                                    "vs_tpu_highest": err_scale(cpu, saved[f"jax.jit highest/{leaf}"])}
+        if config.native:
+            native = _native(artifact, feed, {k.split("/", 1)[1]: v for k, v in saved.items() if k.startswith("xla/")},
+                             config.timeout)
+            result["rows"].append(_judge(native, own))
+    elif config.native:
+        reason = result.get("reason") or "the TPU worker gave no outputs"
+        result["rows"].append({"runner": "xla native", "device": "tpu", "status": "no-tpu", "reason": reason})
+    for row in result["rows"]:
+        said = f"{row['p50_ms']:.4g} ms p50" if row.get("p50_ms") is not None else row.get("reason", "")
+        ctx.progress(f"TPU {row['runner']}: {row['status']} {said}")
+    return {"machine": machine, "device": result.get("device", ""), "reason": result.get("reason", ""),
+            "rows": result["rows"], "overhead": result.get("overhead", []), "arithmetic": arithmetic,
+            "note": "TPU rows are judged against jax.jit on the TPU (default matmul precision); arithmetic: jax.jit on "
+                    "the CPU (this compare's reference) against jax.jit on the TPU, error / max|ref|"}
+
+
+def _native(artifact, feed, want: dict[str, np.ndarray], timeout: float) -> dict[str, Any]:
+    """pjrt_run on libtpu, against the artifact's own TPU outputs (bit-exact expected)."""
+    from ..errors import MultiexportError
+    from ..native.run import run
+    from ..run.tpu_worker import err_scale
+
+    row: dict[str, Any] = {"runner": "xla native", "device": "tpu", "status": "ok", "reason": ""}
+    try:
+        got = run(artifact, feed, iters=100, warmup=10, device="tpu", timeout=timeout, trust_artifact=True)
+    except MultiexportError as exc:
+        missing = "no TPU PJRT plugin" in str(exc) or "pjrt_c_api.h" in str(exc)
+        row.update(status="no-tpu" if missing else "failed", reason=" ".join(str(exc).split())[:400])
+        return row
+    row["err"] = {leaf: err_scale(v, want[leaf]) for leaf, v in got.outputs.items() if leaf in want}
+    row["bit_exact"] = all(np.asarray(v).tobytes() == np.asarray(want[leaf]).tobytes()
+                           for leaf, v in got.outputs.items() if leaf in want)
+    row["p50_ms"] = (got.timing or {}).get("median_ms")
+    return row
+
+
+def _judge(row: dict[str, Any], own: dict[str, float]) -> dict[str, Any]:
+    """A TPU row passes at TPU_PARITY, or within what the TPU's own bf16 passes move that leaf (jax.jit at the default
+    matmul precision against "highest": two programs on the chip may place those passes differently), said in its
+    reason; above both it is parity-failed, so a converter's error is not hidden behind the TPU's arithmetic."""
+    if row.get("status") != "ok":
+        return row
+    for leaf, err in (row.get("err") or {}).items():
+        bound = max(TPU_PARITY, own.get(leaf, 0.0))
+        if err > bound:
+            row["status"] = "parity-failed"
+            row["reason"] = (f"Output '{leaf}' | error / max|ref| {err:.2g}, expected <= {bound:.2g} (the larger of "
+                             f"{TPU_PARITY:g} and what the TPU's bf16 passes move it)")
+            return row
+        if err > TPU_PARITY:
+            row["reason"] = (f"Output '{leaf}' | error / max|ref| {err:.2g}: within the TPU's own arithmetic (jax.jit "
+                             f"at the default matmul precision against highest: {own[leaf]:.2g})")
+    return row
