@@ -140,7 +140,7 @@ def open_interpreter(path: str, threads: int):
 
 
 # Prepares a model in a child process: `-I` so nothing beside the artifact or in PYTHON* variables is imported.
-_PREPARE = ("import sys\nfrom ai_edge_litert.interpreter import Interpreter\n"
+_PREPARE_IN_CHILD = ("import sys\nfrom ai_edge_litert.interpreter import Interpreter\n"
             "Interpreter(model_path=sys.argv[1], num_threads=1).allocate_tensors()\n")
 
 
@@ -153,7 +153,7 @@ def prepare_in_child(path: str, timeout: float = 600.0) -> str | None:
     import sys
 
     try:
-        proc = subprocess.run([sys.executable, "-I", "-c", _PREPARE, path], capture_output=True, timeout=timeout)
+        proc = subprocess.run([sys.executable, "-I", "-c", _PREPARE_IN_CHILD, path], capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None
     if proc.returncode >= 0:
