@@ -145,3 +145,24 @@ def test_the_parity_table_gives_a_reduced_row_its_budgets_verdict_not_the_float_
     assert "| budget cos&gt;=0.9999" in lines[("onnx@fp16", "out.large", "pass (budget)")]  # md escapes >
     assert ("onnx", "out.large", "pass") in lines  # the fp32 row keeps float parity's verdict
     assert "pass (budget)" in (out / "report.html").read_text()
+
+
+def test_a_calibration_file_of_nan_or_too_many_samples_is_exit_2_before_any_export(tmp_path):
+    import numpy as np
+
+    from multiexport.files.npz import save_npz
+
+    rng = np.random.default_rng(0)
+    extra = (rng.normal(size=(4, 4, 64)) * 50).astype(np.float32)
+    extra[2, 1, 0] = -np.inf
+    bad = save_npz(tmp_path / "inf.npz", {"image": rng.uniform(0, 1, size=(4, 4, 64)).astype(np.float32), "extra": extra})
+    many = save_npz(tmp_path / "many.npz", {"image": np.zeros((1025, 4, 64), np.float32),
+                                            "extra": np.zeros((1025, 4, 64), np.float32)})
+    for path, said in ((bad, "leaf 'extra' holds -inf at sample 2"), (many, "holds 1025 samples, expected at most 1024")):
+        proc = run_cli("compare", "tests/precision_models.py:two_inputs", "--backends", "onnx", "--precision", "int8",
+                       "--calibration", path, "--out", tmp_path / "o")
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == f"multiexport: error: Calibration file '{path}' | {said}" + (
+            ", expected finite values (a quantizer's ranges come from them)" if path == bad else
+            ": give a subset (e.g. the first 1024)")
+        assert not (tmp_path / "o" / "onnx@int8").exists()
