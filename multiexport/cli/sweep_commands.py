@@ -53,8 +53,13 @@ def cmd_sweep(args) -> int:
     spec = load_spec(args.spec, check_args=compare_refusal)
     tasks = select(spec.tasks, args.only or "", args.shard or "")
     if args.list:
-        for t in tasks:
-            print(f"{t.name:28s} {','.join(t.tags):30s} multiexport {' '.join(t.compare_args(Path('OUT') / t.name))}")
+        import shlex
+
+        from ..files.text import visible
+
+        for t in tasks:  # quoted: a line pasted into a shell runs that compare and nothing a spec smuggled in
+            command = shlex.join(["multiexport", *t.compare_args(Path("OUT") / t.name)])
+            print(visible(f"{t.name:28s} {','.join(t.tags):30s} {command}"))
         return 0
     if args.baseline_sweep is not None:  # refused now, not after hours of compares
         check_thresholds(args.max_slowdown, args.max_parity_drift)
@@ -62,7 +67,10 @@ def cmd_sweep(args) -> int:
     out = args.out or Path("multiexport-out") / f"sweep-{safe_component(spec.name, 'sweep')}"
     config = SweepConfig(out=out, executor=args.executor, jobs=args.jobs, resume=args.resume, only=args.only or "",
                          shard=args.shard or "", history=args.history, ray_address=args.ray_address)
-    result = run_sweep(spec, tasks, config, say=_say)
+    from ..system.orphans import leaving_nothing_behind
+
+    with leaving_nothing_behind():  # what a compare's target left (double-forked out of its session) goes too
+        result = run_sweep(spec, tasks, config, say=_say)
     print(result.markdown, end="")
     print(f"sweep: {len(result.ran)} compare(s) in {result.seconds:.0f} s; {out}/matrix.md, matrix.html, summary.json; "
           f"history {config.history or out / 'history.sqlite'}")

@@ -8,6 +8,7 @@ each of those is one typed error naming the file and what was expected, before a
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -32,20 +33,23 @@ def _kind(mode: int) -> str:
 
 
 def open_regular(path: str | os.PathLike, what: str, limit: int, error: type[MultiexportError],
-                 expected: str) -> int:
-    """A read-only descriptor of `path`, which must be a regular file (symlinks followed) of at most `limit`
-    bytes; else `error` "WHAT 'PATH' | is a FIFO (named pipe), EXPECTED".
+                 expected: str, follow: bool = True) -> int:
+    """A read-only descriptor of `path`, which must be a regular file (symlinks followed unless not `follow`)
+    of at most `limit` bytes; else `error` "WHAT 'PATH' | is a FIFO (named pipe), EXPECTED".
 
     O_NONBLOCK: opening a FIFO with no writer would block forever; fstat of the descriptor (not a stat of the
     name) is what is then read, so the file cannot be swapped in between.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+                     | (0 if follow else os.O_NOFOLLOW))
     except FileNotFoundError:
         raise error(f"{what} '{path}' | does not exist, {expected}") from None
     except IsADirectoryError:
         raise error(f"{what} '{path}' | is a directory, {expected}") from None
     except OSError as exc:
+        if not follow and exc.errno == errno.ELOOP:
+            raise error(f"{what} '{path}' | is a symbolic link, {expected}; it was not followed") from None
         raise error(f"{what} '{path}' | cannot be opened ({exc.strerror or exc}), {expected}") from exc
     try:
         info = os.fstat(fd)
@@ -62,9 +66,9 @@ def open_regular(path: str | os.PathLike, what: str, limit: int, error: type[Mul
 
 
 def read_bytes(path: str | os.PathLike, what: str, limit: int, error: type[MultiexportError],
-               expected: str) -> bytes:
+               expected: str, follow: bool = True) -> bytes:
     """The bytes of the regular file `path`, at most `limit` of them (a file that grows past it is refused)."""
-    fd = open_regular(path, what, limit, error, expected)
+    fd = open_regular(path, what, limit, error, expected, follow)
     with os.fdopen(fd, "rb") as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
@@ -100,9 +104,10 @@ def parse_json(data: bytes | str, where: str, error: type[MultiexportError], exp
 
 
 def read_json(path: str | os.PathLike, what: str, limit: int, error: type[MultiexportError], expected: str,
-              depth: int = JSON_DEPTH) -> Any:
+              depth: int = JSON_DEPTH, follow: bool = True) -> Any:
     """The JSON document in the regular file `path` (at most `limit` bytes, `depth` levels)."""
-    return parse_json(read_bytes(path, what, limit, error, expected), f"{what} '{path}'", error, expected, depth)
+    return parse_json(read_bytes(path, what, limit, error, expected, follow), f"{what} '{path}'", error, expected,
+                      depth)
 
 
 def nesting(value: Any, stop: int) -> int:

@@ -51,7 +51,9 @@ class WorkerResult:
 def worker_command(*args: str) -> list[str]:
     from ..exporting.registry import runtime_registered
 
-    cmd = [sys.executable, "-m", WORKER_MODULE, *args]
+    # -P: the working directory (a sweep's spec folder, the user's) is not first on the module path, so no
+    # `multiexport/` there runs instead of ours; a target module there still imports (leaves.target appends it)
+    cmd = [sys.executable, "-P", "-m", WORKER_MODULE, *args]
     for name, locator in runtime_registered().items():
         cmd += ["--register", f"{name}={locator}"]
     return cmd
@@ -69,7 +71,19 @@ def worker_environment(tmp: Path, extra: Mapping[str, str] | None = None) -> dic
     clean exit only), and a worker killed in native code cannot remove them itself. The user's temporary
     directory, where marked temporaries live, is passed on (`files.temporary.root`).
     """
-    return {**os.environ, **(extra or {}), "TMPDIR": str(tmp), ROOT_ENV: str(root())}
+    return {**os.environ, **(extra or {}), **_module_path_head(), "TMPDIR": str(tmp), ROOT_ENV: str(root())}
+
+
+def _module_path_head() -> dict[str, str]:
+    """The worker's module path starts as this process's does: with the working directory when this process
+    has it (`python -m multiexport` from there: its modules, a `--register`ed backend, import in the
+    worker as here), without it when started with -P (a sweep's compare: nothing in the spec's folder
+    can replace multiexport in a worker either, though leaves.target may append it to find a target)."""
+    cwd = os.getcwd()
+    if sys.flags.safe_path or not ({"", cwd} & set(sys.path)):
+        return {}
+    old = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": cwd + (os.pathsep + old if old else "")}
 
 
 @contextmanager

@@ -42,7 +42,7 @@ def sweep_results(directory: Path) -> dict[str, Results]:
     out: dict[str, Any] = {}
     for name, outcome in sweep.ended().items():
         if outcome.state == DONE:
-            path = sweep.row_dir(name) / "results.json"
+            path = sweep.row_file(name, "results.json")
             if not path.is_file():
                 raise InputError(f"Sweep '{directory}' | row {name!r} ended done but {path} is missing, expected "
                                  "the sweep's results")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import sqlite3
 import time
 import urllib.parse
@@ -19,17 +20,12 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..errors import InputError
+from ..files.bounded import open_regular
+from ..files.text import visible
+from .history_checks import MAX_BYTES, QUERY_SECONDS, TABLES, check_schema, checked_row, guard
 from .state import DONE, SweepDir
 
 SCHEMA_VERSION = 1
-_TABLES = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS sweeps (uid TEXT PRIMARY KEY, name TEXT, directory TEXT, created TEXT, finished TEXT,
-    commit_id TEXT, shard TEXT, executor TEXT);
-CREATE TABLE IF NOT EXISTS rows (sweep_uid TEXT NOT NULL, model TEXT NOT NULL, backend TEXT NOT NULL,
-    status TEXT NOT NULL, reason TEXT, err_scale REAL, batch INTEGER, p50_ms REAL, ci95_low_ms REAL,
-    ci95_high_ms REAL, versions TEXT, producer TEXT, machine TEXT, at TEXT, PRIMARY KEY (sweep_uid, model, backend));
-"""
 TASK_ROW = "*"  # the backend column of a task that ended without results (its state is the status)
 
 
@@ -81,24 +77,30 @@ class History:
 
     def _connect(self, create: bool) -> sqlite3.Connection:
         """A connection to a history of this schema: created when new (`create`), read-only otherwise. A
-        database that is not a history is refused before anything is written to it."""
+        database that is not a history is refused before anything is written to it; one that is runs
+        nothing it holds (no trigger, no view: refused as a foreign schema) and every query is time-limited."""
         where = f"History '{self.path}'"
-        if not create and not self.path.is_file():
+        if not create and not os.path.lexists(self.path):
             raise InputError(f"{where} | no such file, expected a history written by `multiexport sweep`")
+        if os.path.lexists(self.path):  # a FIFO or device would block or be read for ever: refused first
+            os.close(open_regular(self.path, "History", MAX_BYTES, InputError,
+                                  "expected an SQLite history written by `multiexport sweep`"))
         try:
             con = (sqlite3.connect(self.path, timeout=30) if create else
                    sqlite3.connect(f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro", uri=True, timeout=30))
         except sqlite3.Error as exc:
             raise InputError(f"{where} | {exc}, expected an SQLite history written by `multiexport sweep`") from None
         try:
+            guard(con, where)
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if tables and "meta" not in tables:
                 raise InputError(f"{where} | an SQLite database with tables {', '.join(sorted(tables)[:5])} and no "
                                  "multiexport schema, expected a history written by `multiexport sweep` (or a new file)")
+            check_schema(con, where)
             if not tables:
                 if not create:
                     raise InputError(f"{where} | an empty database, expected a history written by `multiexport sweep`")
-                con.executescript(_TABLES)
+                con.executescript(TABLES)
                 con.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
                 con.commit()
             found = con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
@@ -119,7 +121,11 @@ class History:
             yield con
             con.commit()
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"History '{self.path}' | {exc}, expected a history written by `multiexport sweep`") from None
+            why = (f"a query ran past {QUERY_SECONDS:g} s and was stopped" if "interrupt" in str(exc) else str(exc))
+            raise InputError(f"History '{self.path}' | {why}, expected a history written by `multiexport sweep`") from None
+        except OverflowError as exc:  # a figure past SQLite's 64-bit integers
+            raise InputError(f"History '{self.path}' | a value cannot be stored ({exc}), expected figures a "
+                             "compare measures") from None
         finally:
             con.close()
 
@@ -172,7 +178,7 @@ class History:
                  "ORDER BY s.created, s.rowid, r.model, r.backend")
         with self._session(create=False) as con:
             found = con.execute(query, (model, model, backend, backend)).fetchall()
-        return [HistoryRow(*r[:12], *(json.loads(text or "{}") for text in r[12:15])) for r in found]
+        return [HistoryRow(*checked_row(r, f"History '{self.path}'")) for r in found]
 
     def changes(self, model: str | None = None, backend: str | None = None) -> list[Change]:
         """Every change of status of a model x backend from one sweep to the next that has it, oldest first."""
@@ -222,7 +228,7 @@ def _records(sweep: SweepDir, row: Any) -> Iterator[tuple]:
         return
     from ..results import load_results
 
-    results = load_results(sweep.row_dir(o.name) / "results.json")
+    results = load_results(sweep.row_file(o.name, "results.json"))
     env = results.environment or {}
     machine = {"host": env.get("host") or o.host, "cpu": env.get("cpu"), "cores": env.get("cores"),
                "platform": env.get("platform")}
@@ -242,7 +248,7 @@ def render_rows(rows: Sequence[HistoryRow]) -> str:
     for r in rows:
         lat = (f"{r.p50_ms:.3g} ms [{r.ci95_low_ms:.3g}, {r.ci95_high_ms:.3g}]" if r.p50_ms is not None
                and r.ci95_low_ms is not None and r.ci95_high_ms is not None else "-")
-        lines.append(f"{r.sweep[:20]:<20} {r.created:<20} {r.model[:24]:<24} {r.backend:<11} {r.status:<22} {lat}")
+        lines.append(visible(f"{r.sweep[:20]:<20} {r.created:<20} {r.model[:24]:<24} {r.backend:<11} {r.status:<22} {lat}"))
     return "\n".join(lines)
 
 
@@ -260,4 +266,4 @@ def render_changes(changes: Sequence[Change]) -> str:
         lines.append(f"{a.model}/{a.backend}: {c.before.status} -> {a.status} in {where}, after sweep "
                      f"{c.before.sweep!r} ({c.before.created})" + f"; versions: {versions}"
                      + (f"; reason: {' '.join(a.reason.split())[:200]}" if a.reason and a.status != "ok" else ""))
-    return "\n".join(lines)
+    return "\n".join(visible(line) for line in lines)  # every string came from a database: shown escaped

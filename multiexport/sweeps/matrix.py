@@ -86,7 +86,7 @@ def markdown(rows: Sequence[Row], title: str = "") -> str:
     lines += ["| model | row | s | " + " | ".join(backends) + " |", "|---|---|---|" + "---|" * len(backends)]
     for r in rows:
         o = r.outcome
-        lines.append(f"| {md(o.name)} | {o.state} | {o.seconds:.0f} | "
+        lines.append(f"| {md(o.name)} | {md(o.state)} | {o.seconds:.0f} | "
                      + " | ".join(md(_cell_text(r.cells.get(b))) for b in backends) + " |")
     counts = ok_counts(rows)
     lines.append("| **ok / models XLA runs** | | | " + " | ".join(f"{counts[b][0]}/{counts[b][1]}" for b in backends)
@@ -94,7 +94,7 @@ def markdown(rows: Sequence[Row], title: str = "") -> str:
     lines.append("")
     for r in rows:
         if r.outcome.state != DONE:
-            lines.append(f"- {md(r.outcome.name)}: **{r.outcome.state}** after {r.outcome.attempts} attempt(s): "
+            lines.append(f"- {md(r.outcome.name)}: **{md(r.outcome.state)}** after {r.outcome.attempts} attempt(s): "
                          f"{md(r.outcome.reason)}")
         for b, c in r.cells.items():
             if c.status != "ok":
@@ -140,8 +140,20 @@ def write(directory: Path, rows: Sequence[Row], title: str) -> str:
 
 
 def rows_of(directory: Path, outcomes: Mapping[str, RowOutcome], order: Sequence[str]) -> list[Row]:
-    """Every ended task's row, in `order`."""
-    return [read_row(outcomes[n], directory / "rows" / n / "results.json") for n in order if n in outcomes]
+    """Every ended task's row, in `order`; a results.json reached through a link is no row's (unreadable)."""
+    from ..errors import MultiexportError
+    from ..files.confined import under
+
+    rows = []
+    for n in (n for n in order if n in outcomes):
+        try:
+            path = under(directory, f"rows/{n}/results.json", f"Sweep '{directory}'")
+        except MultiexportError as exc:
+            o = outcomes[n]
+            rows.append(Row(RowOutcome(**{**asdict(o), "state": "unreadable", "reason": str(exc)})))
+            continue
+        rows.append(read_row(outcomes[n], path))
+    return rows
 
 
 def _first_line(text: str) -> str:

@@ -8,16 +8,19 @@ the later directory's row. The merged sweep.json names the directories and sweep
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import uuid
 from pathlib import Path
 from typing import Sequence
 
 from ..errors import UsageError
+from ..files import confined, write_bytes_atomic
+from ..files.bounded import read_bytes
 from . import matrix
 from .state import SCHEMA, SWEEP_FILE, RowOutcome, SweepDir, now
 
 COPIED = ("results.json", "report.md", "report.html")
+_COPY_LIMIT = 256 << 20  # a results.json or report past this is not one a compare wrote
 
 
 def merge(directories: Sequence[Path], out: Path) -> list[matrix.Row]:
@@ -30,7 +33,7 @@ def merge(directories: Sequence[Path], out: Path) -> list[matrix.Row]:
     for sweep in sweeps:
         for name, outcome in sweep.ended().items():
             rows[name] = (sweep, outcome)
-    (out / "rows").mkdir(parents=True, exist_ok=True)
+    confined.make_dirs(out, "rows", f"Sweep '{out}'")
     meta = {"schema": SCHEMA, "uid": uuid.uuid4().hex, "name": sweeps[0].meta.get("name", "merged"),
             "spec": sweeps[0].meta.get("spec"), "spec_sha256": sweeps[0].meta.get("spec_sha256"), "shard": None,
             "executor": "merged", "commit": sweeps[0].meta.get("commit"), "created": now(), "tasks": list(rows),
@@ -42,14 +45,18 @@ def merge(directories: Sequence[Path], out: Path) -> list[matrix.Row]:
     write_text_atomic(out / SWEEP_FILE, json.dumps(meta, indent=1) + "\n")
     merged = SweepDir(out, meta)
     for name, (sweep, outcome) in rows.items():
-        source, target = sweep.row_dir(name), merged.row_dir(name)
-        for file_name in COPIED:
-            if (source / file_name).is_file() and not (source / file_name).is_symlink():
-                target.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source / file_name, target / file_name)
+        for file_name in COPIED:  # each source checked link-free (every component), read bounded, no FIFO
+            source = sweep.row_file(name, file_name)
+            if os.path.lexists(source):
+                data = read_bytes(source, f"Sweep '{sweep.root}' row", _COPY_LIMIT, UsageError,
+                                  "expected a file the sweep's compare wrote", follow=False)
+                confined.make_dirs(out, f"rows/{name}", merged.what)
+                write_bytes_atomic(merged.row_file(name, file_name), data)
         log = sweep.log_path(name)
-        if log.is_file() and not log.is_symlink():
-            shutil.copyfile(log, merged.log_path(name))
+        if os.path.lexists(log):
+            data = read_bytes(log, f"Sweep '{sweep.root}' log", _COPY_LIMIT, UsageError,
+                              "expected a log the sweep wrote", follow=False)
+            write_bytes_atomic(merged.log_path(name), data)
         merged.record_end(outcome)
     result = matrix.rows_of(out, merged.ended(), list(rows))
     matrix.write(out, result, f"sweep {meta['name']} (merged from {len(sweeps)})")

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..errors import EnvironmentProblem
+from ..errors import EnvironmentProblem, Interrupted
 from ..files.temporary import make_temporary
 from .spec import SweepTask
 from .state import DIED, DONE, FAILED, TIMEOUT, UNSCHEDULABLE, RowOutcome, SweepDir
+from .task import command
 
 SHIPPED = ("results.json", "report.md", "report.html")
 
@@ -68,15 +71,43 @@ def _join(ray, address: str | None, tasks: Sequence[SweepTask], scratch: Path | 
     if address is None:
         options["num_cpus"] = max([default_jobs(), *(t.resources.cpus for t in tasks)])
         options["_temp_dir"] = str(scratch)
+    else:
+        _check_reachable(address)
     try:
         with stop_handlers_kept():
             ray.init(address=address, log_to_driver=False, configure_logging=False, **options)
+    except SystemExit:  # Ray's own SIGTERM handler (sys.exit(15)) while it joined: a stop, not the target's exit
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise Interrupted(signal.SIGTERM) from None
     except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
         raise EnvironmentProblem(f"Option '--ray-address' | cannot join {address or 'a local cluster'} "
                                  f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]}), expected a running "
                                  "Ray cluster (`ray start --head`)") from None
+
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse in one line, within seconds, an address nothing answers at (ray.init retries for minutes).
+    "auto"/"local" and addresses without a port are left to Ray."""
+    import socket
+
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if address in ("auto", "local") or not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except (OSError, ValueError) as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (getattr(exc, "strerror", None) or str(exc))
+        raise EnvironmentProblem(f"Option '--ray-address' | cannot reach {address} ({why} within "
+                                 f"{CONNECT_TIMEOUT_S:g} s), expected a running Ray cluster's head "
+                                 "(`ray start --head`)") from None
 
 
 def _drive(ray, tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, pending: dict[Any, tuple[SweepTask, int]],
@@ -88,6 +119,7 @@ def _drive(ray, tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, pending:
     def submit(task: SweepTask, attempt: int) -> None:
         sweep.clear_row(task.name)
         sweep.record_start(task, attempt)
+        sweep.start_log(task.name, shlex.join(command(task, sweep.row_dir(task.name))) + "  (on a Ray node)")
         ref = remote.options(max_retries=0, **_ray_resources(task)).remote(task, str(cwd))
         pending[ref] = (task, attempt)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..errors import MultiexportError, UsageError
+from ..files import confined
 from ..files.lock import LockHeld, NotALockFile, exclusive
 from . import matrix
 from .spec import SweepSpec, SweepTask
@@ -109,7 +110,8 @@ def _run(spec: SweepSpec, tasks: Sequence[SweepTask], config: SweepConfig, say: 
     say(f"sweep '{spec.name}': {len(tasks)} task(s), {len(todo)} to run"
         + (f", {kept} kept from before" if kept else "") + f", executor {config.executor}")
     order = [t.name for t in tasks]
-    history = History(config.history or config.out / "history.sqlite")
+    # OUT/history.sqlite: a link planted there is refused, not followed to create a database elsewhere
+    history = History(config.history or confined.under(config.out, "history.sqlite", f"Sweep '{config.out}'"))
     lock = threading.Lock()
     outcomes = sweep.ended()
 

@@ -37,9 +37,14 @@ from ..errors import UsageError
 from .names import valid_name
 
 DEFAULT_TIMEOUT = 3600.0
+SPEC_LIMIT = 64 << 20  # a spec of 20 000 targets is ~2 MiB
+SPEC_DEPTH = 16        # [[target]].resources is 3 deep
+_MAX_NUMBER = 1e12     # seconds, cores, GiB: past this no figure is real (and a 4000-digit int is no float)
 # Flags the sweep itself sets per task, or that make no sense inside one (a task's gate is the sweep's).
 _OWNED_FLAGS = ("--out", "--backends", "--baseline", "--junit")
 _GLOB = set("*?[")
+# compare's verdict on a task's flags, by (backends, args): the same for every target that shares them
+_Verdicts = dict[tuple[tuple[str, ...], tuple[str, ...]], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -116,16 +121,23 @@ def load_spec(path: str | Path, check_args: Callable[[Sequence[str]], str | None
     """
     import tomllib
 
+    from ..files.bounded import nesting, read_bytes
+
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"Sweep spec '{path}' | cannot be read ({exc.strerror or exc}), expected a TOML file") from None
+    # bounded: a FIFO or device refused without blocking, at most SPEC_LIMIT bytes
+    data = read_bytes(path, "Sweep spec", SPEC_LIMIT, UsageError, "expected a TOML file")
+    where = f"Sweep spec '{path}'"
     try:
         doc = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"Sweep spec '{path}' | not TOML ({exc}), expected a TOML file") from None
-    where = f"Sweep spec '{path}'"
+        raise UsageError(f"{where} | not TOML ({exc}), expected a TOML file") from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise UsageError(f"{where} | nested too deep for a TOML reader, expected a spec nested at most "
+                         f"{SPEC_DEPTH} levels") from None
+    except ValueError as exc:  # an integer of thousands of digits (Python's int conversion limit)
+        raise UsageError(f"{where} | holds a value TOML cannot read here ({exc}), expected a sweep spec") from None
+    if nesting(doc, SPEC_DEPTH) > SPEC_DEPTH:
+        raise UsageError(f"{where} | nested deeper than {SPEC_DEPTH} levels, expected a sweep spec (a few deep)")
     _keys(doc, {"sweep", "target"}, where)
     sweep = doc.get("sweep", {})
     _table(sweep, f"{where} [sweep]")
@@ -150,8 +162,9 @@ def load_spec(path: str | Path, check_args: Callable[[Sequence[str]], str | None
             raise UsageError(f"{where} | name {task.name!r} is given to both {seen[task.name]!r} and {task.target!r}, "
                              "expected one name per target (set `name`)")
         seen[task.name] = task.target
+    verdicts: _Verdicts = {}
     for task in tasks:
-        check_compare_args(task, where, check_args)
+        check_compare_args(task, where, check_args, verdicts)
     return SweepSpec(path, directory, name, tuple(tasks), hashlib.sha256(data).hexdigest())
 
 
@@ -184,17 +197,28 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def check_compare_args(task: SweepTask, where: str,
-                       check_args: Callable[[Sequence[str]], str | None] | None = None) -> None:
-    """Refuse flags the sweep sets itself, and (with `check_args`) flags `multiexport compare` would refuse."""
+def check_compare_args(task: SweepTask, where: str, check_args: Callable[[Sequence[str]], str | None] | None = None,
+                       cache: _Verdicts | None = None) -> None:
+    """Refuse flags the sweep sets itself, and (with `check_args`) flags `multiexport compare` would refuse.
+    cache: verdicts by (backends, args), shared over the tasks of one spec."""
     for arg in task.args:
         if arg.split("=", 1)[0] in _OWNED_FLAGS:
             raise UsageError(f"{where} target {task.name!r} | args has {arg!r}, expected it left to the sweep "
                              "(set `backends`; each row's directory and the gate are the sweep's)")
-    why = check_args(task.compare_args(Path("out"))) if check_args else None
+    # The TARGET cannot change how compare parses the rest (it never starts with '-'), so one parse per
+    # distinct backends and args serves every target: 20 000 targets are listed in seconds, not minutes
+    why = _verdict(check_args, (task.backends, task.args), {} if cache is None else cache) if check_args else None
     if why:
         raise UsageError(f"{where} target {task.name!r} | args {list(task.args)!r}: {why}, "
                          "expected flags `multiexport compare` accepts")
+
+
+def _verdict(check_args: Callable[[Sequence[str]], str | None], key: tuple[tuple[str, ...], tuple[str, ...]],
+             cache: _Verdicts) -> str | None:
+    if key not in cache:
+        probe = SweepTask(name="probe", target="probe.py:target", backends=key[0], args=key[1])
+        cache[key] = check_args(probe.compare_args(Path("out")))
+    return cache[key]
 
 
 def _expand(entry: Any, where: str, directory: Path, backends: tuple[str, ...], args: tuple[str, ...],
@@ -204,6 +228,9 @@ def _expand(entry: Any, where: str, directory: Path, backends: tuple[str, ...], 
     if "target" not in entry:
         raise UsageError(f"{where} | no `target`, expected file.py:attr or package.module:attr")
     target = _string(entry["target"], f"{where}.target")
+    if target.startswith("-"):  # passed to compare as its TARGET: it must never be read as a flag
+        raise UsageError(f"{where}.target | got {target!r}, which starts with '-', expected file.py:attr or "
+                         "package.module:attr (a path starting with '-': write ./-name.py)")
     own = SweepTask(name="-", target=target,
                     backends=_backends(entry["backends"], f"{where}.backends") if "backends" in entry else backends,
                     args=args + _strings(entry.get("args", []), f"{where}.args"),
@@ -289,8 +316,8 @@ def _resources(value: Any, where: str) -> Resources:
     _keys(value, {"cpus", "gpus", "memory_gib", "arch"}, where)
     numbers = {k: value[k] for k in ("cpus", "gpus", "memory_gib") if k in value}
     for k, v in numbers.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or 0 < v < 0.01:
-            raise UsageError(f"{where}.{k} | got {v!r}, expected 0 or a finite number >= 0.01")
+        if not _number(v) or v < 0 or 0 < v < 0.01:
+            raise UsageError(f"{where}.{k} | got {_short(v)}, expected 0 or a finite number >= 0.01 (at most {_MAX_NUMBER:g})")
     arch = value.get("arch")
     if arch is not None:
         arch = _string(arch, f"{where}.arch")
@@ -307,6 +334,14 @@ def _backends(value: Any, where: str) -> tuple[str, ...]:
     if unknown or not chosen:
         raise UsageError(f"{where} | got {list(chosen)!r}, expected \"all\" or backends of {', '.join(names())}")
     return chosen
+
+
+def _short(value: Any) -> str:
+    """repr, cut short (a 4000-digit integer is not printed whole; str() of one past 4300 digits raises)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _MAX_NUMBER:
+        return f"an integer of {int(math.log10(abs(value))) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
 def _keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -332,7 +367,14 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _number(value: Any) -> bool:
+    """A finite number TOML can hold that is a real figure: a huge integer is refused before float() overflows."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) <= _MAX_NUMBER and math.isfinite(value)
+
+
 def _positive(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
-        raise UsageError(f"{where} | got {value!r}, expected a number of seconds > 0")
+    if not _number(value) or not value > 0:
+        raise UsageError(f"{where} | got {_short(value)}, expected a number of seconds > 0 (at most {_MAX_NUMBER:g})")
     return float(value)

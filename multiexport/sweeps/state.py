@@ -13,8 +13,8 @@ finished row and repeats none. The journal is append-only; a line cut short by t
 from __future__ import annotations
 
 import json
+import math
 import os
-import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..errors import UsageError
+from ..files import confined
+from ..files.bounded import TooDeep, loads, read_bytes, read_json
 from .names import valid_name
 from .spec import SweepSpec, SweepTask
 
@@ -36,6 +38,10 @@ FAILED = "failed"                # compare exited without results.json (e.g. the
 DIED = "died"                    # its process was killed or crashed, twice (re-run once)
 TIMEOUT = "timeout"              # it ran past the task's timeout
 UNSCHEDULABLE = "unschedulable"  # no machine of the cluster offers what it needs (re-tried on --resume)
+STATES = (DONE, FAILED, DIED, TIMEOUT, UNSCHEDULABLE)
+
+META_LIMIT = 64 << 20      # sweep.json: ~100 bytes a task; 20 000 tasks are ~2 MiB
+JOURNAL_LIMIT = 64 << 20   # progress.jsonl: ~400 bytes a start and end; far more than any real sweep appends
 
 
 @dataclass(frozen=True)
@@ -84,14 +90,14 @@ class SweepDir:
                 raise UsageError(f"Sweep '{root}' | was started with tasks {meta.get('tasks')}, now asked for "
                                  f"{asked}, expected the same spec, --only and --shard to resume it")
             return cls(root, meta)
-        (root / "rows").mkdir(parents=True, exist_ok=True)
+        confined.make_dirs(root, "rows", f"Sweep '{root}'")
         meta = {"schema": SCHEMA, "uid": uuid.uuid4().hex, "name": spec.name, "spec": str(spec.path),
                 "spec_sha256": spec.sha256, "shard": shard or None, "executor": executor,
                 "commit": _commit(spec.directory), "created": now(), "tasks": [t.name for t in tasks],
                 "fingerprints": {t.name: t.fingerprint() for t in tasks}}
         from ..files import write_text_atomic
 
-        write_text_atomic(marker, json.dumps(meta, indent=1) + "\n")
+        write_text_atomic(confined.under(root, SWEEP_FILE, f"Sweep '{root}'"), json.dumps(meta, indent=1) + "\n")
         return cls(root, meta)
 
     @staticmethod
@@ -100,6 +106,8 @@ class SweepDir:
         anything is written there."""
         marker = root / SWEEP_FILE
         if resume:
+            for name in (SWEEP_FILE, JOURNAL, "rows", "history.sqlite"):  # refused before anything is touched
+                confined.under(root, name, f"Sweep '{root}'")
             if not marker.is_file():
                 raise UsageError(f"Sweep '{root}' | has no {SWEEP_FILE}, expected the directory of a sweep to "
                                  "resume (drop --resume to start one)")
@@ -114,11 +122,10 @@ class SweepDir:
 
     @staticmethod
     def _read_meta(marker: Path) -> dict[str, Any]:
-        try:
-            meta = json.loads(marker.read_text())
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"Sweep '{marker}' | unreadable ({exc}), expected a {SWEEP_FILE} written by "
-                             "`multiexport sweep`") from None
+        """sweep.json, read bounded: a regular file (no link, FIFO or device), at most META_LIMIT bytes, JSON
+        nested at most JSON_DEPTH deep, else one line."""
+        meta = read_json(marker, "Sweep", META_LIMIT, UsageError, f"expected a {SWEEP_FILE} written by "
+                         "`multiexport sweep`", follow=False)
         if not isinstance(meta, dict) or meta.get("schema") != SCHEMA:
             raise UsageError(f"Sweep '{marker}' | got schema {meta.get('schema') if isinstance(meta, dict) else None!r}, "
                              f"expected {SCHEMA!r}")
@@ -166,72 +173,110 @@ class SweepDir:
 
     def _append(self, event: dict[str, Any]) -> None:
         line = json.dumps(event) + "\n"
-        fd = os.open(self.root / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = confined.open_new_file(self.root, JOURNAL, self.what, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
-            os.write(fd, line.encode())
+            _write_all(fd, line.encode(), self.root / JOURNAL)
             os.fsync(fd)
+        except OSError as exc:  # a full disk: the path named, so the command says which (one line, exit 2)
+            raise OSError(exc.errno, exc.strerror, str(self.root / JOURNAL)) from None
         finally:
             os.close(fd)
 
     def _events(self) -> Iterable[dict[str, Any]]:
-        path = self.root / JOURNAL
-        if not path.exists() and not path.is_symlink():
+        path = confined.under(self.root, JOURNAL, self.what)
+        if not os.path.lexists(path):
             return []
-        if path.is_symlink() or not path.is_file():
-            raise UsageError(f"Sweep '{self.root}' | {JOURNAL} is not a regular file, expected the journal "
-                             "`multiexport sweep` writes")
-        try:
-            text = path.read_bytes().decode("utf-8", errors="replace")
-        except OSError as exc:
-            raise UsageError(f"Sweep '{self.root}' | {JOURNAL} cannot be read ({exc.strerror or exc})") from None
+        text = read_bytes(path, f"Sweep '{self.root}' journal", JOURNAL_LIMIT, UsageError,
+                          "expected the journal `multiexport sweep` writes (a regular file)",
+                          follow=False).decode("utf-8", errors="replace")
         events = []
         for line in text.splitlines():
             try:
-                event = json.loads(line)
-            except ValueError:
-                continue  # cut short by a kill while it was written
+                event = loads(line)
+            except (TooDeep, ValueError, RecursionError):
+                continue  # cut short by a kill while it was written (or nested past any line we write)
             if isinstance(event, dict):
                 events.append(event)
         return events
 
     # -- rows ---------------------------------------------------------------------------------------------
 
+    @property
+    def what(self) -> str:
+        return f"Sweep '{self.root}'"
+
     def row_dir(self, name: str) -> Path:
-        return self.root / "rows" / name
+        """rows/NAME, refused (one line) if rows/ or rows/NAME is a link: nothing is read or written through one."""
+        return confined.under(self.root, f"rows/{name}", self.what)
+
+    def row_file(self, name: str, file_name: str) -> Path:
+        """rows/NAME/FILE (results.json, a report), no component of it a link."""
+        return confined.under(self.root, f"rows/{name}/{file_name}", self.what)
 
     def log_path(self, name: str) -> Path:
-        return self.root / "rows" / f"{name}.log"
+        return confined.under(self.root, f"rows/{name}.log", self.what)
 
     def write_log(self, name: str, text: str) -> None:
-        """rows/NAME.log, in UTF-8, replacing whatever is there (never written through a link)."""
+        """rows/NAME.log, in UTF-8, replacing whatever is there (never written through a link). Written whole
+        or not at all beside the head `start_log` wrote: on a full disk the log keeps the command it ran."""
+        relative = f"rows/{name}.log"
         path = self.log_path(name)
-        if path.is_symlink():
-            path.unlink()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
-            fh.write(text)
+        data = text.encode("utf-8", errors="replace")
+        fresh = f"rows/.{name}.log.new"
+        confined.remove_tree(self.root, fresh, self.what)
+        fd = confined.open_new_file(self.root, fresh, self.what, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            try:
+                _write_all(fd, data, path)
+            finally:
+                os.close(fd)
+            if os.path.islink(path):  # a link planted there is removed, never written through
+                os.unlink(path)
+            os.replace(self.root / fresh, confined.under(self.root, relative, self.what))
+        except OSError as exc:
+            confined.remove_tree(self.root, fresh, self.what)
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+
+    def start_log(self, name: str, command: str) -> None:
+        """rows/NAME.log's head, written as the task starts (while there is room): the command it runs."""
+        self.write_log(name, f"$ {command}\n# started {now()}; this line is replaced when it ends\n")
 
     def clear_row(self, name: str) -> None:
-        """Remove what an unfinished attempt of `name` left (this sweep's own row directory, nothing else)."""
-        row = self.row_dir(name)
-        if row.is_symlink():
-            row.unlink()
-        elif row.is_dir():
-            shutil.rmtree(row)
+        """Remove what an unfinished attempt of `name` left (this sweep's own row directory, nothing else;
+        a link there is removed itself, never followed)."""
+        confined.make_dirs(self.root, "rows", self.what)
+        confined.remove_tree(self.root, f"rows/{name}", self.what)
 
 
-_TYPES: dict[str, type | tuple[type, ...]] = {"name": str, "state": str, "seconds": (int, float), "attempts": int, "reason": str, "host": str,
-          "fingerprint": str}
+_TYPES: dict[str, type | tuple[type, ...]] = {"name": str, "state": str, "seconds": (int, float), "attempts": int,
+                                               "reason": str, "host": str, "fingerprint": str}
+_MAX_SECONDS = 10 * 365 * 86400.0  # a row's wall time: finite, not negative, not past ten years
+_MAX_TEXT = 100_000                 # a reason, host or fingerprint: one line of a log, not a file
 
 
 def _well_formed(event: dict[str, Any]) -> bool:
-    """An end event as this module writes it (a journal edited by hand is read, never trusted)."""
+    """An end event as this module writes it (a journal edited by hand is read, never trusted): known state,
+    figures that can be (a negative, infinite or 4000-digit `seconds` is no wall time), bounded text."""
     if not all(isinstance(event.get(k), t) and not isinstance(event.get(k), bool) for k, t in _TYPES.items()):
         return False
-    if not valid_name(event["name"]):  # a name is a directory under rows/: never a path
+    if not valid_name(event["name"]) or event["state"] not in STATES:  # a name is a directory under rows/
+        return False
+    seconds = event["seconds"]
+    if (isinstance(seconds, int) and abs(seconds) > _MAX_SECONDS) or not math.isfinite(seconds) \
+            or not 0 <= seconds <= _MAX_SECONDS or not 0 <= event["attempts"] <= 1000:
+        return False
+    if any(len(event[k]) > _MAX_TEXT for k in ("reason", "host", "fingerprint")):
         return False
     code = event.get("exit")
-    return code is None or (isinstance(code, int) and not isinstance(code, bool))
+    return code is None or (isinstance(code, int) and not isinstance(code, bool) and -255 <= code <= 255)
+
+
+def _write_all(fd: int, data: bytes, path: Path) -> None:
+    """Write every byte (os.write may write fewer), the path named in the error."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
 
 
 def now() -> str:

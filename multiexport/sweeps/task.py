@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import signal
 import sys
 from dataclasses import dataclass
@@ -40,15 +41,22 @@ class Attempt:
     host: str
 
 
+def command(task: SweepTask, out_dir: Path) -> list[str]:
+    """The compare's command line. `-P`: the working directory (the spec's folder) is not put first on the
+    module path, so a `multiexport.py` or `multiexport/` beside a spec cannot run instead of multiexport; a
+    `package.module` target there still imports (compare appends the working directory, never shadowing)."""
+    return [sys.executable, "-P", "-m", "multiexport", *task.compare_args(out_dir)]
+
+
 def run_task(task: SweepTask, out_dir: Path, cwd: Path) -> Attempt:
     """Run `task`'s compare into `out_dir` (from `cwd`, where its relative target resolves), holding the
     machine's timing lock around its timing phase."""
-    cmd = [sys.executable, "-m", "multiexport", *task.compare_args(out_dir)]
+    cmd = command(task, out_dir)
     env = {**os.environ, TIMING_LOCK_ENV: str(machine_lock_path())}
     outcome = run_command(cmd, timeout=task.timeout, cwd=cwd, env=env)
-    wrote = (out_dir / "results.json").is_file()
+    wrote = (out_dir / "results.json").is_file() and not (out_dir / "results.json").is_symlink()
     state, reason = _verdict(outcome, wrote, task.timeout, out_dir)
-    log = (f"$ {' '.join(cmd)}\n# {outcome.how_it_ended()} in {outcome.seconds:.1f} s"
+    log = (f"$ {shlex.join(cmd)}\n# {outcome.how_it_ended()} in {outcome.seconds:.1f} s"
            f"{' (' + EXIT_MEANING[outcome.returncode] + ')' if outcome.returncode in EXIT_MEANING else ''}\n"
            f"{outcome.stdout}\n--- stderr ---\n{outcome.stderr}")
     return Attempt(state, outcome.returncode if outcome.returncode is not None and outcome.returncode >= 0 else None,
@@ -61,11 +69,12 @@ _STOPPED = {128 + signal.SIGINT: "SIGINT", 128 + signal.SIGTERM: "SIGTERM", 128 
 
 def _interrupted(path: Path) -> bool:
     """results.json of a compare that was stopped part-way (its `state`), read without trusting it."""
-    import json
+    from ..errors import InputError
+    from ..files.bounded import read_json
 
-    try:
-        data = json.loads(path.read_bytes()[: 1 << 26])
-    except (OSError, ValueError):
+    try:  # bounded, no FIFO, no link: what a target left there is not trusted
+        data = read_json(path, "Results", 1 << 26, InputError, "expected a compare's results", follow=False)
+    except InputError:
         return False
     return isinstance(data, dict) and (data.get("state") == "interrupted" or data.get("interrupted") is True)
 

@@ -1,15 +1,13 @@
 """The one subprocess supervisor: every process multiexport starts (workers, device probes, native tools,
 the screenshot browser, paired-benchmark workers) is spawned, timed out, killed and reaped here.
 
-- Each child runs in a session of its own, so a kill reaches what it started too, and a terminal's
-  Ctrl-C reaches only multiexport, which stops its children itself and keeps what finished.
-- Each child dies with the thread that started it (PR_SET_PDEATHSIG, SIGKILL), so not even a `kill -9` of
-  multiexport leaves one running: a native consumer at 100 % CPU, or an export worker still writing into
-  the output directory. What the killed processes made is removed by the next command (files.temporary).
+- Each child runs in a session of its own, so a kill reaches what it started too (also once it ended:
+  what a target's factory started goes with it), and a terminal's Ctrl-C reaches only multiexport.
+- Each child dies with the thread that started it (PR_SET_PDEATHSIG, SIGKILL): not even a `kill -9` of
+  multiexport leaves one running; what the killed processes made the next command removes (files.temporary).
 - `stop_on_signals` turns SIGINT, SIGTERM and SIGHUP into `Interrupted` in the main thread, and waits
   poll a flag, since a signal's exception raised inside a destructor is printed and dropped by Python.
-- Output goes to temporary files (no pipe can fill up and hang a child), and each child's CPU time is
-  its own (`wait4`), so overlapping children can be reported honestly.
+- Output goes to temporary files (no pipe can fill up and hang a child); each child's CPU time is its own.
 - A child killed by SIGKILL is called out of memory only with evidence: the cgroup's `oom_kill` count.
 """
 
@@ -97,6 +95,7 @@ def run_command(cmd: Sequence[str], *, timeout: float, cwd: str | os.PathLike | 
         timed_out, cpu = False, None
         try:
             code, cpu = _wait(proc, start + timeout)
+            _kill(proc)  # ended: what it started and left running in its session (a factory's child) goes too
         except TimeoutError:
             timed_out = True
             code = _kill(proc)
@@ -198,6 +197,7 @@ class Served:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
+        _kill(self.proc)  # ended: its session's leftovers too
         for stream in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError):
                 if stream is not None:
@@ -229,7 +229,7 @@ def _dying_with_parent(cmd: Sequence[str], env: Mapping[str, str] | None) -> tup
     cmd = [str(c) for c in cmd]
     if not sys.platform.startswith("linux"):
         return cmd, dict(env) if env is not None else None
-    if len(cmd) > 2 and tuple(cmd[1:3]) == _WORKER_PREFIX:
+    if _WORKER_PREFIX in (tuple(cmd[1:3]), tuple(cmd[2:4])):  # python [-P] -m multiexport.run.worker
         return cmd, {**(os.environ if env is None else env), PARENT_ENV: str(os.getpid())}
     program = shutil.which(cmd[0], path=(os.environ if env is None else env).get("PATH", os.defpath))
     if program is None:  # not to be found: Popen says so as it always did (an Outcome's start_error)
@@ -286,7 +286,8 @@ def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int, float | None]:
 
 
 def _kill(proc: subprocess.Popen) -> int:
-    """Kill the child's whole session and reap the child; returns its exit code."""
+    """Kill the child's whole session (its process group: the child leads it, so its id is not reused
+    while a member lives) and reap the child; returns its exit code."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     if proc.returncode is None:

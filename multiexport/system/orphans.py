@@ -1,0 +1,102 @@
+"""What a target started is stopped with the command that built it: no process is left behind (parent 1).
+
+A target's factory may start a process (a tokenizer server, a data loader, a stray `sleep`) and never stop
+it. Every worker's leftovers go with its session (`process.run_command` kills the session once the worker
+ended); what this process itself started (the compare builds the target too) and what was double-forked out
+of a session (adopted here: this process is the children's subreaper) is stopped by `stop_leftovers` when
+the command ends. Linux only; elsewhere both are no-ops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from typing import Iterator
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def adopt_orphans() -> frozenset[int]:
+    """Make this process the subreaper of its descendants: one whose parent ends (a double fork, a daemon)
+    becomes this process's child instead of init's, so `stop_leftovers` can stop it. Returns the children
+    this process has now (not the command's to stop: a test's fixtures when the CLI runs in-process)."""
+    if not sys.platform.startswith("linux"):
+        return frozenset()
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    return frozenset(children())
+
+
+def children() -> list[int]:
+    """The process ids of this process's living children (every thread's), from /proc."""
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        tasks = os.listdir("/proc/self/task")
+        if not os.path.exists(f"/proc/self/task/{tasks[0]}/children"):  # a kernel without CONFIG_PROC_CHILDREN
+            return _children_by_parent()
+        for task in tasks:
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as fh:
+                found.update(int(pid) for pid in fh.read().split())
+    return sorted(found)
+
+
+def _children_by_parent() -> list[int]:
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry}/stat") as fh:
+                if int(fh.read().rsplit(")", 1)[1].split()[1]) == me:  # the field after the state: ppid
+                    found.append(int(entry))
+    return found
+
+
+def stop_leftovers(spared: frozenset[int] = frozenset(), wait_s: float = 2.0) -> list[int]:
+    """Kill every child this process still has but `spared` (and, for one that leads a process group, the
+    group) and reap them; returns their ids. Call when the command's own children have all been reaped:
+    whatever is left was started by the target, or adopted."""
+    if not sys.platform.startswith("linux"):
+        return []
+    stopped = []
+    for _ in range(8):  # a child killed may hand its own children to us (subreaper): take those too
+        pids = [pid for pid in children() if pid not in spared]
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            stopped.append(pid)
+        _reap(pids, wait_s)
+    return stopped
+
+
+def _reap(pids: list[int], wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    left = set(pids)
+    while left and time.monotonic() < deadline:
+        for pid in list(left):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                left.discard(pid)
+        if left:
+            time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def leaving_nothing_behind() -> Iterator[None]:
+    """For a command's block: orphans adopted while it runs, every leftover child stopped when it ends."""
+    spared = adopt_orphans()
+    try:
+        yield
+    finally:
+        stop_leftovers(spared)
