@@ -127,3 +127,38 @@ def test_compare_device_tpu_without_a_tpu_gives_no_tpu_rows_with_the_reason_besi
     assert tpu["reason"].startswith("JAX sees no TPU")
     assert "TPU xla: no-tpu" in proc.stderr + proc.stdout
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("multiexport-")]  # its temporaries are gone
+
+
+def test_the_reference_at_a_matmul_precision_lowers_every_dot_at_it():
+    import jax.numpy as jnp
+    import numpy as np
+
+    from multiexport import Target
+    from multiexport.leaves import build_signature
+    from multiexport.measure.reference import ReferenceRunner
+
+    w = np.ones((8, 4), np.float32)
+    target = Target(lambda x: jnp.tanh(x @ w), args=(jnp.ones((2, 8), jnp.float32),), name="dot")
+    sig = build_signature(target)
+    x = np.ones((2, 8), np.float32)
+
+    def lowered(precision: str) -> str:
+        runner = ReferenceRunner(target, sig, "cpu", matmul_precision=precision)
+        return runner._jitted.lower(x).as_text()
+
+    assert "HIGHEST" in lowered("highest") and "HIGHEST" not in lowered("default")
+    assert "HIGH" in lowered("high")
+
+
+def test_compare_records_the_matmul_precision_and_refuses_an_unknown_one(tmp_path):
+    env = _without_tpu_env()
+    out = tmp_path / "out"
+    base = [sys.executable, "-m", "multiexport", "compare", "--backends", "xla", "--no-bench", "--trials", "1",
+            "--out", str(out)]
+    proc = subprocess.run(base + ["--matmul-precision", "highest"], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "results.json").read_text())["config"]["matmul_precision"] == "highest"
+    bad = subprocess.run(base + ["--matmul-precision", "bf16"], capture_output=True, text=True, timeout=120, env=env,
+                         cwd=REPO)
+    assert bad.returncode == 2 and "--matmul-precision" in bad.stderr

@@ -227,6 +227,7 @@ def compare_config(args, backends_known: bool = True):
         backends=tuple(backends), out_dir=args.out, trials=args.trials, seed=args.seed,
         val_ranges=parse_val_ranges(args.val_range), dim_sizes=parse_dim_sizes(args.dim_sizes),
         tolerances=parse_tolerances(args.tol), inputs=inputs, reference=args.reference,
+        matmul_precision=args.matmul_precision,
         keep_unused=args.keep_unused, external_weights=args.external_weights,
         backend_options=backend_options(args.backend_option, list(backends)) if backends_known else {},
         device=args.device,

@@ -192,6 +192,9 @@ def _compare_parser(sub) -> None:
     p.add_argument("--inputs", type=Path, help=".npz of named inputs to use instead of generated trials")
     p.add_argument("--reference", choices=["jax", "float64"], default=d["reference"].default,
                    help="float64: also report each backend's error against the function run in float64 (the true value)")
+    p.add_argument("--matmul-precision", choices=["default", "high", "highest"], default="default",
+                   help="jax.jit's matmul precision for the parity reference (and the TPU rows' reference): a TPU's "
+                        "default runs float32 matmuls in bf16 passes (default: default)")
     p.add_argument("--keep-unused", action="store_true", help="make every leaf a parameter in every format")
     p.add_argument("--external-weights", choices=["auto", "always", "never"], default="auto", help=EXTERNAL_WEIGHTS_HELP)
     p.add_argument("--backend-option", action="append", default=[], metavar="BACKEND.NAME=VALUE", help=OPTION_HELP)

@@ -26,6 +26,8 @@ class CompareConfig:
     val_ranges: leaf pattern -> (low, high) for the trials. dim_sizes: symbol -> sizes to check.
     tolerances: leaf pattern -> Tolerance overrides. inputs: a feed to use instead of generated trials.
     reference: "jax" (jax.jit) or "float64" (also each backend's error against the float64 truth).
+    matmul_precision: jax.jit's matmul precision for the parity reference ("default", "high", "highest"): a TPU's
+        default runs float32 matmuls in bf16 passes (`measure.reference.MATMUL_PRECISIONS`).
     keep_unused: every leaf a parameter. external_weights: auto / always / never.
     backend_options: backend -> {option: value}, each validated against the backend's declared options.
     device: cpu / gpu / auto. threads: intra-op threads for every runtime (None: the usable cores).
@@ -77,6 +79,7 @@ class CompareConfig:
     calibration: Path | None = None
     accuracy: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     baseline_artifacts: Path | None = None
+    matmul_precision: str = "default"
 
     def __post_init__(self):
         from ..exporting.precision import split_variant
@@ -115,6 +118,9 @@ class CompareConfig:
             raise UsageError(f"Option 'timeout' | got {self.timeout!r}, expected a finite number of seconds > 0")
         if self.reference not in REFERENCES:
             raise UsageError(f"Option 'reference' | got {self.reference!r}, expected one of {', '.join(REFERENCES)}")
+        if self.matmul_precision not in ("default", "high", "highest"):
+            raise UsageError(f"Option 'matmul_precision' | got {self.matmul_precision!r}, expected one of default, high, "
+                             "highest")
         if self.device not in CHOICES:
             raise UsageError(f"Option 'device' | got {self.device!r}, expected one of {', '.join(CHOICES)}")
         check_policy(self.external_weights)
@@ -193,6 +199,7 @@ class CompareOptions(TypedDict, total=False):
     calibration: Path | None
     accuracy: Mapping[str, Mapping[str, float]]
     baseline_artifacts: Path | None
+    matmul_precision: str
 
 
 def _with_precisions(backends: tuple[str, ...], precisions: Any) -> tuple[str, ...]:

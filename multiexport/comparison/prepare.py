@@ -58,7 +58,7 @@ def prepare(ctx: Context, device: DevicePlan) -> Prepared:
     ctx.progress(f"signature of '{target.name}': {len(sig.inputs)} input leaves, {len(sig.outputs)} outputs")
     jax_gpu = device.chosen == "gpu" and (device.found.get("xla") or {}).get("gpu")
     ref_device = "gpu" if jax_gpu else "cpu"
-    ref_runner = ReferenceRunner(target, sig, ref_device)
+    ref_runner = ReferenceRunner(target, sig, ref_device, matmul_precision=config.matmul_precision)
     ctx.progress(f"reference outputs (jax.jit) for {len(trials)} trials")
     ref_outputs = [ref_runner(t.feed) for t in trials]
     why = nondeterminism(target, sig, ref_runner, trials[0].feed)

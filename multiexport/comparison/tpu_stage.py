@@ -68,7 +68,7 @@ def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
     name = ctx.target.name
     bench_time = config.bench.bench_time if config.bench is not None else 0.2
     job = {"targets": {name: ctx.spec}, "feeds": {name: str(work / "feed.npz")}, "artifacts": {name: str(artifact)},
-           "out": str(work), "bench_time": bench_time}
+           "out": str(work), "bench_time": bench_time, "matmul_precision": config.matmul_precision}
     (work / "job.json").write_text(json.dumps(job))
     proc = subprocess.Popen([sys.executable, "-m", "multiexport.run.tpu_worker", str(work / "job.json")],
                             env={**os.environ, **tpu_worker_environment(), "TMPDIR": str(work)},

@@ -21,6 +21,8 @@ from ..exporting.pipeline import bindings
 from ..leaves import Target
 from ..versions import base_versions, utc_now
 
+MATMUL_PRECISIONS = ("default", "high", "highest")  # jax.default_matmul_precision's names, "default" as it is
+
 
 def reference_manifest(sig) -> Manifest:
     n_in, n_out = len(sig.inputs), len(sig.outputs)
@@ -44,22 +46,27 @@ class ReferenceRunner(JitRunner):
 
     calling_path = "jax.jit(fn) on named leaves; inputs committed with jax.device_put"
 
-    def __init__(self, target: Target, sig, device: str = "cpu", threads: int | None = None):
+    def __init__(self, target: Target, sig, device: str = "cpu", threads: int | None = None,
+                 matmul_precision: str = "default"):
         import jax
 
         from ..leaves.weights import plan
+
+        if matmul_precision not in MATMUL_PRECISIONS:
+            raise ValueError(f"matmul_precision {matmul_precision!r} | expected one of {', '.join(MATMUL_PRECISIONS)}")
+        self.matmul_precision = matmul_precision
 
         jax_device = jax.devices("gpu" if device == "gpu" else "cpu")[0]
         options = RunOptions(device=device, threads=threads)
         lifted = plan(target.fn, sig, "auto")
         if lifted is None:
-            super().__init__(reference_manifest(sig), Path("."), options, sig.flat_function(target.fn), jax_device,
-                             x64=sig.x64)
+            super().__init__(reference_manifest(sig), Path("."), options,
+                             at_precision(sig.flat_function(target.fn), matmul_precision), jax_device, x64=sig.x64)
             self.lifted_weights = 0
             return
         weights = [jax.block_until_ready(jax.device_put(a, jax_device)) for a in lifted.arrays]
-        super().__init__(reference_manifest(sig), Path("."), options, lifted.fn, jax_device, resident=weights,
-                         x64=sig.x64)
+        super().__init__(reference_manifest(sig), Path("."), options, at_precision(lifted.fn, matmul_precision),
+                         jax_device, resident=weights, x64=sig.x64)
         self.lifted_weights = len(weights)
         self.calling_path = (f"jax.jit(fn) on named leaves, its {len(weights)} baked weights passed as arguments "
                              "(on the device once); inputs committed with jax.device_put")
@@ -75,6 +82,21 @@ class ReferenceRunner(JitRunner):
             analysis = analysis[0] if analysis else {}
         flops = (analysis or {}).get("flops")
         return float(flops) if flops is not None and flops >= 0 else None
+
+
+def at_precision(fn, matmul_precision: str):
+    """`fn` traced under `jax.default_matmul_precision(matmul_precision)` ("default": `fn` itself), so every dot and
+    convolution it lowers carries that precision: what a TPU's bf16 passes move is then measured, not assumed."""
+    if matmul_precision == "default":
+        return fn
+
+    def call(*args):
+        import jax
+
+        with jax.default_matmul_precision(matmul_precision):
+            return fn(*args)
+
+    return call
 
 
 def nondeterminism(target: Target, sig, runner: ReferenceRunner, feed: Mapping[str, np.ndarray]) -> str | None:

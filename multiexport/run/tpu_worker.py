@@ -74,14 +74,16 @@ def check_target(name: str, job: dict, device) -> tuple[list[dict], dict | None,
     from ..exporting.jit_runner import JitRunner
     from ..exporting.manifest import Manifest
     from ..leaves import build_signature, load_target
-    from ..measure.reference import reference_manifest
+    from ..measure.reference import at_precision, reference_manifest
 
     target = load_target(job["targets"][name])
     sig = build_signature(target)
     feed = dict(np.load(job["feeds"][name]))
     flat = sig.flat_function(target.fn)
     options = RunOptions()
-    jit_default = JitRunner(reference_manifest(sig), Path("."), options, flat, device)
+    # the TPU reference: jax.jit at the compare's --matmul-precision (the TPU's own default unless asked)
+    jit_default = JitRunner(reference_manifest(sig), Path("."), options,
+                            at_precision(flat, job.get("matmul_precision", "default")), device)
 
     def highest(*args):
         with jax.default_matmul_precision("highest"):

@@ -163,7 +163,8 @@ def test_markup_in_leaf_and_target_names_prints_as_text_in_run_and_compare(sandb
     ("tolerances", {"out": Tolerance(rtol=0.0, atol=math.nan)}, "atol"),
     ("batch_sizes", (0,), "Option 'batch_sizes'"),
     ("reference", "float16", "Option 'reference'"),
-    ("device", "tpu", "Option 'device'"),
+    ("device", "npu", "Option 'device'"),
+    ("matmul_precision", "bf16", "Option 'matmul_precision'"),
     ("bench", "fast", "Option 'bench'"),
 ])
 def test_compare_config_refuses_bad_options_before_any_work(field, value, message, sandbox):
