@@ -248,6 +248,7 @@ def cmd_compare(args) -> int:
     from ..measure.timeline import Timeline
     from ..report.regression import check_thresholds
     from ..run.devices import keep_jax_off_the_tpu
+    from ..system.orphans import adopt_orphans, stop_leftovers
 
     keep_jax_off_the_tpu()  # one process owns a TPU: this one and the CPU workers run JAX on the CPU
     check_thresholds(args.max_slowdown, args.max_parity_drift)
@@ -259,12 +260,14 @@ def cmd_compare(args) -> int:
     early_workers = start_early(dataclasses.replace(pre, backends=tuple(known)), spec(args)) if known else None
     timeline = Timeline(start)
     timeline.mark(BUILD_STEP)
+    spared = adopt_orphans()  # what the target starts and leaves (double-forked too) is stopped when the compare ends
     try:
         with FactoryCache() as cache:  # the export workers build the target from the programs this load compiles
             return _compare(args, load_target(args.target, cache), start, early_workers, timeline)
     finally:
         if early_workers is not None:
             early_workers.close()  # if the compare did not adopt them (the target failed to load)
+        stop_leftovers(spared)
 
 
 def spec(args) -> str:
