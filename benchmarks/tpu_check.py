@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.tpu_models import MODELS
+from multiexport.files.npz import load_npz, save_npz
 
 SCHEMA = "multiexport.tpu_check/1"
 
@@ -71,7 +72,7 @@ def prepare(models: list[str], work: Path) -> dict[str, dict[str, np.ndarray]]:
         target = make(name)
         feed = {k: np.asarray(v) for k, v in build_signature(target).example_feed().items()}
         api.export(target, work / "artifacts" / name, "xla", platforms=("cpu", "tpu"))
-        np.savez(work / "inputs" / f"{name}.npz", **feed)
+        save_npz(work / "inputs" / f"{name}.npz", feed)
         feeds[name] = feed
     return feeds
 
@@ -184,7 +185,7 @@ def precision_table(models: list[str], work: Path, cpu_outputs: dict) -> list[di
         path = work / "tpu" / f"{name}.tpu.npz"
         if not path.is_file() or name not in cpu_outputs:
             continue
-        tpu = dict(np.load(path))
+        tpu = load_npz(path, "TPU outputs")
         cpu_rows_here = {f"{label} (cpu)": outs for label, outs in cpu_outputs[name].items()}
         for leaf in cpu_outputs[name]["jax.jit"]:
             default, highest = tpu[f"jax.jit/{leaf}"], tpu[f"jax.jit highest/{leaf}"]
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.models:
             path = work / "tpu" / f"{name}.tpu.npz"
             if path.is_file():
-                saved = dict(np.load(path))
+                saved = load_npz(path, "TPU outputs")
                 tpu_outputs[name] = {k.split("/", 1)[1]: v for k, v in saved.items() if k.startswith("xla/")}
         rows = list(tpu["rows"])
         if not args.no_native:

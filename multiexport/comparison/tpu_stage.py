@@ -56,6 +56,7 @@ def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
     from ..environment import tpu_worker_environment
     from ..exporting.options import ExportOptions
     from ..exporting.registry import get_backend
+    from ..files.npz import load_npz, save_npz
     from ..run.tpu_worker import RUNNERS, err_scale
 
     config = ctx.config
@@ -64,7 +65,7 @@ def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
     get_backend("xla").export(ctx.target.fn, prep.sig, artifact,
                               ExportOptions(platforms=("cpu", "tpu"), keep_unused=config.keep_unused))
     feed = prep.trials[0].feed
-    np.savez(work / "feed.npz", **{k: np.asarray(v) for k, v in feed.items()})
+    save_npz(work / "feed.npz", {k: np.asarray(v) for k, v in feed.items()})
     name = ctx.target.name
     bench_time = config.bench.bench_time if config.bench is not None else 0.2
     job = {"targets": {name: ctx.spec}, "feeds": {name: str(work / "feed.npz")}, "artifacts": {name: str(artifact)},
@@ -80,12 +81,12 @@ def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
         proc.communicate()
         err = f"the TPU worker ran past {config.timeout:g} s (--timeout) and was stopped"
     found = work / "tpu.json"
-    result = json.loads(found.read_text()) if found.is_file() else {
+    result: dict[str, Any] = json.loads(found.read_text()) if found.is_file() else {
         "rows": [{"runner": r, "device": "tpu", "status": "failed",
                   "reason": ((err or "").strip().splitlines() or ["the TPU worker wrote nothing"])[-1]} for r in RUNNERS],
         "overhead": [], "reason": ""}
     outputs = work / f"{name}.tpu.npz"
-    saved = dict(np.load(outputs)) if outputs.is_file() else {}
+    saved = load_npz(outputs, "TPU outputs") if outputs.is_file() else {}
     # What the TPU's own bf16 passes move each output: jax.jit at the default matmul precision against "highest".
     own = {k.split("/", 1)[1]: err_scale(v, saved[f"jax.jit highest/{k.split('/', 1)[1]}"])
            for k, v in saved.items() if k.startswith("jax.jit/")}

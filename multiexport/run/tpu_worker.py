@@ -73,12 +73,13 @@ def check_target(name: str, job: dict, device) -> tuple[list[dict], dict | None,
     from ..exporting.contract import RunOptions
     from ..exporting.jit_runner import JitRunner
     from ..exporting.manifest import Manifest
+    from ..files.npz import load_npz
     from ..leaves import build_signature, load_target
     from ..measure.reference import at_precision, reference_manifest
 
     target = load_target(job["targets"][name])
     sig = build_signature(target)
-    feed = dict(np.load(job["feeds"][name]))
+    feed = load_npz(job["feeds"][name], "TPU worker feed")
     flat = sig.flat_function(target.fn)
     options = RunOptions()
     # the TPU reference: jax.jit at the compare's --matmul-precision (the TPU's own default unless asked)
@@ -103,7 +104,7 @@ def check_target(name: str, job: dict, device) -> tuple[list[dict], dict | None,
     prepared = {label: runner.prepare(feed) for label, runner in runners.items()}
     bare_fn = jax.jit(exported.call)
     bare_args = prepared["xla"]
-    calls = {label: (lambda r=runner, p=prepared[label]: r.run_prepared(p)) for label, runner in runners.items()}
+    calls = {label: _timed_call(runner, prepared[label]) for label, runner in runners.items()}
     calls["bare"] = lambda: jax.block_until_ready(bare_fn(*bare_args))
     times = timed(calls, job["bench_time"])
     moved = transfers(device, [np.asarray(a) for a in bare_args], bare_fn)  # the module's own arguments
@@ -120,6 +121,10 @@ def check_target(name: str, job: dict, device) -> tuple[list[dict], dict | None,
     return rows, overhead, saved
 
 
+def _timed_call(runner: Any, prepared: Any) -> Callable[[], None]:
+    return lambda: runner.run_prepared(prepared)
+
+
 def err_scale(got, want) -> float:
     """max |got - want| / max |want| (integers and exact matches give 0; a shape mismatch is inf)."""
     a, b = np.asarray(got, np.float64), np.asarray(want, np.float64)
@@ -130,6 +135,8 @@ def err_scale(got, want) -> float:
 
 
 def main(argv: list[str]) -> int:
+    from ..files.npz import save_npz
+
     job = json.loads(Path(argv[0]).read_text())
     out = Path(job["out"])
     result: dict[str, Any] = {"rows": [], "overhead": [], "device": "", "reason": ""}
@@ -159,7 +166,7 @@ def main(argv: list[str]) -> int:
         if overhead:
             result["overhead"].append(overhead)
         if saved:
-            np.savez(out / f"{name}.tpu.npz", **saved)
+            save_npz(out / f"{name}.tpu.npz", saved)  # not np.savez: a leaf named `file` would collide
         (out / "tpu.json").write_text(json.dumps(result, indent=1))  # after each model: a timeout keeps the rest
         print(f"[tpu worker] {name}: " + ", ".join(f"{r['runner']} {r['status']}" for r in rows), flush=True)
     return 0
