@@ -127,6 +127,15 @@ def test_compare_device_tpu_without_a_tpu_gives_no_tpu_rows_with_the_reason_besi
     assert tpu["reason"].startswith("JAX sees no TPU")
     assert "TPU xla: no-tpu" in proc.stderr + proc.stdout
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("multiexport-")]  # its temporaries are gone
+    # a TPU row that failed parity is the compare's verdict too (exit 1), a failed one a backend failure (3)
+    from multiexport.results import load_results
+
+    assert load_results(out / "results.json").exit_code == 0
+    for status, code in (("parity-failed", 1), ("failed", 3)):
+        results["device"]["tpu_rows"]["rows"][2]["status"] = status
+        (out / "results.json").write_text(json.dumps(results))
+        assert load_results(out / "results.json").exit_code == code
+        assert load_results(out / "results.json").exit_code_allowing(["tpu"]) == 0
 
 
 def test_the_reference_at_a_matmul_precision_lowers_every_dot_at_it():

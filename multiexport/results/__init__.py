@@ -231,6 +231,9 @@ class Results:
         codes += [r.native.status.exit_code for n, r in self.backends.items() if r.native is not None
                   and r.native.status is not Status.UNAVAILABLE and (n not in allow_fail or
                                                                    r.native.status is Status.INTERNAL_ERROR)]
+        # The TPU rows (compare --device tpu, comparison.tpu_stage) are verdicts too; a no-tpu row is not.
+        tpu_rows = (self.device.get("tpu_rows") or {}).get("rows", []) if "tpu" not in allow_fail else []
+        codes += [{"parity-failed": 1, "failed": 3}.get(str(row.get("status")), 0) for row in tpu_rows]
         if not codes:
             return 0
         return 70 if 70 in codes else max(codes)
