@@ -47,8 +47,33 @@ def export_module(fn: Callable[..., Any], signature, *, keep_unused: bool = Fals
 
     kwargs: dict[str, Any] = {"platforms": tuple(platforms)} if platforms else {}
     flat, weight_specs = module_function(fn, signature, lifted)
-    return export.export(jax.jit(flat, keep_unused=keep_unused), **kwargs)(
-        *(specs if specs is not None else signature.specs), *weight_specs)
+    # Locations name source files relative to the import root they were found under (`model.py`,
+    # `flax/linen/linear.py`): a shipped artifact does not carry the exporting machine's directories, and a
+    # reader (locate) resolves the name against its own sys.path. JAX's own canonicalisation does the rewrite.
+    previous = jax.config.jax_hlo_source_file_canonicalization_regex
+    jax.config.update("jax_hlo_source_file_canonicalization_regex", source_root_pattern())
+    try:
+        return export.export(jax.jit(flat, keep_unused=keep_unused), **kwargs)(
+            *(specs if specs is not None else signature.specs), *weight_specs)
+    finally:
+        jax.config.update("jax_hlo_source_file_canonicalization_regex", previous)
+
+
+def source_root_pattern(roots: Sequence[str] | None = None) -> str:
+    """A regex that removes the import root from a source path: the longest entry of `roots` (default
+    sys.path, as given and resolved) that the path starts with, else every directory (a file outside every
+    root keeps its base name only). Anchored, so a relative name is left as it is."""
+    import os
+    import sys
+
+    entries: set[str] = set()
+    for root in (sys.path if roots is None else roots):
+        if not root or not os.path.isabs(root):
+            root = os.path.abspath(root or os.curdir)
+        for form in (root, os.path.realpath(root)):
+            entries.add(form.rstrip(os.sep))
+    alternatives = [re.escape(e + os.sep) for e in sorted(entries, key=len, reverse=True) if e]
+    return "^(?:" + "|".join([*alternatives, r"/.*/"]) + ")"
 
 
 def concrete_specs(signature, sizes: dict[str, int]) -> list[Any]:
