@@ -171,3 +171,15 @@ def test_compare_records_the_matmul_precision_and_refuses_an_unknown_one(tmp_pat
     bad = subprocess.run(base + ["--matmul-precision", "bf16"], capture_output=True, text=True, timeout=120, env=env,
                          cwd=REPO)
     assert bad.returncode == 2 and "--matmul-precision" in bad.stderr
+
+
+def test_export_on_a_tpu_machine_lowers_xla_for_the_tpu_and_the_cpu(tmp_path):
+    def platforms(env: dict[str, str]) -> list[str]:
+        out = tmp_path / f"a{len(env)}"
+        proc = subprocess.run([sys.executable, "-m", "multiexport", "export", "--out", str(out)], capture_output=True,
+                              text=True, timeout=300, env={**_without_tpu_env(), **env}, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads((out / "manifest.json").read_text())["supports"]["platforms"]
+
+    assert platforms({}) == ["cpu"]
+    assert platforms({"TPU_ACCELERATOR_TYPE": "v5litepod-4"}) == ["cpu", "tpu"]

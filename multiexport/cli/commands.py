@@ -76,6 +76,12 @@ def cmd_export(args) -> int:
     if args.device == "gpu":
         platforms = sorted(set(platforms or ["cpu"]) | {"cuda"})
     base = split_variant(args.backend)[0]  # `--backend onnx@int8` takes onnx's options
+    from ..run.devices import keep_jax_off_the_tpu
+
+    # Lowering needs no device: the chip stays free (libtpu lets one process hold it), and on a TPU machine an XLA
+    # artifact is lowered for the chip and for CPU servers
+    if keep_jax_off_the_tpu().attached and platforms is None and base == "xla":
+        platforms = ["cpu", "tpu"]
     options = backend_options(args.backend_option, [base]).get(base, {})
     static = parse_dim_sizes(args.static_sizes)
     target = load_target(args.target)
