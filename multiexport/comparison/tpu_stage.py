@@ -57,7 +57,7 @@ def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
     from ..exporting.options import ExportOptions
     from ..exporting.registry import get_backend
     from ..files.npz import load_npz, save_npz
-    from ..run.tpu_worker import RUNNERS, err_scale
+    from ..run.tpu_worker import DEFAULT_OUTPUTS, RUNNERS, err_scale
 
     config = ctx.config
     ctx.progress("TPU: exporting xla for tpu,cpu, then one TPU worker (jax.jit and xla on the chip)")
@@ -87,9 +87,11 @@ def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
         "overhead": [], "reason": ""}
     outputs = work / f"{name}.tpu.npz"
     saved = load_npz(outputs, "TPU outputs") if outputs.is_file() else {}
-    # What the TPU's own bf16 passes move each output: jax.jit at the default matmul precision against "highest".
+    # What the TPU's own bf16 passes move each output: jax.jit at the default matmul precision against "highest"
+    # (the reference itself unless --matmul-precision ran it at another).
+    plain = DEFAULT_OUTPUTS if any(k.startswith(f"{DEFAULT_OUTPUTS}/") for k in saved) else "jax.jit"
     own = {k.split("/", 1)[1]: err_scale(v, saved[f"jax.jit highest/{k.split('/', 1)[1]}"])
-           for k, v in saved.items() if k.startswith("jax.jit/")}
+           for k, v in saved.items() if k.startswith(f"{plain}/")}
     for row in result["rows"]:
         row.pop("model", None)
         if row["runner"] == "xla":

@@ -4,7 +4,8 @@
                                                      and benchmarks/tpu_check.py; the parent keeps JAX on the CPU)
 
 JOB: {"targets": {name: TARGET string}, "feeds": {name: .npz}, "artifacts": {name: XLA artifact lowered for tpu},
-"out": dir, "bench_time": seconds}. libtpu lets one process hold a chip, so everything that runs on the TPU
+"out": dir, "bench_time": seconds, "matmul_precision": the reference's (default "default"), "platform": "tpu" (or
+"cpu", to rehearse this worker without a TPU)}. libtpu lets one process hold a chip, so everything that runs on the TPU
 through JAX runs here, and exits before the native consumer (pjrt_run on libtpu, another process) takes the
 chip. Per target, on the parent's inputs:
 jax.jit at the default matmul precision (the reference on the TPU) and at "highest", the XLA artifact
@@ -27,6 +28,7 @@ import numpy as np
 
 ROUNDS = 5
 RUNNERS = ("jax.jit", "jax.jit highest", "xla")
+DEFAULT_OUTPUTS = "jax.jit default"  # saved (untimed) when the reference runs at another matmul precision
 
 
 def timed(calls: dict[str, Callable[[], None]], bench_time: float, rounds: int = ROUNDS) -> dict[str, dict]:
@@ -118,6 +120,9 @@ def check_target(name: str, job: dict, device) -> tuple[list[dict], dict | None,
     overhead = {"model": name, "runner_p50_ms": times["xla"]["p50_ms"], "bare_p50_ms": times["bare"]["p50_ms"],
                 "ratio": times["xla"]["p50_ms"] / times["bare"]["p50_ms"], "calls": times["xla"]["calls"]}
     saved = {f"{label}/{leaf}": np.asarray(v) for label, outs in outputs.items() for leaf, v in outs.items()}
+    if job.get("matmul_precision", "default") != "default":  # what the chip's own default computes, for the bound
+        plain = JitRunner(reference_manifest(sig), Path("."), options, flat, device)(feed)
+        saved.update({f"{DEFAULT_OUTPUTS}/{leaf}": np.asarray(v) for leaf, v in plain.items()})
     return rows, overhead, saved
 
 
@@ -143,8 +148,9 @@ def main(argv: list[str]) -> int:
     try:
         import jax
 
-        device = jax.devices("tpu")[0]
-        result["device"] = f"{device.device_kind} ({device.platform}, {len(jax.devices('tpu'))} chip(s) seen)"
+        platform = job.get("platform", "tpu")  # "cpu" only to rehearse this worker where there is no TPU (tests)
+        device = jax.devices(platform)[0]
+        result["device"] = f"{device.device_kind} ({device.platform}, {len(jax.devices(platform))} device(s) seen)"
     except Exception as exc:  # noqa: BLE001 - JAX says why there is no TPU (RuntimeError, or libtpu's lock)
         result["reason"] = f"JAX sees no TPU: {' '.join(str(exc).split())[:300]}"
         for name in job["targets"]:
