@@ -77,10 +77,14 @@ def _join(ray, address: str | None, tasks: Sequence[SweepTask], scratch: Path | 
         with stop_handlers_kept():
             ray.init(address=address, log_to_driver=False, configure_logging=False, **options)
     except SystemExit:  # Ray's own SIGTERM handler (sys.exit(15)) while it joined: a stop, not the target's exit
+        with contextlib.suppress(Exception):
+            ray.shutdown()  # what the local cluster had started goes too
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
         raise Interrupted(signal.SIGTERM) from None
-    except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
+    except (ConnectionError, ValueError, RuntimeError, TimeoutError, OSError) as exc:  # OSError: e.g. a socket
+        with contextlib.suppress(Exception):                                             # path past 107 bytes
+            ray.shutdown()
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
         raise EnvironmentProblem(f"Option '--ray-address' | cannot join {address or 'a local cluster'} "

@@ -3,10 +3,13 @@ path, the row's log keeping the command it ran), an unreachable Ray address one 
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 
@@ -79,3 +82,46 @@ def test_an_unreachable_ray_address_is_one_line_within_seconds(tmp_path):
     proc.stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("[sweep] "))
     assert_one_line(proc, 2, f"Option '--ray-address' | cannot reach 127.0.0.1:{port}", "ray start --head")
     assert not (tmp_path / "out" / "rows" / "seed").exists()
+
+
+def test_sigterm_while_ray_starts_is_a_stop_never_the_target_s_sys_exit(tmp_path):
+    """Ray's ray.init installs a SIGTERM handler that calls sys.exit(15); a SIGTERM in that window was
+    reported as 'Target | called sys.exit(15)', exit 2. Whenever it lands (importing Ray, starting the local
+    cluster, driving the tasks) it is a stop: exit 143, no target blamed."""
+    pytest.importorskip("ray", reason="the Ray executor is the optional 'sweep' extra")
+    import signal
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('[sweep]\nbackends = ["xla"]\n[[target]]\ntarget = "multiexport.examples:seed"\nname = "seed"\n')
+    tmp = tempfile.mkdtemp(prefix="mx-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    try:
+        with open(tmp_path / "err", "w") as err_file:
+            proc = subprocess.Popen([sys.executable, "-m", "multiexport", "sweep", str(spec), "--out",
+                                     str(tmp_path / "out"), "--executor", "ray"], cwd=REPO, stdout=subprocess.DEVNULL,
+                                    stderr=err_file, env={**os.environ, "TMPDIR": tmp})
+            try:  # the local cluster's GCS server started (its session lives in our TMPDIR): ray.init is under way
+                while proc.poll() is None and not _ray_started(tmp):
+                    time.sleep(0.05)
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=120)
+            finally:
+                proc.kill()
+        err = (tmp_path / "err").read_text()
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert "sys.exit" not in err and "Traceback" not in err
+        assert not _ray_started(tmp)  # the cluster it had started is gone too
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ray_started(tmp) -> bool:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    line = fh.read()
+            except OSError:
+                continue
+            if b"gcs_server" in line and str(tmp).encode() in line:
+                return True
+    return False
