@@ -36,7 +36,7 @@ BUCKETS = ((0.030, "< 30 us"), (1.0, "30 us - 1 ms"), (float("inf"), ">= 1 ms"))
 
 
 def compare(spec: str, out: Path, backends: str, bench_time: float, baseline: Path | None,
-            planted: float | None) -> dict | None:
+            planted: float | None, rounds: int | None = None) -> dict | None:
     """One `multiexport compare` as a CI job runs it; its results.json (None when it wrote none)."""
     from multiexport.measure.pairing import PLANTED_ENV
 
@@ -44,7 +44,8 @@ def compare(spec: str, out: Path, backends: str, bench_time: float, baseline: Pa
     if planted is not None:
         env[PLANTED_ENV] = str(planted)
     cmd = [sys.executable, "-m", "multiexport", "compare", spec, "--backends", backends, "--out", str(out),
-           "--bench-time", str(bench_time), *(["--baseline-artifacts", str(baseline)] if baseline else [])]
+           "--bench-time", str(bench_time), *(["--baseline-artifacts", str(baseline)] if baseline else []),
+           *(["--rounds", str(rounds)] if rounds else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     path = out / "results.json"
     if not path.is_file():
@@ -138,6 +139,7 @@ def main(argv=None) -> int:
     parser.add_argument("--slowdown", type=float, default=1.2, help="the planted slowdown factor (default: 1.2)")
     parser.add_argument("--bench-time", type=float, default=1.0, help="compare --bench-time (default: 1.0, its own)")
     parser.add_argument("--out", type=Path, default=Path("multiexport-out/gate-calibration"))
+    parser.add_argument("--rounds", type=int, help="compare --rounds of the A/A and planted runs (default: its own)")
     parser.add_argument("--history", action="store_true",
                         help="only the history gate's rates on seeded series (seconds, no compare)")
     args = parser.parse_args(argv)
@@ -158,7 +160,7 @@ def main(argv=None) -> int:
         for k in range(args.runs):  # A/A and planted alternate, so a drift of the machine meets both
             for condition, planted in (("A/A", None), ("planted", args.slowdown)):
                 run_dir = args.out / model / f"run-{k}"
-                run = compare(MODELS[model], run_dir, args.backends, args.bench_time, base_dir, planted)
+                run = compare(MODELS[model], run_dir, args.backends, args.bench_time, base_dir, planted, args.rounds)
                 shutil.rmtree(run_dir, ignore_errors=True)
                 if run is not None:
                     rows += judge(base, run, condition, model)
@@ -166,7 +168,8 @@ def main(argv=None) -> int:
                       file=sys.stderr, flush=True)
     load = os.getloadavg()
     text = (f"Gate calibration: {args.runs} A/A and {args.runs} planted {args.slowdown:g}x runs per model "
-            f"({args.models}; {args.backends}; --bench-time {args.bench_time:g}), {time.perf_counter() - t0:.0f} s, "
+            f"({args.models}; {args.backends}; --bench-time {args.bench_time:g}"
+            f"{f'; --rounds {args.rounds}' if args.rounds else ''}), {time.perf_counter() - t0:.0f} s, "
             f"load average at the end {load[0]:.1f} on {os.cpu_count()} cores. Each cell: A/A runs flagged / A/A "
             f"runs, planted runs flagged / planted runs.\n\nPaired A/B (default: interval of new/baseline above "
             f"{PAIRED:g}x, {PAIRED_TINY:g}x under 30 us):\n\n{table(rows, 'paired A/B', PAIRED_GIVEN)}\n\n"

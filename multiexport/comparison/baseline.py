@@ -20,6 +20,12 @@ from typing import Mapping, Sequence
 from ..errors import ArtifactError, UsageError
 from ..exporting.manifest import MANIFEST_NAME
 
+# Interleaved rounds of a compare against baseline artifacts, at least: with the same --bench-time split into
+# more, shorter slices, a round that another process disturbed weighs less in the ratio's interval. Measured
+# (benchmarks/gate_calibration.py, 2 loaded cores): a planted 1.2x on the example MLP caught in 17 of 18
+# runs at 15 rounds, 12 of 20 (onnx, xla) at 5; no A/A run flagged at either.
+BASELINE_ROUNDS = 15
+
 
 @dataclass(frozen=True)
 class BaselineArtifacts:

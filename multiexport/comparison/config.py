@@ -49,7 +49,8 @@ class CompareConfig:
         synthetic samples in the example's domain (the compare says so).
     accuracy: leaf pattern -> {metric: value} overriding the precision's default budget (measure.accuracy).
     baseline_artifacts: a previous compare's output directory whose artifacts are timed in the same rounds as
-        the new ones (comparison.baseline: the paired A/B a regression gate rests on), or None.
+        the new ones (comparison.baseline: the paired A/B a regression gate rests on), or None; with it,
+        rounds is at least comparison.baseline.BASELINE_ROUNDS.
     """
 
     backends: tuple[str, ...] = ("xla",)
@@ -146,10 +147,12 @@ class CompareConfig:
         if self.native_plugin is not None and not self.native:
             raise UsageError("Option 'native_plugin' | given without native, expected --native as well")
         if self.baseline_artifacts is not None:  # refused now, before any export: DIR/ROW manifests validated
-            from .baseline import find_baseline
+            from .baseline import BASELINE_ROUNDS, find_baseline
 
             object.__setattr__(self, "baseline_artifacts", Path(self.baseline_artifacts))
             find_baseline(self.baseline_artifacts, backends, self.out_dir)
+            # more, shorter slices against a baseline: a disturbed round weighs less in the ratio's interval
+            object.__setattr__(self, "rounds", max(self.rounds, BASELINE_ROUNDS))
 
     def runtime_threads(self) -> int:
         """The intra-op threads every runtime gets: `threads`, else the cores this process may use."""

@@ -149,7 +149,7 @@ def plan_timing(ctx: Context, prep: Prepared, rows: Rows, artifacts: dict[str, M
     if ctx.spec is None:
         reason += "; the reference (no TARGET string to load it in a worker) is timed on its own, before the rounds"
     servers = workers.servers or Servers(prep.device.chosen, ctx.threads, config.timeout)
-    if baseline is not None:
+    if baseline is not None:  # (the config gave it BASELINE_ROUNDS rounds at least)
         from .baseline import spawn_baselines
 
         spawn_baselines(servers, baseline, list(artifacts))  # their runtimes import while the new ones load
@@ -249,11 +249,11 @@ def paired_rounds(ctx: Context, prep: Prepared, tm: Timing, rows: Rows, referenc
         native = present(rows[name[:-len(NATIVE_SUFFIX)]].native, "a native slice has a native result")
         timed_alone = {s.batch for s in native.sizes if s.latency is not None}
         unsupported[name] = {i for i, (batch, _) in enumerate(prep.bench_feeds) if batch not in timed_alone}
-    timed, peak = run_rounds(servers, list(benches), prep.bench_feeds, unsupported, config.bench, config.rounds,
+    timed, peak = run_rounds(servers, list(benches), prep.bench_feeds, unsupported, config.bench, planned.rounds,
                              ctx.progress, natives)
     runners = {n: t for n, t in timed.items() if n not in natives}
     failures = {n: f for n, f in servers.failures.items() if n in benches}
-    pairing = pairing_result("paired", planned.reason, runners, prep.bench_feeds, config.rounds, config.bench,
+    pairing = pairing_result("paired", planned.reason, runners, prep.bench_feeds, planned.rounds, config.bench,
                              failures, peak)
     if tm.baseline is not None:
         from .baseline import attach

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from multiexport.comparison.baseline import BASELINE_ROUNDS
 from multiexport.measure.pairing import PLANTED_ENV
 
 from ..conftest import run_cli
@@ -50,6 +51,7 @@ def test_a_planted_slowdown_is_caught_on_the_paired_ratio_and_the_baseline_is_un
     assert "latency@" in line and "[paired A/B]" in line and "&gt;" not in proc.stdout
     pairing = json.loads((tmp_path / "new" / "results.json").read_text())["pairing"]
     assert pairing["baseline"] == str(baseline) and not pairing["baseline_failures"]
+    assert pairing["rounds"] == BASELINE_ROUNDS  # more, shorter slices than a plain compare's 5
     [ratio] = pairing["baseline_ratios"]
     assert (ratio["faster"], ratio["slower"]) == ("baseline:xla", "xla") and ratio["ci95_low"] > 1.5
     # the new-vs-baseline pair is kept apart from the compare's own ratios (the report's)
