@@ -76,10 +76,8 @@ def cmd_export(args) -> int:
     if args.device == "gpu":
         platforms = sorted(set(platforms or ["cpu"]) | {"cuda"})
     base = split_variant(args.backend)[0]  # `--backend onnx@int8` takes onnx's options
-    from ..run.devices import keep_jax_off_the_tpu
+    from ..run.devices import keep_jax_off_the_tpu  # lowering needs no chip; on a TPU machine XLA is for both
 
-    # Lowering needs no device: the chip stays free (libtpu lets one process hold it), and on a TPU machine an XLA
-    # artifact is lowered for the chip and for CPU servers
     if keep_jax_off_the_tpu().attached and platforms is None and base == "xla":
         platforms = ["cpu", "tpu"]
     options = backend_options(args.backend_option, [base]).get(base, {})
@@ -149,16 +147,13 @@ def cmd_native(args) -> int:
             raise UsageError(f"Option '--{name}' | got {getattr(args, name)}, expected an integer >= 0")
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
-    if not args.timeout > 0:
-        raise UsageError(f"Option '--timeout' | got {args.timeout:g}, expected seconds > 0")
     if args.bundle is not None:
         return _native_bundle(args)
     if args.out is not None and args.out.is_dir():
         raise UsageError(f"Option '--out' | '{args.out}' is a directory, expected a file name such as out.npz")
     if args.out is not None:  # before any work: a file of the user's is never replaced
         check_overwritable(args.out, "Option '--out'")
-    kwargs = {"threads": args.threads, "plugin": args.plugin, "trust_artifact": args.trust_artifact,
-              "device": args.device}
+    kwargs = dict(threads=args.threads, plugin=args.plugin, trust_artifact=args.trust_artifact, device=args.device)
     if args.print_command:
         if args.inputs or args.out or args.iters:
             raise UsageError("Option '--print-command' | got --inputs/--out/--iters too, expected it alone: the line "
@@ -190,8 +185,7 @@ def _native_bundle(args) -> int:
     if args.inputs or args.out or args.iters or args.print_command or args.threads:
         raise UsageError("Option '--bundle' | got --inputs/--out/--iters/--threads/--print-command too, expected it "
                          "alone (or with --plugin, --trust-artifact): OUT/run.sh passes its arguments to the program")
-    made = bundle(args.artifact, args.bundle, plugin=args.plugin, trust_artifact=args.trust_artifact,
-                  timeout=args.timeout)
+    made = bundle(args.artifact, args.bundle, plugin=args.plugin, trust_artifact=args.trust_artifact, timeout=args.timeout)
     print(visible(made.summary()))
     return 0
 
@@ -233,10 +227,9 @@ def compare_config(args, backends_known: bool = True):
         backends=tuple(backends), out_dir=args.out, trials=args.trials, seed=args.seed,
         val_ranges=parse_val_ranges(args.val_range), dim_sizes=parse_dim_sizes(args.dim_sizes),
         tolerances=parse_tolerances(args.tol), inputs=inputs, reference=args.reference,
-        matmul_precision=args.matmul_precision,
         keep_unused=args.keep_unused, external_weights=args.external_weights,
         backend_options=backend_options(args.backend_option, list(backends)) if backends_known else {},
-        device=args.device,
+        device=args.device, matmul_precision=args.matmul_precision,
         threads=args.threads, timeout=args.timeout, bench=bench, batch_sizes=batch_sizes, export_jobs=args.export_jobs,
         native=args.native, native_plugin=str(args.native_plugin) if args.native_plugin else None,
         paired=not args.sequential, rounds=args.rounds, floor=args.floor,

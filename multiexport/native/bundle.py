@@ -95,8 +95,9 @@ def bundle(artifact_dir: str | os.PathLike, out: str | os.PathLike, *, plugin: s
     """Write the relocatable bundle of `artifact_dir` to `out` (a new or empty directory), proven before it appears.
 
     timeout: seconds the proving run of run.sh may take; past them it is stopped with everything it started."""
-    from .run import check_artifact
+    from .run import check_artifact, check_timeout
 
+    check_timeout(timeout)
     directory = Path(artifact_dir).resolve()
     target = Path(out).absolute()
     _check_out(target, directory)

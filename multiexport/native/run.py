@@ -143,6 +143,7 @@ def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int 
     A symbolic XLA artifact runs the refined static module of the sizes the feed binds; the program
     refuses sizes the artifact has no module for, naming those it has.
     """
+    check_timeout(timeout)
     directory = Path(artifact_dir).resolve()
     manifest, native, consumer = _consumer_checked(directory, trust_artifact)
     arrays, _ = check_feed(manifest.inputs, feed)
@@ -181,6 +182,13 @@ def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int 
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return NativeRun(outputs, timing, argv, samples)
+
+
+def check_timeout(timeout: float) -> None:
+    """Refuse a timeout that is not a finite number of seconds > 0 (one line, before any work)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        got = f"{timeout:g}" if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else repr(timeout)
+        raise UsageError(f"Option '--timeout' | got {got}, expected seconds > 0")
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> str:
