@@ -211,7 +211,7 @@ def _write_run_sh(root: Path, consumer: NativeConsumer, request: Request, progra
     argv = shlex.join([f"../bin/{program}", *consumer.bundle_argv(request)])
     line = f'cd "$(dirname "$0")/artifact" && {mkdir}{env}exec {argv} "$@"'
     # A runtime's defaults from this machine (libtpu's TPU_* topology), each kept when the server sets its own.
-    defaults = getattr(consumer, "bundle_environment", lambda _request: {})(request)
+    defaults: dict[str, str] = getattr(consumer, "bundle_environment", lambda _request: {})(request)
     preset = "".join(f'[ -n "${{{k}+set}}" ] || {k}={shlex.quote(v)}; export {k}\n' for k, v in defaults.items()
                      if re.fullmatch(r"[A-Z_][A-Z0-9_]*", k))
     (root / "run.sh").write_text(f"#!/bin/sh\n{preset}{line}\n")
