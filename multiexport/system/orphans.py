@@ -14,22 +14,39 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from typing import Iterator
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 
 
-def adopt_orphans() -> frozenset[int]:
+@dataclass(frozen=True)
+class Adopted:
+    """What `adopt_orphans` found, for `stop_leftovers` to leave as it was.
+
+    spared: the children this process had already (not the command's to stop: a test's fixtures when the
+    CLI runs in-process). was_subreaper: whether it was a subreaper before (else it stops being one after).
+    """
+
+    spared: frozenset[int] = frozenset()
+    was_subreaper: bool = True
+
+
+def adopt_orphans() -> Adopted:
     """Make this process the subreaper of its descendants: one whose parent ends (a double fork, a daemon)
-    becomes this process's child instead of init's, so `stop_leftovers` can stop it. Returns the children
-    this process has now (not the command's to stop: a test's fixtures when the CLI runs in-process)."""
+    becomes this process's child instead of init's, so `stop_leftovers` can stop it."""
     if not sys.platform.startswith("linux"):
-        return frozenset()
+        return Adopted()
     import ctypes
 
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    return frozenset(children())
+    try:
+        libc, flag = ctypes.CDLL(None), ctypes.c_int(0)
+        libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        return Adopted()
+    return Adopted(frozenset(children()), bool(flag.value))
 
 
 def children() -> list[int]:
@@ -55,12 +72,14 @@ def _children_by_parent() -> list[int]:
     return found
 
 
-def stop_leftovers(spared: frozenset[int] = frozenset(), wait_s: float = 2.0) -> list[int]:
-    """Kill every child this process still has but `spared` (and, for one that leads a process group, the
-    group) and reap them; returns their ids. Call when the command's own children have all been reaped:
-    whatever is left was started by the target, or adopted."""
+def stop_leftovers(adopted: Adopted = Adopted(), wait_s: float = 2.0) -> list[int]:
+    """Kill every child this process still has but `adopted.spared` (and, for one that leads a process
+    group, the group) and reap them, then stop being a subreaper if it was not one before; returns their
+    ids. Call when the command's own children have all been reaped: whatever is left was started by the
+    target, or adopted."""
     if not sys.platform.startswith("linux"):
         return []
+    spared = adopted.spared
     stopped = []
     for _ in range(8):  # a child killed may hand its own children to us (subreaper): take those too
         pids = [pid for pid in children() if pid not in spared]
@@ -74,6 +93,11 @@ def stop_leftovers(spared: frozenset[int] = frozenset(), wait_s: float = 2.0) ->
                 os.kill(pid, signal.SIGKILL)
             stopped.append(pid)
         _reap(pids, wait_s)
+    if not adopted.was_subreaper:  # in-process callers (tests) get their process back as it was
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
     return stopped
 
 
