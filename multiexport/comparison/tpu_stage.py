@@ -95,7 +95,7 @@ def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
     for row in result["rows"]:
         row.pop("model", None)
         if row["runner"] == "xla":
-            _judge(row, own)
+            judge_tpu_row(row, own)
     arithmetic: dict[str, dict[str, float]] = {}
     if saved:
         for leaf, cpu in prep.ref_outputs[0].items():
@@ -105,7 +105,7 @@ def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
         if config.native:
             native = _native(artifact, feed, {k.split("/", 1)[1]: v for k, v in saved.items() if k.startswith("xla/")},
                              config.timeout)
-            result["rows"].append(_judge(native, own))
+            result["rows"].append(judge_tpu_row(native, own))
     elif config.native:
         reason = result.get("reason") or "the TPU worker gave no outputs"
         result["rows"].append({"runner": "xla native", "device": "tpu", "status": "no-tpu", "reason": reason})
@@ -138,7 +138,7 @@ def _native(artifact, feed, want: dict[str, np.ndarray], timeout: float) -> dict
     return row
 
 
-def _judge(row: dict[str, Any], own: dict[str, float]) -> dict[str, Any]:
+def judge_tpu_row(row: dict[str, Any], own: dict[str, float]) -> dict[str, Any]:
     """A TPU row passes at TPU_PARITY, or within what the TPU's own bf16 passes move that leaf (jax.jit at the default
     matmul precision against "highest": two programs on the chip may place those passes differently), said in its
     reason; above both it is parity-failed, so a converter's error is not hidden behind the TPU's arithmetic."""

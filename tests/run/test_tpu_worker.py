@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 from multiexport import api
-from multiexport.comparison.tpu_stage import TPU_PARITY, _judge
+from multiexport.comparison.tpu_stage import TPU_PARITY, judge_tpu_row
 from multiexport.files.npz import load_npz, save_npz
 from multiexport.leaves import build_signature, load_target
 
@@ -49,11 +49,11 @@ def test_a_tpu_row_passes_within_the_tpus_own_arithmetic_and_fails_above_it():
     def row(err: float) -> dict:
         return {"runner": "xla", "status": "ok", "reason": "", "err": {"out": err}}
 
-    assert _judge(row(0.0), {"out": 0.0})["status"] == "ok"
-    assert _judge(row(TPU_PARITY / 2), {})["status"] == "ok"
-    within = _judge(row(1.3e-3), {"out": 2.0e-3})
+    assert judge_tpu_row(row(0.0), {"out": 0.0})["status"] == "ok"
+    assert judge_tpu_row(row(TPU_PARITY / 2), {})["status"] == "ok"
+    within = judge_tpu_row(row(1.3e-3), {"out": 2.0e-3})
     assert within["status"] == "ok" and "within the TPU's own arithmetic" in within["reason"]
-    above = _judge(row(5e-3), {"out": 2.0e-3})
+    above = judge_tpu_row(row(5e-3), {"out": 2.0e-3})
     assert above["status"] == "parity-failed" and "Output 'out' | error / max|ref| 0.005, expected <= 0.002" in above[
         "reason"]
-    assert _judge({"runner": "xla", "status": "no-tpu", "reason": "none"}, {})["status"] == "no-tpu"
+    assert judge_tpu_row({"runner": "xla", "status": "no-tpu", "reason": "none"}, {})["status"] == "no-tpu"
