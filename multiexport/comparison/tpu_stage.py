@@ -28,6 +28,9 @@ from .stages import Context, Prepared
 # An XLA artifact on the TPU runs the module jax.jit runs there (bit-identical, measured on a TPU v5e); above this
 # error / max|ref| against jax.jit on the TPU a TPU row is parity-failed.
 TPU_PARITY = 1e-5
+# Set to "cpu", the TPU worker runs its rows on the CPU (job platform "cpu"): the whole stage and the report's TPU
+# sections rehearsed on a machine without a TPU (tests, CI). Never set on a TPU machine by multiexport itself.
+REHEARSAL_ENV = "MULTIEXPORT_TPU_REHEARSAL"
 
 
 def tpu_stage(ctx: Context, prep: Prepared) -> dict[str, Any]:
@@ -70,9 +73,13 @@ def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
     bench_time = config.bench.bench_time if config.bench is not None else 0.2
     job = {"targets": {name: ctx.spec}, "feeds": {name: str(work / "feed.npz")}, "artifacts": {name: str(artifact)},
            "out": str(work), "bench_time": bench_time, "matmul_precision": config.matmul_precision}
+    rehearsal = os.environ.get(REHEARSAL_ENV) == "cpu"
+    if rehearsal:
+        job["platform"] = "cpu"
     (work / "job.json").write_text(json.dumps(job))
+    platforms = {"JAX_PLATFORMS": "cpu"} if rehearsal else tpu_worker_environment()
     proc = subprocess.Popen([sys.executable, "-m", "multiexport.run.tpu_worker", str(work / "job.json")],
-                            env={**os.environ, **tpu_worker_environment(), "TMPDIR": str(work)},
+                            env={**os.environ, **platforms, "TMPDIR": str(work)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _, err = proc.communicate(timeout=config.timeout)
@@ -112,10 +119,58 @@ def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
     for row in result["rows"]:
         said = f"{row['p50_ms']:.4g} ms p50" if row.get("p50_ms") is not None else row.get("reason", "")
         ctx.progress(f"TPU {row['runner']}: {row['status']} {said}")
+    shipped = _shipped(ctx, prep, saved) if saved else []
     return {"machine": machine, "device": result.get("device", ""), "reason": result.get("reason", ""),
-            "rows": result["rows"], "overhead": result.get("overhead", []), "arithmetic": arithmetic,
+            "rehearsal": rehearsal, "rows": result["rows"], "overhead": result.get("overhead", []),
+            "arithmetic": arithmetic, "bf16_bound": own, "tpu_parity": TPU_PARITY, "shipped": shipped,
             "note": "TPU rows are judged against jax.jit on the TPU (default matmul precision); arithmetic: jax.jit on "
                     "the CPU (this compare's reference) against jax.jit on the TPU, error / max|ref|"}
+
+
+def _shipped(ctx: Context, prep: Prepared, saved: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Trained on TPU, shipped to CPU: per output leaf, jax.jit on the CPU and each CPU artifact of this compare (run
+    once more on the first trial in a fresh CPU worker) against jax.jit on the TPU at the default matmul precision
+    and at "highest"; `tpu_arithmetic` is jax.jit on the CPU against the TPU default (what the TPU alone moves),
+    `converter` the row against jax.jit on the CPU (what the export alone moves), `explained` the share of the row's
+    difference from the TPU default that the TPU's arithmetic accounts for (and `vs_float64` with --reference
+    float64). A CPU artifact whose worker fails here has no row: its own row in the report says why."""
+    from ..exporting.manifest import Manifest
+    from ..run.runs import run_artifact
+    from ..run.tpu_worker import DEFAULT_OUTPUTS, err_scale
+
+    plain = DEFAULT_OUTPUTS if any(k.startswith(f"{DEFAULT_OUTPUTS}/") for k in saved) else "jax.jit"
+    feed, cpu_ref = prep.trials[0].feed, prep.ref_outputs[0]
+    outputs: dict[str, Any] = {"jax.jit": cpu_ref}
+    for name in ctx.config.backends:
+        directory = ctx.out / name
+        try:
+            Manifest.read(directory)
+        except Exception:  # noqa: BLE001 - no artifact (its export failed): its own row says why
+            continue
+        ran = run_artifact(["run", str(directory)], [feed], [], {}, None, prep.device.chosen, ctx.threads,
+                           ctx.config.timeout)
+        if not ran.failure and ran.outputs:
+            outputs[name] = ran.outputs[0]
+    truth = prep.truth[0] if prep.truth is not None else None
+    table = []
+    for leaf, ref in cpu_ref.items():
+        if f"{plain}/{leaf}" not in saved or f"jax.jit highest/{leaf}" not in saved:
+            continue
+        default, highest = saved[f"{plain}/{leaf}"], saved[f"jax.jit highest/{leaf}"]
+        arithmetic = err_scale(ref, default)
+        for label, outs in outputs.items():
+            if leaf not in outs:
+                continue
+            vs_default = err_scale(outs[leaf], default)
+            entry = {"row": f"{label} (cpu)", "leaf": leaf, "vs_tpu_default": vs_default,
+                     "vs_tpu_highest": err_scale(outs[leaf], highest),
+                     "tpu_default_vs_highest": err_scale(default, highest), "tpu_arithmetic": arithmetic,
+                     "converter": err_scale(outs[leaf], ref),
+                     "explained": 1.0 if vs_default == 0 else min(1.0, arithmetic / vs_default)}
+            if truth is not None and leaf in truth:
+                entry["vs_float64"] = err_scale(outs[leaf], truth[leaf])
+            table.append(entry)
+    return table
 
 
 def _native(artifact, feed, want: dict[str, np.ndarray], timeout: float) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from .tables import (
     weights_line,
 )
 from .text import esc, md, md_code
+from .tpu import SHIPPED_NOTE, TPU_HEADER, shipped_header, shipped_table, tpu_lines, tpu_section, tpu_table
 
 __all__ = ["load_results", "render_html", "render_markdown", "write_reports"]
 
@@ -98,6 +99,13 @@ NATIVE_NOTE = ("Each artifact run from disk by a compiled program that reads onl
                "calls after the Python runner was timed.")
 
 
+TPU_NOTE = ("jax.jit on the TPU at the default matmul precision is the TPU reference; each row's error is max|out - "
+            "ref| / max|ref| against it (worst output leaf). An xla or native row passes within its bound: the larger "
+            "of 1e-5 and what the TPU's own bf16 passes move that leaf (jax.jit at the default precision against "
+            "highest). Latency: p50 per call with its 95 % interval, inputs on the device, each call synchronised; "
+            "host-to-device and device-to-host transfers timed apart.")
+
+
 PRECISION_NOTE = ("Each reduced-precision artifact beside its own format's fp32 one: speed-up = fp32 p50 / its p50 "
                   "(paired over the same rounds where both were timed together, with the ratio's 95% interval), size "
                   "ratio, and its accuracy against jax.jit over the checked trials (worst output leaf; top-k only on "
@@ -148,6 +156,12 @@ def render_markdown(results: Results) -> str:
         out += ["## Native consumers (no Python)", "", NATIVE_NOTE, "", _md_table(NATIVE_HEADER, native_rows(results)), ""]
         out += [f"- {md(head)}: {md_code(rest) if head.endswith('command') else md(rest)}"
                 for head, _, rest in (line.partition(": ") for line in native_lines(results))] + [""]
+    if tpu_section(results):
+        out += ["## TPU rows", "", md(TPU_NOTE), "", _md_table(TPU_HEADER, tpu_table(results)), ""]
+        out += [f"- {md(line)}" for line in tpu_lines(results)] + [""]
+        if shipped_table(results):
+            out += ["## Trained on TPU, shipped to CPU", "", md(SHIPPED_NOTE), "",
+                    _md_table(shipped_header(results), shipped_table(results)), ""]
     for title, head, body in (("Export time", EXPORT_HEADER, export_rows(results)),
                               ("Cold start and memory", COLD_HEADER, cold_rows(results)),
                               ("Versions: what produced each artifact and what reads it", VERSION_HEADER,
@@ -262,6 +276,12 @@ def render_html(results: Results) -> str:
         parts.append(f"<h2>Native consumers (no Python)</h2><p>{esc(NATIVE_NOTE)}</p>"
                      + _html_table(NATIVE_HEADER, native_rows(results), 2))
         parts.append("<ul>" + "".join(f"<li><code>{esc(line)}</code></li>" for line in native_lines(results)) + "</ul>")
+    if tpu_section(results):
+        parts.append(f"<h2>TPU rows</h2><p>{esc(TPU_NOTE)}</p>" + _html_table(TPU_HEADER, tpu_table(results), 2)
+                     + "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in tpu_lines(results)) + "</ul>")
+        if shipped_table(results):
+            parts.append(f"<h2>Trained on TPU, shipped to CPU</h2><p>{esc(SHIPPED_NOTE)}</p>"
+                         + _html_table(shipped_header(results), shipped_table(results)))
     for title, head, body in (("Export time", EXPORT_HEADER, export_rows(results)),
                               ("Cold start and memory", COLD_HEADER, cold_rows(results)),
                               ("Versions", VERSION_HEADER, version_rows(results))):
