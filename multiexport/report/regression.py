@@ -33,7 +33,7 @@ PAIRED_AB, CROSS_RUN_KIND, HISTORY = "paired A/B", "cross-run", "history"
 # a paired slowdown is flagged when its interval's low end passes PAIRED; a cross-run one when its p50
 # ratio passes CROSS_RUN. Calls under TINY_MS (thread wake-ups dominate them) get the wider figures.
 PAIRED, PAIRED_TINY = 1.05, 1.10
-CROSS_RUN, CROSS_RUN_TINY = 1.50, 2.50
+CROSS_RUN, CROSS_RUN_TINY = 1.50, 3.00
 TINY_MS = 0.030
 
 

@@ -86,7 +86,7 @@ def test_cross_run_latency_needs_the_wider_calibrated_threshold():
     assert diff_results(results_like(), results_like(p50=1.6, lo=1.55, hi=1.7)).exit_code == 1
     tiny = results_like(p50=0.010, lo=0.009, hi=0.011)
     assert diff_results(tiny, results_like(p50=0.020, lo=0.019, hi=0.021)).exit_code == (2.0 > CROSS_RUN_TINY)
-    assert diff_results(tiny, results_like(p50=0.030, lo=0.029, hi=0.031)).exit_code == 1
+    assert diff_results(tiny, results_like(p50=0.035, lo=0.034, hi=0.036)).exit_code == 1
 
 
 def paired(lo, ratio, hi, p50=1.0):
