@@ -96,7 +96,9 @@ class XlaBackend(Backend):
             warnings.append(f"no HLO text: HLO has no form for {why}; compile the StableHLO (model.mlirbc) instead")
         elif text:
             flat, weight_specs = module_function(fn, signature, lifted)
-            lowered = jax.jit(flat, keep_unused=options.keep_unused).lower(*signature.specs, *weight_specs)
+            # for the module's own platform, not this machine's: a TPU-only call (a Pallas kernel) lowers for the TPU
+            lowered = jax.jit(flat, keep_unused=options.keep_unused).trace(*signature.specs, *weight_specs).lower(
+                lowering_platforms=tuple(exported.platforms))
             write_text_atomic(out_dir / FILES["hlo_text"], lowered.as_text(dialect="hlo"))
             files["hlo_text"] = FILES["hlo_text"]
         if exported.ordered_effects:
@@ -156,6 +158,11 @@ class XlaBackend(Backend):
                                        "install the CUDA plugin: pip install 'multiexport[gpu]'")
         return Availability(True, f"{len(gpus)} GPU(s): {', '.join(d.device_kind for d in gpus)}")
 
+    def classify(self, exc: BaseException, stage: str) -> tuple[str, str] | None:
+        from multiexport.exporting.tpu_only import tpu_only
+
+        return tpu_only(exc, "an XLA module for the CPU") if stage == "export" else None
+
     def _load_impl(self, manifest: Manifest, directory: Path, options: RunOptions) -> Runner:
         import jax
         from jax import export
@@ -176,9 +183,10 @@ class XlaBackend(Backend):
                 + (f" ({len(manifest.inputs)} leaves + {len(tensors)} lifted weights)" if tensors else "")
             )
         try:
-            jax_device = jax.devices("gpu" if options.device == "gpu" else "cpu")[0]
+            jax_device = jax.devices(options.device)[0]  # cpu, gpu or tpu (an artifact lowered for it: load)
         except RuntimeError as exc:
-            raise RunError(f"Device '{options.device}' | JAX sees none: {exc}", category="no-gpu") from exc
+            raise RunError(f"Device '{options.device}' | JAX sees none: {exc}",
+                           category="no-gpu" if options.device == "gpu" else "unavailable") from exc
         weights = load_weights(directory, manifest, jax_device) if tensors else []
         return XlaRunner(manifest, directory, options, exported, jax_device, weights)
 

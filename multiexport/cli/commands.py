@@ -69,6 +69,7 @@ def cmd_export(args) -> int:
     from ..exporting.precision import split_variant
     from ..exporting.registry import backend_class
     from ..measure.inputs import parse_dim_sizes
+    from ..run.devices import keep_jax_off_the_tpu
     from .output import print_export
 
     backend_class(args.backend)  # an unknown name is a usage error before any work
@@ -76,9 +77,7 @@ def cmd_export(args) -> int:
     if args.device == "gpu":
         platforms = sorted(set(platforms or ["cpu"]) | {"cuda"})
     base = split_variant(args.backend)[0]  # `--backend onnx@int8` takes onnx's options
-    from ..run.devices import keep_jax_off_the_tpu  # lowering needs no chip; on a TPU machine XLA is for both
-
-    if keep_jax_off_the_tpu().attached and platforms is None and base == "xla":
+    if keep_jax_off_the_tpu().attached and platforms is None and base == "xla":  # lowering needs no chip: XLA for both
         platforms = ["cpu", "tpu"]
     options = backend_options(args.backend_option, [base]).get(base, {})
     static = parse_dim_sizes(args.static_sizes)
@@ -106,6 +105,7 @@ def _runs_on_jax(backend: str) -> bool:
 def cmd_run(args) -> int:
     from ..api import load
     from ..exporting.manifest import Manifest
+    from ..exporting.options import check_run_device
     from ..files.npz import load_npz, save_npz
     from .output import print_outputs
 
@@ -116,6 +116,7 @@ def cmd_run(args) -> int:
     if args.out is not None:  # before any work: a file of the user's is never replaced
         check_overwritable(args.out, "Option '--out'")
     manifest = Manifest.read(args.artifact)
+    check_run_device(manifest, args.device, f"Artifact '{args.artifact}'")  # one line before any runtime loads
     if _runs_on_jax(manifest.backend):
         from ..preflight import check_jax_environment
 
@@ -229,7 +230,7 @@ def compare_config(args, backends_known: bool = True):
         tolerances=parse_tolerances(args.tol), inputs=inputs, reference=args.reference,
         keep_unused=args.keep_unused, external_weights=args.external_weights,
         backend_options=backend_options(args.backend_option, list(backends)) if backends_known else {},
-        device=args.device, matmul_precision=args.matmul_precision,
+        device=args.device, matmul_precision=args.matmul_precision, platforms=split(args.platforms or '') or None,
         threads=args.threads, timeout=args.timeout, bench=bench, batch_sizes=batch_sizes, export_jobs=args.export_jobs,
         native=args.native, native_plugin=str(args.native_plugin) if args.native_plugin else None,
         paired=not args.sequential, rounds=args.rounds, floor=args.floor,

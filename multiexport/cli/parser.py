@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", type=Path,
                    help=".npz of named input arrays (default: the artifact's example_inputs.npz); unused leaves may be omitted")
     p.add_argument("--out", type=Path, help="write outputs to this .npz file (default: print a table)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"], help="device to run on (default: cpu)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu", "tpu"],
+                   help="device to run on (default: cpu); tpu: an XLA artifact exported with --platforms cpu,tpu")
     p.add_argument("--threads", type=int, help="intra-op threads for the runtime (default: the usable cores)")
     p.add_argument("--trust-artifact", action="store_true",
                    help="load a format that carries code (a SavedModel) without checking its graph first; only for "
@@ -195,6 +196,8 @@ def _compare_parser(sub) -> None:
     p.add_argument("--matmul-precision", choices=["default", "high", "highest"], default="default",
                    help="jax.jit's matmul precision for the parity reference (and the TPU rows' reference): a TPU's "
                         "default runs float32 matmuls in bf16 passes (default: default)")
+    p.add_argument("--platforms", help="comma-separated platforms the XLA artifact is lowered for, as export's, e.g. "
+                                       "cpu,tpu (default: the device's; with TPU rows cpu,tpu)")
     p.add_argument("--keep-unused", action="store_true", help="make every leaf a parameter in every format")
     p.add_argument("--external-weights", choices=["auto", "always", "never"], default="auto", help=EXTERNAL_WEIGHTS_HELP)
     p.add_argument("--backend-option", action="append", default=[], metavar="BACKEND.NAME=VALUE", help=OPTION_HELP)

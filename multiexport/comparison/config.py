@@ -28,6 +28,8 @@ class CompareConfig:
     reference: "jax" (jax.jit) or "float64" (also each backend's error against the float64 truth).
     matmul_precision: jax.jit's matmul precision for the parity reference ("default", "high", "highest"): a TPU's
         default runs float32 matmuls in bf16 passes (`measure.reference.MATMUL_PRECISIONS`).
+    platforms: the platforms the XLA artifact is lowered for, as `export --platforms` (None: the device's own);
+        the device's platform is always among them, so the compare's rows run what was lowered.
     keep_unused: every leaf a parameter. external_weights: auto / always / never.
     backend_options: backend -> {option: value}, each validated against the backend's declared options.
     device: cpu / gpu / auto. threads: intra-op threads for every runtime (None: the usable cores).
@@ -81,6 +83,7 @@ class CompareConfig:
     accuracy: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     baseline_artifacts: Path | None = None
     matmul_precision: str = "default"
+    platforms: tuple[str, ...] | None = None
 
     def __post_init__(self):
         from ..exporting.precision import split_variant
@@ -124,6 +127,10 @@ class CompareConfig:
                              "highest")
         if self.device not in CHOICES:
             raise UsageError(f"Option 'device' | got {self.device!r}, expected one of {', '.join(CHOICES)}")
+        if self.platforms is not None:  # validated as export's are (known names, each once)
+            from ..exporting.options import ExportOptions
+
+            object.__setattr__(self, "platforms", ExportOptions(platforms=self.platforms).platforms)
         check_policy(self.external_weights)
         if self.bench is not None and not isinstance(self.bench, BenchConfig):
             raise UsageError(f"Option 'bench' | got {type(self.bench).__name__}, expected a BenchConfig or None")
@@ -203,6 +210,7 @@ class CompareOptions(TypedDict, total=False):
     accuracy: Mapping[str, Mapping[str, float]]
     baseline_artifacts: Path | None
     matmul_precision: str
+    platforms: tuple[str, ...] | None
 
 
 def _with_precisions(backends: tuple[str, ...], precisions: Any) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -142,13 +142,17 @@ def _options(ctx: Context, prep: Prepared, name: str, stage_artifact: str | None
     # a symbolic signature: the check compares a symbolic artifact with jax.jit at the example, so one that
     # computes wrong is rebuilt at static sizes (exporting/symbolic_check.py).
     base, precision = split_variant(name)
-    return ExportOptions.for_device(prep.device.chosen, keep_unused=config.keep_unused,
+    # XLA keeps several platforms in one artifact: --platforms, and the TPU's beside the CPU's when the compare has TPU
+    # rows, so the artifact it writes also runs on the chip (`run --device tpu`); the rows' own platform stays in.
+    extra = (config.platforms or (("tpu",) if prep.device.tpu else ())) if base == "xla" else ()
+    options = ExportOptions.for_device(prep.device.chosen, keep_unused=config.keep_unused,
                                     external_weights=config.external_weights, static_sizes=static,
                                     fallback_sizes=checked,
                                     backend_options=dict(config.backend_options.get(base, {})),
                                     check_load=bool(prep.sig.symbolic_dims),
                                     stage_artifact=stage_artifact, precision=precision,
                                     calibration=prep.calibration if needs_calibration(precision) else None)
+    return replace(options, platforms=tuple(dict.fromkeys([*(options.platforms or ()), *extra]))) if extra else options
 
 
 def _has_precision(row, name: str, prep: Prepared) -> bool:

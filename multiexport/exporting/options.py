@@ -12,10 +12,26 @@ from typing import Any, Mapping
 from ..errors import UsageError
 from .precision import FP32, Calibration, check_precision, needs_calibration
 
-DEVICES = ("cpu", "gpu")
+DEVICES = ("cpu", "gpu", "tpu")
 # A runner's device -> the jax.export platform an artifact must have been lowered for.
-PLATFORM_OF_DEVICE = {"cpu": "cpu", "gpu": "cuda"}
+PLATFORM_OF_DEVICE = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+# The formats whose runner runs on a TPU: XLA (JAX's PJRT on libtpu). The others have no TPU runtime here.
+TPU_FORMATS = ("xla",)
+
+
+def check_run_device(manifest: Any, device: str, where: str) -> None:
+    """Refuse, in one line before any runtime loads, a device the artifact cannot run on here: the TPU for a format
+    other than XLA (no TPU runtime), or a platform its module was not lowered for (`export --platforms`). `manifest`:
+    the artifact's Manifest; `where` names the artifact."""
+    if device == "tpu" and manifest.backend not in TPU_FORMATS:
+        raise UsageError(f"{where} | is a '{manifest.backend}' artifact, which has no TPU runtime here, expected device "
+                         "cpu (or an XLA artifact exported with --platforms cpu,tpu for --device tpu)")
+    lowered = [str(p).lower() for p in manifest.supports.get("platforms") or []]
+    wanted = PLATFORM_OF_DEVICE.get(device, device)
+    if lowered and wanted not in lowered:
+        raise UsageError(f"{where} | lowered for {', '.join(lowered)}, expected {wanted} for --device {device}: "
+                         f"re-export with --platforms {','.join([*lowered, wanted])}")
 
 
 @dataclass(frozen=True)
@@ -141,7 +157,7 @@ class ExportOptions:
 class RunOptions:
     """How a runner runs an artifact.
 
-    device: "cpu" or "gpu".
+    device: "cpu", "gpu" or "tpu" (XLA only: `check_run_device`).
     threads: intra-op threads for the runtime; None means the cores this process may use. Every runtime
         gets the same number, so a comparison compares formats, not thread pools.
     trust_artifact: skip the check of artifacts whose format carries code (a SavedModel's graph must

@@ -16,7 +16,7 @@ import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from ..exporting.feed import check_feed
 from ..exporting.manifest import Manifest
 from ..exporting.native_consumer import Call, NativeConsumer
 from ..exporting.native_section import CONSUMERS, INPUT_DIR, OUTPUT_DIR, check_section, consumer_for, npy_describes
+from ..exporting.options import check_run_device
 from ..files.temporary import make_temporary
 from ..system.process import run_command
 from .build import build
@@ -102,19 +103,24 @@ def command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DIR, out
     """
     directory = Path(artifact_dir).resolve()
     manifest, native, consumer = _consumer_checked(directory, trust_artifact)
-    device = device_for(consumer, device)
+    lowered = [str(p).lower() for p in manifest.supports.get("platforms") or []]
+    device = device_for(consumer, device, lowered)
+    if plugin is None:  # a platform the module lacks is refused before any plugin is loaded
+        check_run_device(manifest, device, f"Artifact '{directory}'")
     call = Call(inputs_dir, outputs_dir, iters, warmup, threads, None if plugin is None else str(plugin), device)
     return consumer.command(manifest, native, call, build(consumer.program) if consumer.builds else None)
 
 
-def device_for(consumer: NativeConsumer, requested: str) -> str:
+def device_for(consumer: NativeConsumer, requested: str, lowered: Sequence[str] = ()) -> str:
     """The device `consumer` runs on: `requested`, which must be one of its devices, or for "auto" the TPU when
-    this machine has one (seen without opening it; libtpu installed) and the consumer runs there, else the CPU."""
+    this machine has one (seen without opening it; libtpu installed), the consumer runs there and the artifact was
+    lowered for it (`lowered`: its platforms, empty when the manifest does not say), else the CPU."""
     from ..environment import tpu_presence
 
     if requested == "auto":
         here = tpu_presence()
-        return "tpu" if "tpu" in consumer.devices and here.attached and here.libtpu is not None else "cpu"
+        usable = "tpu" in consumer.devices and here.attached and here.libtpu is not None
+        return "tpu" if usable and (not lowered or "tpu" in lowered) else "cpu"
     if requested not in consumer.devices:
         raise UsageError(f"Option '--device' | got '{requested}', expected one of {', '.join(consumer.devices)}: "
                          f"the native program '{consumer.program}' runs on those only")

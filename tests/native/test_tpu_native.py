@@ -20,6 +20,7 @@ import pytest
 
 from multiexport import api
 from multiexport.backends.xla import runtime as pjrt
+from multiexport.errors import UsageError
 from multiexport.examples import seed
 from multiexport.native.run import print_command
 
@@ -132,15 +133,21 @@ def libtpu_layout(tmp_path, monkeypatch):
     sys.modules.pop("libtpu", None)
 
 
-def test_device_tpu_finds_libtpu_and_carries_the_tpu_variables(libtpu_layout, monkeypatch, xla_artifact):
+def test_device_tpu_finds_libtpu_and_carries_the_tpu_variables(libtpu_layout, monkeypatch, xla_artifact, tmp_path):
     assert pjrt.find_pjrt_plugin(device="tpu") == libtpu_layout.resolve()
     for key, value in TPU_ENV.items():
         monkeypatch.setenv(key, value)
     env = pjrt.plugin_environment(libtpu_layout)
     assert env == {**TPU_ENV, "TPU_SKIP_MDS_QUERY": "true"}
-    line = print_command(xla_artifact, device="auto")  # a TPU attached (TPU_ACCELERATOR_TYPE), libtpu installed
+    both = tmp_path / "both"
+    api.export(seed(), both, "xla", platforms=["cpu", "tpu"])
+    line = print_command(both, device="auto")  # a TPU attached (TPU_ACCELERATOR_TYPE), libtpu installed
     assert "env -i TPU_ACCELERATOR_TYPE=v5litepod-4" in line and "TPU_SKIP_MDS_QUERY=true" in line
     assert f"--plugin {libtpu_layout.resolve()}" in line
+    # lowered for the CPU only, auto stays on the CPU (libtpu could not run it); --device tpu refuses it in one line
+    assert "TPU_ACCELERATOR_TYPE" not in print_command(xla_artifact, device="auto")
+    with pytest.raises(UsageError, match="lowered for cpu, expected tpu for --device tpu: re-export with --platforms"):
+        print_command(xla_artifact, device="tpu")
 
 
 def test_without_libtpu_device_tpu_says_what_to_install(monkeypatch):
