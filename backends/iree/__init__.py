@@ -190,6 +190,11 @@ class IreeBackend(Backend):
             return Availability(False, "no nvidia-smi to read the GPU's architecture, which IREE compiles for")
         return Availability(True, f"{len(devices)} CUDA device(s), compiling for {arch}")
 
+    def classify(self, exc: BaseException, stage: str) -> tuple[str, str] | None:
+        from multiexport.exporting.tpu_only import tpu_only  # a Pallas kernel: one clear row, not JAX's words
+
+        return tpu_only(exc, "IREE's llvm-cpu") if stage == "export" else None
+
     def _load_impl(self, manifest: Manifest, directory: Path, options: RunOptions) -> Runner:
         target = DEVICE_TARGET[options.device]
         facts = IreeFacts.from_json(manifest.format, f"Artifact '{directory}'")

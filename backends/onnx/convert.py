@@ -283,6 +283,10 @@ _TRACED = re.compile(r"Tracer|traced|concrete value|ConcretizationTypeError|must
 def conversion_error(exc: Exception, signature) -> ExportError:
     """jax2onnx's failure as one ExportError: `unsupported-op` whenever an op or plugin cannot convert
     (whatever path raised it), `converter-error` otherwise; positional argument names become leaf names."""
+    from multiexport.exporting.tpu_only import tpu_only  # a Pallas kernel: one clear row, not the converter's words
+
+    if (pallas := tpu_only(exc, "ONNX")) is not None:
+        return ExportError(f"Backend 'onnx' | {pallas[1]}", backend="onnx", category=pallas[0])
     text = rename_positional(f"{type(exc).__name__}: {exc}", signature)
     missing = _JAX_MISSING.search(str(exc)) if isinstance(exc, (AttributeError, ImportError)) else None
     if missing:

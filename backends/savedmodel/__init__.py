@@ -169,6 +169,10 @@ class SavedModelBackend(Backend):
         )
 
     def _error(self, signature, what: str, exc: Exception) -> ExportError:
+        from multiexport.exporting.tpu_only import tpu_only  # a Pallas kernel: one clear row, not JAX's words
+
+        if (pallas := tpu_only(exc, "a SavedModel on the CPU")) is not None:
+            return ExportError(f"Backend '{self.name}' | {pallas[1]}", backend=self.name, category=pallas[0])
         text = f"{type(exc).__name__}: {exc}".strip()
         known = self.classify(exc, "export")
         category = known[0] if known else next(
