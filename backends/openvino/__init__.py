@@ -17,6 +17,7 @@ compiling: on CPUs with native bf16 (AVX512_BF16, AMX) OpenVINO would otherwise 
 so a compiled model that reports another precision is refused. OpenVINO's CPU plugin computes int64 in
 int32 and float64 in float32 without a word (measured: (2^40+3)*2 gives 6, (1+1e-12)*2 gives 2.0), so
 64-bit leaves are refused at export (`unsupported-dtype`) unless the `allow_64bit` option accepts that.
+Reduced precisions are OpenVINO IR: fp16 by `ov.save_model`, int8 by NNCF (int8.py, the extra openvino-int8).
 """
 
 from __future__ import annotations
@@ -63,14 +64,10 @@ class OpenVINOBackend(Backend):
     order = 60
     runtime_modules = ("openvino",)
     facts_type = OpenVINOFacts
-    precisions = ("fp32", "fp16")
-    # Measured 2026-12-05 (OpenVINO 2026.4.1, nncf 3.4.0, an AVX-512 VNNI CPU): on a MatMul-ReLU-MatMul MLP the CPU
-    # plugin's int8 gave zeros for nncf.quantize's IR and -0.83 where jax.jit gives -0.09 for ONNX Runtime's QDQ
-    # model (ONNX Runtime itself: -0.095), so no int8 row is made from either.
-    precision_gaps = {p: ("OpenVINO's int8 is NNCF's (nncf.quantize, nncf.compress_weights), which multiexport does "
-                          "not drive: on this OpenVINO its CPU plugin computed int8 MLPs wrong (NNCF's IR and ONNX "
-                          "Runtime's QDQ model alike); onnx@int8 is the int8 row of the same ONNX file")
-                      for p in ("int8-dynamic", "int8")}
+    precisions = ("fp32", "fp16", "int8")  # int8 with the optional extra openvino-int8 (NNCF): check_precision
+    precision_gaps = {"int8-dynamic": "OpenVINO's int8 without calibration is NNCF's weight compression "
+                                      "(nncf.compress_weights: int8 weights, float activations), not activations "
+                                      "quantized per call; openvino@int8 (calibrated) and onnx@int8-dynamic are"}
     options = (
         Option("cache_dir", "", str, "OpenVINO's compiled-model cache directory (CACHE_DIR) on the machine that loads "
                "the artifact; empty: no cache (every load compiles)"),
@@ -83,6 +80,16 @@ class OpenVINOBackend(Backend):
         Option("allow_64bit", False, bool, "export int64/float64 leaves anyway: OpenVINO's CPU plugin computes them "
                "in 32 bits, so values past int32 or float32 precision come out silently wrong"),
     )
+
+    def check_precision(self, precision: str) -> None:
+        """As every backend's, and int8 is unsupported-precision where nncf (the extra openvino-int8) is absent."""
+        super().check_precision(precision)
+        from .int8 import nncf_missing
+
+        missing = nncf_missing() if precision == "int8" else None
+        if missing:
+            raise ExportError(f"Backend '{self.name}' | has no int8 artifact: {missing}", backend=self.name,
+                              category="unsupported-precision")
 
     def native_consumer(self):
         """ov_run on OpenVINO's C API (`native.OpenVINOConsumer`)."""
@@ -114,6 +121,10 @@ class OpenVINOBackend(Backend):
         precision = None
         if options.precision == "fp16":
             files, model, precision = _compress(ov, model, out_dir, files)
+        elif options.precision == "int8":
+            from .int8 import quantize
+
+            files, model, precision = quantize(ov, model, out_dir, files, front, options, signature, self.name)
         names = {leaf.param: leaf.name for leaf in (*taken, *front.outputs)}
         declared = {}
         for port in (*model.inputs, *model.outputs):
