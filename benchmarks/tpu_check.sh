@@ -16,7 +16,9 @@
 # compare` run with no option and no variable set by hand); artifacts and builds stay in a temporary directory.
 # ARGS go to `python -m benchmarks.tpu_check` (--models, --bench-time, --no-native, --no-compare).
 # Environment: TPU_CHECK_PYTHON (default python3), TPU_CHECK_INSTALL (0: use TPU_CHECK_PYTHON as it is, nothing
-# installed: the CPU rehearsal, tests/test_tpu_check.py), TPU_CHECK_TIMEOUT (seconds for the check, default 540).
+# installed: the CPU rehearsal, tests/test_tpu_check.py), TPU_CHECK_TIMEOUT (seconds for the check, default 540);
+# TPU_CHECK_DIAG=1 then runs benchmarks/tpu_native_diag.py into OUT_DIR/native_diag (TPU_DIAG_TIMEOUT, default 240;
+# TPU_DIAG_ARGS, e.g. "--platform cpu" for the rehearsal).
 # multiexport runs from the installed wheel (its backends are the package multiexport.backends there: --fetch
 # again after a change); only benchmarks/ comes from the tree, through PYTHONPATH. On a machine without a TPU every TPU row is a `no-tpu` row with
 # JAX's or libtpu's reason. Exit status: the check's (0 ok, 1 a failed row), 2 usage, 3 install failed.
@@ -78,4 +80,10 @@ status=0
   || status=$?
 tail -60 "$out/log.txt"
 echo "[tpu_check] done in $(($(date +%s) - start)) s (exit $status)"
+if [ "${TPU_CHECK_DIAG:-0}" != 0 ]; then  # the native consumer's compile options against jax's (issue #45, item 4)
+  (cd "$work" && timeout "${TPU_DIAG_TIMEOUT:-240}" "$py" -m benchmarks.tpu_native_diag "$out/native_diag" \
+    ${TPU_DIAG_ARGS:-}) >"$out/native_diag.log" 2>&1 || echo "[tpu_check] native diag exit $?"
+  tail -30 "$out/native_diag.log"
+  echo "[tpu_check] native diag done at $(($(date +%s) - start)) s"
+fi
 exit "$status"

@@ -29,11 +29,14 @@ extern "C" {
 static const char *USAGE =
     "usage: pjrt_run --plugin PATH/xla_cpu_pjrt.so [--artifact DIR] [--inputs DIR] [--outputs DIR]\n"
     "                [--warmup N] [--iters N] [--times FILE] [--no-outputs] [--info]\n"
+    "                [--compile-options FILE] [--program FILE]\n"
     "  Runs the XLA artifact in DIR (default .) through the PJRT C API. Inputs: one .npy per leaf\n"
     "  argument, named as the manifest's native.args[].file, in --inputs (default inputs/); outputs\n"
     "  are written to --outputs (default outputs/, created). --iters N: time N calls (after --warmup\n"
     "  untimed ones) and print min/median/p90 per-call wall time as JSON. --info: print the plugin's\n"
-    "  attributes (PJRT API and StableHLO versions) as JSON and exit.\n";
+    "  attributes (PJRT API and StableHLO versions) as JSON and exit. --compile-options FILE: a serialized\n"
+    "  CompileOptionsProto instead of the manifest's (e.g. the one jax compiles with); --program FILE: a\n"
+    "  StableHLO module taking the same arguments instead of the manifest's (diagnostics).\n";
 
 static const PJRT_Api *api = nullptr;
 
@@ -253,12 +256,16 @@ static size_t num_outputs(PJRT_LoadedExecutable *loaded) {
 struct Options {
   const char *plugin = nullptr;
   bool info = false;
+  const char *compile_options = nullptr;  // replaces the manifest's native.compile_options file
+  const char *program = nullptr;          // replaces the chosen module's program file
 };
 
 static int extra_flag(const char *flag, const char *value, void *user) {
   auto *o = static_cast<Options *>(user);
   if (strcmp(flag, "--plugin") == 0) { o->plugin = value; return 1; }
   if (strcmp(flag, "--info") == 0) { o->info = strcmp(value, "0") != 0; return 1; }
+  if (strcmp(flag, "--compile-options") == 0) { o->compile_options = value; return 1; }
+  if (strcmp(flag, "--program") == 0) { o->program = value; return 1; }
   return 0;
 }
 
@@ -306,14 +313,14 @@ int main(int argc, char **argv) {
   require_platform(mx_json_get(module, "platforms"), p.platform, program_path);
   char err[MX_ERR];
   size_t code_len, options_len = 0;
-  char *dir_program = mx_join(opts.artifact, program_path.c_str());
+  char *dir_program = extra.program ? strdup(extra.program) : mx_join(opts.artifact, program_path.c_str());
   char *code = mx_read_file(dir_program, &code_len, err, sizeof err);
   if (!code) mx_die("%s", err);
   char *options = nullptr;
   const char *options_file = mx_json_str(mx_json_get(native, "compile_options"), nullptr);
   if (!options_file) mx_die("manifest.json: native has no \"compile_options\" (a CompileOptionsProto file; empty "
                             "options abort the CPU client)");
-  char *options_path = mx_join(opts.artifact, options_file);
+  char *options_path = extra.compile_options ? strdup(extra.compile_options) : mx_join(opts.artifact, options_file);
   options = mx_read_file(options_path, &options_len, err, sizeof err);
   if (!options) mx_die("%s", err);
   if (options_len == 0)  // the CPU client aborts the process on it (Check failed: replica_count > 0)
