@@ -111,7 +111,7 @@ def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
                                     "vs_tpu_highest": err_scale(cpu, saved[f"jax.jit highest/{leaf}"])}
         if config.native:
             native = _native(artifact, feed, {k.split("/", 1)[1]: v for k, v in saved.items() if k.startswith("xla/")},
-                             config.timeout)
+                             config.timeout, "cpu" if rehearsal else "tpu")
             result["rows"].append(judge_tpu_row(native, own))
     elif config.native:
         reason = result.get("reason") or "the TPU worker gave no outputs"
@@ -173,15 +173,16 @@ def _shipped(ctx: Context, prep: Prepared, saved: dict[str, np.ndarray]) -> list
     return table
 
 
-def _native(artifact, feed, want: dict[str, np.ndarray], timeout: float) -> dict[str, Any]:
-    """pjrt_run on libtpu, against the artifact's own TPU outputs (bit-exact expected)."""
+def _native(artifact, feed, want: dict[str, np.ndarray], timeout: float, device: str = "tpu") -> dict[str, Any]:
+    """pjrt_run on libtpu (the CPU plugin in a rehearsal), against the artifact's own TPU outputs (bit-exact
+    expected)."""
     from ..errors import MultiexportError
     from ..native.run import run
     from ..run.tpu_worker import err_scale
 
     row: dict[str, Any] = {"runner": "xla native", "device": "tpu", "status": "ok", "reason": ""}
     try:
-        got = run(artifact, feed, iters=100, warmup=10, device="tpu", timeout=timeout, trust_artifact=True)
+        got = run(artifact, feed, iters=100, warmup=10, device=device, timeout=timeout, trust_artifact=True)
     except MultiexportError as exc:
         missing = "no TPU PJRT plugin" in str(exc) or "pjrt_c_api.h" in str(exc)
         row.update(status="no-tpu" if missing else "failed", reason=" ".join(str(exc).split())[:400])
@@ -190,6 +191,11 @@ def _native(artifact, feed, want: dict[str, np.ndarray], timeout: float) -> dict
     row["bit_exact"] = all(np.asarray(v).tobytes() == np.asarray(want[leaf]).tobytes()
                            for leaf, v in got.outputs.items() if leaf in want)
     row["p50_ms"] = (got.timing or {}).get("median_ms")
+    if got.samples_ns is not None and len(got.samples_ns):  # the runner rows' statistic: p50 with its 95 % interval
+        from ..measure.bench import summarize
+
+        stats = summarize(np.asarray(got.samples_ns))
+        row.update(p50_ms=stats.p50_ms, ci95_ms=[stats.ci95_low_ms, stats.ci95_high_ms], calls=stats.n)
     return row
 
 

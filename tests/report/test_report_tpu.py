@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from multiexport.report.render import render_html, render_markdown
 from multiexport.results import load_results
 
@@ -97,3 +99,26 @@ def test_a_native_row_above_its_bound_and_a_machine_without_a_tpu_read_as_such(t
 def test_a_compare_without_tpu_rows_has_no_tpu_section(tmp_path):
     results = _tpu_results(tmp_path, {})
     assert "## TPU rows" not in render_markdown(results) and "TPU rows" not in render_html(results)
+
+
+def test_a_rehearsed_native_tpu_row_has_its_interval_and_is_bit_exact(tmp_path):
+    from multiexport.backends.xla import runtime as pjrt
+
+    try:
+        pjrt.find_pjrt_header()
+        pjrt.find_pjrt_plugin(device="cpu")
+    except Exception as exc:  # noqa: BLE001 - the rehearsal's native row runs pjrt_run on the CPU plugin
+        pytest.skip(f"no PJRT CPU plugin or pjrt_c_api.h here: {exc}")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "multiexport", "compare", "benchmarks.tpu_models:mlp", "--backends",
+                           "xla", "--device", "tpu", "--native", "--trials", "1", "--bench-time", "0.05", "--out",
+                           str(out)], capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env={**os.environ, "MULTIEXPORT_TPU_REHEARSAL": "cpu"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    native = next(r for r in json.loads((out / "results.json").read_text())["device"]["tpu_rows"]["rows"]
+                  if r["runner"] == "xla native")
+    assert native["status"] == "ok" and native["bit_exact"] and native["calls"] == 100
+    assert native["ci95_ms"][0] <= native["p50_ms"] <= native["ci95_ms"][1]
+    tpu = _section((out / "report.md").read_text(), "TPU rows")
+    line = next(line for line in tpu.splitlines() if line.startswith("| xla native |")).split(" | ")
+    assert line[2:5] == ["ok", "0 (bit-exact)", "1e-05"] and line[6].startswith("\\[") and line[7] == "100"
