@@ -230,7 +230,7 @@ def compare_config(args, backends_known: bool = True):
         tolerances=parse_tolerances(args.tol), inputs=inputs, reference=args.reference,
         keep_unused=args.keep_unused, external_weights=args.external_weights,
         backend_options=backend_options(args.backend_option, list(backends)) if backends_known else {},
-        device=args.device, matmul_precision=args.matmul_precision, platforms=split(args.platforms or '') or None,
+        device=args.device, matmul_precision=args.matmul_precision, platforms=tuple(split(args.platforms or '')) or None,
         threads=args.threads, timeout=args.timeout, bench=bench, batch_sizes=batch_sizes, export_jobs=args.export_jobs,
         native=args.native, native_plugin=str(args.native_plugin) if args.native_plugin else None,
         paired=not args.sequential, rounds=args.rounds, floor=args.floor,

@@ -50,7 +50,7 @@ def export_module(fn: Callable[..., Any], signature, *, keep_unused: bool = Fals
     # Locations name source files relative to the import root they were found under (`model.py`,
     # `flax/linen/linear.py`): a shipped artifact does not carry the exporting machine's directories, and a
     # reader (locate) resolves the name against its own sys.path. JAX's own canonicalisation does the rewrite.
-    previous = jax.config.jax_hlo_source_file_canonicalization_regex
+    previous = jax.config.jax_hlo_source_file_canonicalization_regex  # type: ignore[attr-defined]  # jax reads it so
     jax.config.update("jax_hlo_source_file_canonicalization_regex", source_root_pattern())
     try:
         return export.export(jax.jit(flat, keep_unused=keep_unused), **kwargs)(
