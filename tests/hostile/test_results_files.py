@@ -195,9 +195,18 @@ def test_report_md_and_html_escape_target_leaf_reason_and_environment(seed_resul
     assert "alert('cores')</script>" not in body and "&lt;script&gt;" in body
 
 
-def test_diff_markdown_escapes_hostile_results(seed_results, sandbox):
+def test_diff_markdown_escapes_hostile_results(seed_results, sandbox, monkeypatch):
+    """The terminal gets plain one-line checks (a newline in a reason cannot start a line of its own); the
+    Markdown appended to $GITHUB_STEP_SUMMARY, which a CI page renders, has no raw HTML and no injected heading."""
     evil = _edit_results(seed_results, sandbox.root / "evil.json", _evil)
+    summary = sandbox.root / "out" / "summary.md"
+    summary.parent.mkdir(exist_ok=True)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     proc = sandbox.main("diff", seed_results, evil)
     assert proc.returncode == 1, proc.stderr  # ok -> run-failed is a regression
-    assert not _raw(proc.stdout), proc.stdout
-    assert "\n# INJECTED" not in proc.stdout
+    assert "\n# INJECTED" not in proc.stdout and "\x1b" not in proc.stdout
+    assert "&gt;" not in proc.stdout and "&lt;" not in proc.stdout  # plain text, not Markdown's entities
+    md = summary.read_text()
+    assert "run-failed" in md, md
+    assert not _raw(md), md
+    assert "\n# INJECTED" not in md
