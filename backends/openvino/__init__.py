@@ -70,7 +70,8 @@ class OpenVINOBackend(Backend):
                                       "quantized per call; openvino@int8 (calibrated) and onnx@int8-dynamic are"}
     options = (
         Option("cache_dir", "", str, "OpenVINO's compiled-model cache directory (CACHE_DIR) on the machine that loads "
-               "the artifact; empty: no cache (every load compiles)"),
+               "the artifact, used by loads that trust it (--trust-artifact; an untrusted load ignores it and says "
+               "so); empty: no cache (every load compiles)"),
         Option("measure_cache", True, bool, "at export, time compile_model without a cache and with a warm one "
                "(recorded in format.compile_cache)"),
         Option("onnx_route", "auto", str, "which route writes the ONNX file OpenVINO reads: the ONNX stage's "
@@ -248,6 +249,11 @@ class OpenVINOBackend(Backend):
         if "external_data" in manifest.files:
             manifest.path(directory, "external_data")  # inside the artifact, like every listed file
         cache_dir = str(manifest.options.get("cache_dir") or "")
+        ignored_cache = None
+        if cache_dir and not options.trust_artifact:
+            # The manifest names a directory OpenVINO would write its blobs into: from someone else's artifact,
+            # that is a write anywhere they chose. Only an artifact trusted like the caller's own code gets it.
+            ignored_cache, cache_dir = cache_dir, ""
         try:
             core, model, cm, seconds = compiled(model_path, options.thread_count, cache_dir)
         except RuntimeError as exc:
@@ -264,6 +270,9 @@ class OpenVINOBackend(Backend):
                            backend=self.name, category="unsupported-dtype")
         facts = {"openvino": ov.get_version(), **props, "inference_num_threads_requested": options.thread_count,
                  "compile_s": round(seconds, 4), "cache_dir": cache_dir or None,
+                 **({"cache_dir_ignored": f"{ignored_cache} (the manifest's cache_dir is used only with "
+                                          "--trust-artifact: a directory an artifact names is written into)"}
+                    if ignored_cache else {}),
                  "device_name": _cpu_facts(core)["name"],
                  "telemetry": telemetry_state()}
         return OpenVINORunner(manifest, directory, options, core, cm, facts)

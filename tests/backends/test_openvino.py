@@ -149,12 +149,32 @@ def test_compiled_model_cache_is_measured_at_export_and_used_when_asked(tmp_path
     measured = artifact.manifest.format["compile_cache"]
     assert measured["loaded_from_cache"] is True and measured["cache_bytes"] > 0
     assert all(measured[k] > 0 for k in ("compile_s_no_cache", "compile_s_filling_cache", "compile_s_warm_cache"))
-    first = OpenVINOBackend().load(artifact.directory)  # the load check at export filled the cache
+    trusted = RunOptions(trust_artifact=True)
+    first = OpenVINOBackend().load(artifact.directory, trusted)  # the load check at export filled the cache
     assert first.describe()["cache_dir"] == str(cache) and first.describe()["loaded_from_cache"] is True
     assert_matches_jit(target, sig, first(sig.example_feed()), sig.example_feed())
     _, plain = export(target, tmp_path / "b", backend_options={"measure_cache": False})
     assert plain.manifest.format["compile_cache"] is None
     assert OpenVINOBackend().load(plain.directory).describe()["loaded_from_cache"] is False
+
+
+def test_an_untrusted_artifact_cannot_make_openvino_write_where_its_manifest_says(tmp_path):
+    """cache_dir travels in the manifest: someone else's artifact naming a directory must not get OpenVINO's
+    blobs written there; the load ignores it, says so, and still runs."""
+    target = examples.mlp()
+    sig, artifact = export(target, tmp_path / "a", backend_options={"measure_cache": False})
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    manifest = artifact.directory / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["options"]["cache_dir"] = str(victim)
+    manifest.write_text(json.dumps(data))
+    runner = OpenVINOBackend().load(artifact.directory)
+    assert runner.describe()["cache_dir"] is None and str(victim) in runner.describe()["cache_dir_ignored"]
+    assert_matches_jit(target, sig, runner(sig.example_feed()), sig.example_feed())
+    assert list(victim.iterdir()) == []
+    OpenVINOBackend().load(artifact.directory, RunOptions(trust_artifact=True))  # trusted: the cache is used
+    assert list(victim.iterdir()) != []
 
 
 def nhwc_maxpool() -> Target:
