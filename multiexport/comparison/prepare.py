@@ -60,7 +60,7 @@ def prepare(ctx: Context, device: DevicePlan) -> Prepared:
     ref_device = "gpu" if jax_gpu else "cpu"
     ref_runner = ReferenceRunner(target, sig, ref_device, matmul_precision=config.matmul_precision)
     ctx.progress(f"reference outputs (jax.jit) for {len(trials)} trials")
-    ref_outputs = [ref_runner(t.feed) for t in trials]
+    ref_outputs = _reference_outputs(target.name, ref_runner, trials)
     why = nondeterminism(target, sig, ref_runner, trials[0].feed)
     sensitivity = _rounding(ctx, sig, trials[0], ref_outputs[0], ref_device) if why is None else {}
     truth = float64_outputs(target, sig, [t.feed for t in trials]) if config.reference == "float64" else None
@@ -80,6 +80,22 @@ def prepare(ctx: Context, device: DevicePlan) -> Prepared:
                     truth=truth, reference=reference, environment=environment(),
                     fingerprint=sig.fingerprint(target.fn) if ctx.spec is not None else None,
                     sensitivity=sensitivity, nondeterministic=why, calibration=_calibration(ctx, sig, trials))
+
+
+def _reference_outputs(name: str, ref_runner, trials: list[Trial]) -> list:
+    """jax.jit's outputs on every trial; a function whose kernel jax.jit cannot run here (a Pallas call, which
+    lowers only for the TPU or a GPU) is the target's limit in one line, not an internal error."""
+    from ..errors import TargetError
+    from ..exporting.tpu_only import tpu_only
+
+    try:
+        return [ref_runner(t.feed) for t in trials]
+    except Exception as exc:
+        known = tpu_only(exc, "jax.jit on the CPU, the compare's reference")
+        if known is None:
+            raise
+        raise TargetError(f"Target '{name}' | {known[1]}; compare checks every format against jax.jit on the CPU, "
+                          "expected a function it can run there (a kernel with interpret=True runs on the CPU)") from None
 
 
 def _rounding(ctx: Context, sig: Signature, trial: Trial, ref_output, ref_device: str) -> dict[str, float]:
