@@ -38,6 +38,7 @@ from .options import (  # noqa: F401  (re-exported: the contract's vocabulary)
     ExportOptions,
     Option,
     RunOptions,
+    check_run_device,
     observed_threads,
     usable_cpus,
 )
@@ -277,6 +278,8 @@ class Backend:
             from ..errors import ArtifactError
 
             raise ArtifactError(f"Artifact '{artifact_dir}' | got a '{manifest.backend}' artifact, expected '{self.name}'")
+        if options.device == "tpu":  # only XLA has a TPU runtime: another format must not run on the CPU instead
+            check_run_device(manifest, options.device, f"Artifact '{artifact_dir}'")
         platform = PLATFORM_OF_DEVICE[options.device]
         platforms = manifest.supports.get("platforms") or []
         if platforms and platform not in platforms:
