@@ -227,11 +227,36 @@ def native_section(exported, args, signature, options, weights, out_dir: Path, w
             continue
         write_bytes_atomic(out_dir / entry["program"], code)
         section["static_modules"][static_key(sizes)] = entry
+    if len(exported.platforms) > 1 and not signature.symbolic_dims:
+        section["platform_modules"] = platform_modules(exported, section, out_dir, warnings)
     baked = int(weights.get("embedded_bytes", 0))
-    if baked and len(section["static_modules"]) and baked * len(section["static_modules"]) > TEXT_LIMIT_BYTES:
-        warnings.append(f"each of the {len(section['static_modules'])} refined static modules embeds the "
+    copies = len(section["static_modules"]) + len(section.get("platform_modules", {}))
+    if baked and copies and baked * copies > TEXT_LIMIT_BYTES:
+        warnings.append(f"each of the {copies} refined static or single-platform modules embeds the "
                         f"{baked / 2**20:.0f} MiB of baked weights again; --external-weights always stores them once")
     return section
+
+
+def platform_modules(exported, section, out_dir: Path, warnings: list[str]) -> dict[str, Any]:
+    """One program per platform of a multi-platform module, each `jax.jit(Exported.call)` lowered for that
+    platform alone (no platform index, no `case` over platforms), so a native consumer compiles what jax
+    compiles on its plugin's platform (section.platform_module says why). One that fails to lower is a warning:
+    the consumer then runs the multi-platform main on that platform, and says so."""
+    from .section import platform_module, refine_static
+
+    made: dict[str, Any] = {}
+    for platform in [p.lower() for p in exported.platforms]:
+        try:
+            code, arg_shapes, result_shapes, how = refine_static(exported, {}, platform)
+            entry = platform_module(section, platform, code, arg_shapes, result_shapes,
+                                    how.replace("at these sizes", f"for {platform} alone"))
+        except Exception as exc:  # lowering for one platform (a call it lacks): the main module still serves it
+            warnings.append(f"no single-platform program for {platform} | {' '.join(str(exc).split())[:400]}; "
+                            "its native consumer runs the multi-platform module")
+            continue
+        write_bytes_atomic(out_dir / entry["program"], code)
+        made[platform] = entry
+    return made
 
 
 def refine_platform(platforms) -> str:

@@ -26,6 +26,30 @@ class PjrtConsumer(NativeConsumer):
     devices: tuple[str, ...] = ("cpu", "gpu", "tpu")
     static_modules: bool = True
 
+    def check_fields(self, native: Mapping[str, Any], directory: Path) -> None:
+        """Refuse a `platform_modules` entry (section.platform_module) that is not one platform's program inside
+        the artifact binding the main module's own leaves and files."""
+        from multiexport.errors import ArtifactError
+        from multiexport.files import inside
+
+        where = f"Artifact '{directory}' | manifest.json native.platform_modules"
+        modules = native.get("platform_modules", {})
+        if not isinstance(modules, dict):
+            raise ArtifactError(f"{where} | got {type(modules).__name__}, expected an object of platform -> program")
+        for platform, module in modules.items():
+            if not isinstance(module, dict) or module.get("platforms") != [platform] \
+                    or not isinstance(module.get("args"), list) or not isinstance(module.get("results"), list):
+                raise ArtifactError(f"{where} | entry {platform!r} is not a program lowered for {platform!r} alone "
+                                    "with args and results lists")
+            inside(directory, str(module.get("program")), "native program")
+            for role, entries, main in (("args", module["args"], native.get("args", [])),
+                                        ("results", module["results"], native.get("results", []))):
+                leaves = [_key(e) for e in main if isinstance(e, dict) and e.get("kind") in ("leaf", "weight")]
+                for entry in entries:
+                    if not isinstance(entry, dict) or _key(entry) not in leaves:
+                        raise ArtifactError(f"{where} | {platform!r} {role} entry {entry!r} is none of the main "
+                                            f"module's {role}")
+
     def recipe(self) -> Recipe:
         """C++17 against `pjrt_c_api.h` (runtime.find_pjrt_header). No library: the program dlopens the plugin it
         is given, so one build serves every plugin of PJRT C API major 0."""
@@ -84,3 +108,8 @@ def _bundled_plugin(request: Request) -> Path:
         raise UsageError(f"PJRT plugin '{plugin}' | a CUDA plugin cannot be bundled yet, expected a CPU plugin: it "
                          "loads the NVIDIA wheels' libraries through LD_LIBRARY_PATH and the server's driver")
     return plugin
+
+
+def _key(entry: Mapping[str, Any]) -> tuple:
+    """What a platform program's argument shares with the main module's: the leaf or tensor, and its file."""
+    return tuple(entry.get(k) for k in ("kind", "leaf", "index", "tensor", "file", "dtype"))

@@ -130,8 +130,9 @@ def test_pjrt_run_refuses_a_module_lowered_for_another_platform(cuda_artifact, n
 
     manifest = Manifest.read(cuda_artifact)
     feed = {leaf.name: np.zeros([2 if d == "b" else d for d in leaf.shape], leaf.dtype) for leaf in manifest.inputs}
+    # the plugin named: `run` itself refuses --device cpu for a cuda-only artifact before pjrt_run is reached
     with pytest.raises(RunError, match=r"static/b2\.mlirbc \| lowered for cuda, this plugin's platform is 'cpu'"):
-        run(cuda_artifact, feed)
+        run(cuda_artifact, feed, plugin=pjrt.find_pjrt_plugin())
 
 
 def test_the_gpu_command_carries_the_cuda_plugin_and_its_libraries(
