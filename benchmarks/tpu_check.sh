@@ -18,7 +18,10 @@
 # Environment: TPU_CHECK_PYTHON (default python3), TPU_CHECK_INSTALL (0: use TPU_CHECK_PYTHON as it is, nothing
 # installed: the CPU rehearsal, tests/test_tpu_check.py), TPU_CHECK_TIMEOUT (seconds for the check, default 540);
 # TPU_CHECK_DIAG=1 then runs benchmarks/tpu_native_diag.py into OUT_DIR/native_diag (TPU_DIAG_TIMEOUT, default 240;
-# TPU_DIAG_ARGS, e.g. "--platform cpu" for the rehearsal).
+# TPU_DIAG_ARGS, e.g. "--platform cpu" for the rehearsal); TPU_CHECK_MAIN=0 skips the check itself (the diag alone:
+# the native rows of the transformer and the MLP against the runner, issue #45, in about a minute):
+#   run(command='TPU_CHECK_MAIN=0 TPU_CHECK_DIAG=1 TPU_DIAG_TIMEOUT=130 TPU_DIAG_ARGS="--models transformer,mlp
+#       --variants A --kinds both" bash benchmarks/tpu_check.sh "$OUT"', carry=[".tpu-wheels"], timeout_s=150)
 # multiexport runs from the installed wheel (its backends are the package multiexport.backends there: --fetch
 # again after a change); only benchmarks/ comes from the tree, through PYTHONPATH. On a machine without a TPU every TPU row is a `no-tpu` row with
 # JAX's or libtpu's reason. Exit status: the check's (0 ok, 1 a failed row), 2 usage, 3 install failed.
@@ -76,13 +79,15 @@ mkdir -p "$work/path" && ln -s "$here/benchmarks" "$work/path/benchmarks"  # ben
 export PYTHONPATH="$work/path${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$(dirname "$py"):$PATH"  # `multiexport` of this venv for the default compare
 status=0
+if [ "${TPU_CHECK_MAIN:-1}" != 0 ]; then
 (cd "$work" && timeout "${TPU_CHECK_TIMEOUT:-540}" "$py" -m benchmarks.tpu_check "$out" "$@") >"$out/log.txt" 2>&1 \
   || status=$?
 tail -60 "$out/log.txt"
 echo "[tpu_check] done in $(($(date +%s) - start)) s (exit $status)"
+fi
 if [ "${TPU_CHECK_DIAG:-0}" != 0 ]; then  # the native consumer's compile options against jax's (issue #45, item 4)
   (cd "$work" && timeout "${TPU_DIAG_TIMEOUT:-240}" "$py" -m benchmarks.tpu_native_diag "$out/native_diag" \
-    ${TPU_DIAG_ARGS:-}) >"$out/native_diag.log" 2>&1 || echo "[tpu_check] native diag exit $?"
+    ${TPU_DIAG_ARGS:-}) >"$out/native_diag.log" 2>&1 || { rc=$?; echo "[tpu_check] native diag exit $rc"; [ "${TPU_CHECK_MAIN:-1}" != 0 ] || status=$rc; }
   tail -30 "$out/native_diag.log"
   echo "[tpu_check] native diag done at $(($(date +%s) - start)) s"
 fi

@@ -43,6 +43,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--models", default="transformer,mlp", help="benchmarks.tpu_models names (default transformer,mlp)")
     p.add_argument("--platform", choices=["tpu", "cpu"], default="tpu", help="the device (cpu: a rehearsal)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per pjrt_run and for the child (default 120)")
+    p.add_argument("--variants", default="ABCD", help="which of the variants A-D to run (default ABCD; A alone: what "
+                   "`multiexport native` runs)")
+    p.add_argument("--kinds", default="alone,both", help="which artifacts: alone (lowered for the device's platform), "
+                   "both (cpu and it); default alone,both")
     args = p.parse_args(argv)
     from benchmarks.tpu_models import MODELS
 
@@ -53,7 +57,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def export_all(models: list[str], platform: str, work: Path) -> dict[str, dict[str, Path]]:
+def export_all(models: list[str], platform: str, work: Path, wanted: tuple[str, ...] = ("alone", "both")
+               ) -> dict[str, dict[str, Path]]:
     """Per model: {"alone": lowered for `platform` only, "both": for cpu and `platform`} (one for the CPU)."""
     from benchmarks import tpu_models
     from multiexport import api
@@ -62,6 +67,7 @@ def export_all(models: list[str], platform: str, work: Path) -> dict[str, dict[s
     for name in models:
         target = getattr(tpu_models, name)()
         kinds = {"alone": [platform]} if platform == "cpu" else {"alone": [platform], "both": ["cpu", platform]}
+        kinds = {k: v for k, v in kinds.items() if k in wanted} or kinds
         made[name] = {}
         for kind, platforms in kinds.items():
             directory = work / f"{name}-{kind}"
@@ -147,7 +153,8 @@ def native_variant(directory: Path, device: str, module: bool, options: bool, ou
         got = np.load(out / result["file"])
         errors[result["leaf"]] = err_scale(got, want[result["leaf"]])
         exact = exact and got.tobytes() == np.asarray(want[result["leaf"]]).tobytes()
-    return {"status": "ok", "err": errors, "bit_exact": exact, "seconds": seconds}
+    notes = [line for line in proc.stderr.splitlines() if "note:" in line]  # pjrt_run ran the multi-platform main
+    return {"status": "ok", "err": errors, "bit_exact": exact, "seconds": seconds, "note": " ".join(notes)[:300]}
 
 
 def main(argv: list[str]) -> int:
@@ -171,7 +178,7 @@ def _diag(args: argparse.Namespace, out: Path, work: Path) -> int:
     from multiexport.environment import tpu_worker_environment
 
     started = time.perf_counter()
-    made = export_all(args.models, args.platform, work)
+    made = export_all(args.models, args.platform, work, tuple(k.strip() for k in args.kinds.split(",")))
     job = {"artifacts": [str(d) for kinds in made.values() for d in kinds.values()], "device": args.platform,
            "report": str(work / "child.json")}
     (work / "job.json").write_text(json.dumps(job))
@@ -190,24 +197,24 @@ def _diag(args: argparse.Namespace, out: Path, work: Path) -> int:
         for kind, directory in kinds.items():
             want = dict(np.load(work / f"{directory.name}.runner.npz"))
             for label, (module, options) in VARIANTS.items():
-                if module and kind == "both":
+                if label[0] not in args.variants.upper() or (module and kind == "both"):
                     continue  # jax's module for one platform takes no platform index: other arguments
                 res = native_variant(directory, args.platform, module, options, work / f"out-{directory.name}-{label[0]}",
                                      args.timeout, want)
                 rows.append({"model": name, "artifact": kind, "variant": label, **res})
                 print(f"[diag] {name} {kind} {label}: {res['status']} {res.get('err', res.get('reason', ''))} "
-                      f"bit-exact {res.get('bit_exact')}", flush=True)
+                      f"bit-exact {res.get('bit_exact')} {res.get('note', '')}", flush=True)
     result = {"platform": args.platform, "seconds": round(time.perf_counter() - started, 1), "rows": rows,
               "compiled": compiled}
     (out / "native_diag.json").write_text(json.dumps(result, indent=1))
     lines = [f"# Native consumer vs multiexport's XLA runner on the {args.platform} ({result['seconds']} s)", "",
-             "Error: max|pjrt_run - runner| / max|runner| per output leaf. A: today's `multiexport native`; B: jax's "
+             "Error: max|pjrt_run - runner| / max|runner| per output leaf. A: what `multiexport native` runs (for an artifact of several platforms, the program lowered for this one alone: native.platform_modules); B: jax's "
              "CompileOptions; C: jax's module; D: both.", "",
              "| model | artifact | variant | status | error | bit-exact | note |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         err = ", ".join(f"{leaf} {v:.2g}" for leaf, v in r.get("err", {}).items()) or "-"
         lines.append(f"| {r['model']} | {r['artifact']} | {r['variant']} | {r['status']} | {err} | "
-                     f"{r.get('bit_exact', '-')} | {r.get('reason', '')} |")
+                     f"{r.get('bit_exact', '-')} | {r.get('reason', '') or r.get('note', '')} |")
     lines += ["", "Compiled by jax per artifact (the chosen one's serialized CompileOptions are in OUT as NAME.jax_options.pb): "
               + "; ".join(f"{k}: {v['chosen']} ({v['options_bytes']} B of options)" for k, v in compiled.items())]
     (out / "native_diag.md").write_text("\n".join(lines) + "\n")

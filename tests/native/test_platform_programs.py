@@ -98,3 +98,18 @@ def test_pjrt_run_refuses_in_one_line_programs_that_lack_its_platform(tmp_path):
     with pytest.raises(RunError, match=r"programs are lowered for tpu, cuda, this plugin's platform is 'cpu'") as got:
         run(tmp_path / "mlp", build_signature(target).example_feed(), plugin=plugin)
     assert "\n" not in str(got.value)
+
+
+@pytest.mark.subprocess
+def test_a_bundle_of_a_cpu_tpu_artifact_carries_and_runs_the_cpu_program(two_platform, tmp_path):
+    out, _ = two_platform
+    plugin = _cpu_plugin()
+    from multiexport.native.bundle import bundle
+
+    made = bundle(out, tmp_path / "bundle", plugin=plugin)
+    assert (made.directory / "artifact" / "platforms" / "tpu.mlirbc").is_file()  # for a server with a TPU
+    proc = subprocess.run(["env", "-i", str(made.directory / "run.sh"), "--iters", "1"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["program"] == "platforms/cpu.mlirbc"
+    assert "note:" not in proc.stderr
