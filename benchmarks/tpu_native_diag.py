@@ -147,7 +147,7 @@ def native_variant(directory: Path, device: str, module: bool, options: bool, ou
         return {"status": "failed", "reason": said, "seconds": seconds}
     manifest = Manifest.read(directory)
     errors, exact = {}, True
-    for result in manifest.native["results"]:
+    for result in (manifest.native or {}).get("results", []):
         if result.get("kind", "leaf") != "leaf":
             continue
         got = np.load(out / result["file"])
@@ -190,8 +190,8 @@ def _diag(args: argparse.Namespace, out: Path, work: Path) -> int:
         print(f"tpu_native_diag: the child that runs the XLA runner failed (exit {proc.returncode})", file=sys.stderr)
         return 3
     compiled = json.loads((work / "child.json").read_text())
-    for options in work.glob("*.jax_options.pb"):  # small: what jax compiled with, for the lead to decode
-        shutil.copy(options, out / options.name)
+    for pb in work.glob("*.jax_options.pb"):  # small: what jax compiled with, for the lead to decode
+        shutil.copy(pb, out / pb.name)
     rows = []
     for name, kinds in made.items():
         for kind, directory in kinds.items():

@@ -183,3 +183,27 @@ def test_export_on_a_tpu_machine_lowers_xla_for_the_tpu_and_the_cpu(tmp_path):
 
     assert platforms({}) == ["cpu"]
     assert platforms({"TPU_ACCELERATOR_TYPE": "v5litepod-4"}) == ["cpu", "tpu"]
+
+
+def test_a_rehearsed_native_tpu_row_runs_its_platforms_own_program_and_is_judged_at_tpu_parity(tmp_path):
+    """The TPU stage's artifact is lowered for cpu,tpu; its native row runs the program lowered for the plugin's
+    platform alone (the CPU plugin in a rehearsal: platforms/cpu.mlirbc), so it is held to 1e-5, not the bf16 bound."""
+    from multiexport.backends.xla import runtime as pjrt
+
+    try:
+        pjrt.find_pjrt_header()
+        pjrt.find_pjrt_plugin(device="cpu")
+    except Exception as exc:  # noqa: BLE001 - the rehearsal's native row needs pjrt_run and a CPU plugin
+        import pytest
+
+        pytest.skip(f"no PJRT CPU plugin or pjrt_c_api.h here: {exc}")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "multiexport", "compare", "--backends", "xla", "--device", "tpu",
+                           "--native", "--trials", "1", "--bench-time", "0.05", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env={**_without_tpu_env(), "MULTIEXPORT_TPU_REHEARSAL": "cpu", "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = {row["runner"]: row for row in json.loads((out / "results.json").read_text())["device"]["tpu_rows"]["rows"]}
+    native = rows["xla native"]
+    assert native["status"] == "ok" and native["bit_exact"] is True, native
+    assert native["program"] == "platforms/cpu.mlirbc"
