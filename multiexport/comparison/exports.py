@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..environment import tpu_presence
 from ..errors import BackendUnavailable, ExportError, MultiexportError, present
 from ..exporting.manifest import Manifest
 from ..exporting.precision import needs_calibration, split_variant
@@ -143,8 +144,10 @@ def _options(ctx: Context, prep: Prepared, name: str, stage_artifact: str | None
     # computes wrong is rebuilt at static sizes (exporting/symbolic_check.py).
     base, precision = split_variant(name)
     # XLA keeps several platforms in one artifact: --platforms, and the TPU's beside the CPU's when the compare has TPU
-    # rows, so the artifact it writes also runs on the chip (`run --device tpu`); the rows' own platform stays in.
-    extra = (config.platforms or (("tpu",) if prep.device.tpu else ())) if base == "xla" else ()
+    # rows or runs on a machine with a TPU (as `export` there), so the artifact it writes also runs on the chip
+    # (`run --device tpu`); the rows' own platform stays in.
+    tpu = prep.device.tpu or tpu_presence().attached
+    extra = (config.platforms or (("tpu",) if tpu else ())) if base == "xla" else ()
     options = ExportOptions.for_device(prep.device.chosen, keep_unused=config.keep_unused,
                                     external_weights=config.external_weights, static_sizes=static,
                                     fallback_sizes=checked,
