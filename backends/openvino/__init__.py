@@ -46,6 +46,7 @@ from .runner import (
     import_openvino,
     properties,
     telemetry_state,
+    write_ir,
 )
 
 WIDE = ("int64", "uint64", "float64", "complex128")
@@ -368,12 +369,7 @@ def _compress(ov, model, out_dir: Path, files: dict[str, str]):
 
     from multiexport.exporting.precision import PrecisionFacts
 
-    ov.save_model(model, str(out_dir / "model.xml"), compress_to_fp16=True)
-    for name in files.values():
-        (out_dir / name).unlink()
-    core = ov.Core()
-    model = core.read_model(str(out_dir / "model.xml"))
-    core.compile_model(model, "CPU", config(1))  # what the runner compiles: fails here if it cannot
+    model = write_ir(ov, model, out_dir, list(files.values()), compress_to_fp16=True)
     half: Counter[str] = Counter()
     for op in model.get_ordered_ops():
         if op.get_type_name() == "Convert" and op.input_value(0).get_element_type() == ov.Type.f16:

@@ -27,7 +27,7 @@ import numpy as np
 
 from multiexport.errors import ExportError
 
-from .runner import config
+from .runner import config, write_ir
 
 EXTRA = "openvino-int8"
 COMPUTE = ("MatMul", "Convolution", "GroupConvolution", "ConvolutionBackpropData")
@@ -73,12 +73,7 @@ def quantize(ov, model, out_dir: Path, files: dict[str, str], front, options, si
         raise ExportError(f"Backend '{backend}' | OpenVINO's CPU plugin computes NNCF's int8 IR of this model wrong "
                           f"against OpenVINO's own reference evaluation of the same IR ({shown}): no int8 artifact",
                           backend=backend, category="unsupported-precision")
-    ov.save_model(quantized, str(out_dir / "model.xml"), compress_to_fp16=False)
-    for name in files.values():
-        (out_dir / name).unlink()
-    core = ov.Core()
-    written = core.read_model(str(out_dir / "model.xml"))
-    core.compile_model(written, "CPU", config(1))  # what the runner compiles: fails here if it cannot
+    written = write_ir(ov, quantized, out_dir, list(files.values()), compress_to_fp16=False)
     reduced, kept = ops(written)
     scheme, disagreement = tried[-1]
     call = "nncf.quantize(ov.Core().read_model('model.onnx'), nncf.Dataset(samples), subset_size=N" + (

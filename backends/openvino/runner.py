@@ -79,6 +79,19 @@ def config(threads: int) -> dict[str, Any]:
             "INFERENCE_PRECISION_HINT": "f32"}
 
 
+def write_ir(ov, model, out_dir: Path, replaced: Sequence[str], compress_to_fp16: bool):
+    """Write `model` as OpenVINO's IR (model.xml/.bin) in place of the files `replaced` (the ONNX stage's), then
+    read it back and compile it as the runner will, so an IR the CPU plugin cannot compile fails at export.
+    Returns the IR as read back."""
+    ov.save_model(model, str(out_dir / "model.xml"), compress_to_fp16=compress_to_fp16)
+    for name in replaced:
+        (out_dir / name).unlink()
+    core = ov.Core()
+    written = core.read_model(str(out_dir / "model.xml"))
+    core.compile_model(written, "CPU", config(1))
+    return written
+
+
 def compiled(model_path: Path, threads: int, cache_dir: str = ""):
     """(core, compiled model, seconds read_model + compile_model took) for `model_path` on the CPU."""
     ov = import_openvino()
