@@ -33,13 +33,8 @@ def default_jobs() -> int:
 
 
 def _available_gib() -> float:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / (1 << 20)
-    except (OSError, ValueError, IndexError):
-        pass
-    return GIB_PER_COMPARE  # cannot say: one compare
+    available = _meminfo_gib("MemAvailable")
+    return GIB_PER_COMPARE if available is None else available  # cannot say: one compare
 
 
 def run_local(tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, jobs: int,
@@ -92,9 +87,14 @@ def cannot_honour(task: SweepTask) -> str:
 
 
 def _total_gib() -> float | None:
+    return _meminfo_gib("MemTotal")
+
+
+def _meminfo_gib(key: str) -> float | None:
+    """A /proc/meminfo figure (`MemAvailable`, `MemTotal`) in GiB; None where the kernel does not say."""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
+            if line.startswith(f"{key}:"):
                 return int(line.split()[1]) / (1 << 20)
     except (OSError, ValueError, IndexError):
         pass
