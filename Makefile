@@ -6,7 +6,7 @@
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= all,openvino-int8,test,lint,zoo,sweep
+EXTRAS ?= all,openvino-int8,test,lint,zoo,sweep,docs,web
 # keras-hub (the zoo's keras_hub_* models) goes in without its declared deps: see [zoo-keras] in pyproject.toml.
 ZOO_NODEPS ?= keras-hub
 # The newest leg runs no zoo test: its venv gets the zoo only when asked (EXTRAS_NEWEST=all,test,lint,zoo).
@@ -108,7 +108,7 @@ lock-pinned:
 	@command -v $(PYTHON) >/dev/null || { echo "make lock-pinned: $(PYTHON) not found (set PYTHON=...)"; exit 2; }
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/python -m pip install --quiet --upgrade "pip>=24"
-	.venv-lock/bin/python -m pip install --quiet -e ".[all,openvino-int8,test,lint,zoo,sweep]"
+	.venv-lock/bin/python -m pip install --quiet -e ".[all,openvino-int8,test,lint,zoo,sweep,docs,web]"
 	.venv-lock/bin/python -m pip install --quiet --no-deps $(ZOO_NODEPS)
 	.venv-lock/bin/python -m pip freeze --exclude-editable | grep -v '^-e' | sort -f > constraints.txt
 	rm -rf .venv-lock
@@ -117,7 +117,7 @@ lock-newest:
 	@py=$$($(FIND_NEWEST)) || { echo "make lock-newest: no Python 3.12, so constraints-py312.txt is unchanged"; exit 2; }; \
 	  rm -rf .venv-lock-py312 && $$py -m venv .venv-lock-py312
 	.venv-lock-py312/bin/python -m pip install --quiet --upgrade "pip>=24"
-	.venv-lock-py312/bin/python -m pip install --quiet -e ".[all,openvino-int8,test,lint,zoo,sweep]"
+	.venv-lock-py312/bin/python -m pip install --quiet -e ".[all,openvino-int8,test,lint,zoo,sweep,docs,web]"
 	.venv-lock-py312/bin/python -m pip install --quiet --no-deps $(ZOO_NODEPS)
 	.venv-lock-py312/bin/python -m pip freeze --exclude-editable | grep -v '^-e' | sort -f > constraints-py312.txt
 	rm -rf .venv-lock-py312
