@@ -15,13 +15,31 @@ import re
 from pathlib import Path
 from typing import Any
 
-from multiexport.dtypes import parse_dtype
-from multiexport.errors import ArtifactError, ExportError, RunError, present
-from multiexport.exporting import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
-from multiexport.exporting.native_section import NoNativeSection
-from multiexport.exporting.stablehlo import concrete_specs, export_module, leaf_binding, module_interface
-from multiexport.files import write_bytes_atomic
-from multiexport.leaves.weights import WEIGHTS_FILE, embedded, plan
+from multiexport.sdk import (
+    WEIGHTS_FILE,
+    ArtifactError,
+    Availability,
+    Backend,
+    ExportError,
+    FormatResult,
+    Manifest,
+    NoNativeSection,
+    RunError,
+    RunOptions,
+    Runner,
+    concrete_specs,
+    embedded,
+    evaluate_dim,
+    export_module,
+    leaf_binding,
+    module_interface,
+    parse_dtype,
+    plan,
+    present,
+    tpu_only,
+    usable_cpus,
+    write_bytes_atomic,
+)
 
 from .compile import (
     PRECISION_FLAGS,
@@ -35,7 +53,7 @@ from .config import OPTIONS, CpuConfig, cpu_config
 from .driver import CPU_DRIVERS, choose_driver
 from .facts import IreeFacts
 from .fixups import FUNCTION, PARAMETER_SCOPE, SHAPE_ASSERTIONS_WHY
-from .native import check_iree_tools, iree_section
+from .native import IreeConsumer, check_iree_tools, iree_section
 from .runner import IreeRunner
 from .targets import DEVICE_TARGET, DRIVERS, MODULE
 
@@ -69,7 +87,6 @@ class IreeBackend(Backend):
 
     def native_consumer(self):
         """the iree-base-runtime wheel's iree-run-module and iree-benchmark-module (`native.IreeConsumer`)."""
-        from .native import IreeConsumer
 
         return IreeConsumer()
 
@@ -191,7 +208,6 @@ class IreeBackend(Backend):
         return Availability(True, f"{len(devices)} CUDA device(s), compiling for {arch}")
 
     def classify(self, exc: BaseException, stage: str) -> tuple[str, str] | None:
-        from multiexport.exporting.tpu_only import tpu_only  # a Pallas kernel: one clear row, not JAX's words
 
         return tpu_only(exc, "IREE's llvm-cpu") if stage == "export" else None
 
@@ -233,7 +249,6 @@ def _choose_driver(option: str, out_dir: Path, files: dict[str, str], signature,
     """The llvm-cpu driver: the option's, or local-sync and local-task timed on the example inputs."""
     if option != "auto":
         return {"driver": option, "rule": f"set by the backend option iree.driver={option}"}
-    from multiexport.exporting.options import usable_cpus
 
     feed = signature.example_feed()
     arrays = [feed[signature.inputs[i].name] for i in arg_index]
@@ -249,7 +264,6 @@ def _at_sizes(leaf, sizes: dict[str, int] | None):
     """The leaf with the symbolic dims a specialised build fixed written as their sizes."""
     import dataclasses
 
-    from multiexport.exporting.stablehlo import evaluate_dim
 
     if not sizes or not leaf.is_symbolic:
         return leaf

@@ -7,8 +7,7 @@ import shutil
 import subprocess
 from typing import Any, Sequence
 
-from multiexport.errors import ExportError
-from multiexport.leaves.weights import LiftedWeights
+from multiexport.sdk import ExportError, LiftedWeights, PrecisionFacts, dist_version
 
 from .fixups import prepare_stablehlo
 
@@ -26,8 +25,6 @@ def precision_facts(precision: str, module_text: str):
     """The PrecisionFacts of an IREE artifact compiled with PRECISION_FLAGS[precision]."""
     from collections import Counter
 
-    from multiexport.exporting.precision import PrecisionFacts
-    from multiexport.versions import dist_version
 
     ops = Counter(re.findall(r"stablehlo\.(dot_general|convolution|dot)(?![\w])", module_text))
     return PrecisionFacts(

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
-from multiexport.exporting import Option
+from multiexport.sdk import Option
 
 DATA_TILING = "--iree-opt-data-tiling"
 IM2COL = "--iree-global-opt-use-im2col-for-convs"

@@ -27,6 +27,14 @@ BUDGET_S = 2.0  # time spent measuring, at most about this (one call of each dri
 BLOCK_S = 0.005  # a timed block is at least this long (many calls for a small model)
 ROUNDS = 5
 ONE_THREAD_RULE = "one thread: local-task's pool would add a hand-off and no parallelism"
+THREADS_SET: list[int] = []  # iree.runtime reads its task-topology flag once per process
+
+
+def set_threads(rt, threads: int) -> None:
+    """Size the local-task driver's worker pool before its first device exists (a process-wide flag)."""
+    if not THREADS_SET:
+        rt.flags.parse_flags(f"--task_topology_max_group_count={threads}")
+        THREADS_SET.append(threads)
 
 
 def open_call(rt, driver: str, module_path: Path, weights_path: Path | None,
@@ -73,8 +81,6 @@ def choose_driver(module_path: Path, weights_path: Path | None, arrays: Sequence
                   threads: int) -> dict[str, Any]:
     """Time local-sync and local-task on `arrays` (interleaved blocks) and say which to use and why."""
     import iree.runtime as rt
-
-    from .runner import set_threads
 
     if threads <= 1:
         return {"driver": "local-sync", "rule": ONE_THREAD_RULE, "threads": threads}

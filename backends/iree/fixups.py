@@ -10,8 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from multiexport.errors import ExportError
-from multiexport.exporting.stablehlo import ir_context, parse_module
+from multiexport.sdk import ExportError, ir_context, parse_module
 
 FUNCTION = "main"
 PARAMETER_SCOPE = "model"  # iree-run-module --parameters=model=weights.safetensors

@@ -9,18 +9,25 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from multiexport.errors import ArtifactError, RunError, leaf_message
-from multiexport.exporting.native_consumer import Call, NativeConsumer, Program, Request
-from multiexport.exporting.native_section import (
+from multiexport.sdk import (
     INPUT_DIR,
     NATIVE_SCHEMA,
     OUTPUT_DIR,
+    ArtifactError,
+    Call,
+    NativeBuildError,
+    NativeConsumer,
     NoNativeSection,
+    Program,
+    Request,
+    RunError,
+    UsageError,
     leaf_entry,
+    leaf_message,
     npy_describes,
+    package_dir,
     symbolic_names,
 )
-from multiexport.native.runtimes import NativeBuildError, package_dir
 
 from .facts import IreeFacts
 
@@ -195,7 +202,6 @@ class IreeConsumer(NativeConsumer):
         return True  # the benchmark tool writes no outputs: run once for them
 
     def bundle_programs(self, request: Request) -> list[Program]:
-        from multiexport.errors import UsageError
 
         if any(a == "--device=cuda" for a in request.native.get("run_args", [])):
             raise UsageError("IREE driver 'cuda' | cannot be bundled yet, expected local-task or local-sync: the "

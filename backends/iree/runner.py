@@ -7,22 +7,11 @@ from typing import Any, Sequence, cast
 
 import numpy as np
 
-from multiexport.errors import ArtifactError, RunError, leaf_message
-from multiexport.exporting import Manifest, Runner
-from multiexport.exporting.contract import observed_threads, usable_cpus
+from multiexport.sdk import ArtifactError, Manifest, RunError, Runner, leaf_message, observed_threads, usable_cpus
 
-from .driver import ONE_THREAD_RULE
+from .driver import ONE_THREAD_RULE, THREADS_SET, set_threads
 from .facts import IreeFacts
 from .fixups import FUNCTION, PARAMETER_SCOPE
-
-_THREADS_SET: list[int] = []  # iree.runtime reads its task-topology flag once per process
-
-
-def set_threads(rt, threads: int) -> None:
-    """Size the local-task driver's worker pool before its first device exists (a process-wide flag)."""
-    if not _THREADS_SET:
-        rt.flags.parse_flags(f"--task_topology_max_group_count={threads}")
-        _THREADS_SET.append(threads)
 
 
 class IreeRunner(Runner):
@@ -141,7 +130,7 @@ class IreeRunner(Runner):
                 "driver_choice": facts.driver_choice,
                 "compile_flags": facts.compile_flags, "module_signature": self.declaration,
                 "target_backends": facts.target_backends,
-                "task_topology_max_group_count": _THREADS_SET[0] if _THREADS_SET and self._driver == "local-task" else None,
+                "task_topology_max_group_count": THREADS_SET[0] if THREADS_SET and self._driver == "local-task" else None,
                 **self._threads()}
 
     def _threads(self) -> dict[str, int]:
@@ -149,7 +138,7 @@ class IreeRunner(Runner):
         local-sync's calling thread alone (it has no iree-worker pool to count); other drivers report none."""
         if self._driver == "local-task":
             # The pool's size was asked (capped by the CPUs here): wait for its threads to be seen
-            asked = min(_THREADS_SET[0], usable_cpus()) if _THREADS_SET else None
+            asked = min(THREADS_SET[0], usable_cpus()) if THREADS_SET else None
             workers = observed_threads("iree-worker", expect=asked)
             return {"iree_worker_threads": workers, "num_threads": workers}
         return {"num_threads": 1} if self._driver == "local-sync" else {}

@@ -27,25 +27,41 @@ import re
 from pathlib import Path
 from typing import Any
 
-from multiexport.errors import ArtifactError, ExportError, RunError
-from multiexport.exporting import Backend, FormatResult, Manifest, Option, RunOptions, Runner
-from multiexport.leaves.weights import embedded
-from multiexport.versions import dist_version
+from multiexport.sdk import (
+    ArtifactError,
+    Backend,
+    ExportError,
+    FormatResult,
+    Manifest,
+    Option,
+    PrecisionFacts,
+    RunError,
+    RunOptions,
+    Runner,
+    calibration_facts,
+    calibration_feeds,
+    dist_version,
+    embedded,
+)
 
 from .convert import (
     MODEL_FILE,
     NEEDS_CUSTOM_OPS,
     NEEDS_FLEX_OPS,
+    PRECISION_CALLS,
     SIGNATURE_KEY,
     ConversionFailed,
     check_modules,
     convert,
+    converter_stablehlo,
     model_metadata,
     op_names,
+    precision_ops,
+    requantization_gap,
 )
 from .facts import LiteRTFacts, LiteTensor
-from .native import litert_section
-from .runner import FLEX, LiteRTRunner, open_interpreter, signature_of
+from .native import LiteConsumer, litert_section
+from .runner import FLEX, LiteRTRunner, open_interpreter, prepare_in_child, signature_of
 
 # Leaf dtypes TFLite builtins have no general kernels for: a legalization failure with one of these
 # leaves is a dtype gap (bf16/f16 matmuls, f64 arithmetic, float8 casts, uint8 adds), not a missing op.
@@ -77,7 +93,6 @@ class LiteRTBackend(Backend):
 
     def native_consumer(self):
         """lite_run on LiteRT's C API (`native.LiteConsumer`)."""
-        from .native import LiteConsumer
 
         return LiteConsumer()
 
@@ -166,8 +181,6 @@ class LiteRTBackend(Backend):
         """A reduced model whose kernels cannot be prepared is refused before this process opens it: one whose
         int8 ADD/SUB LiteRT would abort on names the op and the range calibration gave it (unsupported-precision);
         any other native crash preparing it, found in a child process, is `crashed` here, not this process's end."""
-        from .convert import requantization_gap
-        from .runner import prepare_in_child
 
         gap = requantization_gap(blob)
         if gap:
@@ -185,7 +198,6 @@ class LiteRTBackend(Backend):
         out; their CalibrationFacts), or (None, None) for the other precisions."""
         if options.calibration is None:
             return None, None
-        from multiexport.exporting.precision import calibration_facts, calibration_feeds
 
         feeds = calibration_feeds(signature, options.calibration)
         taken = [leaf.name for leaf in signature.inputs if front[leaf.name].param is not None]
@@ -196,9 +208,7 @@ class LiteRTBackend(Backend):
         """The PrecisionFacts of a reduced-precision conversion (None at fp32)."""
         if options.precision == "fp32":
             return None
-        from multiexport.exporting.precision import PrecisionFacts
 
-        from .convert import PRECISION_CALLS, precision_ops
 
         reduced, kept = precision_ops(blob)
         notes = {"fp16": "float16 weights; the CPU (XNNPACK) dequantizes them to float32 at load and computes in "
@@ -222,7 +232,6 @@ class LiteRTBackend(Backend):
             return None  # the runner already named it (flex ops, a kernel that cannot prepare)
         text = " ".join(str(exc).split())
         if any(s in text for s in _SKEW):
-            from .convert import converter_stablehlo
 
             return ("version-skew", f"the TFLite converter (StableHLO {converter_stablehlo()}) cannot read the "
                     f"SavedModel's module: {text[:600]}")

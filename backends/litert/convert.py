@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
-from multiexport.exporting.stablehlo import producer_version
+from multiexport.sdk import producer_version
 
 SIGNATURE_KEY = "serving_default"
 MODEL_FILE = "model.tflite"

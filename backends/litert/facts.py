@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from multiexport.exporting.facts import FormatFacts
+from multiexport.sdk import FormatFacts
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from multiexport.exporting.native_consumer import NativeConsumer, Recipe
-from multiexport.exporting.native_section import bound_section, ports
-from multiexport.native.runtimes import NativeBuildError, package_dir
+from multiexport.sdk import NativeBuildError, NativeConsumer, Recipe, bound_section, package_dir, ports
 
 CONSUMER = "litert_c_api"  # the section's consumer id (manifest.schema.json)
 LITERT_SIGNATURE = "serving_default"  # the signature this backend converts and binds by (its SIGNATURE_KEY)

@@ -8,8 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from multiexport.errors import RunError
-from multiexport.exporting import Runner
+from multiexport.sdk import RunError, Runner
 
 from .convert import SCATTER_REGION_OPS, SIGNATURE_KEY, scatter_regions
 

@@ -12,11 +12,24 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from multiexport.errors import ArtifactError, ExportError, RunError
-from multiexport.exporting import Availability, Backend, FormatResult, Manifest, Option, RunOptions, Runner
-from multiexport.exporting.facts import ExportSetup
-from multiexport.leaves.weights import embedded, externalizes
-from multiexport.versions import dist_version
+from multiexport.sdk import (
+    ArtifactError,
+    Availability,
+    Backend,
+    ExportError,
+    ExportSetup,
+    FormatResult,
+    Manifest,
+    Option,
+    RunError,
+    RunOptions,
+    Runner,
+    calibration_facts,
+    calibration_feeds,
+    dist_version,
+    embedded,
+    externalizes,
+)
 
 from .convert import (
     DATA_FILE,
@@ -34,7 +47,8 @@ from .convert import (
     validate,
 )
 from .facts import OnnxFacts
-from .native import ONNX_SESSION_OPTIONS, onnx_section
+from .native import ONNX_SESSION_OPTIONS, OrtConsumer, onnx_section
+from .quantize import quantize
 from .routes import ROUTES, route_failure, run_once, stablehlo_model
 from .runner import OnnxRunner, session_error, session_options as runner_session_options
 
@@ -84,7 +98,6 @@ class OnnxBackend(Backend):
 
     def native_consumer(self):
         """ort_run on ONNX Runtime's C API (`native.OrtConsumer`)."""
-        from .native import OrtConsumer
 
         return OrtConsumer()
 
@@ -178,9 +191,7 @@ class OnnxBackend(Backend):
         (quantize.py), then run once like any graph. Returns (the written model, its PrecisionFacts)."""
         import onnx_ir as ir
 
-        from multiexport.exporting.precision import calibration_facts, calibration_feeds
 
-        from .quantize import quantize
 
         feeds = calibration_feeds(signature, options.calibration) if options.calibration is not None else []
         calibration = calibration_facts(feeds, options.calibration) if options.calibration is not None else None

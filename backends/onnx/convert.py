@@ -16,7 +16,9 @@ import time
 import traceback
 from pathlib import Path
 
-from multiexport.errors import ExportError
+from multiexport.sdk import ExportError, current_umask, dist_version, tpu_only
+
+from . import plugins
 
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -34,7 +36,6 @@ def jax2onnx_first_use(fn=None, specs=()) -> tuple[float, float]:
     call imports only what its function needs beyond that (nothing, unless it uses other equinox layers).
     """
     global _FIRST_USE_SECONDS
-    from . import plugins
 
     before = len(plugins.imported)
     t0 = time.perf_counter()
@@ -141,7 +142,6 @@ def save(model, out_dir: Path, external: bool) -> int:
     import onnx_ir as ir
     import onnx_ir.passes.common as passes
 
-    from multiexport.files import current_umask
 
     if external:
         if model.functions:
@@ -283,7 +283,6 @@ _TRACED = re.compile(r"Tracer|traced|concrete value|ConcretizationTypeError|must
 def conversion_error(exc: Exception, signature) -> ExportError:
     """jax2onnx's failure as one ExportError: `unsupported-op` whenever an op or plugin cannot convert
     (whatever path raised it), `converter-error` otherwise; positional argument names become leaf names."""
-    from multiexport.exporting.tpu_only import tpu_only  # a Pallas kernel: one clear row, not the converter's words
 
     if (pallas := tpu_only(exc, "ONNX")) is not None:
         return ExportError(f"Backend 'onnx' | {pallas[1]}", backend="onnx", category=pallas[0])
@@ -292,7 +291,6 @@ def conversion_error(exc: Exception, signature) -> ExportError:
     if missing:
         # jax2onnx reaching for a jax internal this jax no longer has (jax2onnx 0.17.1 on jax 0.12: nested
         # jit): no op of the model is at fault, and a user reading `unsupported-op` would drop the wrong thing.
-        from multiexport.versions import dist_version
 
         j2o, jax = dist_version("jax2onnx"), dist_version("jax")
         return ExportError(

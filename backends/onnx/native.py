@@ -8,9 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from multiexport.exporting.native_consumer import NativeConsumer, Recipe, Request
-from multiexport.exporting.native_section import bound_section, ports
-from multiexport.native.runtimes import NativeBuildError, package_dir
+from multiexport.sdk import NativeBuildError, NativeConsumer, Recipe, Request, bound_section, package_dir, ports
 
 CONSUMER = "onnxruntime_c_api"  # the section's consumer id (manifest.schema.json)
 SOURCES = Path(__file__).resolve().parent / "csrc"  # package data: a wheel carries them

@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from multiexport.sdk import dist_version
+
 CHECKED = ("0.17.",)  # jax2onnx releases whose plugin tree the shortcut was measured on
 ALL_PLUGINS_ENV = "MULTIEXPORT_JAX2ONNX_ALL_PLUGINS"
 _ONLY_WITH = {"equinox": "equinox", "dm_pix": "dm_pix"}  # plugin subtree -> the library it patches
@@ -37,7 +39,6 @@ _LITERAL = re.compile(r"""["']([\w.]+)["']""")
 
 
 def selective_enabled() -> bool:
-    from multiexport.versions import dist_version
 
     version = dist_version("jax2onnx")
     return os.environ.get(ALL_PLUGINS_ENV, "") in ("", "0") and version.startswith(CHECKED)

@@ -19,9 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from multiexport.errors import ExportError
-from multiexport.exporting.precision import CalibrationFacts, PrecisionFacts
-from multiexport.versions import dist_version
+from multiexport.sdk import CalibrationFacts, ExportError, PrecisionFacts, dist_version
 
 # Ops whose work is the model's arithmetic (what a quantizer targets); layout and elementwise glue aside.
 COMPUTE_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Attention", "LSTM", "GRU", "RNN"})

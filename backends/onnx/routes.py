@@ -13,7 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from multiexport.errors import ExportError
+from multiexport.sdk import ExportError, export_module, ir_context, parse_dtype, parse_module
+
+from .runner import NODE_FAILURE, node_failure
+from .stablehlo import Unsupported, convert_module
 
 ROUTES = ("auto", "jax2onnx", "stablehlo")
 
@@ -23,9 +26,7 @@ def stablehlo_model(fn, signature, opset: int):
     import onnx_ir as ir
     import onnx_ir.passes.common as passes
 
-    from multiexport.exporting.stablehlo import export_module, ir_context, parse_module
 
-    from .stablehlo import Unsupported, convert_module
 
     if signature.symbolic_dims:
         raise ExportError(f"Backend 'onnx' | route 'stablehlo' converts static shapes only, got the symbolic "
@@ -56,7 +57,6 @@ def run_once(path, signature, model) -> None:
     `invalid-model` naming the node when it fails: a graph that validates can still fail on every call."""
     import onnxruntime as ort
 
-    from .runner import NODE_FAILURE, node_failure
 
     if any(leaf.dtype == "bfloat16" or leaf.dtype.startswith("float8") for leaf in signature.inputs):
         return  # ONNX Runtime's Python binding cannot carry these: the load check says so, typed
@@ -85,7 +85,6 @@ def run_once(path, signature, model) -> None:
 
 def feed_for(signature, model) -> dict[str, Any]:
     """Graph input name -> the example value (zeros at the input's shape when the example does not fit)."""
-    from multiexport.dtypes import parse_dtype
 
     examples = signature.example_feed()
     by_name = {leaf.name: leaf for leaf in signature.inputs}

@@ -9,10 +9,10 @@ from typing import Any, Sequence, cast
 
 import numpy as np
 
-from multiexport.errors import ArtifactError, RunError
-from multiexport.exporting import Runner
+from multiexport.sdk import ArtifactError, RunError, Runner
 
 from .convert import first_lines
+from .native import ONNX_SESSION_OPTIONS as fixed
 
 # ONNX Runtime's session config keys for its thread pools' spinning (its default is "1": a worker spins
 # after its work instead of sleeping, which cuts the wake-up latency of the next call at the cost of busy
@@ -27,7 +27,6 @@ def session_options(ort, threads: int):
     inter-op thread (one op at a time, like every runtime here), spinning on. The values come from
     ONNX_SESSION_OPTIONS, the table the manifest's native section gives the C consumer (ort_run), so the
     two sessions cannot drift apart."""
-    from .native import ONNX_SESSION_OPTIONS as fixed
 
     options = ort.SessionOptions()
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, fixed["graph_optimization_level"])

@@ -28,13 +28,28 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from multiexport.errors import ArtifactError, ExportError, RunError, leaf_message, present
-from multiexport.exporting import Backend, FormatResult, Manifest, Option, RunOptions, Runner
-from multiexport.exporting.options import usable_cpus
-from multiexport.versions import dist_version
+from multiexport.sdk import (
+    ArtifactError,
+    Backend,
+    ExportError,
+    FormatResult,
+    Manifest,
+    Option,
+    PrecisionFacts,
+    RunError,
+    RunOptions,
+    Runner,
+    dist_version,
+    export_stage,
+    leaf_message,
+    parse_dtype,
+    present,
+    usable_cpus,
+)
 
 from .facts import OpenVINOFacts
-from .native import OPENVINO_PROPERTIES, openvino_section
+from .int8 import nncf_missing, quantize
+from .native import OPENVINO_PROPERTIES, OpenVINOConsumer, openvino_section
 from .runner import (
     PERFORMANCE_HINT,
     OpenVINORunner,
@@ -86,7 +101,6 @@ class OpenVINOBackend(Backend):
     def check_precision(self, precision: str) -> None:
         """As every backend's, and int8 is unsupported-precision where nncf (the extra openvino-int8) is absent."""
         super().check_precision(precision)
-        from .int8 import nncf_missing
 
         missing = nncf_missing() if precision == "int8" else None
         if missing:
@@ -95,7 +109,6 @@ class OpenVINOBackend(Backend):
 
     def native_consumer(self):
         """ov_run on OpenVINO's C API (`native.OpenVINOConsumer`)."""
-        from .native import OpenVINOConsumer
 
         return OpenVINOConsumer()
 
@@ -124,7 +137,6 @@ class OpenVINOBackend(Backend):
         if options.precision == "fp16":
             files, model, precision = _compress(ov, model, out_dir, files)
         elif options.precision == "int8":
-            from .int8 import quantize
 
             files, model, precision = quantize(ov, model, out_dir, files, front, options, signature, self.name)
         names = {leaf.param: leaf.name for leaf in (*taken, *front.outputs)}
@@ -190,7 +202,6 @@ class OpenVINOBackend(Backend):
             if resolved["onnx_route"] != "auto" or route != "jax2onnx":
                 raise self._probe_error(exc, out_dir / frontend.manifest.files["model"]) from exc
             first = self._probe_error(exc, out_dir / frontend.manifest.files["model"])
-        from multiexport.exporting.pipeline import export_stage
 
         for name in ("model.onnx", "model.onnx.data"):
             (out_dir / name).unlink(missing_ok=True)
@@ -309,7 +320,6 @@ def _probe_feed(front: Manifest, signature) -> dict[str, Any] | None:
     when a leaf's dtype has no plain numpy form OpenVINO's dict path takes (bfloat16, float8)."""
     import numpy as np
 
-    from multiexport.dtypes import parse_dtype
 
     examples = signature.example_feed()
     feed: dict[str, Any] = {}
@@ -367,7 +377,6 @@ def _compress(ov, model, out_dir: Path, files: dict[str, str]):
     documented compression), in place of the ONNX file. Returns (files, the IR read back, PrecisionFacts)."""
     from collections import Counter
 
-    from multiexport.exporting.precision import PrecisionFacts
 
     model = write_ir(ov, model, out_dir, list(files.values()), compress_to_fp16=True)
     half: Counter[str] = Counter()

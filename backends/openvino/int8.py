@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from multiexport.errors import ExportError
+from multiexport.sdk import ExportError, PrecisionFacts, calibration_facts, calibration_feeds
 
 from .runner import config, write_ir
 
@@ -56,7 +56,6 @@ def quantize(ov, model, out_dir: Path, files: dict[str, str], front, options, si
     PrecisionFacts); ExportError (unsupported-precision) when the CPU plugin computes every candidate wrong."""
     import nncf
 
-    from multiexport.exporting.precision import PrecisionFacts, calibration_facts, calibration_feeds
 
     feeds = calibration_feeds(signature, options.calibration)
     taken = [leaf for leaf in front.inputs if leaf.param is not None]

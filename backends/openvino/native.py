@@ -7,10 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from multiexport.errors import UsageError
-from multiexport.exporting.native_consumer import NativeConsumer, Recipe, Request
-from multiexport.exporting.native_section import bound_section, ports
-from multiexport.native.runtimes import NativeBuildError, package_dir
+from multiexport.sdk import (
+    NativeBuildError,
+    NativeConsumer,
+    Recipe,
+    Request,
+    UsageError,
+    bound_section,
+    package_dir,
+    ports,
+)
 
 CONSUMER = "openvino_c_api"  # the section's consumer id (manifest.schema.json)
 SOURCE = Path(__file__).resolve().parent / "csrc" / "ov_run.c"  # package data: a wheel carries it

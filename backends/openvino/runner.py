@@ -10,8 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from multiexport.errors import ArtifactError, RunError
-from multiexport.exporting import Runner
+from multiexport.sdk import ArtifactError, RunError, Runner
 
 PERFORMANCE_HINT = "LATENCY"
 # OpenVINO element types numpy cannot hold: passed as their bits (ov.Tensor(ndarray) refuses the ml_dtypes

@@ -21,9 +21,20 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from multiexport.errors import ArtifactError, ExportError, RunError
-from multiexport.exporting import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
-from multiexport.leaves.weights import embedded, plan
+from multiexport.sdk import (
+    ArtifactError,
+    Availability,
+    Backend,
+    ExportError,
+    FormatResult,
+    Manifest,
+    RunError,
+    RunOptions,
+    Runner,
+    embedded,
+    plan,
+    tpu_only,
+)
 
 from .convert import (
     checkpoint_files,
@@ -32,10 +43,11 @@ from .convert import (
     jax_version,
     poly_shape,
     serving_function,
+    tf_stablehlo_version,
     variables_for,
 )
 from .facts import SavedModelFacts, StableHLOReserialized, TensorNames
-from .native import savedmodel_section
+from .native import TfConsumer, savedmodel_section
 from .runner import SavedModelRunner
 from .tf import (
     SAVED_MODEL,
@@ -43,6 +55,7 @@ from .tf import (
     check_graph,
     import_tf,
     max_supported_call_module_version,
+    read_proto,
     read_saved_model,
     version_problem,
 )
@@ -78,7 +91,6 @@ class SavedModelBackend(Backend):
 
     def native_consumer(self):
         """tf_run on the TF C API (`native.TfConsumer`)."""
-        from .native import TfConsumer
 
         return TfConsumer()
 
@@ -169,7 +181,6 @@ class SavedModelBackend(Backend):
         )
 
     def _error(self, signature, what: str, exc: Exception) -> ExportError:
-        from multiexport.exporting.tpu_only import tpu_only  # a Pallas kernel: one clear row, not JAX's words
 
         if (pallas := tpu_only(exc, "a SavedModel on the CPU")) is not None:
             return ExportError(f"Backend '{self.name}' | {pallas[1]}", backend=self.name, category=pallas[0])
@@ -187,7 +198,6 @@ class SavedModelBackend(Backend):
             import tensorflow as tf
 
             detail = next((line for line in str(exc).splitlines() if any(s in line for s in _SKEW)), text)[:400]
-            from .convert import tf_stablehlo_version
 
             return ("version-skew", f"TensorFlow {tf.__version__}'s XlaCallModule (StableHLO {tf_stablehlo_version()}) "
                     f"cannot read the artifact's module ({detail.strip()}): re-export it with this TensorFlow installed "
@@ -235,7 +245,6 @@ class SavedModelBackend(Backend):
 
 def _declared(tf, out_dir: Path, signature, by_alias: dict[str, str]) -> dict[str, str]:
     """The dtypes saved_model.pb's serving signature declares, by leaf name."""
-    from .tf import read_proto
 
     sig = read_proto(out_dir).signature_def[SIGNATURE_KEY]
     found: dict[str, str] = {}

@@ -17,10 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from multiexport.errors import ExportError
-from multiexport.exporting.stablehlo import export_module, producer_version, retarget
-from multiexport.leaves import Leaf
-from multiexport.leaves.weights import LiftedWeights
+from multiexport.sdk import ExportError, Leaf, LiftedWeights, dist_version, export_module, producer_version, retarget
 
 VARIABLES_DIR = "variables"  # the SavedModel's checkpoint: lifted weights live here as tf.Variables
 
@@ -104,7 +101,6 @@ def poly_shape(leaf: Leaf) -> str | None:
 
 
 def jax_version() -> str:
-    from multiexport.versions import dist_version
 
     return dist_version("jax")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from multiexport.exporting.facts import FormatFacts
+from multiexport.sdk import FormatFacts
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from multiexport.exporting.native_consumer import NativeConsumer, Recipe
-from multiexport.exporting.native_section import NATIVE_SCHEMA, leaf_entry, symbolic_names
-from multiexport.native.runtimes import NativeBuildError, package_dir
+from multiexport.sdk import (
+    NATIVE_SCHEMA,
+    NativeBuildError,
+    NativeConsumer,
+    Recipe,
+    leaf_entry,
+    package_dir,
+    symbolic_names,
+)
 
 CONSUMER = "tf_c_api"  # the section's consumer id (manifest.schema.json)
 SOURCE = Path(__file__).resolve().parent / "csrc" / "tf_run.c"  # package data: a wheel carries it

@@ -6,7 +6,7 @@ from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
-from multiexport.exporting import Runner
+from multiexport.sdk import Runner
 
 SIGNATURE_KEY = "serving_default"
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from multiexport.errors import ArtifactError
+from multiexport.sdk import ArtifactError
 
 SIGNATURE_KEY = "serving_default"
 SAVED_MODEL = "saved_model.pb"

@@ -13,22 +13,40 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from multiexport.errors import ArtifactError, ExportError, RunError
-from multiexport.exporting import Availability, Backend, FormatResult, Manifest, RunOptions, Runner
-from multiexport.exporting.jit_runner import JitRunner
-from multiexport.exporting.stablehlo import (
+from multiexport.sdk import (
+    COMPILE_OPTIONS_FILE,
+    WEIGHTS_FILE,
+    ArtifactError,
+    Availability,
+    Backend,
+    ExportError,
+    FormatResult,
+    JitRunner,
+    Manifest,
+    RunError,
+    RunOptions,
+    Runner,
+    compile_options_proto,
+    embedded,
     export_module,
     exported_header,
+    iter_safetensors,
     leaf_binding,
     module_attributes,
+    module_function,
     module_interface,
+    plan,
     producer_version,
+    static_key,
+    static_size_sets,
+    tpu_only,
+    write_bytes_atomic,
+    write_text_atomic,
 )
-from multiexport.files import write_bytes_atomic, write_text_atomic
-from multiexport.files.safetensors import iter_safetensors
-from multiexport.leaves.weights import WEIGHTS_FILE, embedded, module_function, plan
 
 from .facts import XlaFacts
+from .native import PjrtConsumer
+from .section import platform_module, refine_static, static_module, xla_section
 
 FILES = {
     "exported": "model.jax_exported",
@@ -59,7 +77,6 @@ class XlaBackend(Backend):
 
     def native_consumer(self):
         """pjrt_run on the PJRT C API (`native.PjrtConsumer`)."""
-        from .native import PjrtConsumer
 
         return PjrtConsumer()
 
@@ -159,7 +176,6 @@ class XlaBackend(Backend):
         return Availability(True, f"{len(gpus)} GPU(s): {', '.join(d.device_kind for d in gpus)}")
 
     def classify(self, exc: BaseException, stage: str) -> tuple[str, str] | None:
-        from multiexport.exporting.tpu_only import tpu_only
 
         return tpu_only(exc, "an XLA module for the CPU") if stage == "export" else None
 
@@ -199,14 +215,7 @@ def native_section(exported, args, signature, options, weights, out_dir: Path, w
     shapes: for `--static-sizes`, else for the example's sizes (what compare runs natively). Sizes the
     user asked for must refine; the example's may fail (a shape assertion), which is then a warning.
     """
-    from multiexport.exporting.native_section import (
-        COMPILE_OPTIONS_FILE,
-        compile_options_proto,
-        static_key,
-        static_size_sets,
-    )
 
-    from .section import refine_static, static_module, xla_section
 
     tensors = weights.get("tensors", []) if weights.get("storage") == "external" else []
     section = xla_section(exported, args, signature.inputs, signature.outputs, weights=tensors,
@@ -242,7 +251,6 @@ def platform_modules(exported, section, out_dir: Path, warnings: list[str]) -> d
     platform alone (no platform index, no `case` over platforms), so a native consumer compiles what jax
     compiles on its plugin's platform (section.platform_module says why). One that fails to lower is a warning:
     the consumer then runs the multi-platform main on that platform, and says so."""
-    from .section import platform_module, refine_static
 
     made: dict[str, Any] = {}
     for platform in [p.lower() for p in exported.platforms]:

@@ -7,9 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from multiexport.errors import UsageError
-from multiexport.exporting.native_consumer import Call, NativeConsumer, Recipe, Request
+from multiexport.sdk import ArtifactError, Call, NativeConsumer, Recipe, Request, UsageError, inside, tpu_presence
 
+from .runtime import (
+    find_pjrt_header,
+    find_pjrt_plugin,
+    is_cuda_plugin,
+    is_tpu_plugin,
+    plugin_environment,
+    tpu_environment,
+)
 from .section import CONSUMER
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "pjrt_run.cc"  # package data: a wheel carries it
@@ -29,8 +36,6 @@ class PjrtConsumer(NativeConsumer):
     def check_fields(self, native: Mapping[str, Any], directory: Path) -> None:
         """Refuse a `platform_modules` entry (section.platform_module) that is not one platform's program inside
         the artifact binding the main module's own leaves and files."""
-        from multiexport.errors import ArtifactError
-        from multiexport.files import inside
 
         where = f"Artifact '{directory}' | manifest.json native.platform_modules"
         modules = native.get("platform_modules", {})
@@ -53,7 +58,6 @@ class PjrtConsumer(NativeConsumer):
     def recipe(self) -> Recipe:
         """C++17 against `pjrt_c_api.h` (runtime.find_pjrt_header). No library: the program dlopens the plugin it
         is given, so one build serves every plugin of PJRT C API major 0."""
-        from .runtime import find_pjrt_header
 
         header = find_pjrt_header()
         return Recipe("c++", SOURCE, ("-std=c++17", f"-I{header}", "-ldl"), (header / "pjrt_c_api.h",))
@@ -64,7 +68,6 @@ class PjrtConsumer(NativeConsumer):
                           "jax's CUDA plugin with --device gpu, libtpu's libtpu.so with --device tpu"}
 
     def user_answer(self, option: str, common: Path, device: str) -> str:
-        from .runtime import find_pjrt_header, find_pjrt_plugin
 
         if option == "cflags":
             return f"-I{common} -I{find_pjrt_header()}"
@@ -76,7 +79,6 @@ class PjrtConsumer(NativeConsumer):
         return {"PJRT_NPROC": str(threads)}
 
     def program_args(self, manifest: Any, native: Mapping[str, Any], call: Call) -> tuple[list[str], dict[str, str]]:
-        from .runtime import find_pjrt_plugin, plugin_environment
 
         found = find_pjrt_plugin(call.plugin, call.device)
         return ["--plugin", str(found)], plugin_environment(found)
@@ -90,7 +92,6 @@ class PjrtConsumer(NativeConsumer):
     def bundle_environment(self, request: Request) -> dict[str, str]:
         """Defaults run.sh sets when the server's environment has none: for libtpu, this machine's TPU_* variables
         (a server of the same TPU type; its own values win), without which libtpu waits on a metadata server."""
-        from .runtime import is_tpu_plugin, tpu_environment
 
         return tpu_environment() if is_tpu_plugin(_bundled_plugin(request)) else {}
 
@@ -98,9 +99,7 @@ class PjrtConsumer(NativeConsumer):
 def _bundled_plugin(request: Request) -> Path:
     """The plugin a bundle carries: the one asked for, else libtpu on a machine with a TPU (the device it runs on,
     as `native` picks it), else the installed CPU plugin."""
-    from multiexport.native.runtimes import tpu_presence
 
-    from .runtime import find_pjrt_plugin, is_cuda_plugin
 
     here = tpu_presence()
     plugin = find_pjrt_plugin(request.plugin, "tpu" if here.attached and here.libtpu else "cpu")

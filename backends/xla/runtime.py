@@ -9,7 +9,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from multiexport.native.runtimes import NativeBuildError, package_dir
+from multiexport.sdk import NativeBuildError, package_dir, tpu_presence, tpu_variables
 
 PLUGIN_ENV = "MULTIEXPORT_PJRT_PLUGIN"
 HEADER_ENV = "MULTIEXPORT_PJRT_INCLUDE"
@@ -98,7 +98,6 @@ def find_cuda_plugin() -> Path:
 def find_tpu_plugin() -> Path:
     """libtpu's PJRT plugin (the `libtpu` package's libtpu.so, which jax[tpu] installs), found without loading it:
     loading it takes the chip's lock."""
-    from multiexport.native.runtimes import tpu_presence
 
     found = tpu_presence()
     if found.libtpu is None:
@@ -160,7 +159,6 @@ def tpu_environment() -> dict[str, str]:
     TPU_ACCELERATOR_TYPE, TPU_CHIPS_PER_HOST_BOUNDS, TPU_HOST_BOUNDS, TPU_WORKER_ID, ...), and
     TPU_SKIP_MDS_QUERY=true when they say the topology. Without them libtpu asks a cloud metadata server for
     each key, about 30 s apiece, which looks like a hang."""
-    from multiexport.native.runtimes import tpu_variables
 
     env = tpu_variables()
     if "TPU_ACCELERATOR_TYPE" in env:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from multiexport.errors import present
-from multiexport.exporting.native_section import (
+from multiexport.sdk import (
     COMPILE_OPTIONS_FILE,
     MLIR_DTYPES,
     NATIVE_SCHEMA,
+    evaluate_dim,
     leaf_entry,
+    present,
+    producer_version,
     static_filename,
     static_key,
     symbolic_names,
@@ -86,7 +88,6 @@ def platform_module(section: Mapping[str, Any], platform: str, bytecode: bytes, 
 
 
 def _producer(bytecode: bytes) -> str | None:
-    from multiexport.exporting.stablehlo import producer_version
 
     return producer_version(bytes(bytecode))
 
@@ -112,7 +113,6 @@ def refine_static(exported, sizes: Mapping[str, int], platform: str | None = Non
     import jax.numpy as jnp
     from jax.extend.mlir.dialects import stablehlo
 
-    from multiexport.exporting.stablehlo import evaluate_dim
 
     if exported.ordered_effects:
         raise ValueError(f"ordered effects {exported.ordered_effects} | a native consumer supports none "

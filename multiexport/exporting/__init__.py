@@ -16,6 +16,7 @@ from .contract import (
     Runner,
 )
 from .manifest import MANIFEST_NAME, LeafBinding, Manifest
+from .pipeline import export_artifact
 
 __all__ = ["MANIFEST_NAME", "PLATFORM_OF_DEVICE", "Artifact", "Availability", "Backend", "ExportOptions",
-           "FormatResult", "LeafBinding", "Manifest", "Option", "RunOptions", "Runner"]
+           "FormatResult", "LeafBinding", "Manifest", "Option", "RunOptions", "Runner", "export_artifact"]

@@ -15,22 +15,23 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
-import numpy as np
-
-from ..errors import BackendUnavailable, RunError, UsageError, leaf_message
+from ..errors import BackendUnavailable, RunError, UsageError
+from .artifact import Artifact, Availability
 from .facts import STATIC_FALLBACK_KEY, FormatFacts, StaticSizesFacts
-from .feed import check_feed
 from .format_result import FormatResult  # noqa: F401  (re-exported: what _export_impl returns)
+from .runner import Runner
+from .static_runner import StaticSizesRunner, models_of
 
 if TYPE_CHECKING:
     from ..leaves import Signature
     from .manifest import Manifest
     from .native_consumer import NativeConsumer
 
+from ..errors import ArtifactError, ExportError, InternalError
+from .manifest import Manifest
 from .options import (  # noqa: F401  (re-exported: the contract's vocabulary)
     DEVICES,
     PLATFORMS,
@@ -42,135 +43,6 @@ from .options import (  # noqa: F401  (re-exported: the contract's vocabulary)
     observed_threads,
     usable_cpus,
 )
-
-
-@dataclass(frozen=True)
-class Availability:
-    """Whether a backend can run here; if not, why and what to install (`reason`)."""
-
-    ok: bool
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """An exported artifact on disk: its backend, directory and manifest."""
-
-    backend: str
-    directory: Path
-    manifest: "Manifest"
-
-
-class Runner:
-    """Runs one loaded artifact on named inputs; a backend subclasses the `_impl` methods.
-
-    `prepare` validates a feed against the manifest and moves it into the runtime's own tensors once;
-    `run_prepared` is the timed call and is synchronous; `__call__` does both and returns named outputs.
-    """
-
-    calling_path: str = ""  # a class default that a runner may override per instance (its fallback path)
-    # The key of `_describe_impl()` under which the runtime reports the threads it really uses (by its API,
-    # or counted from its pool's thread names); describe() copies it to "threads_reported" for the report.
-    threads_key: ClassVar[str | None] = None
-
-    def __init__(self, manifest: "Manifest", directory: Path, options: RunOptions):
-        self.manifest = manifest
-        self.directory = directory
-        self.options = options
-
-    @property
-    def device(self) -> str:
-        return self.options.device
-
-    def __call__(self, feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        outputs = self._fetch_impl(self.prepare(feed))
-        return self._name_outputs(outputs)
-
-    def prepare(self, feed: Mapping[str, Any]) -> Any:
-        self._check_open()
-        arrays, _ = check_feed(self.manifest.inputs, feed)
-        return self._prepare_impl(arrays)
-
-    def run_prepared(self, prepared: Any) -> None:
-        self._run_impl(prepared)
-
-    def close(self) -> None:
-        """Release the runtime's handles (session, compiled model, interpreter, device buffers) now rather
-        than when the runner is collected; the runner refuses calls afterwards. Closing twice is harmless."""
-        if getattr(self, "_closed", False):
-            return
-        self._close_impl()
-        kept = {"manifest", "directory", "options"}
-        for name in [n for n in vars(self) if n not in kept]:
-            delattr(self, name)  # the runtime objects a backend's runner holds, whatever it named them
-        self._closed = True
-
-    def __enter__(self) -> "Runner":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _check_open(self) -> None:
-        if getattr(self, "_closed", False):
-            raise RunError(f"Artifact '{self.directory}' | got a call on a closed runner, expected multiexport.load() again")
-
-    def run_with_transfers(self, arrays: list[np.ndarray]) -> None:
-        """End to end from host arrays (already checked by `prepare`) to host outputs: inputs copied to
-        the device, the call, outputs copied back. What `--include-transfers` times."""
-        self._fetch_impl(self._prepare_impl(arrays))
-
-    def compile(self, prepared: Any) -> bool:
-        """Compile ahead of the first call for these prepared inputs, if the runtime compiles lazily.
-
-        Returns False when there is nothing to compile separately (the runtime compiled at load).
-        """
-        return bool(self._compile_impl(prepared))
-
-    def compile_count(self) -> int | None:
-        """How many executables the runner has compiled so far, or None when the runtime cannot say."""
-        return None
-
-    def describe(self) -> dict[str, Any]:
-        """How this runner calls its runtime: calling path, device, threads as the runtime reports them."""
-        own = self._describe_impl()
-        reported = own.get(self.threads_key) if self.threads_key else None
-        return {"calling_path": self.calling_path, "device": self.device, "threads_requested": self.options.thread_count,
-                "threads_reported": reported, **own}
-
-    def _name_outputs(self, outputs: Sequence[Any]) -> dict[str, np.ndarray]:
-        expected = self.manifest.outputs
-        if len(outputs) != len(expected):
-            raise RunError(
-                f"Artifact '{self.directory}' | got {len(outputs)} outputs, expected {len(expected)} "
-                f"({', '.join(o.name for o in expected)})"
-            )
-        named = {}
-        for leaf, value in zip(expected, outputs):
-            value = np.asarray(value)
-            if value.dtype.name != leaf.dtype:
-                raise RunError(leaf_message("Output", leaf.name, value.dtype.name, leaf.dtype), category="unsupported-dtype")
-            named[leaf.name] = value
-        return named
-
-    # -- to implement -------------------------------------------------------------------------
-    def _close_impl(self) -> None:
-        """Anything to release explicitly before the runner drops its references (default: nothing)."""
-
-    def _prepare_impl(self, arrays: list[np.ndarray]) -> Any:
-        raise NotImplementedError
-
-    def _run_impl(self, prepared: Any) -> None:
-        raise NotImplementedError
-
-    def _fetch_impl(self, prepared: Any) -> Sequence[Any]:
-        raise NotImplementedError
-
-    def _compile_impl(self, prepared: Any) -> bool:
-        return False
-
-    def _describe_impl(self) -> dict[str, Any]:
-        return {}
 
 
 class Backend:
@@ -226,7 +98,6 @@ class Backend:
         """ExportError (category unsupported-precision) naming what is missing when this backend has no
         `precision` variant; returns when it has."""
         if precision not in self.precisions:
-            from ..errors import ExportError
 
             why = self.precision_gaps.get(precision, f"no {precision} variant in this backend")
             raise ExportError(f"Backend '{self.name}' | has no {precision} artifact: {why} (it makes "
@@ -261,21 +132,26 @@ class Backend:
 
     def export(self, fn: Callable[..., Any], signature: "Signature", out_dir: str | os.PathLike,
                options: ExportOptions = ExportOptions()) -> Artifact:
-        """Export `fn` into `out_dir` with a manifest.json (see `export.pipeline.export_artifact`)."""
-        from .pipeline import export_artifact
+        """Export `fn` into `out_dir` with a manifest.json: the old spelling of
+        `multiexport.exporting.export_artifact(backend, fn, signature, out_dir, options)`, kept for callers.
 
-        return export_artifact(self, fn, signature, Path(out_dir), options)
+        The contract does not import the driver (that was the import cycle of exporting/): the driver
+        (`exporting.pipeline`) installs itself in `EXPORT_DRIVER` when imported, which `exporting/__init__` does.
+        """
+        driver = EXPORT_DRIVER.get("export_artifact")
+        if driver is None:
+
+            raise InternalError("exporting.pipeline was not imported: call multiexport.exporting.export_artifact")
+        return driver(self, fn, signature, Path(out_dir), options)
 
     def load(self, artifact_dir: str | os.PathLike, options: RunOptions | str = RunOptions()) -> Runner:
         """A runner for the artifact in `artifact_dir`, built from the directory alone."""
-        from .manifest import Manifest
 
         self.require()
         if isinstance(options, str):
             options = RunOptions(device=options)
         manifest = Manifest.read(artifact_dir)
         if manifest.backend != self.name:
-            from ..errors import ArtifactError
 
             raise ArtifactError(f"Artifact '{artifact_dir}' | got a '{manifest.backend}' artifact, expected '{self.name}'")
         if options.device == "tpu":  # only XLA has a TPU runtime: another format must not run on the CPU instead
@@ -289,8 +165,6 @@ class Backend:
         facts = self.facts(manifest, f"Artifact '{artifact_dir}'")  # refused here, not deep inside a runner
         if not options.trust_artifact:
             self.check_untrusted(artifact_dir, manifest)
-        from .static_fallback import StaticSizesRunner
-
         if isinstance(facts, StaticSizesFacts):  # one model per size: each loaded through this method on first use
             return StaticSizesRunner(self, manifest, Path(artifact_dir), options)
         return self._load_impl(manifest, Path(artifact_dir), options)
@@ -304,8 +178,6 @@ class Backend:
         A format that carries no code (`carries_code` False) passes as is. A static-sizes artifact is checked
         model by model.
         """
-        from .manifest import Manifest
-        from .static_fallback import models_of
 
         directory = Path(artifact_dir)
         manifest = Manifest.read(directory) if manifest is None else manifest
@@ -368,6 +240,10 @@ class Backend:
     def _check_untrusted_impl(self, manifest: "Manifest", directory: Path) -> None:
         """Raise ArtifactError when the format's files in `directory` hold code (see `check_untrusted`)."""
         raise NotImplementedError(f"backend '{self.name}' sets carries_code and must implement _check_untrusted_impl")
+
+
+# The export driver, installed by exporting.pipeline at its import (see `Backend.export`).
+EXPORT_DRIVER: dict[str, Callable[..., Artifact]] = {}
 
 
 def _find_spec(module: str):

@@ -9,20 +9,46 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
 from ..dtypes import parse_dtype
 from ..errors import InputError, leaf_message
 from ..leaves.signature import shape_text
-from .manifest import LeafBinding
+
+
+class FedLeaf(Protocol):
+    """What `check_feed` reads of an input leaf: a manifest's `LeafBinding`, or a signature's leaf as `_SignatureLeaf`."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def alias(self) -> str | None: ...
+    @property
+    def shape(self) -> Sequence[int | str]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def used(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class _SignatureLeaf:
+    """A signature's input leaf as `check_feed` reads it (every leaf taken: no artifact has dropped one yet)."""
+
+    name: str
+    alias: str | None
+    shape: Sequence[int | str]
+    dtype: str
+    used: bool = True
 
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def check_feed(
-    inputs: list[LeafBinding], feed: Mapping[str, object]
+    inputs: Sequence[FedLeaf], feed: Mapping[str, object]
 ) -> tuple[list[np.ndarray], dict[str, int]]:
     """Arrays in manifest order, and the value bound to each symbolic dimension.
 
@@ -97,7 +123,7 @@ def check_feed(
 def check_signature_feed(sig, feed: Mapping[str, object]) -> tuple[list[np.ndarray], dict[str, int]]:
     """`check_feed` against a signature's input leaves (before any artifact exists): arrays in leaf order and
     the value bound to each symbolic dimension."""
-    leaves = [LeafBinding(leaf.name, leaf.alias, list(leaf.shape), leaf.dtype) for leaf in sig.inputs]
+    leaves = [_SignatureLeaf(leaf.name, leaf.alias, list(leaf.shape), leaf.dtype) for leaf in sig.inputs]
     return check_feed(leaves, feed)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..errors import ExportError, InternalError
 from .facts import ExportSetup, FormatFacts
 from .precision import PrecisionFacts
 
@@ -61,7 +62,6 @@ def check_result(backend: Any, precision: str, result: FormatResult) -> None:
     under a reduced name. So is one that reduces only stored weights (`PrecisionFacts.weights_only`) of a
     target that stores none: what it reduced are the function's own constants (a 0.5, GELU's coefficients),
     and its outputs were bit-identical to the float artifact's (LiteRT and OpenVINO fp16, measured)."""
-    from ..errors import ExportError, InternalError
 
     if not isinstance(result.format, backend.facts_type):
         raise InternalError(f"Backend '{backend.name}' | returned format facts of type {type(result.format).__name__}, "

@@ -7,8 +7,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .contract import RunOptions, Runner
 from .manifest import Manifest
+from .options import RunOptions, observed_threads
+from .runner import Runner
 
 
 def enable_x64_if_needed(needed: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -84,8 +85,6 @@ class JitRunner(Runner):
         import os
 
         import jax
-
-        from .contract import observed_threads
 
         return {"jax_device": str(self._device), "platform": jax.default_backend(),
                 "xla_flags": os.environ.get("XLA_FLAGS", ""), "pjrt_nproc": os.environ.get("PJRT_NPROC"),

@@ -16,7 +16,10 @@ import itertools
 import re
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from ..errors import ArtifactError, UsageError
+from ..dtypes import is_extension, parse_dtype
+from ..errors import ArtifactError, BackendUnavailable, UsageError
+from ..files import inside
+from .registry import get_backend, names
 
 if TYPE_CHECKING:
     from .native_consumer import NativeConsumer
@@ -51,7 +54,6 @@ class _Consumers(Mapping[str, str]):
     (`Backend.native_consumer`): read from the registry at each use, so a backend registered later is in it."""
 
     def _table(self) -> dict[str, str]:
-        from .registry import names
 
         return {name: found.consumer for name in names() if (found := consumer_for(name)) is not None}
 
@@ -73,8 +75,6 @@ CONSUMERS: Mapping[str, str] = _Consumers()
 
 def consumer_for(backend: str) -> "NativeConsumer | None":
     """The `native_consumer.NativeConsumer` of backend `backend`, or None when it has none (or is not registered)."""
-    from ..errors import BackendUnavailable
-    from .registry import get_backend
 
     try:
         return get_backend(backend).native_consumer()
@@ -95,7 +95,6 @@ class NoNativeSection(Exception):
 def npy_describes(dtype: str) -> bool:
     """Whether a .npy header names `dtype` itself; bfloat16 and the float8s (ml_dtypes) are stored as opaque
     bytes, `V2` / `V1`, whose type only the manifest gives."""
-    from ..dtypes import is_extension, parse_dtype
 
     return not is_extension(parse_dtype(dtype))
 
@@ -205,7 +204,6 @@ def check_section(manifest, directory) -> dict[str, Any]:
     consumer opens stays inside the artifact. One ArtifactError line names what is wrong."""
     from pathlib import Path
 
-    from ..files import inside
 
     where = f"Artifact '{directory}' | native section"
     native = manifest.native

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import UsageError
+from ..leaves.weights import check_policy
 from .precision import FP32, Calibration, check_precision, needs_calibration
 
 DEVICES = ("cpu", "gpu", "tpu")
@@ -123,7 +124,6 @@ class ExportOptions:
     calibration: Calibration | None = None
 
     def __post_init__(self):
-        from ..leaves.weights import check_policy
 
         check_policy(self.external_weights)
         check_precision(self.precision)

@@ -20,8 +20,10 @@ from typing import Iterator
 
 from ..errors import ArtifactError
 from ..files import current_umask
+from ..files.lock import LockHeld, NotALockFile, exclusive
 from ..files.owned import unproven_files
 from .manifest import MANIFEST_NAME, Manifest
+from .native_section import OUTPUT_DIR, output_file
 
 _DISK_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EROFS: "the file system is read-only",
                 errno.EACCES: "permission denied", errno.EPERM: "permission denied", errno.EDQUOT: "disk quota exceeded",
@@ -49,7 +51,6 @@ def check_replaceable(out_dir: Path) -> None:
                             "choose another directory")
     also_ours = {MANIFEST_NAME}
     if manifest.native:  # what the printed native command writes in the artifact (outputs/output{j}.npy)
-        from .native_section import OUTPUT_DIR, output_file
 
         also_ours |= {f"{OUTPUT_DIR}/{output_file(j)}" for j in range(len(manifest.outputs))}
     also_ours -= set(manifest.inventory)  # a name the inventory lists is proven by its record, never waved through
@@ -141,7 +142,6 @@ def lock_name(out_dir: Path) -> Path:
 def _lock(path: Path, out_dir: Path) -> Iterator[None]:
     """The export's lock on `out_dir` (files.lock), its refusals as one line; what a dead holder left (its
     staging directory, the old artifact it was swapping out) is removed once the lock is ours."""
-    from ..files.lock import LockHeld, NotALockFile, exclusive
 
     try:
         with exclusive(path):
@@ -180,7 +180,6 @@ def _remove_leftovers(out_dir: Path) -> None:
 def remove_stale(parent: Path) -> list[str]:
     """In `parent` (a compare's output directory), what exports killed outright left: their staging
     directories and lock files, for every artifact whose lock nobody holds now. Returns the names removed."""
-    from ..files.lock import LockHeld, NotALockFile, exclusive
 
     names = set()
     with contextlib.suppress(OSError):

@@ -24,18 +24,29 @@ import numpy as np
 from ..dtypes import parse_dtype
 from ..errors import ExportError, MultiexportError, leaf_message
 from ..versions import base_versions, utc_now
-from .contract import Artifact, Backend, ExportOptions, FormatResult, RunOptions
+from .contract import EXPORT_DRIVER, Artifact, Backend, ExportOptions, FormatResult, RunOptions
 from .facts import StageMade
 from .format_result import check_result
-from .manifest import MANIFEST_NAME, LeafBinding, Manifest
+from .inventory import (  # noqa: F401  (re-exported: they were defined here)
+    EXAMPLE_INPUTS,
+    EXAMPLE_LIMIT_BYTES,
+    inventory,
+    inventory_sha256,
+    write_example_inputs,
+    write_native_inputs,
+)
+from .manifest import LeafBinding, Manifest
 from .outdir import claimed, disk_error
 from .precision import FP32, calibrated_at, check_weights_quantizable, remove_calibration_scratch
+from .registry import get_backend
+from .stablehlo import evaluate_dim
+from .static_fallback import describe_failure, manifest_for, plan, size_dir, size_key, specialize
+from .symbolic_check import wrong_result
 
 if TYPE_CHECKING:
     from ..leaves import Signature
 
-EXAMPLE_INPUTS = "example_inputs.npz"
-EXAMPLE_LIMIT_BYTES = 64 << 20  # above this the artifact ships without example values
+
 
 
 def export_artifact(backend: Backend, fn: Callable[..., Any], signature: "Signature", out_dir: Path,
@@ -53,8 +64,6 @@ def export_artifact(backend: Backend, fn: Callable[..., Any], signature: "Signat
         try:
             export_into(backend, fn, signature, staging, options, resolved)
         except ExportError as exc:
-            from .static_fallback import plan
-
             fallback = plan(backend, signature, options, exc.category)
             if fallback is None:
                 raise
@@ -99,8 +108,6 @@ def _export_sizes(backend: Backend, fn: Callable[..., Any], signature: "Signatur
     export's error stands (with the static one's words beside it). A later size that fails is listed as
     not built, and compare reports it `size-unsupported`.
     """
-    from .static_fallback import describe_failure, manifest_for, size_dir, size_key, specialize
-
     sized = dataclasses.replace(options, static_sizes={}, fallback_sizes={})
     built: dict[str, Manifest] = {}
     not_built = {key: "not attempted" for key in fallback.dropped}
@@ -154,8 +161,6 @@ class _frontend:
     def __enter__(self) -> Artifact | None:
         if not self.backend.builds_on:
             return None
-        from .registry import get_backend
-
         stage = get_backend(self.backend.builds_on)
         stage_options = dataclasses.replace(self.options, backend_options=self.stage_options, check_load=False,
                                             stage_artifact=None, precision=FP32, calibration=None)
@@ -166,7 +171,7 @@ class _frontend:
             return reused
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.backend.name}-stage-", dir=self.parent))
         try:
-            made = stage.export(self.fn, self.signature, self.tmp / stage.name, stage_options)
+            made = export_artifact(stage, self.fn, self.signature, self.tmp / stage.name, stage_options)
         except ExportError as exc:
             # The row is the building backend's: say so, keep the stage's own words and category.
             shutil.rmtree(self.tmp, ignore_errors=True)
@@ -227,7 +232,7 @@ def build_manifest(backend: Backend, signature: "Signature", options: ExportOpti
     native = result.native
     if native is not None:
         # A consumer reads inputs/ only where the export wrote it: never a section naming files that are not there.
-        native = {**native, "inputs_written": _write_native_inputs(signature, staging, native)}
+        native = {**native, "inputs_written": write_native_inputs(signature, staging, native)}
     dims = {d: ([fixed[d]] if d in fixed else "any") for d in signature.symbolic_dims}
     check_result(backend, options.precision, result)
     fmt = result.format.with_core(stage, result.setup).to_json()
@@ -260,8 +265,6 @@ def bindings(leaves: Sequence[Any], used: Sequence[bool], params: Sequence[int |
 
     fixed: symbolic dims the artifact was specialised to; those dims are written as their sizes.
     """
-    from .stablehlo import evaluate_dim
-
     out = []
     for leaf, u, p in zip(leaves, used, params, strict=True):
         shape: list[int | str] = list(leaf.shape)
@@ -277,64 +280,6 @@ def _symbols(dim: str) -> list[str]:
     import re
 
     return [s for s in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", dim) if s not in ("floordiv", "mod", "max", "min")]
-
-
-def inventory(directory: Path) -> dict[str, int]:
-    """Relative path -> size of every regular file under `directory` (manifest.json aside)."""
-    found = {}
-    for root, _, names in os.walk(directory):
-        for name in names:
-            full = Path(root) / name
-            rel = full.relative_to(directory).as_posix()
-            if rel != MANIFEST_NAME and full.is_file() and not full.is_symlink():
-                found[rel] = full.stat().st_size
-    return dict(sorted(found.items()))
-
-
-def inventory_sha256(directory: Path) -> dict[str, str]:
-    """Relative path -> sha256 of every file `inventory` lists: what proves later that multiexport wrote it."""
-    from ..files.owned import sha256_file
-
-    return {rel: sha256_file(directory / rel) for rel in inventory(directory)}
-
-
-def write_example_inputs(signature: "Signature", out_dir: Path, fixed: dict[str, int]) -> bool:
-    """The target's example values as example_inputs.npz, so `multiexport run DIR` works as is."""
-    from ..files.npz import save_npz
-
-    examples = signature.example_feed()
-    if len(examples) != len(signature.inputs) or sum(a.nbytes for a in examples.values()) > EXAMPLE_LIMIT_BYTES:
-        return False
-    save_npz(out_dir / EXAMPLE_INPUTS, examples)
-    return True
-
-
-def _write_native_inputs(signature: "Signature", out_dir: Path, native: dict[str, Any]) -> bool:
-    """The example value of each leaf the native consumer takes, as inputs/input{i}.npy (the names the
-    native section gives), so the printed native command runs in the artifact directory as it is. False
-    when there are no example values (a target given as shapes only) or they exceed EXAMPLE_LIMIT_BYTES."""
-    import io
-
-    from ..dtypes import npy_storable
-    from ..files import write_bytes_atomic
-    from .native_section import INPUT_DIR
-
-    entries = [a for a in native.get("args", []) if a.get("kind") == "leaf"]
-    values = [signature.examples[a["index"]] for a in entries]
-    if any(v is None for v in values) or sum(np.asarray(v).nbytes for v in values) > EXAMPLE_LIMIT_BYTES:
-        return False
-    arrays = [np.asarray(v, order="C") for v in values]  # ascontiguousarray would make 0-d 1-d
-    if any(a.dtype.name != e["dtype"] for a, e in zip(arrays, entries)):
-        return False  # an example value of another dtype than the leaf (a weakly typed Python scalar)
-    for entry, array in zip(entries, arrays):
-        if entry.get("encoding") == "raw":  # the bytes alone (IREE's tools take a scalar, and bfloat16, so)
-            write_bytes_atomic(out_dir / INPUT_DIR / entry["file"], array.tobytes())
-            continue
-        # bfloat16 / float8 as opaque V2 / V1 bytes: the programs take the dtype from the manifest
-        buf = io.BytesIO()
-        np.save(buf, npy_storable(array), allow_pickle=False)
-        write_bytes_atomic(out_dir / INPUT_DIR / entry["file"], buf.getvalue())
-    return True
 
 
 def audit_dtypes(backend: str, manifest: Manifest, result: FormatResult) -> None:
@@ -377,8 +322,6 @@ def load_check(backend: Backend, directory: Path, manifest: Manifest, signature:
                           f"just wrote: {type(exc).__name__}: {text}", backend=backend.name,
                           category=category if category not in ("run-failed", "export-failed") else "load-failed") from exc
     if fn is not None and signature.symbolic_dims and backend.static_fallback:
-        from .symbolic_check import wrong_result
-
         why = wrong_result(fn, signature, feed, got, manifest.precision_name)
         if why:
             raise ExportError(f"Backend '{backend.name}' | the model converted with symbolic dimensions "
@@ -397,3 +340,6 @@ def _check_feed(manifest: Manifest, signature: "Signature") -> dict[str, np.ndar
         return {leaf.name: examples[leaf.name] for leaf in taken}
     return {leaf.name: np.zeros(tuple(d if isinstance(d, int) else 2 for d in leaf.shape), parse_dtype(leaf.dtype))
             for leaf in taken}
+
+
+EXPORT_DRIVER["export_artifact"] = export_artifact  # Backend.export's old spelling goes through the one driver

@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..errors import InputError, UsageError
+from ..errors import ExportError, InputError, UsageError
+from ..files.npz import load_npz, npz_shapes, save_npz
+from .feed import check_signature_feed
+from .stablehlo import evaluate_dim
 
 if TYPE_CHECKING:
     from ..leaves import Signature
@@ -137,7 +140,6 @@ def check_weights_quantizable(signature: "Signature", precision: str, backend: s
     `check_precision`, raises), or `precision` quantizes weights but the target has none inside the model:
     every toolchain's int8 quantizes the constants it can see, and weights fed as input leaves are not
     constants (ONNX Runtime: "Expected ... to be an initializer"; TFLite: nothing to quantize)."""
-    from ..errors import ExportError
 
     has_variant(precision)
 
@@ -160,8 +162,6 @@ def calibration_feeds(signature: "Signature", calibration: Calibration, what: st
     many N, or a NaN or infinity (a quantizer's ranges would come from them: the file's fault, not the
     toolchain's).
     """
-    from ..files.npz import load_npz, npz_shapes
-    from .feed import check_signature_feed
 
     path = Path(calibration.path)
     shapes = npz_shapes(path, what)
@@ -217,7 +217,6 @@ def _first_non_finite(array: np.ndarray) -> tuple[str, int] | None:
 
 def write_calibration(path: Path, feeds: list[dict[str, np.ndarray]]) -> Path:
     """Write sample feeds as a calibration .npz (leaf name -> stacked samples); all samples of one shape."""
-    from ..files.npz import save_npz
 
     names = list(feeds[0])
     return save_npz(path, {name: np.stack([np.asarray(f[name]) for f in feeds]) for name in names})
@@ -236,7 +235,6 @@ def resize_calibration(signature: "Signature", sizes: dict[str, int], calibratio
     """`calibration` (checked against the symbolic `signature`) with every symbolic axis at `sizes`, written to
     `path`: what a model specialised to those sizes (the static-size fallback) calibrates from. Samples are
     tiled or cut along those axes, as the fallback does the example, so their values stay the samples' own."""
-    from .stablehlo import evaluate_dim
 
     resized = []
     for feed in calibration_feeds(signature, calibration):

@@ -17,6 +17,7 @@ from importlib.metadata import entry_points
 
 from ..errors import BackendUnavailable
 from .contract import Backend
+from .precision import split_variant
 
 ENTRY_POINT_GROUP = "multiexport.backends"
 BUILTIN_PACKAGE = "multiexport.backends"
@@ -80,7 +81,6 @@ def builtin_names() -> list[str]:
 
 def backend_class(name: str) -> type[Backend]:
     """The class of backend `name`; a precision variant ("onnx@int8", exporting.precision) is its backend's class."""
-    from .precision import split_variant
 
     name = split_variant(name)[0]
     table = registered()

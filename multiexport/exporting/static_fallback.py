@@ -15,22 +15,32 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from ..errors import ArtifactError, RunError, UsageError
-from .contract import RunOptions, Runner
-from .facts import STATIC_FALLBACK_KEY, FallbackFacts, StaticSizesFacts
-from .feed import check_feed
+from ..errors import ArtifactError, UsageError
+from ..versions import utc_now
+from .facts import FallbackFacts, StaticSizesFacts
+from .inventory import EXAMPLE_INPUTS, inventory, inventory_sha256, write_example_inputs
+from .manifest import LeafBinding, Manifest
+from .native_section import MAX_STATIC_MODULES, static_size_sets
+from .stablehlo import concrete_specs, evaluate_dim
+from .static_runner import (  # noqa: F401  (re-exported: they were defined here)
+    FORMAT_KEY,
+    STATIC_MODELS_DIR,
+    StaticSizesRunner,
+    models_of,
+    parse_key,
+    size_dir,
+    size_key,
+)
 
 if TYPE_CHECKING:
     from ..leaves import Signature
     from .contract import Backend, ExportOptions
     from .manifest import Manifest
 
-FORMAT_KEY = STATIC_FALLBACK_KEY  # the manifest's format facts of a fallback artifact live under this key
-STATIC_MODELS_DIR = "static"
 # Failures a fixed size cannot avoid: trying every size again would only repeat them.
 NOT_SHAPE_RELATED = frozenset({"unavailable", "unsupported-dtype", "size-limit", "unsupported-platform",
                                "nondeterministic-target", "internal-error", "interrupted", "timeout",
@@ -49,20 +59,12 @@ class FallbackPlan:
     dropped: tuple[str, ...] = ()
 
 
-def size_key(sizes: Mapping[str, int]) -> str:
-    """`{"b": 8, "s": 16}` -> `"b=8,s=16"` (symbols sorted): how sizes are named in manifests and messages."""
-    return ",".join(f"{name}={int(sizes[name])}" for name in sorted(sizes))
 
-
-def size_dir(sizes: Mapping[str, int]) -> str:
-    """Where the model for `sizes` lives inside the artifact: `static/b8`, `static/b8_s16`."""
-    return f"{STATIC_MODELS_DIR}/" + "_".join(f"{name}{int(sizes[name])}" for name in sorted(sizes))
 
 
 def plan(backend: "Backend", signature: "Signature", options: "ExportOptions", category: str) -> FallbackPlan | None:
     """The sizes to try after `backend`'s symbolic export failed with `category`, or None when a fixed size
     cannot help (no symbolic dims, the backend keeps every dim itself, a failure no shape causes)."""
-    from .native_section import MAX_STATIC_MODULES, static_size_sets
 
     if not signature.symbolic_dims or not backend.static_fallback or category in NOT_SHAPE_RELATED:
         return None
@@ -86,7 +88,6 @@ def plan(backend: "Backend", signature: "Signature", options: "ExportOptions", c
 def specialize(signature: "Signature", sizes: Mapping[str, int]) -> "Signature":
     """`signature` with every symbolic dimension fixed at `sizes`: static specs, concrete leaf shapes, and
     example values tiled (or cut) along the symbolic axes so they stay in the example's domain."""
-    from .stablehlo import concrete_specs, evaluate_dim
 
     sizes = dict(sizes)
     example_sizes = signature.example_sizes() or {}
@@ -132,9 +133,6 @@ def manifest_for(backend: "Backend", signature: "Signature", options: "ExportOpt
                  symbolic_error: BaseException, staging: Path) -> "Manifest":
     """The top-level manifest of a fallback artifact from its per-size manifests (`built`: size key -> the
     sub-artifact's manifest, the example's size first)."""
-    from ..versions import utc_now
-    from .manifest import LeafBinding, Manifest
-    from .pipeline import EXAMPLE_INPUTS, inventory, inventory_sha256, write_example_inputs
 
     first = next(iter(built.values()))
     for key, sub in built.items():  # one binding for every size, or the manifest could not state it
@@ -147,12 +145,12 @@ def manifest_for(backend: "Backend", signature: "Signature", options: "ExportOpt
                             used=sub.used, param=sub.param, weak_type=leaf.weak_type, key_impl=leaf.key_impl)
                 for leaf, sub in zip(leaves, subs)]
 
-    files = {f"model {key}": f"{size_dir(_parse_key(key))}/manifest.json" for key in built}
+    files = {f"model {key}": f"{size_dir(parse_key(key))}/manifest.json" for key in built}
     if write_example_inputs(signature, staging, {}):
         files["example_inputs"] = EXAMPLE_INPUTS
     dims: dict[str, list[int]] = {}
     for key in built:
-        for d, n in _parse_key(key).items():
+        for d, n in parse_key(key).items():
             dims.setdefault(d, [])
             if n not in dims[d]:
                 dims[d].append(n)
@@ -183,7 +181,7 @@ def manifest_for(backend: "Backend", signature: "Signature", options: "ExportOpt
         format=StaticSizesFacts(static_fallback=FallbackFacts(
             why=why,
             category=str(getattr(symbolic_error, "category", "export-failed")),
-            models={key: size_dir(_parse_key(key)) for key in built},
+            models={key: size_dir(parse_key(key)) for key in built},
             not_built=dict(not_built),
             note="each model is a complete artifact of this format with its own manifest.json; a consumer "
                  "picks the one whose sizes its inputs have",
@@ -194,90 +192,3 @@ def manifest_for(backend: "Backend", signature: "Signature", options: "ExportOpt
         native=None,
         precision=first.precision,  # each model's, made the same way (the first size's calibration facts)
     )
-
-
-def _parse_key(key: str) -> dict[str, int]:
-    out = {}
-    for part in key.split(","):
-        name, _, value = part.partition("=")
-        out[name] = int(value)
-    return out
-
-
-def models_of(manifest: "Manifest", directory: Path) -> dict[str, Path]:
-    """Size key -> the sub-artifact directory of a fallback artifact, each checked to lie inside it."""
-    from ..files import inside
-
-    models = StaticSizesFacts.from_json(manifest.format, f"Artifact '{directory}'").static_fallback.models
-    if not models:
-        raise ArtifactError(f"Artifact '{directory}' | format.{FORMAT_KEY}.models is empty, expected "
-                            "size -> model directory")
-    out = {}
-    for key, rel in models.items():
-        try:
-            sizes = _parse_key(key)
-        except ValueError:
-            raise ArtifactError(f"Artifact '{directory}' | format.{FORMAT_KEY}.models key {key!r}, expected "
-                                "sizes like b=8") from None
-        if set(sizes) != set(manifest.symbolic_dims):
-            raise ArtifactError(f"Artifact '{directory}' | format.{FORMAT_KEY}.models key {key!r}, expected a size "
-                                f"for each of {', '.join(manifest.symbolic_dims)}")
-        out[size_key(sizes)] = inside(directory, rel, "static model")
-    return out
-
-
-class StaticSizesRunner(Runner):
-    """Runs a fallback artifact: each feed goes to the model built for the sizes it binds.
-
-    The per-size runners are loaded on first use (a compare that checks two sizes loads two models) and
-    each is loaded through its backend's own `load`, so every check a single artifact gets applies.
-    """
-
-    def __init__(self, backend: "Backend", manifest: "Manifest", directory: Path, options: RunOptions):
-        super().__init__(manifest, directory, options)
-        self.backend = backend
-        self.models = models_of(manifest, directory)
-        self.runners: dict[str, Runner] = {}
-        self.calling_path = f"one {backend.name} model per size ({', '.join(self.models)})"
-
-    def runner_for(self, sizes: Mapping[str, int]) -> Runner:
-        """The loaded runner of the model for `sizes` (RunError `size-unsupported` when none was built)."""
-        key = size_key({d: sizes[d] for d in self.manifest.symbolic_dims if d in sizes})
-        if key not in self.models:
-            raise RunError(f"Artifact '{self.directory}' | got {key}, expected one of the sizes it was built for: "
-                           f"{'; '.join(self.models)} (its converter could not keep the symbolic dimension)",
-                           backend=self.backend.name, category="size-unsupported")
-        if key not in self.runners:
-            self.runners[key] = self.backend.load(self.models[key], self.options)
-        return self.runners[key]
-
-    def prepare(self, feed: Mapping[str, Any]) -> Any:
-        _, sizes = check_feed(self.manifest.inputs, feed)
-        runner = self.runner_for(sizes)
-        return runner, runner.prepare(feed)
-
-    def run_prepared(self, prepared: Any) -> None:
-        runner, inner = prepared
-        runner.run_prepared(inner)
-
-    def run_with_transfers(self, arrays: list[np.ndarray]) -> None:
-        _, sizes = check_feed(self.manifest.inputs, {leaf.name: a for leaf, a in zip(self.manifest.inputs, arrays)})
-        self.runner_for(sizes).run_with_transfers(arrays)
-
-    def compile(self, prepared: Any) -> bool:
-        runner, inner = prepared
-        return runner.compile(inner)
-
-    def compile_count(self) -> int | None:
-        counts = [r.compile_count() for r in self.runners.values()]
-        return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
-
-    def _fetch_impl(self, prepared: Any) -> Sequence[Any]:
-        runner, inner = prepared
-        return runner._fetch_impl(inner)
-
-    def _describe_impl(self) -> dict[str, Any]:
-        described = {key: r.describe() for key, r in self.runners.items()}
-        first = next(iter(described.values()), {})
-        return {**{k: v for k, v in first.items() if k not in ("calling_path", "device")},
-                "models_loaded": sorted(described)}

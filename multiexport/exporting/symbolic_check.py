@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 
 from ..dtypes import is_float
+from .jit_runner import enable_x64_if_needed
 
 if TYPE_CHECKING:
     from ..leaves import Signature
@@ -69,7 +70,6 @@ def wrong_result(fn: Callable[..., Any], signature: "Signature", feed: Mapping[s
 def _reference(fn: Callable[..., Any], signature: "Signature") -> dict[str, np.ndarray] | None:
     import jax
 
-    from .jit_runner import enable_x64_if_needed
 
     examples = signature.example_feed()
     if any(leaf.name not in examples for leaf in signature.inputs):

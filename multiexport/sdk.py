@@ -1,0 +1,97 @@
+"""The backend SDK: everything a format backend may use from multiexport, and nothing else.
+
+A backend (`backends/<name>/`, or a package of its own registered with `exporting.registry.register` or the
+`multiexport.backends` entry point) imports from this module alone; tests/test_architecture.py enforces it.
+The core behind it may move; these names stay. docs/backend-sdk.md walks through writing one, and
+examples/reference_backend/ is a complete backend in about a hundred lines.
+
+The surface, by concern:
+- The contract: `Backend` (class facts + `_export_impl` / `_load_impl`), `Runner` (its `_impl` methods),
+  `FormatResult` (what an export returns), `FormatFacts` (the format's typed facts in the manifest), `Option`,
+  `ExportOptions`, `RunOptions`, `Availability`, `Artifact`, `Manifest`, `LeafBinding`, `ExportSetup`.
+- Errors, one line each, from the one root: `ExportError`, `ArtifactError`, `RunError`, `UsageError`,
+  `leaf_message` (the "Input 'x' | got A, expected B" line), `present` (an internal invariant).
+- Shared stages: StableHLO (`export_module`, `module_interface`, `leaf_binding`, ...), baked weights
+  (`plan`, `embedded`, `LiftedWeights`, ...), JAX-callable runners (`JitRunner`), precision and calibration,
+  the stage a backend builds on (`export_stage`), TPU-only failures (`tpu_only`).
+- Native consumers: `NativeConsumer`, `Recipe`, `Request`, `Call`, `Program` and the native section's helpers.
+- Files and versions: atomic writes, `inside`, `current_umask`, `iter_safetensors`, `dist_version`, `parse_dtype`.
+"""
+
+from __future__ import annotations
+
+from .dtypes import parse_dtype
+from .errors import ArtifactError, ExportError, RunError, UsageError, leaf_message, present
+from .exporting.artifact import Artifact, Availability
+from .exporting.contract import Backend
+from .exporting.facts import ExportSetup, FormatFacts
+from .exporting.format_result import FormatResult
+from .exporting.jit_runner import JitRunner
+from .exporting.job import ExportJob
+from .exporting.manifest import LeafBinding, Manifest
+from .exporting.native_consumer import Call, NativeConsumer, Program, Recipe, Request
+from .exporting.native_section import (
+    COMPILE_OPTIONS_FILE,
+    INPUT_DIR,
+    MLIR_DTYPES,
+    NATIVE_SCHEMA,
+    OUTPUT_DIR,
+    NoNativeSection,
+    bound_section,
+    compile_options_proto,
+    leaf_entry,
+    npy_describes,
+    ports,
+    static_filename,
+    static_key,
+    static_size_sets,
+    symbolic_names,
+)
+from .exporting.options import ExportOptions, Option, RunOptions, observed_threads, usable_cpus
+from .exporting.pipeline import export_stage
+from .exporting.precision import CalibrationFacts, PrecisionFacts, calibration_facts, calibration_feeds
+from .exporting.runner import Runner
+from .exporting.stablehlo import (
+    ModuleArg,
+    concrete_specs,
+    evaluate_dim,
+    export_module,
+    exported_header,
+    ir_context,
+    leaf_binding,
+    module_attributes,
+    module_interface,
+    parse_module,
+    producer_version,
+    retarget,
+)
+from .exporting.tpu_only import tpu_only
+from .files import current_umask, inside, write_bytes_atomic, write_text_atomic
+from .files.safetensors import iter_safetensors
+from .leaves import Leaf, Signature
+from .leaves.weights import WEIGHTS_FILE, LiftedWeights, embedded, externalizes, module_function, plan
+from .native.runtimes import NativeBuildError, package_dir, tpu_presence, tpu_variables
+from .versions import dist_version
+
+__all__ = [
+    # the contract
+    "Artifact", "Availability", "Backend", "ExportJob", "ExportOptions", "ExportSetup", "FormatFacts", "FormatResult",
+    "LeafBinding", "Leaf", "Manifest", "Option", "RunOptions", "Runner", "Signature",
+    # errors
+    "ArtifactError", "ExportError", "RunError", "UsageError", "leaf_message", "present",
+    # shared stages: StableHLO
+    "ModuleArg", "concrete_specs", "evaluate_dim", "export_module", "exported_header", "ir_context", "leaf_binding",
+    "module_attributes", "module_interface", "parse_module", "producer_version", "retarget",
+    # shared stages: weights, runners, precision, the stage built on, TPU-only failures
+    "WEIGHTS_FILE", "LiftedWeights", "embedded", "externalizes", "module_function", "plan", "JitRunner",
+    "CalibrationFacts", "PrecisionFacts", "calibration_facts", "calibration_feeds", "export_stage", "tpu_only",
+    "observed_threads", "usable_cpus",
+    # native consumers
+    "Call", "NativeConsumer", "Program", "Recipe", "Request", "NativeBuildError", "package_dir", "tpu_presence",
+    "tpu_variables", "COMPILE_OPTIONS_FILE", "INPUT_DIR", "MLIR_DTYPES", "NATIVE_SCHEMA", "OUTPUT_DIR",
+    "NoNativeSection", "bound_section", "compile_options_proto", "leaf_entry", "npy_describes", "ports",
+    "static_filename", "static_key", "static_size_sets", "symbolic_names",
+    # files, dtypes, versions
+    "current_umask", "inside", "iter_safetensors", "write_bytes_atomic", "write_text_atomic", "parse_dtype",
+    "dist_version",
+]
