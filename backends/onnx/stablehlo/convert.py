@@ -219,14 +219,15 @@ def _refuse_early(cx: Converter, module: Any) -> None:
                         from .ops.control import refuse_custom_call
 
                         refuse_custom_call(cx, inner)
-                    elif name not in found and (name in _REFUSED_FIRST or (name not in cx.handlers and name not in (
-                            "func.func", "func.return", "stablehlo.return"))):
+                    elif name not in found and (name in _REFUSED_FIRST or hasattr(cx.handlers.get(name), "refuses") or (
+                            name not in cx.handlers and name not in ("func.func", "func.return", "stablehlo.return"))):
                         found[name] = inner
                     walk(inner.operation)
 
     for function in cx.functions.values():
         walk(function.operation)
-    for name in [*_REFUSED_FIRST, *sorted(found)]:
+    # An op refused with its reason first (an FFT's `real` has no handler either, but the FFT is the cause).
+    for name in [*_REFUSED_FIRST, *sorted(found, key=lambda n: (n not in cx.handlers, n))]:
         if name == "stablehlo.custom_call" and name in found:
             from .ops.control import refuse_custom_call
 

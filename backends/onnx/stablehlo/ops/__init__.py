@@ -1,8 +1,10 @@
-"""Every op the StableHLO route writes: op name -> handler(converter, op) -> ONNX value names of its results."""
+"""Every op the StableHLO route writes: op name -> handler(converter, op) -> ONNX value names of its results;
+and every module's test cases, declared beside its handlers (opcases.py)."""
 
 from __future__ import annotations
 
 from . import control, elementwise, indexing, linalg, reduce, shape
 
-HANDLERS = {**control.HANDLERS, **elementwise.HANDLERS, **shape.HANDLERS, **linalg.HANDLERS, **reduce.HANDLERS,
-            **indexing.HANDLERS}
+_MODULES = (control, elementwise, shape, linalg, reduce, indexing)
+HANDLERS = {name: handler for module in _MODULES for name, handler in module.HANDLERS.items()}
+CASES = tuple(c for module in _MODULES for c in getattr(module, "CASES", ()))

@@ -4,11 +4,16 @@ route refuses by name (custom_call names its target, rng_bit_generator says why)
 from __future__ import annotations
 
 from ..builder import TensorType, Unsupported, onnx_type
+from ..opcases import Arg, b1, example, f32, jax, jnp, lax, u32
+
+
+def symbol(cx, attr) -> str:
+    """The name a symbol reference points at: `@"<lambda>"` (a name MLIR must quote) is `<lambda>`."""
+    return cx.ir.FlatSymbolRefAttr(attr).value
 
 
 def call(cx, op) -> list[str]:
-    callee = str(cx.attr(op, "callee")).lstrip("@")
-    return cx.call(callee, cx.inputs(op))
+    return cx.call(symbol(cx, cx.attr(op, "callee")), cx.inputs(op))
 
 
 def composite(cx, op) -> list[str]:
@@ -23,8 +28,7 @@ def composite(cx, op) -> list[str]:
         if values_t.dtype in ("float32", "float64", "float16", "int32", "int64"):
             values, indices = cx.b.op("TopK", [x, cx.b.ints([k])], 2, axis=-1, largest=1, sorted=1)
             return [values, cx.b.cast(indices, index_t.dtype)]
-    decomposition = str(cx.attr(op, "decomposition")).lstrip("@")
-    return cx.call(decomposition, cx.inputs(op))
+    return cx.call(symbol(cx, cx.attr(op, "decomposition")), cx.inputs(op))
 
 
 def custom_call(cx, op) -> list[str]:
@@ -41,6 +45,11 @@ def refuse_custom_call(cx, op) -> None:
                                                "(a library kernel or a platform callback) has no ONNX form")
 
 
+def sharding_constraint(cx, op) -> list[str]:
+    """Shardy's sharding constraint (jax.lax.with_sharding_constraint): on one device, the value itself."""
+    return cx.inputs(op)
+
+
 def rng_bit_generator(cx, op) -> list[str]:
     raise Unsupported("stablehlo.rng_bit_generator", "the platform's own random bit generator (jax's 'rbg'/"
                                                      "'unsafe_rbg' PRNG): its bits are defined only by the XLA "
@@ -49,8 +58,10 @@ def rng_bit_generator(cx, op) -> list[str]:
 
 
 def refused(why: str):
+    """A handler that refuses its op with `why`; marked so the converter reports it before converting anything."""
     def handler(cx, op) -> list[str]:
         raise Unsupported(op.operation.name, why)
+    handler.refuses = why  # type: ignore[attr-defined]
     return handler
 
 
@@ -141,6 +152,7 @@ HANDLERS = {
     "stablehlo.composite": composite,
     "stablehlo.custom_call": custom_call,
     "stablehlo.rng_bit_generator": rng_bit_generator,
+    "sdy.sharding_constraint": sharding_constraint,
     "stablehlo.while": while_,
     "stablehlo.case": case,
     "stablehlo.if": if_,
@@ -149,3 +161,59 @@ HANDLERS = {
     "stablehlo.select_and_scatter": refused("a pooling gradient: no ONNX op scatters to window maxima"),
     "stablehlo.fft": refused("ONNX's DFT is not written by this route yet"),
 }
+
+
+def _max_pool_grad(x):
+    return jax.grad(lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 2), (1, 1), "VALID").sum())(x)
+
+
+def _one_device():
+    return jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+
+
+def _rbg(key, x):
+    return x + jax.random.uniform(jax.random.wrap_key_data(key, impl="rbg"), x.shape)
+
+
+_IF = """
+func.func @main(%p: tensor<i1>, %x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %0 = "stablehlo.if"(%p) ({
+    stablehlo.return %x : tensor<2x3xf32>
+  }, {
+    %1 = stablehlo.negate %x : tensor<2x3xf32>
+    stablehlo.return %1 : tensor<2x3xf32>
+  }) : (tensor<i1>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}"""
+_SHARDING = """
+func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %0 = stablehlo.custom_call @Sharding(%x) {mhlo.sharding = "{replicated}"} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %1 = stablehlo.add %0, %0 : tensor<2x3xf32>
+  return %1 : tensor<2x3xf32>
+}"""
+
+CASES = (
+    example("func.call", lambda x: jax.jit(lambda y: y * 3.0)(x) + 1.0, f32(2, 3), onnx="Mul",
+            note="inlined: the callee's ops are written in place"),
+    example("stablehlo.composite", lambda x: lax.top_k(x, 2), f32(2, 5), onnx="TopK", name="top_k",
+            note="chlo.top_k -> TopK; other composites through their decomposition"),
+    example("stablehlo.composite", lambda x: lax.erf(x), f32(2, 3), onnx="Erf", name="erf"),
+    example("stablehlo.custom_call", lambda x: x + x, f32(2, 3), mlir=_SHARDING, name="sharding",
+            note="a one-operand Sharding annotation is its operand"),
+    example("stablehlo.custom_call", lambda x: jnp.linalg.cholesky(x @ x.T + 3 * jnp.eye(3)), f32(3, 3),
+            name="lapack", refused="target 'lapack_spotrf_ffi'", note="every other target is refused, named"),
+    example("sdy.sharding_constraint", lambda x: lax.with_sharding_constraint(x, _one_device()) * 2.0, f32(2, 3),
+            note="the value itself (one device)"),
+    example("stablehlo.rng_bit_generator", _rbg, u32(4), f32(3), refused="threefry"),
+    example("stablehlo.while", lambda x: lax.fori_loop(0, 3, lambda i, c: c * 2.0 + 1.0, x), f32(2, 3),
+            onnx="Loop"),
+    example("stablehlo.case", lambda i, x: lax.switch(i, [lambda v: v, lambda v: v * 2.0, lambda v: -v], x),
+            Arg((), "int32", "index"), f32(2, 3), onnx="If", note="nested If; an index out of range takes the last"),
+    example("stablehlo.if", lambda p, x: jnp.where(p, x, -x), b1(), f32(2, 3), onnx="If", mlir=_IF,
+            note="jax writes lax.cond as a case"),
+    example("stablehlo.rng", lambda x: x + lax.rng_uniform(0.0, 1.0, (2, 3)), f32(2, 3), refused="ignores"),
+    example("stablehlo.reduce_precision", lambda x: lax.reduce_precision(x, 5, 10), f32(2, 3),
+            refused="mantissa"),
+    example("stablehlo.select_and_scatter", _max_pool_grad, f32(2, 4), refused="pooling gradient"),
+    example("stablehlo.fft", lambda x: jnp.fft.fft(x).real, f32(2, 4), refused="DFT"),
+)

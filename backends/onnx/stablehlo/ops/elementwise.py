@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..builder import Unsupported, np_dtype
+from ..opcases import Arg, b1, example, f32, i32, jnp, lax, u32
 
 _UNARY = {
     "stablehlo.negate": "Neg", "stablehlo.abs": "Abs", "stablehlo.exponential": "Exp", "stablehlo.log": "Log",
@@ -266,3 +267,94 @@ HANDLERS = {
     "stablehlo.shift_left": shift,
     "stablehlo.shift_right_logical": shift,
 }
+
+_ERF = """
+func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %0 = chlo.erf %x : tensor<2x3xf32> -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}"""
+_LOGISTIC = """
+func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %0 = stablehlo.logistic %x : tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}"""
+_INT_POWER = """
+func.func @main(%a: tensor<2x3xi32>, %b: tensor<2x3xi32>) -> tensor<2x3xi32> {
+  %0 = stablehlo.power %a, %b : tensor<2x3xi32>
+  return %0 : tensor<2x3xi32>
+}"""
+_UNARY_FN = {  # op -> (jax function, domain)
+    "stablehlo.negate": (lambda x: -x, "normal"), "stablehlo.abs": (lambda x: jnp.abs(x), "normal"),
+    "stablehlo.exponential": (lambda x: jnp.exp(x), "normal"), "stablehlo.log": (lambda x: jnp.log(x), "positive"),
+    "stablehlo.sqrt": (lambda x: jnp.sqrt(x), "positive"), "stablehlo.tanh": (lambda x: jnp.tanh(x), "normal"),
+    "stablehlo.sine": (lambda x: jnp.sin(x), "normal"),
+    "stablehlo.cosine": (lambda x: jnp.cos(x), "normal"), "stablehlo.tan": (lambda x: jnp.tan(x), "unit"),
+    "stablehlo.floor": (lambda x: jnp.floor(x), "normal"), "stablehlo.ceil": (lambda x: jnp.ceil(x), "normal"),
+    "stablehlo.round_nearest_even": (lambda x: jnp.round(x * 2.0), "normal"),
+    "stablehlo.sign": (lambda x: jnp.sign(x), "normal"),
+}
+_BINARY_FN = {
+    "stablehlo.add": lambda a, b: a + b, "stablehlo.subtract": lambda a, b: a - b,
+    "stablehlo.multiply": lambda a, b: a * b, "stablehlo.divide": lambda a, b: a / b,
+    "stablehlo.maximum": lambda a, b: jnp.maximum(a, b), "stablehlo.minimum": lambda a, b: jnp.minimum(a, b),
+    "stablehlo.power": lambda a, b: a ** b,
+}
+_BITS = Arg((2, 3), "uint32", "bits")
+
+CASES = (
+    example("stablehlo.constant", lambda x: x + jnp.asarray([1.0, -2.0, 3.5]), f32(2, 3),
+            note="an initializer of the main graph, small ones shared by value"),
+    *(example(op, fn, f32(2, 3, domain=domain), onnx=_UNARY[op]) for op, (fn, domain) in _UNARY_FN.items()),
+    example("chlo.erf", lambda x: lax.erf(x), f32(2, 3), onnx="Erf", mlir=_ERF,
+            note="a portable artifact holds it as a composite (its decomposition otherwise)"),
+    *(example(op, fn, f32(2, 3), f32(2, 3, domain="positive"), onnx=_BINARY[op]) for op, fn in _BINARY_FN.items()
+      if op not in ("stablehlo.power",)),
+    example("stablehlo.add", lambda a, b: a + b, i32(2, 3), i32(3), onnx="Add", name="int-broadcast"),
+    example("stablehlo.maximum", lambda x: jnp.maximum(x, 0.0), f32(2, 3), onnx="Relu", name="relu"),
+    example("stablehlo.power", lambda a, b: a ** b, f32(2, 3, domain="positive"), f32(2, 3), onnx="Pow"),
+    example("stablehlo.power", lambda a, b: jnp.power(a, b), i32(2, 3), i32(2, 3, domain="count"),
+            onnx=("Pow", "Cast"), name="int", mlir=_INT_POWER, note="integers through float64 (exact below 2**53)"),
+    example("stablehlo.logistic", lambda x: lax.logistic(x), f32(2, 3), onnx="Sigmoid", mlir=_LOGISTIC,
+            note="jax's CPU lowering writes 1 / (1 + exp(-x)) instead"),
+    example("stablehlo.and", lambda a, b: a & b, b1(2, 3), b1(2, 3), onnx="And"),
+    example("stablehlo.and", lambda a, b: a & b, i32(2, 3), i32(2, 3), onnx="BitwiseAnd", name="int"),
+    example("stablehlo.or", lambda a, b: a | b, b1(2, 3), b1(2, 3), onnx="Or"),
+    example("stablehlo.or", lambda a, b: a | b, u32(2, 3), u32(2, 3), onnx="BitwiseOr", name="uint"),
+    example("stablehlo.xor", lambda a, b: a ^ b, b1(2, 3), b1(2, 3), onnx="Xor"),
+    example("stablehlo.xor", lambda a, b: a ^ b, i32(2, 3), i32(2, 3), onnx="BitwiseXor", name="int"),
+    example("stablehlo.not", lambda a: ~a, b1(2, 3), onnx="Not"),
+    example("stablehlo.not", lambda a: ~a, i32(2, 3), onnx="BitwiseNot", name="int"),
+    example("stablehlo.remainder", lambda a, b: lax.rem(a, b), f32(2, 3), f32(2, 3, domain="positive"), onnx="Mod",
+            note="the dividend's sign (Mod fmod=1)"),
+    example("stablehlo.remainder", lambda a, b: lax.rem(a, b), i32(2, 3), i32(2, 3, domain="count"),
+            onnx="Mod", name="int", note="an integer divisor of 0 is kept out of the inputs: undefined in C"),
+    example("stablehlo.rsqrt", lambda x: lax.rsqrt(x), f32(2, 3, domain="positive"), onnx=("Reciprocal", "Sqrt")),
+    example("stablehlo.exponential_minus_one", lambda x: jnp.expm1(x), f32(2, 3), onnx=("Exp", "Sub"),
+            note="exp(x) - 1: absolute, not relative, accuracy near 0"),
+    example("stablehlo.log_plus_one", lambda x: jnp.log1p(x), f32(2, 3, domain="positive"), onnx=("Log", "Add"),
+            note="log(1 + x): absolute, not relative, accuracy near 0"),
+    example("stablehlo.cbrt", lambda x: jnp.cbrt(x), f32(2, 3), onnx=("Pow", "Sign")),
+    example("stablehlo.round_nearest_afz", lambda x: lax.round(x * 2.0), f32(2, 3), onnx=("Floor", "Sign")),
+    example("stablehlo.is_finite", lambda x: jnp.isfinite(x), f32(2, 3, domain="special"), onnx=("IsInf", "IsNaN")),
+    example("stablehlo.atan2", lambda y, x: jnp.arctan2(y, x), f32(3, 4), f32(3, 4), onnx=("Atan", "Where")),
+    example("stablehlo.compare", lambda a, b: (a < b, a >= b, a != b, a == b), f32(2, 3), f32(2, 3),
+            onnx=("Less", "GreaterOrEqual", "Not", "Equal")),
+    example("stablehlo.compare", lambda a, b: (a > b, a <= b), b1(2, 3), b1(2, 3), onnx=("Greater", "Cast"),
+            name="bool", note="booleans ordered through int8"),
+    example("stablehlo.convert", lambda x: (x * 3.0).astype(jnp.int32), f32(2, 3), onnx="Cast",
+            note="float -> int truncates toward zero in both"),
+    example("stablehlo.select", lambda p, a, b: jnp.where(p, a, b), b1(2, 3), f32(2, 3), f32(2, 3), onnx="Where"),
+    example("stablehlo.select", lambda p, a, b: jnp.where(p, a, b), b1(2, 3), b1(2, 3), b1(2, 3),
+            onnx=("And", "Or"), name="bool", note="no boolean Where kernel: and/or"),
+    example("stablehlo.select", lambda p, a, b: jnp.where(p, a, b).astype(jnp.int8), b1(2, 3),
+            Arg((2, 3), "int8", "int"), Arg((2, 3), "int8", "int"), onnx=("Where", "Cast"), name="int8"),
+    example("stablehlo.clamp", lambda x: lax.clamp(-0.5, x, 0.5), f32(2, 3), onnx=("Max", "Min")),
+    example("stablehlo.optimization_barrier", lambda x: lax.optimization_barrier(x) * 2.0, f32(2, 3),
+            note="its operands"),
+    example("stablehlo.shift_left", lambda a, s: lax.shift_left(a, s), i32(2, 3), Arg((2, 3), "int32", "shift"),
+            onnx="BitShift", note="a shift by the width or more is 0"),
+    example("stablehlo.shift_right_logical", lambda a, s: lax.shift_right_logical(a, s), u32(2, 3),
+            Arg((2, 3), "uint32", "shift"), onnx="BitShift"),
+    example("stablehlo.bitcast_convert", lambda x: lax.bitcast_convert_type(x, jnp.float32), _BITS,
+            onnx=("BitwiseAnd", "Pow"), note="only 32-bit integers -> float32 (jax.random's uniform)"),
+)

@@ -7,6 +7,7 @@ before the op; an index still out of range would otherwise make ONNX Runtime fai
 from __future__ import annotations
 
 from ..builder import Unsupported
+from ..opcases import Arg, example, f32, jnp
 
 
 def _index_matrix(cx, indices: str, it, index_vector_dim: int, batching: list[int]) -> tuple[str, list[int]]:
@@ -99,11 +100,42 @@ def scatter(cx, op) -> list[str]:
     update_batch = [d for d in range(ut.rank) if d not in window]
     updates = b.transpose(upd, update_batch + window)
     reduction = _SCATTER[kind]
+    dims = [xt.shape[d] for d in to_operand]
+    data, indices = _spare_slot(cx, data, indices, dims, len(perm))
     if reduction == "none":
         written = b.op1("ScatterND", [data, indices, updates])
     else:
         written = b.op1("ScatterND", [data, indices, updates], reduction=reduction)
+    written = b.op1("Slice", [written, b.ints([0] * len(dims)), b.ints(dims), b.ints(range(len(dims)))])
     return [b.transpose(written, [perm.index(d) for d in range(xt.rank)])]
 
 
+def _spare_slot(cx, data: str, indices: str, dims: list[int], rank: int) -> tuple[str, str]:
+    """StableHLO (as XLA runs it) skips an update whose index is out of range; ONNX Runtime's ScatterND fails the
+    call. The data gets one spare slot past the end of each indexed dim, an index out of range points there,
+    and the caller slices the slots off: those updates land nowhere, as in jax."""
+    b = cx.b
+    high = b.ints(dims)
+    inside = b.op1("And", [b.op1("GreaterOrEqual", [indices, b.ints([0] * len(dims))]),
+                           b.op1("Less", [indices, high])])
+    indices = b.op1("Where", [inside, indices, high])
+    pads = [0] * rank + [1] * len(dims) + [0] * (rank - len(dims))
+    return b.op1("Pad", [data, b.ints(pads)], mode="constant"), indices
+
+
 HANDLERS = {"stablehlo.gather": gather, "stablehlo.scatter": scatter}
+
+
+_INDICES = Arg((3,), "int32", "index")
+
+CASES = (
+    example("stablehlo.gather", lambda x, i: x[i], f32(5, 3), _INDICES, onnx="GatherND",
+            note="whole slices at single indices (embedding lookups, x[i], take_along_axis); indices clamped"),
+    example("stablehlo.gather", lambda x, i: jnp.take_along_axis(x, i, axis=1), f32(3, 5),
+            Arg((3, 2), "int32", "index"), onnx="GatherND", name="take-along-axis"),
+    example("stablehlo.gather", lambda x, i: x[:, i], f32(2, 5, 3), _INDICES, onnx="GatherND", name="middle-axis"),
+    example("stablehlo.scatter", lambda x, i, u: x.at[i].set(u), f32(5, 3), Arg((2,), "int32", "int"), f32(2, 3),
+            onnx="ScatterND", note="set/add/mul/max/min of whole slices at single indices"),
+    example("stablehlo.scatter", lambda x, i, u: x.at[i].add(u), f32(5, 3), _INDICES, f32(3, 3), onnx="ScatterND",
+            name="add"),
+)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from ..builder import Unsupported
+from ..opcases import example, f32, i32, jnp, lax
 
 # ONNX Runtime's MatMul kernels (CPU): other element types go through float32 and back.
 _MATMUL_TYPES = ("float32", "float64", "float16", "int32", "int64", "uint32", "uint64")
@@ -117,3 +118,34 @@ HANDLERS = {
     "stablehlo.dot": dot,
     "stablehlo.convolution": convolution,
 }
+
+
+_DOT = """
+func.func @main(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) -> tensor<2x4xf32> {
+  %0 = stablehlo.dot %a, %b : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  return %0 : tensor<2x4xf32>
+}"""
+
+
+def _conv(x, w, padding="SAME", **kw):
+    return lax.conv_general_dilated(x, w, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"), **kw)
+
+
+CASES = (
+    example("stablehlo.dot_general", lambda x, w: x @ w, f32(2, 3), f32(3, 4), onnx="MatMul"),
+    example("stablehlo.dot_general", lambda x, y: jnp.einsum("bmk,bkn->bmn", x, y), f32(2, 3, 4), f32(2, 4, 5),
+            onnx="MatMul", name="batched"),
+    example("stablehlo.dot_general", lambda x, y: jnp.einsum("mkb,nbk->bmn", x, y), f32(3, 4, 2), f32(5, 2, 4),
+            onnx=("MatMul", "Transpose"), name="permuted"),
+    example("stablehlo.dot_general", lambda w, x: jnp.einsum("mk,nk->nm", w, x), f32(4, 3), f32(2, 3),
+            onnx="MatMul", name="weights-left"),
+    example("stablehlo.dot_general", lambda x, w: x @ w, i32(2, 3), i32(3, 4), onnx="MatMul", name="int"),
+    example("stablehlo.dot", lambda a, b: a @ b, f32(2, 3), f32(3, 4), onnx="MatMul", mlir=_DOT,
+            note="jax writes dot_general"),
+    example("stablehlo.convolution", lambda x, w: _conv(x, w), f32(1, 5, 5, 2), f32(3, 3, 2, 4), onnx="Conv",
+            rtol=1e-4, atol=1e-5, note="float only; no batch groups, lhs dilation (transposed conv) or reversal"),
+    example("stablehlo.convolution", lambda x, w: _conv(x, w, feature_group_count=2, rhs_dilation=(2, 1)),
+            f32(1, 6, 5, 4), f32(3, 3, 2, 4), onnx="Conv", name="grouped-dilated", rtol=1e-4, atol=1e-5),
+    example("stablehlo.convolution", lambda x, w: _conv(x, w, ((1, 1), (1, 1)), lhs_dilation=(2, 2)), f32(1, 3, 3, 2),
+            f32(3, 3, 2, 2), name="transposed", refused="lhs_dilation"),
+)

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from ..builder import Unsupported, op_name
+from ..opcases import b1, example, f32, i32, jnp, lax
 from .regions import combiner, sort_direction
 
 _REDUCE = {"stablehlo.add": "ReduceSum", "stablehlo.maximum": "ReduceMax", "stablehlo.minimum": "ReduceMin",
@@ -210,3 +211,32 @@ HANDLERS = {
     "stablehlo.reduce_window": reduce_window,
     "stablehlo.sort": sort,
 }
+
+
+def _window(x, init, combine, window, strides, padding="VALID"):
+    return lax.reduce_window(x, init, combine, window, strides, padding)
+
+
+CASES = (
+    example("stablehlo.reduce", lambda x: jnp.sum(x, axis=1), f32(2, 5), onnx="ReduceSum"),
+    example("stablehlo.reduce", lambda x: (jnp.max(x, axis=0), jnp.min(x), jnp.prod(x, axis=1)), f32(3, 4),
+            onnx=("ReduceMax", "ReduceMin", "ReduceProd"), name="max-min-prod"),
+    example("stablehlo.reduce", lambda x: (jnp.any(x, axis=1), jnp.all(x, axis=0)), b1(3, 4),
+            onnx=("ReduceMax", "ReduceMin"), name="bool"),
+    example("stablehlo.reduce", lambda x: jnp.sum(x, axis=0), i32(3, 4), onnx="ReduceSum", name="int"),
+    example("stablehlo.reduce", lambda x: (jnp.argmax(x, axis=1), jnp.argmin(x, axis=0)), f32(3, 4),
+            onnx=("ArgMax", "ArgMin"), name="argmax", note="a (value, iota) pair: ArgMax/ArgMin"),
+    example("stablehlo.reduce_window", lambda x: _window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1)),
+            f32(1, 4, 4, 3), onnx="MaxPool", name="max-pool"),
+    example("stablehlo.reduce_window", lambda x: _window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 1, 1, 1)) / 4.0,
+            f32(1, 4, 4, 3), onnx="AveragePool", name="avg-pool", note="a sum window divided by its size"),
+    example("stablehlo.reduce_window", lambda x: _window(x, jnp.inf, lax.min, (1, 3), (1, 1), ((0, 0), (1, 1))),
+            f32(2, 5), onnx=("MaxPool", "Neg"), name="min-pool"),
+    example("stablehlo.reduce_window", lambda x: jnp.cumsum(x, axis=1), f32(2, 5), onnx="CumSum", name="cumsum",
+            note="max/min/sum windows only, no base dilation"),
+    example("stablehlo.sort", lambda x: jnp.sort(x, axis=1), f32(3, 5), onnx="TopK",
+            note="TopK over the whole axis; payloads by GatherElements"),
+    example("stablehlo.sort", lambda x: jnp.argsort(-x, axis=0), f32(4, 3), onnx="TopK", name="argsort"),
+    example("stablehlo.sort", lambda k, v: lax.sort((k, v), num_keys=1), f32(2, 5), i32(2, 5),
+            onnx=("TopK", "GatherElements"), name="payload"),
+)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..builder import Unsupported
+from ..opcases import Arg, example, f32, i32, jnp, lax
 
 _INT64_MAX = 2**63 - 1
 
@@ -149,3 +150,37 @@ HANDLERS = {
     "stablehlo.reverse": reverse,
     "stablehlo.get_dimension_size": get_dimension_size,
 }
+
+
+_DIM_SIZE = """
+func.func @main(%x: tensor<2x3xf32>) -> tensor<i32> {
+  %0 = stablehlo.get_dimension_size %x, dim = 1 : (tensor<2x3xf32>) -> tensor<i32>
+  return %0 : tensor<i32>
+}"""
+_INDEX = Arg((), "int32", "index")
+
+CASES = (
+    example("stablehlo.broadcast_in_dim", lambda x: jnp.broadcast_to(x[:, None, :], (2, 4, 3)), f32(2, 3),
+            onnx="Expand", note="trailing-aligned broadcasts stay unexpanded for elementwise consumers"),
+    example("stablehlo.broadcast_in_dim", lambda x, y: x[:, None] * y, f32(2), f32(2, 3), onnx="Reshape",
+            name="lazy"),
+    example("stablehlo.reshape", lambda x: x.reshape(3, 2), f32(2, 3), onnx="Reshape"),
+    example("stablehlo.transpose", lambda x: jnp.transpose(x, (2, 0, 1)), f32(2, 3, 4), onnx="Transpose"),
+    example("stablehlo.slice", lambda x: x[:, 1:4:2], f32(2, 5), onnx="Slice"),
+    example("stablehlo.dynamic_slice", lambda x, i: lax.dynamic_slice(x, (i, i), (2, 2)), f32(4, 5), _INDEX,
+            onnx="Slice", note="starts clamped into range as StableHLO says"),
+    example("stablehlo.dynamic_update_slice", lambda x, u, i: lax.dynamic_update_slice(x, u, (i, 1)), f32(4, 5),
+            f32(2, 3), _INDEX, onnx="ScatterND"),
+    example("stablehlo.concatenate", lambda a, b: jnp.concatenate([a, b], axis=1), f32(2, 3), f32(2, 2),
+            onnx="Concat"),
+    example("stablehlo.pad", lambda x: jnp.pad(x, ((1, 0), (0, 2)), constant_values=0.5), f32(2, 3), onnx="Pad"),
+    example("stablehlo.pad", lambda x: lax.pad(x, 0.0, ((0, 0, 0), (0, 0, 1))), f32(2, 3), name="interior",
+            refused="interior padding"),
+    example("stablehlo.iota", lambda x: x + lax.broadcasted_iota(jnp.int32, (2, 3), 1), i32(2, 3),
+            note="an initializer (and a Reshape when the axis is not the last)"),
+    example("stablehlo.iota", lambda x: x + lax.broadcasted_iota(jnp.float32, (3, 2), 0), f32(3, 2),
+            onnx="Reshape", name="leading-axis"),
+    example("stablehlo.reverse", lambda x: jnp.flip(x, axis=1), f32(2, 3), onnx="Slice"),
+    example("stablehlo.get_dimension_size", lambda x: jnp.int32(3), f32(2, 3), mlir=_DIM_SIZE,
+            note="a constant: static shapes only"),
+)
