@@ -35,19 +35,17 @@ def _gen_cli():
     return module
 
 
+# Repository file -> its path in the site, for every file of the site that has one (set by on_files).
+SITE_PATHS: dict[Path, str] = {}
+
+
 def on_files(files: Files, config) -> Files:
     files.append(File.generated(config, "cli.md", content=_gen_cli().render()))
     for site_path, source in MOUNTED.items():
         files.append(File.generated(config, site_path, abs_src_path=str(source)))
+    SITE_PATHS.clear()
+    SITE_PATHS.update({Path(f.abs_src_path).resolve(): f.src_uri for f in files if f.abs_src_path})
     return files
-
-
-def _site_paths(config) -> dict[Path, str]:
-    """Repository file -> its path in the site, for every page of the site."""
-    docs = Path(config["docs_dir"]).resolve()
-    out = {p.resolve(): p.relative_to(docs).as_posix() for p in docs.rglob("*") if p.is_file()}
-    out.update({source.resolve(): site for site, source in MOUNTED.items()})
-    return out
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
@@ -56,13 +54,12 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return markdown
     here = Path(source).resolve().parent
     site_dir = Path(page.file.src_uri).parent
-    sites = _site_paths(config)
 
     def rewrite(match: re.Match) -> str:
         target = match.group(2)
         if "://" in target or target.startswith(("/", "mailto:")):
             return match.group(0)
-        site = sites.get((here / target).resolve())
+        site = SITE_PATHS.get((here / target).resolve())
         if site is None:
             return match.group(0)
         return f"{match.group(1)}{Path(os.path.relpath(site, site_dir)).as_posix()}{match.group(3) or ''}{match.group(4)}"
