@@ -31,7 +31,9 @@ jax = _Deferred("jax")
 jnp = _Deferred("jax.numpy")
 lax = _Deferred("jax.lax")
 
-DOMAINS = ("normal", "positive", "unit", "int", "count", "bool", "index", "shift", "bits", "special")
+DOMAINS = ("normal", "positive", "unit", "int", "count", "bool", "index", "shift", "bits", "special", "edges")
+# The float edge values, in order: an `edges` input of shape (7,) holds each once (pairs: broadcast two of them).
+EDGES = (0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0)
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class Arg:
     # Where the values come from: normal (N(0, 1)), positive ([0.5, 2]), unit ((-0.9, 0.9)), int (-5..5, 0..9
     # unsigned), count (1..6: exponents, divisors), bool, index (-2..5: out of range both ways, to check clamping), shift (0..width+3: StableHLO's
     # shift by the width or more), bits (any 32-bit pattern: NaNs, infinities, subnormals), special (N(0, 1)
-    # with inf, -inf and NaN planted).
+    # with inf, -inf and NaN planted), edges (EDGES repeated in order: signed zeros, infinities, NaN, +-1).
     domain: str = "normal"
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
@@ -51,6 +53,8 @@ class Arg:
         shape, dt = self.shape, np.dtype(self.dtype)
         if self.domain == "bool" or dt == np.bool_:
             return np.asarray(rng.random(shape) < 0.5)
+        if self.domain == "edges":
+            return np.resize(np.asarray(EDGES, dtype=dt), shape)
         if self.domain == "bits":
             return rng.integers(0, 2**32, shape, dtype=np.uint64).astype(np.uint32).view(dt)
         if self.domain in ("int", "count", "index", "shift"):

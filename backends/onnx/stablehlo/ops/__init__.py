@@ -3,8 +3,8 @@ and every module's test cases, declared beside its handlers (opcases.py)."""
 
 from __future__ import annotations
 
-from . import control, elementwise, indexing, linalg, reduce, shape
+from . import bits, control, elementwise, indexing, linalg, reduce, shape
 
-_MODULES = (control, elementwise, shape, linalg, reduce, indexing)
+_MODULES = (control, elementwise, bits, shape, linalg, reduce, indexing)
 HANDLERS = {name: handler for module in _MODULES for name, handler in module.HANDLERS.items()}
 CASES = tuple(c for module in _MODULES for c in getattr(module, "CASES", ()))

@@ -7,7 +7,7 @@ before the op; an index still out of range would otherwise make ONNX Runtime fai
 from __future__ import annotations
 
 from ..builder import Unsupported
-from ..opcases import Arg, example, f32, jnp
+from ..opcases import Arg, example, f32, jax, jnp, lax
 
 
 def _index_matrix(cx, indices: str, it, index_vector_dim: int, batching: list[int]) -> tuple[str, list[int]]:
@@ -134,8 +134,17 @@ CASES = (
     example("stablehlo.gather", lambda x, i: jnp.take_along_axis(x, i, axis=1), f32(3, 5),
             Arg((3, 2), "int32", "index"), onnx="GatherND", name="take-along-axis"),
     example("stablehlo.gather", lambda x, i: x[:, i], f32(2, 5, 3), _INDICES, onnx="GatherND", name="middle-axis"),
+    example("stablehlo.gather", lambda x, i, j: x[i, j], f32(5, 4), _INDICES, _INDICES, onnx="GatherND",
+            name="two-indices"),
+    example("stablehlo.gather", lambda x, i: jax.vmap(lambda r, k: lax.dynamic_slice(r, (k,), (2,)))(x, i),
+            f32(3, 5), _INDICES, name="windows", refused="only whole slices at single indices",
+            note="a window of several elements per index (a vmapped dynamic_slice) is refused"),
     example("stablehlo.scatter", lambda x, i, u: x.at[i].set(u), f32(5, 3), Arg((2,), "int32", "int"), f32(2, 3),
             onnx="ScatterND", note="set/add/mul/max/min of whole slices at single indices"),
     example("stablehlo.scatter", lambda x, i, u: x.at[i].add(u), f32(5, 3), _INDICES, f32(3, 3), onnx="ScatterND",
             name="add"),
+    example("stablehlo.scatter", lambda x, i, u: x.at[i].max(u), f32(5, 3), _INDICES, f32(3, 3), onnx="ScatterND",
+            name="max"),
+    example("stablehlo.scatter", lambda x, i, j, u: x.at[i, j].set(u), f32(5, 4), _INDICES, _INDICES, f32(3),
+            onnx="ScatterND", name="two-indices", note="an index out of range drops its update, as in jax"),
 )

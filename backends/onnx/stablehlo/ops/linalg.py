@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from ..builder import Unsupported
-from ..opcases import example, f32, i32, jnp, lax
+from ..opcases import Arg, example, f32, i32, jnp, lax
 
 # ONNX Runtime's MatMul kernels (CPU): other element types go through float32 and back.
 _MATMUL_TYPES = ("float32", "float64", "float16", "int32", "int64", "uint32", "uint64")
@@ -140,12 +140,20 @@ CASES = (
     example("stablehlo.dot_general", lambda w, x: jnp.einsum("mk,nk->nm", w, x), f32(4, 3), f32(2, 3),
             onnx="MatMul", name="weights-left"),
     example("stablehlo.dot_general", lambda x, w: x @ w, i32(2, 3), i32(3, 4), onnx="MatMul", name="int"),
+    example("stablehlo.dot_general", lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.int32),
+            Arg((2, 3), "int8", "int"), Arg((3, 4), "int8", "int"), onnx=("MatMul", "Cast"), name="int8-to-int32"),
+    example("stablehlo.dot_general", lambda a, b: jnp.dot(a, b), f32(5), f32(5), onnx="MatMul", name="vector"),
     example("stablehlo.dot", lambda a, b: a @ b, f32(2, 3), f32(3, 4), onnx="MatMul", mlir=_DOT,
             note="jax writes dot_general"),
     example("stablehlo.convolution", lambda x, w: _conv(x, w), f32(1, 5, 5, 2), f32(3, 3, 2, 4), onnx="Conv",
             rtol=1e-4, atol=1e-5, note="float only; no batch groups, lhs dilation (transposed conv) or reversal"),
     example("stablehlo.convolution", lambda x, w: _conv(x, w, feature_group_count=2, rhs_dilation=(2, 1)),
             f32(1, 6, 5, 4), f32(3, 3, 2, 4), onnx="Conv", name="grouped-dilated", rtol=1e-4, atol=1e-5),
+    example("stablehlo.convolution", lambda x, w: lax.conv_general_dilated(
+        x, w, (2,), ((1, 2),), dimension_numbers=("NWC", "WIO", "NWC")), f32(2, 9, 3), f32(3, 3, 4), onnx="Conv",
+            name="1d-strided", rtol=1e-4, atol=1e-5),
+    example("stablehlo.convolution", lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID"), f32(1, 2, 5, 5),
+            f32(4, 2, 3, 3), onnx="Conv", name="nchw", rtol=1e-4, atol=1e-5),
     example("stablehlo.convolution", lambda x, w: _conv(x, w, ((1, 1), (1, 1)), lhs_dilation=(2, 2)), f32(1, 3, 3, 2),
             f32(3, 3, 2, 2), name="transposed", refused="lhs_dilation"),
 )

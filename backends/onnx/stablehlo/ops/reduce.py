@@ -218,7 +218,10 @@ def _window(x, init, combine, window, strides, padding="VALID"):
 
 
 CASES = (
-    example("stablehlo.reduce", lambda x: jnp.sum(x, axis=1), f32(2, 5), onnx="ReduceSum"),
+    example("stablehlo.reduce", lambda x: jnp.sum(x, axis=1), f32(2, 5), onnx="ReduceSum",
+            note="NaN: ONNX Runtime's ReduceMax/ReduceMin/ArgMax skip a NaN that XLA's max/min/argmax return"),
+    example("stablehlo.reduce", lambda x: lax.reduce(x, 1.5, lax.add, (1,)), f32(2, 3), onnx=("ReduceSum", "Add"),
+            name="init", note="an initial value that is not the identity is combined after"),
     example("stablehlo.reduce", lambda x: (jnp.max(x, axis=0), jnp.min(x), jnp.prod(x, axis=1)), f32(3, 4),
             onnx=("ReduceMax", "ReduceMin", "ReduceProd"), name="max-min-prod"),
     example("stablehlo.reduce", lambda x: (jnp.any(x, axis=1), jnp.all(x, axis=0)), b1(3, 4),
@@ -226,8 +229,13 @@ CASES = (
     example("stablehlo.reduce", lambda x: jnp.sum(x, axis=0), i32(3, 4), onnx="ReduceSum", name="int"),
     example("stablehlo.reduce", lambda x: (jnp.argmax(x, axis=1), jnp.argmin(x, axis=0)), f32(3, 4),
             onnx=("ArgMax", "ArgMin"), name="argmax", note="a (value, iota) pair: ArgMax/ArgMin"),
+    example("stablehlo.reduce", lambda x: jnp.argmax(x, axis=1), i32(2, 6), onnx="ArgMax", name="argmax-ties"),
     example("stablehlo.reduce_window", lambda x: _window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1)),
             f32(1, 4, 4, 3), onnx="MaxPool", name="max-pool"),
+    example("stablehlo.reduce_window", lambda x: _window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
+            f32(1, 5, 5, 2), onnx="MaxPool", name="max-pool-same"),
+    example("stablehlo.reduce_window", lambda x: _window(x, jnp.iinfo(jnp.int32).min, lax.max, (1, 2), (1, 1)),
+            i32(2, 5), onnx=("MaxPool", "Cast"), name="int", note="integers pooled in float32"),
     example("stablehlo.reduce_window", lambda x: _window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 1, 1, 1)) / 4.0,
             f32(1, 4, 4, 3), onnx="AveragePool", name="avg-pool", note="a sum window divided by its size"),
     example("stablehlo.reduce_window", lambda x: _window(x, jnp.inf, lax.min, (1, 3), (1, 1), ((0, 0), (1, 1))),
@@ -237,6 +245,9 @@ CASES = (
     example("stablehlo.sort", lambda x: jnp.sort(x, axis=1), f32(3, 5), onnx="TopK",
             note="TopK over the whole axis; payloads by GatherElements"),
     example("stablehlo.sort", lambda x: jnp.argsort(-x, axis=0), f32(4, 3), onnx="TopK", name="argsort"),
+    example("stablehlo.sort", lambda x: (jnp.argsort(x, axis=1), jnp.argsort(x, axis=1, descending=True)),
+            i32(3, 6), onnx="TopK", name="argsort-ties", note="ties keep their order (stable), as in jax"),
+    example("stablehlo.sort", lambda x: jnp.sort(x, axis=1), f32(2, 3, domain="special"), onnx="TopK", name="nan"),
     example("stablehlo.sort", lambda k, v: lax.sort((k, v), num_keys=1), f32(2, 5), i32(2, 5),
             onnx=("TopK", "GatherElements"), name="payload"),
 )

@@ -174,6 +174,8 @@ CASES = (
     example("stablehlo.concatenate", lambda a, b: jnp.concatenate([a, b], axis=1), f32(2, 3), f32(2, 2),
             onnx="Concat"),
     example("stablehlo.pad", lambda x: jnp.pad(x, ((1, 0), (0, 2)), constant_values=0.5), f32(2, 3), onnx="Pad"),
+    example("stablehlo.pad", lambda x: lax.pad(x, 0.0, ((-1, 1, 0), (0, -1, 0))), f32(3, 3), onnx="Pad",
+            name="negative"),
     example("stablehlo.pad", lambda x: lax.pad(x, 0.0, ((0, 0, 0), (0, 0, 1))), f32(2, 3), name="interior",
             refused="interior padding"),
     example("stablehlo.iota", lambda x: x + lax.broadcasted_iota(jnp.int32, (2, 3), 1), i32(2, 3),
