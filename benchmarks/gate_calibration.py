@@ -13,7 +13,8 @@ same rounds) and cross-run (the same run with its paired ratios dropped: this ru
 baseline run's recorded one), at the default thresholds and at a range of given ones. Reported per
 backend and call size (the baseline's p50: < 30 us, 30 us - 1 ms, >= 1 ms): the false-alarm rate (A/A
 runs flagged) and the detection rate (planted runs flagged). Writes DIR/calibration.json and
-DIR/calibration.md (the Markdown is printed too); each run's directory is removed once read.
+DIR/calibration.md after every run (a killed calibration keeps what it measured; the Markdown says it is
+partial), printed at the end; each run's directory is removed once read. --backends may be any subset.
 """
 
 from __future__ import annotations
@@ -73,9 +74,13 @@ def judge(base: dict, run: dict, condition: str, model: str) -> list[dict]:
                     continue
                 batch = check.check.split("@", 1)[1]
                 key = (check.backend, None if batch == "as exported" else int(batch))
+                interval = (now.pairing.against_baseline(key[1], check.backend)
+                            if kind == "paired A/B" and now.pairing is not None else None)
                 rows.append({"model": model, "backend": check.backend, "batch": key[1], "kind": kind,
                              "condition": condition, "threshold": threshold, "base_ms": size.get(key),
-                             "ratio": check.ratio, "flagged": check.verdict == "regression"})
+                             "ratio": check.ratio, "flagged": check.verdict == "regression",
+                             "low": interval[1] if interval else None, "high": interval[2] if interval else None,
+                             "rounds": check.rounds})
     return rows
 
 
@@ -146,8 +151,6 @@ def main(argv=None) -> int:
     if args.history:
         print(history_rates())
         return 0
-    from multiexport.report.regression import CROSS_RUN, CROSS_RUN_TINY, PAIRED, PAIRED_TINY
-
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     t0 = time.perf_counter()
@@ -166,19 +169,37 @@ def main(argv=None) -> int:
                     rows += judge(base, run, condition, model)
                 print(f"[calibration] {model} {condition} {k + 1}/{args.runs} ({time.perf_counter() - t0:.0f} s)",
                       file=sys.stderr, flush=True)
+                write(args, rows, t0, f"{model} {condition} {k + 1}/{args.runs}")  # a killed run keeps what it measured
+    print(write(args, rows, t0, None))
+    return 0
+
+
+def write(args, rows: list[dict], t0: float, partial: str | None) -> str:
+    """DIR/calibration.json and DIR/calibration.md from the rows so far; `partial`: the last run done when the
+    calibration is still going (said at the top of the Markdown). Returns the Markdown."""
+    from multiexport.report.regression import CROSS_RUN, CROSS_RUN_TINY, PAIRED, PAIRED_TINY
+
     load = os.getloadavg()
-    text = (f"Gate calibration: {args.runs} A/A and {args.runs} planted {args.slowdown:g}x runs per model "
+    runs = {(r["model"], r["condition"]) for r in rows}
+    done = {m: sum(1 for r in rows if r["model"] == m and r["kind"] == "paired A/B" and r["threshold"] is None
+                   and r["condition"] == "A/A") for m, _ in runs}
+    rounds = sorted(r["rounds"] for r in rows if r.get("rounds") and r["threshold"] is None)
+    spent = (f"; rounds per paired ratio: median {rounds[len(rounds) // 2]}, max {rounds[-1]}" if rounds else "")
+    text = ((f"PARTIAL (still running, last done: {partial}; backend A/A runs so far per model: {done})\n\n"
+             if partial else "")
+            + f"Gate calibration: {args.runs} A/A and {args.runs} planted {args.slowdown:g}x runs per model "
             f"({args.models}; {args.backends}; --bench-time {args.bench_time:g}"
             f"{f'; --rounds {args.rounds}' if args.rounds else ''}), {time.perf_counter() - t0:.0f} s, "
-            f"load average at the end {load[0]:.1f} on {os.cpu_count()} cores. Each cell: A/A runs flagged / A/A "
+            f"load average {load[0]:.1f} on {os.cpu_count()} cores{spent}. Each cell: A/A runs flagged / A/A "
             f"runs, planted runs flagged / planted runs.\n\nPaired A/B (default: interval of new/baseline above "
             f"{PAIRED:g}x, {PAIRED_TINY:g}x under 30 us):\n\n{table(rows, 'paired A/B', PAIRED_GIVEN)}\n\n"
             f"Cross-run (default: p50 ratio above {CROSS_RUN:g}x with separated intervals, {CROSS_RUN_TINY:g}x "
             f"under 30 us):\n\n{table(rows, 'cross-run', CROSS_GIVEN)}\n")
-    (args.out / "calibration.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (args.out / "calibration.md").write_text(text)
-    print(text)
-    return 0
+    for name, body in (("calibration.json", json.dumps(rows, indent=1) + "\n"), ("calibration.md", text)):
+        tmp = args.out / (name + ".tmp")
+        tmp.write_text(body)
+        os.replace(tmp, args.out / name)
+    return text
 
 
 if __name__ == "__main__":

@@ -42,3 +42,158 @@ def select(quick: bool, names: list[str] | None = None) -> list[ZooModel]:
             raise SystemExit(f"unknown zoo model(s): {', '.join(sorted(unknown))}; known: {', '.join(m.name for m in ZOO)}")
         chosen = [m for m in ZOO if m.name in names]
     return chosen
+
+
+# The paired zoo gate: `python -m benchmarks.zoo --baseline-ref REF ...`. A fresh clone has no baseline
+# artifacts, so the commit REF's own code exports them (its tree unpacked into the output directory, run
+# with the same venv and that tree first on sys.path), and the current code's zoo times them beside its own
+# artifacts in the same interleaved rounds: latency is then judged on paired ratios (report.regression), while
+# status, parity and large slowdowns stay gated cross-run against the committed zoo file (--baseline).
+AUTO_REF = "auto"  # the commit that last changed the committed baseline file (else HEAD~1)
+BASELINE_FILE = "benchmarks/baselines/quick.json"
+
+
+def resolve_ref(repo, ref: str) -> tuple[str | None, str]:
+    """(the commit to build the baseline from, one line saying which and why), or (None, why not): a clone
+    without history (shallow) or without git cannot name an earlier commit."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        if git("rev-parse", "--is-shallow-repository") == "true":
+            return None, "a shallow clone (no history)"
+        head = git("rev-parse", "HEAD")
+        if ref == AUTO_REF:
+            last = git("log", "-1", "--format=%H", "--", BASELINE_FILE)
+            commit = last if last and last != head else git("rev-parse", "HEAD~1")
+            how = (f"the commit that last changed {BASELINE_FILE}" if last and last != head
+                   else f"HEAD~1 ({BASELINE_FILE} changed in HEAD)" if last else f"HEAD~1 (no {BASELINE_FILE})")
+        else:
+            commit, how = git("rev-parse", "--verify", f"{ref}^{{commit}}"), f"--baseline-ref {ref}"
+    except (OSError, subprocess.CalledProcessError) as exc:
+        why = exc.stderr.strip().splitlines()[-1] if isinstance(exc, subprocess.CalledProcessError) and exc.stderr else exc
+        return None, f"git cannot name {ref!r}: {why}"
+    return commit, f"{commit[:12]}, {how}" + (" (the same commit as HEAD: an A/A gate)" if commit == head else "")
+
+
+def build_baseline(repo, commit: str, models: list[ZooModel], backends: list[str], out, log) -> dict[str, str]:
+    """Export every model with the code of `commit`: its tree unpacked into OUT/baseline-ref/src, each model a
+    `multiexport compare --no-bench` by that code into OUT/baseline-ref/MODEL (artifacts as a compare writes
+    them). Returns model -> why it has no baseline (its latency is then gated cross-run only)."""
+    import io
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tarfile
+
+    src = out / "baseline-ref" / "src"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    tree = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit], capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(tree.stdout)) as tar:
+        tar.extractall(src, filter="data")  # nothing outside src: tarfile's data filter refuses it
+    # the editable install maps multiexport.backends to the checkout's backends/: the commit's own come first
+    if (src / "backends").is_dir() and not (src / "multiexport" / "backends").exists():
+        (src / "multiexport" / "backends").symlink_to("../backends")
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    env.pop("MULTIEXPORT_PLANTED_SLOWDOWN", None)  # a benchmark's planted slowdown is the new code's only
+    failed = {}
+    for model in models:
+        dest = (out / "baseline-ref" / model.name).resolve()
+        cmd = [sys.executable, "-m", "multiexport", "compare", model.spec, "--backends", ",".join(backends),
+               "--out", str(dest), "--no-bench", "--trials", "1",
+               *[a for leaf, (lo, hi) in model.val_ranges.items() for a in ("--val-range", f"{leaf}={lo}:{hi}")],
+               *(["--batch-sizes", ",".join(map(str, model.batch_sizes))] if model.batch_sizes else [])]
+        log(f"[zoo] {model.name}: baseline artifacts exported by {commit[:12]}'s code")
+        proc = subprocess.run(cmd, cwd=src, env=env, capture_output=True, text=True, timeout=1800)
+        if not any((dest / b / "manifest.json").is_file() for b in backends):
+            failed[model.name] = f"{commit[:12]}'s code exported no artifact (exit {proc.returncode}): " + \
+                " ".join(proc.stderr.split())[-300:]
+            log(f"[zoo] {model.name}: {failed[model.name]}")
+    shutil.rmtree(src, ignore_errors=True)  # the artifacts are self-contained; the new code runs them
+    return failed
+
+
+def main(argv=None) -> int:
+    """The quick zoo gated paired against a commit's own artifacts (see the comment above AUTO_REF)."""
+    import argparse
+    import json
+    import sys
+    import time
+    from pathlib import Path
+
+    from multiexport.comparison import compare
+    from multiexport.exporting.registry import names as backend_names
+    from multiexport.files import write_text_atomic
+    from multiexport.leaves.factory_cache import FactoryCache
+    from multiexport.measure.bench import BenchConfig
+    from multiexport.report.regression import publish
+    from multiexport.results import Results
+    from multiexport.sweeps.gate import diff_many
+
+    from .__main__ import ZOO_SCHEMA, matrix
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.zoo", description=main.__doc__)
+    parser.add_argument("--baseline-ref", default=AUTO_REF,
+                        help=f"the commit whose code exports the baseline artifacts (default {AUTO_REF}: the one that "
+                             f"last changed {BASELINE_FILE}, else HEAD~1)")
+    parser.add_argument("--quick", action="store_true", help="the CI-sized run: fewer models, short timings")
+    parser.add_argument("--models", help="comma-separated zoo models (default: all, or the quick set)")
+    parser.add_argument("--backends", default="all")
+    parser.add_argument("--out", type=Path, default=Path("multiexport-out/zoo-paired"))
+    parser.add_argument("--baseline", type=Path, help="a committed zoo-results.json: status, parity and latency "
+                        "cross-run (at --max-slowdown) against it too")
+    parser.add_argument("--max-slowdown", type=float, default=2.5, help="the cross-run latency threshold")
+    parser.add_argument("--paired-slowdown", type=float, help="the paired threshold (default: the calibrated one)")
+    parser.add_argument("--max-parity-drift", type=float, default=10.0)
+    parser.add_argument("--junit", type=Path)
+    args = parser.parse_args(argv)
+    repo, t0 = Path(__file__).resolve().parent.parent, time.perf_counter()
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    models = select(args.quick, args.models.split(",") if args.models else None)
+    backends = backend_names() if args.backends == "all" else args.backends.split(",")
+    base = json.loads(args.baseline.read_text()) if args.baseline else None
+    commit, how = resolve_ref(repo, args.baseline_ref)
+    if commit is None:
+        log(f"[zoo] paired gate skipped: {how}; latency is judged cross-run against --baseline only")
+    no_baseline = build_baseline(repo, commit, models, backends, args.out, log) if commit else {}
+    built = time.perf_counter() - t0
+    bench = (BenchConfig(warmup_iters=10, warmup_time=0.05, min_iters=200, bench_time=0.3) if args.quick
+             else BenchConfig(warmup_iters=20, warmup_time=0.2, min_iters=200, bench_time=2.0))
+    combined: dict = {"schema": ZOO_SCHEMA, "models": {},
+                      "baseline_ref": {"commit": commit, "how": how, "failed": no_baseline, "build_s": round(built, 1)}}
+    with FactoryCache() as cache:
+        for model in models:
+            log(f"[zoo] {model.name}: {model.what}")
+            paired = args.out / "baseline-ref" / model.name
+            res = compare(cache.load(model.spec), backends=tuple(backends), out_dir=args.out / model.name,
+                          trials=1 if args.quick else 2, val_ranges=model.val_ranges,
+                          batch_sizes=tuple(model.batch_sizes) or None, bench=bench, target_spec=model.spec,
+                          timeout=900, baseline_artifacts=paired if commit and model.name not in no_baseline else None,
+                          progress=lambda msg: log(f"[zoo]   {msg}"))
+            combined["models"][model.name] = res.to_json()
+    combined["baseline_ref"]["total_s"] = round(time.perf_counter() - t0, 1)
+    write_text_atomic(args.out / "zoo-results.json", json.dumps(combined, indent=1) + "\n")
+    write_text_atomic(args.out / "zoo-matrix.md", matrix(combined))
+    current = {name: Results.from_json(res, f"current {name}") for name, res in combined["models"].items()}
+    # without a committed file, status and parity are judged against the commit's own compares
+    against = ({name: Results.from_json(res, f"baseline {name}", legacy=True) for name, res in base["models"].items()}
+               if base is not None else {m: Results.from_json(json.loads((args.out / "baseline-ref" / m / "results.json")
+                                                                         .read_text()), f"baseline-ref {m}")
+                                         for m in current if (args.out / "baseline-ref" / m / "results.json").is_file()})
+    d = diff_many(against, current, args.max_slowdown, args.max_parity_drift, args.paired_slowdown)
+    log(f"[zoo] baseline {how}: built in {built:.0f} s; zoo and gate in {time.perf_counter() - t0 - built:.0f} s")
+    print(publish(d, args.junit))
+    return d.exit_code
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -4,14 +4,19 @@ Runners timed one after another see different seconds of a shared machine's nois
 medians can carry a load spike of one and not the other. In paired mode every runner is loaded at once
 (one worker each, idle while another is timed) and each batch size is timed in rounds: every round
 gives each runner one slice, in an order that rotates, so a ratio is measured over the same stretch of
-time. A ratio is that of the pooled medians; its 95% interval comes from a bootstrap that resamples
-whole rounds, the same ones for both runners, keeping each round's pair together.
+time. A ratio between runners is that of the pooled medians; its 95% interval comes from a bootstrap
+that resamples whole rounds, the same ones for both runners, keeping each round's pair together.
+
+A new artifact against its baseline (the regression gate's A/B) is judged per round instead: each round
+gives one ratio of the two slices' medians, and the estimate is the Hodges-Lehmann centre of their logs
+with its Wilcoxon signed-rank interval (distribution-free, and one round another process disturbed moves
+it by one rank, not by its size). Rounds are added to an undecided pair (`rounds_to_add`) up to a cap.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -23,6 +28,9 @@ PER_WORKER_BYTES = 768 << 20  # a runtime's own footprint (TF loaded: ~700 MB RS
 # A slowdown planted in a paired worker's timed calls, for benchmarks/gate_calibration.py only: FACTOR (> 1)
 # makes each call last FACTOR times as long (a spin after it); the baseline's workers never get it.
 PLANTED_ENV = "MULTIEXPORT_PLANTED_SLOWDOWN"
+# Sequential rounds against a baseline: a pair still undecided after the planned rounds gets more, up to this
+# many times the planned rounds in all (15 planned: 45 at most, about 2 more --bench-time of that pair).
+SEQUENTIAL_CAP = 3
 
 
 def round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:
@@ -83,6 +91,73 @@ def all_ratios(samples: Mapping[str, Sequence[np.ndarray]], batch, seed: int = 0
             out.append(Ratio(batch=batch, faster=faster, slower=slower, ratio=point[slower] / point[faster],
                              ci95_low=low, ci95_high=high, significant=bool(low > 1.0)))
     return out
+
+
+def signed_rank_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(Hodges-Lehmann estimate, interval low, high) of the centre of `values`: the median of the Walsh
+    averages (every pairwise mean, each value with itself too), and the order statistics of those averages
+    that the exact null distribution of Wilcoxon's signed-rank statistic gives for `level` (two-sided).
+    With too few values for that level (n < 6 at 95%) the interval is the whole range of the averages."""
+    x = np.asarray(values, np.float64)
+    n = len(x)
+    if n == 0 or not np.all(np.isfinite(x)):
+        raise ValueError(f"signed-rank interval: got {n} values (finite: {int(np.isfinite(x).sum())}), expected >= 1 finite")
+    i, j = np.triu_indices(n)
+    walsh = np.sort((x[i] + x[j]) / 2)
+    k = max(_signed_rank_critical(n, (1 - level) / 2), 0)
+    return float(np.median(walsh)), float(walsh[k]), float(walsh[len(walsh) - 1 - k])
+
+
+def _signed_rank_critical(n: int, tail: float) -> int:
+    """The largest k with P(T <= k) <= tail for Wilcoxon's signed-rank statistic T of n values under the null
+    (every sign equally likely: the count of each sum of a subset of 1..n, over 2^n); -1 when there is none."""
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1.0
+    for rank in range(1, n + 1):
+        counts[rank:] = counts[rank:] + counts[:-rank].copy()
+    cdf = np.cumsum(counts) / 2.0**n
+    return int(np.searchsorted(cdf, tail, side="right")) - 1
+
+
+def paired_ratio(new: Sequence[np.ndarray], base: Sequence[np.ndarray], batch, new_name: str, base_name: str) -> Ratio:
+    """A new runner against its baseline at one batch size, from the rounds both were timed in (in the same
+    order): per round the ratio of the two slices' medians; the Hodges-Lehmann centre of their logs and its
+    95% signed-rank interval, back on the ratio scale. `faster`/`slower` as the estimate says."""
+    if len(new) != len(base) or not new:
+        raise ValueError(f"paired ratio: got {len(new)} and {len(base)} rounds, expected the same number >= 1")
+    logs = [math.log(float(np.median(a)) / float(np.median(b))) for a, b in zip(new, base)]
+    centre, low, high = signed_rank_interval(logs)
+    if centre >= 0:
+        faster, slower, ratio, ci = base_name, new_name, math.exp(centre), (math.exp(low), math.exp(high))
+    else:
+        faster, slower, ratio, ci = new_name, base_name, math.exp(-centre), (math.exp(-high), math.exp(-low))
+    return Ratio(batch=batch, faster=faster, slower=slower, ratio=ratio, ci95_low=ci[0], ci95_high=ci[1],
+                 significant=bool(ci[0] > 1.0))
+
+
+def new_over_base(r: Ratio, new_name: str) -> tuple[float, float, float]:
+    """(new / baseline, its interval low, high) from a paired ratio, whichever way round it was recorded."""
+    if r.slower == new_name:
+        return r.ratio, r.ci95_low, r.ci95_high
+    return 1 / r.ratio, 1 / r.ci95_high, 1 / r.ci95_low
+
+
+def with_rounds(r: Ratio, rounds: int) -> Ratio:
+    """`r` with the number of rounds it rests on, where the results record it (a `rounds` field of Ratio;
+    without one, the pairing's `rounds` is what a reader sees)."""
+    import dataclasses
+
+    if "rounds" not in {f.name for f in dataclasses.fields(r)}:
+        return r
+    changes: dict[str, Any] = {"rounds": rounds}
+    return dataclasses.replace(r, **changes)
+
+
+def rounds_of(r: Ratio, planned: int) -> int | None:
+    """How many rounds a paired ratio rests on: its own record (0: the pairing's planned rounds), or None
+    where the results have no record of it (a Ratio without `rounds`: at least the planned ones)."""
+    own = getattr(r, "rounds", None)
+    return None if own is None else int(own or planned)
 
 
 def planted(call: Callable[[], None]) -> Callable[[], None]:

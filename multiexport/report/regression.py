@@ -3,7 +3,9 @@
 Latency is judged on the strongest evidence the run has, and each verdict says which (`Check.kind`):
 - **paired A/B**: the baseline's artifacts were timed in the same interleaved rounds as the new ones
   (compare --baseline-artifacts, or a --baseline whose artifacts are still beside it): a slowdown is
-  flagged when the 95% interval of the paired ratio new / baseline lies entirely above the threshold;
+  flagged when the 95% interval of the paired ratio new / baseline (measure.pairing: per-round ratios,
+  Hodges-Lehmann with its signed-rank interval) lies entirely above the threshold; rounds are added to
+  a pair until `paired_decided` (run.paired), and the verdict says how many it took;
 - **cross-run**: only the baseline's recorded figures (its artifacts are gone): two separate runs differ
   by more than either run's interval says (another process's cache, the clock, the scheduler), so the
   p50 ratio must pass a wider threshold, calibrated with A/A runs (benchmarks/gate_calibration.py), and
@@ -46,6 +48,8 @@ class Check:
     detail: one line saying what changed. base, current, ratio: the figures compared.
     kind: what the verdict rests on: "paired A/B" (new and baseline timed in the same rounds of this run),
         "cross-run" (the baseline's recorded figures from another run) or "history" (a sweep history).
+    rounds: for a paired A/B latency check, the interleaved rounds its ratio rests on; else None.
+    low, high: for a paired A/B latency check, the 95% interval of the ratio new / baseline; else None.
     """
 
     backend: str
@@ -56,6 +60,9 @@ class Check:
     current: float | str | None = None
     ratio: float | None = None
     kind: str = CROSS_RUN_KIND
+    rounds: int | None = None
+    low: float | None = None
+    high: float | None = None
 
 
 @dataclass
@@ -100,6 +107,14 @@ def slowdown_threshold(kind: str, base_ms: float, given: float | None) -> float:
     if kind == PAIRED_AB:
         return PAIRED_TINY if tiny else PAIRED
     return CROSS_RUN_TINY if tiny else CROSS_RUN
+
+
+def paired_decided(low: float, high: float, base_ms: float, given: float | None = None) -> bool:
+    """Whether a paired ratio's interval (new / baseline) is decisive for the gate: wholly above the
+    threshold (a regression) or wholly below it (none at the threshold); else more rounds can decide it
+    (run.paired's sequential rounds)."""
+    limit = slowdown_threshold(PAIRED_AB, base_ms, given)
+    return low > limit or high < limit
 
 
 def diff_results(base: Results | None, current: Results, *, max_slowdown: float | None = None,
@@ -202,8 +217,9 @@ def _latency_checks(name, b: BackendResult | None, c: BackendResult, given: floa
             continue
         batch = "as exported" if s.batch is None else s.batch
         paired = pairing.against_baseline(s.batch, name) if pairing is not None else None
-        if paired is not None:
-            checks.append(_paired_check(name, f"latency@{batch}", paired, base.get(s.batch), now, given))
+        if paired is not None and pairing is not None:
+            checks.append(_paired_check(name, f"latency@{batch}", paired, base.get(s.batch), now, given,
+                                        _rounds(pairing, s.batch, name), pairing.rounds))
             continue
         was = base.get(s.batch)
         if was is None:
@@ -227,7 +243,18 @@ def _latency_checks(name, b: BackendResult | None, c: BackendResult, given: floa
     return checks
 
 
-def _paired_check(name, check, paired: tuple[float, float, float], was, now, given: float | None) -> Check:
+def _rounds(pairing: Pairing, batch, name: str) -> int | None:
+    """The rounds the ratio of `name` against its baseline at `batch` rests on (None: not recorded)."""
+    from ..measure.pairing import rounds_of
+    from ..results.bench import BASELINE_PREFIX
+
+    pair = {name, BASELINE_PREFIX + name}
+    r = next((r for r in pairing.baseline_ratios if r.batch == batch and {r.faster, r.slower} == pair), None)
+    return rounds_of(r, pairing.rounds) if r is not None else None
+
+
+def _paired_check(name, check, paired: tuple[float, float, float], was, now, given: float | None,
+                  rounds: int | None, planned: int = 0) -> Check:
     """Latency judged on the ratio new / baseline measured in the same rounds: a regression when its whole
     95% interval lies above the threshold, an improvement when it lies below its inverse."""
     ratio, low, high = paired
@@ -236,41 +263,54 @@ def _paired_check(name, check, paired: tuple[float, float, float], was, now, giv
     verdict = "regression" if low > limit else "improvement" if high < 1 / limit else "ok"
     recorded = f"; recorded baseline p50 {was.p50_ms:.4g} ms" if was is not None else ""
     return Check(name, check, verdict,
-                 f"paired A/B: new/baseline {ratio:.3f}x, 95% interval {low:.3f}-{high:.3f} (threshold {limit:g}x; "
-                 f"p50 {base_ms:.4g} -> {now.p50_ms:.4g} ms in this run{recorded})", base_ms, now.p50_ms, ratio,
-                 PAIRED_AB)
+                 f"paired A/B over {rounds if rounds is not None else f'at least {planned}'} rounds: new/baseline {ratio:.3f}x, 95% interval {low:.3f}-{high:.3f} "
+                 f"(threshold {limit:g}x; p50 {base_ms:.4g} -> {now.p50_ms:.4g} ms in this run{recorded})",
+                 base_ms, now.p50_ms, ratio, PAIRED_AB, rounds, low, high)
 
 
-def aggregate_latency(diff: Diff, max_slowdown: float, group=lambda backend: backend) -> Diff:
+def aggregate_latency(diff: Diff, max_slowdown: float | None, group=lambda backend: backend,
+                      paired_slowdown: float | None = None) -> Diff:
     """Gate latency per backend on the geometric mean of its p50 ratios, not on each entry.
 
     For a suite of many small models a single tiny call can move 3-5x between runs of the same code
     (thread wake-ups dominate a 10 us call), while a real regression of a runtime or a runner moves
     every model. Per entry, latency checks stay in the table as information ("slower"/"faster");
-    the gate is one check per backend group: the geometric mean of the ratios above `max_slowdown`,
-    with at least half of the entries slower beyond their intervals.
+    the gate is one check per backend group and comparison kind: the geometric mean of the ratios above
+    the threshold, with at least half of the entries slower beyond their intervals. Cross-run entries
+    (intervals of two runs separate) are judged at `max_slowdown` (None: CROSS_RUN); paired A/B entries
+    (the paired ratio's interval above 1) at `paired_slowdown` (None: the calibrated paired default for the
+    entries' median call size).
     """
     max_slowdown = max_slowdown if max_slowdown is not None else CROSS_RUN  # a suite's baseline is another run
-    groups: dict[str, list[Check]] = {}
+    groups: dict[tuple[str, str], list[Check]] = {}
     kept = []
     for c in diff.checks:
         if c.check.startswith("latency@") and c.ratio is not None and math.isfinite(c.ratio) and c.ratio > 0:
-            groups.setdefault(group(c.backend), []).append(c)
+            groups.setdefault((group(c.backend), PAIRED_AB if c.kind == PAIRED_AB else CROSS_RUN_KIND), []).append(c)
             if c.verdict == "regression":
                 c.verdict, c.detail = "slower", c.detail + " (gated per backend, below)"
             elif c.verdict == "improvement":
                 c.verdict = "faster"
         kept.append(c)
-    for name, checks in groups.items():
+    for (name, kind), checks in groups.items():
         # every check here has a ratio: only those with a finite ratio > 0 were grouped, above
         ratios = [c.ratio for c in checks if c.ratio is not None]
         geo = math.exp(sum(math.log(r) for r in ratios) / len(checks))
-        separated = sum(r > 1 and "intervals separate" in c.detail for c, r in zip(checks, ratios))
-        flagged = geo > max_slowdown and separated * 2 >= len(checks)
-        kind = PAIRED_AB if all(c.kind == PAIRED_AB for c in checks) else CROSS_RUN_KIND
-        kept.append(Check(name, f"latency (geometric mean of {len(checks)})", "regression" if flagged else "ok",
-                          f"{kind}: p50 ratio {geo:.2f}x over {len(checks)} model x batch entries (threshold "
-                          f"{max_slowdown:g}x), {separated} slower beyond their intervals", None, None, geo, kind))
+        if kind == PAIRED_AB:
+            sizes = sorted(float(c.base) for c in checks if isinstance(c.base, (int, float)))
+            limit = slowdown_threshold(PAIRED_AB, sizes[len(sizes) // 2] if sizes else 0.0, paired_slowdown)
+            separated = sum(c.low is not None and c.low > 1 for c in checks)
+            title = f"latency (paired A/B, geometric mean of {len(checks)})"
+            rounds = sorted(c.rounds for c in checks if c.rounds is not None)
+            over = f", {rounds[0]}-{rounds[-1]} rounds each" if rounds else ""
+        else:
+            limit = max_slowdown
+            separated = sum(r > 1 and "intervals separate" in c.detail for c, r in zip(checks, ratios))
+            title, over = f"latency (geometric mean of {len(checks)})", ""
+        flagged = geo > limit and separated * 2 >= len(checks)
+        kept.append(Check(name, title, "regression" if flagged else "ok",
+                          f"{kind}: p50 ratio {geo:.2f}x over {len(checks)} model x batch entries{over} (threshold "
+                          f"{limit:g}x), {separated} slower beyond their intervals", None, None, geo, kind))
     return Diff(kept, diff.max_slowdown, diff.max_parity_drift)
 
 
@@ -320,7 +360,8 @@ def junit(diff: Diff, suite: str = "multiexport") -> str:
         # a name or detail may hold characters XML 1.0 cannot carry at all (C0 controls): shown escaped
         detail, backend, check = visible(c.detail), visible(c.backend), visible(c.check)
         # which kind of comparison the verdict rests on: a property, and the failure message's first words
-        body = f'<properties><property name="comparison" value={quoteattr(c.kind)}/></properties>'
+        rounds = f'<property name="rounds" value="{c.rounds}"/>' if c.rounds is not None else ""
+        body = f'<properties><property name="comparison" value={quoteattr(c.kind)}/>{rounds}</properties>'
         if c.verdict in ("regression", "missing"):
             message = f"[{c.kind}] {detail}"
             body += f"<failure message={quoteattr(message)}>{escape(message)}</failure>"

@@ -179,67 +179,117 @@ def run_rounds(servers: Servers, names: Sequence[str], feeds: Sequence[tuple[int
 
     unsupported: name -> indices of sizes it has no prepared feed for. natives: more participants, each a
     native consumer run for one slice per round (a process of its own: not a server); one that fails is
-    dropped from the rounds and keeps the figure it had. Returns (per participant what was timed, the peak
+    dropped from the rounds and keeps the figure it had. A new runner timed beside its baseline
+    (BASELINE_PREFIX + name) whose paired ratio is still undecided after `rounds` rounds (report.regression:
+    its interval neither above the gate's threshold nor below it) gets more rounds, the pair alone, until it
+    is decided or has had SEQUENTIAL_CAP times `rounds`. Returns (per participant what was timed, the peak
     measurement or None); runner failures land in `servers.failures`.
     """
-    from ..errors import MultiexportError
     from ..measure.pairing import round_orders, slice_plan
 
     natives = dict(natives or {})
     unsupported = {n: set(v) for n, v in unsupported.items()}  # a native's failed sizes join it: the caller's stays
     timed = {n: Timed() for n in names if n in servers.alive}
     timed.update({n: Timed() for n in natives})
-    seconds, min_calls, max_calls = slice_plan(bench.bench_time, bench.min_iters, bench.max_iters, rounds)
+    plan = slice_plan(bench.bench_time, bench.min_iters, bench.max_iters, rounds)
     for i, (batch, feed) in enumerate(feeds):
         here = [n for n in timed if feed is not None and i not in unsupported.get(n, set())
                 and (n in servers.alive or n in natives)]
         if len(here) == 0:
             continue
-        progress(f"paired benchmark: {len(here)} runners, {rounds} interleaved rounds"
-                 + (f" at batch {batch}" if batch is not None else ""))
+        at = f" at batch {batch}" if batch is not None else ""
+        progress(f"paired benchmark: {len(here)} runners, {rounds} interleaved rounds{at}")
         for order in round_orders(here, rounds):
             for name in order:
-                if i in unsupported.get(name, set()):  # a native that failed at this size in an earlier round
-                    continue
-                if name in natives:
-                    try:
-                        samples = natives[name](i, seconds, min_calls, max_calls)
-                        stopped: str | None = "max_iters" if len(samples) >= max_calls else "time"
-                    except MultiexportError as exc:  # this size only: what it gave at other sizes stands
-                        progress(f"{name}: not paired" + (f" at batch {batch}" if batch is not None else "") + f" ({exc})")
-                        unsupported.setdefault(name, set()).add(i)
-                        for figures in (timed[name].samples, timed[name].medians, timed[name].capped):
-                            figures.pop(i, None)
-                        continue
-                else:
-                    answer = servers.ask(name, TimeSlice(i, seconds, min_calls, max_calls), Samples,
-                                         seconds * 20 + servers.timeout)
-                    if answer is None:
-                        continue
-                    samples, stopped = np.load(answer.file), answer.stopped
-                t = timed[name]
-                t.samples.setdefault(i, []).append(samples)
-                t.medians.setdefault(i, []).append(float(np.median(samples)) / 1e6)
-                t.capped[i] = t.capped.get(i, False) or stopped == "max_iters"
+                _time_slice(servers, natives, timed, unsupported, i, name, plan, progress, at)
+        _rounds_until_decided(servers, timed, unsupported, i, here, rounds, plan, progress, at)
     peak = servers.ask("jax", Peak(), PeakFigure, servers.timeout) if "jax" in servers.alive else None
     return {n: t for n, t in timed.items() if n not in servers.failures}, peak
 
 
+def _time_slice(servers: Servers, natives: Mapping[str, NativeSlice], timed: dict[str, Timed],
+                unsupported: dict[str, set[int]], i: int, name: str, plan: tuple[float, int, int], progress,
+                at: str) -> None:
+    """One slice of one participant at size index i, added to what it was timed at."""
+    from ..errors import MultiexportError
+
+    seconds, min_calls, max_calls = plan
+    if i in unsupported.get(name, set()):  # a native that failed at this size in an earlier round
+        return
+    if name in natives:
+        try:
+            samples = natives[name](i, seconds, min_calls, max_calls)
+            stopped: str | None = "max_iters" if len(samples) >= max_calls else "time"
+        except MultiexportError as exc:  # this size only: what it gave at other sizes stands
+            progress(f"{name}: not paired{at} ({exc})")
+            unsupported.setdefault(name, set()).add(i)
+            for figures in (timed[name].samples, timed[name].medians, timed[name].capped):
+                figures.pop(i, None)
+            return
+    else:
+        answer = servers.ask(name, TimeSlice(i, seconds, min_calls, max_calls), Samples,
+                             seconds * 20 + servers.timeout)
+        if answer is None:
+            return
+        samples, stopped = np.load(answer.file), answer.stopped
+    t = timed[name]
+    t.samples.setdefault(i, []).append(samples)
+    t.medians.setdefault(i, []).append(float(np.median(samples)) / 1e6)
+    t.capped[i] = t.capped.get(i, False) or stopped == "max_iters"
+
+
+def _rounds_until_decided(servers: Servers, timed: dict[str, Timed], unsupported: dict[str, set[int]], i: int,
+                          here: Sequence[str], rounds: int, plan: tuple[float, int, int], progress, at: str) -> None:
+    """Sequential rounds against a baseline: each new runner whose ratio to its baseline (timed in the same
+    rounds) is not yet decided gets one more round with its baseline, in rotating order, until every pair is
+    decided or has had SEQUENTIAL_CAP x `rounds` rounds."""
+    from ..measure.pairing import SEQUENTIAL_CAP, new_over_base, paired_ratio, round_orders
+    from ..report.regression import paired_decided
+
+    pairs = [(n, BASELINE_PREFIX + n) for n in here if BASELINE_PREFIX + n in here]
+
+    def undecided() -> list[str]:
+        names = []
+        for new, base in pairs:
+            a, b = timed[new].samples.get(i, []), timed[base].samples.get(i, [])
+            if not a or len(a) != len(b) or new not in servers.alive or base not in servers.alive:
+                continue  # a worker failed: that pair has no ratio to decide
+            if len(a) >= SEQUENTIAL_CAP * rounds:
+                continue
+            _, low, high = new_over_base(paired_ratio(a, b, None, new, base), new)
+            base_ms = float(np.median(np.concatenate(b))) / 1e6
+            if not paired_decided(low, high, base_ms):
+                names += [new, base]
+        return names
+
+    extra = 0
+    while names := undecided():
+        if extra == 0:
+            progress(f"paired benchmark: {len(names) // 2} ratio(s) against the baseline undecided after {rounds} "
+                     f"rounds{at}: more rounds, up to {SEQUENTIAL_CAP * rounds}")
+        for name in round_orders(names, extra + 1)[-1]:
+            _time_slice(servers, {}, timed, unsupported, i, name, plan, progress, at)
+        extra += 1
+
+
 def pairing_result(mode: str, reason: str, timed: dict[str, Timed], feeds, rounds: int, bench,
                    failures: dict[str, tuple[str, str]], peak: PeakFigure | None) -> Pairing:
-    """The Pairing record: every ratio at every size, the peak, and the failures."""
-    from ..measure.pairing import all_ratios, slice_plan
+    """The Pairing record: every ratio at every size (between runners over the `rounds` all had; a new
+    runner against its baseline over every round the pair had), the peak, and the failures."""
+    from ..measure.pairing import all_ratios, paired_ratio, slice_plan, with_rounds
 
     ratios, against_baseline = [], []
     for i, (batch, _) in enumerate(feeds):
-        complete = {n: t.samples[i] for n, t in timed.items() if len(t.samples.get(i, [])) == rounds}
+        complete = {n: t.samples[i] for n, t in timed.items() if len(t.samples.get(i, [])) >= rounds}
         new = {n: s for n, s in complete.items() if not n.startswith(BASELINE_PREFIX)}
         if len(new) > 1:
-            ratios += all_ratios(new, batch)
+            ratios += all_ratios({n: s[:rounds] for n, s in new.items()}, batch)
         for name in new:  # each new artifact against its own baseline only, timed in the same rounds
             base = BASELINE_PREFIX + name
             if base in complete:
-                against_baseline += all_ratios({name: complete[name], base: complete[base]}, batch)
+                shared = min(len(complete[name]), len(complete[base]))
+                against_baseline.append(with_rounds(paired_ratio(complete[name][:shared], complete[base][:shared],
+                                                                 batch, name, base), shared))
     return Pairing(mode=mode, reason=reason, rounds=rounds, slice_s=slice_plan(bench.bench_time, bench.min_iters,
                                                                                bench.max_iters, rounds)[0],
                    ratios=ratios, peak_gflops=peak.gflops if peak else None, peak_how=peak.how if peak else "",

@@ -99,3 +99,57 @@ def test_a_baseline_directory_that_is_not_one_is_one_line_and_exit_2(baseline, t
     assert "is missing" in errors["missing"] and "overlaps --out" in errors["overlap"], errors
     assert tree(forged) == before
     assert not (tmp_path / "new" / "results.json").exists()
+
+
+def zoo_gate(out: Path, env: dict | None = None):
+    """The paired zoo gate on one small model and backend, its baseline exported by HEAD's committed code."""
+    import os
+    import subprocess
+    import sys
+
+    from ..conftest import REPO
+
+    cmd = [sys.executable, "-m", "benchmarks.zoo", "--baseline-ref", "HEAD", "--quick", "--models", "mlp",
+           "--backends", "xla", "--out", str(out), "--paired-slowdown", "1.3", "--junit", str(out / "junit.xml")]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
+
+
+def test_the_zoo_gate_times_a_commits_own_artifacts_beside_the_new_ones(tmp_path):
+    import subprocess
+
+    from benchmarks.zoo import resolve_ref
+
+    from ..conftest import REPO
+
+    if resolve_ref(REPO, "HEAD")[0] is None:
+        pytest.skip("a clone without history: the zoo gate falls back to cross-run (its own test below)")
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    proc = zoo_gate(tmp_path / "same")  # this tree against HEAD's code: the same artifacts, nothing flagged
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    combined = json.loads((tmp_path / "same" / "zoo-results.json").read_text())
+    assert combined["baseline_ref"]["commit"] == head and not combined["baseline_ref"]["failed"]
+    assert combined["models"]["mlp"]["pairing"]["baseline_ratios"]  # timed in the same rounds, not cross-run
+    [gate] = [x for x in proc.stdout.splitlines() if "latency (paired A/B" in x]
+    assert gate.split()[0] == "ok" and "rounds each" in gate
+    assert not (tmp_path / "same" / "baseline-ref" / "src").exists()  # the commit's tree goes once it exported
+    proc = zoo_gate(tmp_path / "slowed", env={PLANTED_ENV: "2"})  # every timed call of the new artifacts 2x
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [gate] = [x for x in proc.stdout.splitlines() if "REGRESSION" in x]
+    assert "latency (paired A/B" in gate and "[paired A/B]" in gate
+    case = next(c for c in ET.parse(tmp_path / "slowed" / "junit.xml").getroot() if c.find("failure") is not None)
+    assert case.find("properties/property").attrib == {"name": "comparison", "value": "paired A/B"}
+
+
+def test_a_clone_without_history_names_why_the_zoo_gate_is_cross_run(tmp_path):
+    import subprocess
+
+    from benchmarks.zoo import resolve_ref
+
+    from ..conftest import REPO
+
+    shallow = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--depth", "1", f"file://{REPO}", str(shallow)], check=True,
+                   capture_output=True)
+    assert resolve_ref(shallow, "auto") == (None, "a shallow clone (no history)")
+    commit, why = resolve_ref(REPO, "no-such-ref")
+    assert commit is None and "no-such-ref" in why

@@ -136,3 +136,37 @@ def test_workers_started_before_the_target_is_built_are_adopted_by_its_compare_a
     results = compare(examples.mlp(), config("b"), target_spec="multiexport.examples:mlp", early_workers=other)
     assert results.pairing.mode == "paired" and results.backends["xla"].status is Status.OK
     assert all(proc.poll() is not None for proc in workers) and not other.servers.work.exists()
+
+
+def test_the_signed_rank_interval_is_wilcoxons_and_covers_as_it_says():
+    import numpy as np
+
+    from multiexport.measure.pairing import _signed_rank_critical, signed_rank_interval
+
+    # the exact null distribution's lower 2.5% critical values (Wilcoxon's table): none below n = 6
+    assert [_signed_rank_critical(n, 0.025) for n in (5, 6, 10, 15, 20)] == [-1, 0, 8, 25, 52]
+    rng = np.random.default_rng(7)
+    covered = sum(lo <= 0 <= hi for _, lo, hi in (signed_rank_interval(rng.standard_t(3, 15)) for _ in range(2000)))
+    assert 0.935 <= covered / 2000 <= 0.97  # 95% nominal (the discrete distribution: 95.2% exactly at n = 15)
+    centre, lo, hi = signed_rank_interval([1.0, 2.0, 3.0])  # too few for 95%: the whole range of Walsh averages
+    assert (centre, lo, hi) == (2.0, 1.0, 3.0)
+
+
+def test_a_paired_ratio_is_judged_per_round_and_one_disturbed_round_barely_moves_it():
+    import numpy as np
+
+    from multiexport.measure.pairing import new_over_base, paired_ratio
+
+    rng = np.random.default_rng(3)
+    drift = np.exp(rng.normal(0, 0.3, 15))  # the machine's state per round, shared by both in a round: cancels
+    base = [d * rng.lognormal(0, 0.02, 200) for d in drift]
+    new = [1.2 * d * rng.lognormal(0, 0.02, 200) for d in drift]
+    r = paired_ratio(new, base, 8, "onnx", "baseline:onnx")
+    assert (r.faster, r.slower, r.batch) == ("baseline:onnx", "onnx", 8) and r.significant
+    assert 1.18 < r.ratio < 1.22 and 1.1 < r.ci95_low <= r.ratio <= r.ci95_high < 1.3
+    disturbed = [x * (10 if k == 4 else 1) for k, x in enumerate(new)]  # another process took one round's slice
+    ratio, low, high = new_over_base(paired_ratio(disturbed, base, 8, "onnx", "baseline:onnx"), "onnx")
+    assert 1.18 < ratio < 1.23 and low > 1.1
+    # the other way round: recorded as the baseline being slower, read back as new / baseline
+    ratio, low, high = new_over_base(paired_ratio(base, new, 8, "onnx", "baseline:onnx"), "onnx")
+    assert 1 / 1.22 < ratio < 1 / 1.18 and low <= ratio <= high < 1

@@ -15,9 +15,11 @@ from multiexport.report.regression import (
     CROSS_RUN_TINY,
     PAIRED,
     PAIRED_TINY,
+    aggregate_latency,
     diff_results,
     junit,
     markdown,
+    paired_decided,
     publish,
     terminal,
 )
@@ -203,3 +205,41 @@ def test_diff_reads_a_results_json_of_multiexport_0_1_across_the_schema_change(t
         (b, "parity out.logits") for b in drifted | {"onnx"})
     refused = run_cli("report", LEGACY)
     assert refused.returncode == 2 and "multiexport.results/1" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_paired_verdict_says_how_many_rounds_and_when_more_are_needed():
+    import re
+
+    d = diff_results(results_like(), paired(1.12, 1.2, 1.3))
+    [check] = [c for c in d.checks if c.check.startswith("latency")]
+    # the pairing's 5 rounds (a results file without a per-ratio count says "at least" them)
+    assert re.search(r"paired A/B over (at least )?5 rounds", check.detail) and (check.low, check.high) == (1.12, 1.3)
+    case = next(c for c in ET.fromstring(junit(d)) if c.attrib["name"] == "latency@8")
+    props = {p.attrib["name"]: p.attrib["value"] for p in case.iter("property")}
+    assert props["comparison"] == "paired A/B" and ("rounds" not in props or props["rounds"] == "5")
+    # decided: wholly above the threshold (a regression) or wholly below it; else the rounds go on
+    assert paired_decided(PAIRED + 0.01, 1.3, 1.0) and paired_decided(0.9, PAIRED - 0.01, 1.0)
+    assert not paired_decided(0.98, PAIRED + 0.01, 1.0) and not paired_decided(PAIRED - 0.01, 1.3, 1.0)
+    assert paired_decided(0.9, PAIRED_TINY - 0.01, 0.01) and not paired_decided(0.9, PAIRED_TINY - 0.01, 1.0)
+
+
+def test_a_suite_gates_paired_entries_per_backend_apart_from_cross_run_ones():
+    from multiexport.report.regression import Check, Diff
+
+    def entry(model, ratio, low, kind="paired A/B"):
+        return Check(f"{model}/onnx", "latency@8", "ok", "intervals overlap", 0.1, 0.1 * ratio, ratio, kind,
+                     15 if kind == "paired A/B" else None, low if kind == "paired A/B" else None, None)
+
+    noise = [entry(m, r, lo) for m, r, lo in (("a", 1.04, 0.99), ("b", 0.97, 0.93), ("c", 1.08, 0.98))]
+    slow = [entry(m, 1.2, 1.1) for m in "abc"]
+    cross = [entry("a", 1.3, None, "cross-run")]
+    group = {"group": lambda backend: backend.split("/", 1)[-1]}
+    ok = aggregate_latency(Diff(noise + cross), 2.5, **group)
+    gates = {c.check: c for c in ok.checks if c.check.startswith("latency (")}
+    assert set(gates) == {"latency (paired A/B, geometric mean of 3)", "latency (geometric mean of 1)"}
+    assert ok.exit_code == 0 and gates["latency (paired A/B, geometric mean of 3)"].kind == "paired A/B"
+    assert "15-15 rounds each" in gates["latency (paired A/B, geometric mean of 3)"].detail
+    caught = aggregate_latency(Diff(slow + cross), 2.5, **group)
+    assert [(c.check, c.kind) for c in caught.regressions] == [("latency (paired A/B, geometric mean of 3)", "paired A/B")]
+    # one entry slower beyond its interval of three is not the backend: half of them must be
+    assert aggregate_latency(Diff(slow[:1] + noise[1:]), 2.5, paired_slowdown=1.01, **group).exit_code == 0
