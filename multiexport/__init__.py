@@ -3,14 +3,30 @@ every input and output named, and check that each format computes the same numbe
 
 The Python API is the engine the command line calls: `compare`, `export`, `load`, `signature`, `describe`,
 `register_backend`, with their config and result types (`CompareConfig`, `BenchConfig`, `ExportOptions`,
-`Results`, `Artifact`, `Runner`).
+`Results`, `Artifact`, `Runner`). Every verb takes a function with its example arguments, a `Target` or a
+TARGET string alike, and returns an object with the next verbs on it:
+
+    exported = multiexport.export(f, params, batch, backend="onnx", out_dir="out/onnx")
+    outputs = exported.run()              # named outputs, the artifact run from disk
+    results = exported.compare()          # parity against jax.jit and latency
 
 Importing this package imports no JAX or backend library; they load when a function needs them.
 """
 
 from __future__ import annotations
 
-from .api import as_target, compare, describe, export, load, register_backend, signature, target_spec
+from .api import (
+    Exported,
+    TargetSignature,
+    as_target,
+    compare,
+    describe,
+    export,
+    load,
+    register_backend,
+    signature,
+    target_spec,
+)
 from .comparison import CompareConfig, CompareOptions
 from .errors import (
     ArtifactError,
@@ -42,6 +58,7 @@ __all__ = [
     "CompareConfig",
     "CompareOptions",
     "ExportOptions",
+    "Exported",
     "Results",
     "RunOptions",
     "Runner",
@@ -56,6 +73,7 @@ __all__ = [
     "RunError",
     "SignatureError",
     "Target",
+    "TargetSignature",
     "TargetError",
     "UsageError",
     "__version__",

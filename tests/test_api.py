@@ -101,3 +101,88 @@ def test_a_closed_runner_releases_its_runtime_and_refuses_calls(tmp_path):
     with pytest.raises(multiexport.RunError, match="closed runner"):
         runner(feed)
     runner.close()  # twice is harmless
+
+
+# One calling convention (issue 47, item 8): a function with its example arguments, a Target, or a TARGET
+# string, alike, for every verb; each returns an object with the next verbs on it.
+
+def _mlp(params, x):
+    return {"y": x @ params["w"] + params["b"]}
+
+
+def _mlp_args():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return ({"w": rng.normal(size=(4, 3)).astype(np.float32), "b": rng.normal(size=3).astype(np.float32)},
+            rng.normal(size=(2, 4)).astype(np.float32))
+
+
+def _three_forms():
+    params, x = _mlp_args()
+    return {"function": (_mlp, params, x), "target": (multiexport.Target(_mlp, args=(params, x)),),
+            "string": ("multiexport.examples:seed",)}
+
+
+@pytest.mark.parametrize("form", ["function", "target", "string"])
+def test_signature_takes_every_form_and_returns_a_signature_with_the_next_verbs(form, tmp_path):
+    sig = multiexport.signature(*_three_forms()[form])
+    assert isinstance(sig, multiexport.Signature) and isinstance(sig, multiexport.TargetSignature)
+    names = {"function": ["params.b", "params.w", "x"], "target": ["params.b", "params.w", "x"],
+             "string": ["foo.bar", "foo.baz"]}[form]
+    assert [leaf.name for leaf in sig.inputs] == names
+    exported = sig.export(out_dir=tmp_path / "a", backend="xla")
+    assert isinstance(exported, multiexport.Exported) and exported.manifest.backend == "xla"
+    assert [leaf.name for leaf in exported.manifest.inputs] == names
+    assert [row["name"] for row in sig.describe()["inputs"]] == names
+
+
+@pytest.mark.parametrize("form", ["function", "target", "string"])
+def test_export_takes_every_form_and_the_artifact_runs_from_disk(form, tmp_path):
+    import numpy as np
+
+    exported = multiexport.export(*_three_forms()[form], backend="xla", out_dir=tmp_path / "a")
+    assert isinstance(exported, multiexport.Artifact) and exported.directory == tmp_path / "a"
+    outputs = exported.run()  # the artifact's own example inputs
+    if form != "string":
+        params, x = _mlp_args()
+        np.testing.assert_allclose(outputs["out.y"], x @ params["w"] + params["b"], rtol=1e-5)
+        zeros = {"params.w": params["w"], "params.b": params["b"], "x": np.zeros_like(x)}
+        np.testing.assert_allclose(exported.run(zeros)["out.y"], np.broadcast_to(params["b"], (2, 3)), rtol=1e-6)
+    with multiexport.load(exported) as runner:  # load takes the Artifact itself too
+        assert set(runner(dict(np.load(tmp_path / "a" / "example_inputs.npz")))) == set(outputs)
+
+
+def test_the_call_of_the_release_before_still_works(tmp_path):
+    target = multiexport.Target(_mlp, args=_mlp_args())
+    assert multiexport.export(target, tmp_path / "a").manifest.backend == "xla"  # export(target, out_dir)
+    assert multiexport.export(target, tmp_path / "b", "onnx").manifest.backend == "onnx"  # (target, out_dir, backend)
+    assert multiexport.export(target, tmp_path / "c", backend="xla").backend == "xla"
+
+
+def test_an_ambiguous_export_call_is_a_type_error_that_says_what_to_write(tmp_path):
+    params, x = _mlp_args()
+    target = multiexport.Target(_mlp, args=(params, x))
+    with pytest.raises(TypeError, match="missing out_dir.*give out_dir= and backend= by keyword"):
+        multiexport.export(_mlp, params, x, tmp_path / "a")  # a path among a function's example arguments
+    with pytest.raises(TypeError, match="multiple values for 'out_dir'"):
+        multiexport.export(target, tmp_path / "a", out_dir=tmp_path / "b")
+    with pytest.raises(TypeError, match="multiple values for 'backend'"):
+        multiexport.export(target, tmp_path / "a", "onnx", backend="xla")
+    with pytest.raises(TypeError, match="at most out_dir and backend"):
+        multiexport.export(target, tmp_path / "a", "xla", "extra")
+    with pytest.raises(multiexport.TargetError, match="example arguments with a TARGET string"):
+        multiexport.signature("multiexport.examples:seed", x)
+    with pytest.raises(multiexport.TargetError, match="extra example arguments"):
+        multiexport.signature(target, x)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_compare_takes_a_function_with_its_arguments_and_an_export_compares_itself(tmp_path):
+    params, x = _mlp_args()
+    results = multiexport.compare(_mlp, params, x, backends=["xla"], out_dir=tmp_path / "c", bench=None, trials=1)
+    assert results.backends["xla"].status is multiexport.Status.OK
+    exported = multiexport.export(_mlp, params, x, backend="onnx@fp16", out_dir=tmp_path / "a")
+    again = exported.compare(out_dir=tmp_path / "again", bench=None, trials=1)
+    assert list(again.backends) == ["onnx@fp16"]  # the same format at the same precision
+    assert (tmp_path / "again" / "results.json").is_file()

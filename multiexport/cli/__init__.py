@@ -8,50 +8,53 @@ command that needs them, so `multiexport --help` works with the core alone.
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
 from typing import Sequence
 
 from ..errors import INTERNAL_EXIT, Interrupted, MultiexportError
+from ..exporting.outdir import path_error
+from ..files.temporary import remove_orphaned
+from ..files.text import visible
+from ..system.exits import TargetExited, exit_now, target_cannot_exit
+from ..system.process import stop_on_signals
+from ..versions import __version__
+from . import commands, sweep_commands
+from .parser import build_parser
 
 
 def entry() -> None:
     """The `multiexport` command: `main`, then exit at once. Every result is written and closed by then;
     the interpreter's teardown of the frameworks (~0.7 s for jax) would only make the shell wait."""
-    import logging
-
-    from ..system.exits import exit_now
-
     code = main()
     logging.shutdown()
     exit_now(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .parser import build_parser
-
     _tolerant_streams()
 
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
-        from ..versions import __version__
-
         print(f"multiexport {__version__}")
         return 0
     if args.command is None:
         parser.print_help()
         return 2
-    from ..files.temporary import remove_orphaned
-    from ..system.exits import TargetExited, target_cannot_exit
-    from ..system.process import stop_on_signals
-
+    handler = getattr(commands, args.handler, None) or getattr(sweep_commands, args.handler)
     remove_orphaned()  # what an earlier run killed outright (kill -9) could not remove itself
     _absolute_paths(args)
     try:
         # SIGTERM, SIGHUP, SIGINT: children killed, temporaries removed, 128+N; the target's os._exit an error
         with stop_on_signals(), target_cannot_exit():
             try:
-                return args.handler(args) or 0
+                return handler(args) or 0
             except SystemExit as exc:  # the target's sys.exit (argparse is done): never read as a verdict
                 raise TargetExited(f"Target | called sys.exit({exc.code!r}) while multiexport was running it, "
                                    "expected it to return: nothing was checked") from None
@@ -67,8 +70,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("multiexport: interrupted; finished results (if any) were written before stopping", file=sys.stderr)
         return 130
     except OSError as exc:
-        from ..exporting.outdir import path_error
-
         mapped = path_error(exc)
         if args.debug or not isinstance(mapped, MultiexportError):
             return _internal(args, exc)
@@ -81,10 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _absolute_paths(args) -> None:
     """The paths of a command that builds a target made absolute now, against the directory the command
     started in (args.cwd): the target's factory may change the working directory (os.chdir), and must not
-    move --out (or the default one) with it. The TARGET file the workers import: see commands.spec."""
-    import os
-    from pathlib import Path
-
+    move --out-dir (or the default one) with it. The TARGET file the workers import: see commands.spec."""
     args.cwd = Path.cwd()
     if args.command not in ("compare", "export", "signature"):
         return  # nothing of the user's runs before their paths are used
@@ -119,17 +117,10 @@ def _internal(args, exc: BaseException) -> int:
 
 def _one_line(exc: BaseException) -> str:
     """The error as one line, every control or bidirectional character in a name it quotes escaped."""
-    from ..files.text import visible
-
     return " ".join(visible(exc).split())
 
 
 def _save_traceback() -> str:
-    import os
-    import tempfile
-    import time
-    import traceback
-
     text = traceback.format_exc()
     try:
         fd, path = tempfile.mkstemp(prefix=f"multiexport-crash-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".txt")

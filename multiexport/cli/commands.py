@@ -3,15 +3,45 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..api import BUILD_STEP, describe, export, load, target_spec
+from ..comparison import CompareConfig, compare
+from ..comparison.baseline import gate_inputs
+from ..comparison.timing import start_early
+from ..errors import BackendUnavailable, MultiexportError, UsageError
+from ..exporting.manifest import Manifest
+from ..exporting.options import check_run_device
+from ..exporting.precision import split_variant
+from ..exporting.registry import backend_class, names as backend_names, registered
+from ..files.npz import load_npz, save_npz
 from ..files.owned import check_overwritable
+from ..files.paths import safe_component
 from ..files.text import visible
+from ..leaves import load_target as load_named_target
+from ..leaves.factory_cache import FactoryCache
+from ..leaves.target import DEFAULT_TARGET
+from ..measure.accuracy import parse_accuracy
+from ..measure.bench import BenchConfig
+from ..measure.inputs import parse_dim_sizes, parse_val_ranges
+from ..measure.timeline import Timeline
+from ..measure.tolerance import parse_tolerances
+from ..native.bundle import bundle
+from ..native.run import print_command, run as run_native
+from ..preflight import check_jax_environment
+from ..report.regression import check_thresholds, diff_results, publish
+from ..report.render import write_reports
+from ..report.screenshot import screenshot
+from ..results import load_results
+from ..run.devices import keep_jax_off_the_tpu
+from ..system.orphans import adopt_orphans, stop_leftovers
+from .output import err_console, plain, print_export, print_outputs, print_results, print_signature
+from .sweep_commands import diff_sweep_dirs
 
 
 @contextlib.contextmanager
@@ -23,12 +53,9 @@ def target_output_to_stderr():
 
 def load_target(spec: str | None, cache=None):
     """The TARGET; with `cache` (a FactoryCache), what its factory compiles is recorded for the workers."""
-    from ..leaves import load_target as load
-    from ..preflight import check_jax_environment
-
     check_jax_environment()
     with target_output_to_stderr():
-        return load(spec) if cache is None else cache.load(spec)
+        return load_named_target(spec) if cache is None else cache.load(spec)
 
 
 def split(text: str) -> list[str]:
@@ -51,9 +78,6 @@ def backend_options(specs: list[str], backends: list[str]) -> dict[str, dict[str
 
 
 def cmd_signature(args) -> int:
-    from ..api import describe
-    from .output import print_signature
-
     target = load_target(args.target)
     with target_output_to_stderr():
         data = describe(target, keep_unused=args.keep_unused)
@@ -65,13 +89,8 @@ def cmd_signature(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from ..api import export
-    from ..exporting.precision import split_variant
-    from ..exporting.registry import backend_class
-    from ..measure.inputs import parse_dim_sizes
-    from ..run.devices import keep_jax_off_the_tpu
-    from .output import print_export
-
+    if args.out_dir is None:
+        raise UsageError("Option '--out-dir' | missing, expected the artifact directory to write: --out-dir DIR")
     backend_class(args.backend)  # an unknown name is a usage error before any work
     platforms = split(args.platforms) if args.platforms else None
     if args.device == "gpu":
@@ -83,7 +102,7 @@ def cmd_export(args) -> int:
     static = parse_dim_sizes(args.static_sizes)
     target = load_target(args.target)
     with target_output_to_stderr():
-        artifact = export(target, args.out, args.backend, keep_unused=args.keep_unused, platforms=platforms,
+        artifact = export(target, out_dir=args.out_dir, backend=args.backend, keep_unused=args.keep_unused, platforms=platforms,
                           external_weights=args.external_weights, static_sizes=static, backend_options=options,
                           precision=args.precision, calibration=args.calibration)
     print_export(artifact)
@@ -93,33 +112,32 @@ def cmd_export(args) -> int:
 def _runs_on_jax(backend: str) -> bool:
     """Whether the backend's runner imports JAX (its `runtime_modules`), so XLA_FLAGS and JAX_PLATFORMS are checked
     before it starts; an unknown backend is left to `load`, which says so."""
-    from ..errors import BackendUnavailable
-    from ..exporting.registry import backend_class
-
     try:
         return "jax" in backend_class(backend).runtime_modules
     except BackendUnavailable:
         return False
 
 
-def cmd_run(args) -> int:
-    from ..api import load
-    from ..exporting.manifest import Manifest
-    from ..exporting.options import check_run_device
-    from ..files.npz import load_npz, save_npz
-    from .output import print_outputs
+def _check_save_outputs(path: Path | None) -> None:
+    """Before any work: --save-outputs names a file, and never one of the user's that it would replace."""
+    if path is not None and path.is_dir():
+        raise UsageError(f"Option '--save-outputs' | '{path}' is a directory, expected a file name such as out.npz")
+    if path is not None:
+        check_overwritable(path, "Option '--save-outputs'")
 
+
+def _wrote(path: Path, outputs: dict) -> None:
+    save_npz(path, outputs)
+    print(visible(f"wrote {len(outputs)} outputs to {path}: {', '.join(outputs)}"))
+
+
+def cmd_run(args) -> int:
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
-    if args.out is not None and args.out.is_dir():
-        raise UsageError(f"Option '--out' | '{args.out}' is a directory, expected a file name such as out.npz")
-    if args.out is not None:  # before any work: a file of the user's is never replaced
-        check_overwritable(args.out, "Option '--out'")
+    _check_save_outputs(args.save_outputs)
     manifest = Manifest.read(args.artifact)
     check_run_device(manifest, args.device, f"Artifact '{args.artifact}'")  # one line before any runtime loads
     if _runs_on_jax(manifest.backend):
-        from ..preflight import check_jax_environment
-
         check_jax_environment()
     inputs_path = args.inputs
     if inputs_path is None:
@@ -129,20 +147,14 @@ def cmd_run(args) -> int:
     feed = load_npz(inputs_path)
     runner = load(args.artifact, device=args.device, threads=args.threads, trust_artifact=args.trust_artifact)
     outputs = runner(feed)
-    if args.out:
-        save_npz(args.out, outputs)
-        print(visible(f"wrote {len(outputs)} outputs to {args.out}: {', '.join(outputs)}"))
+    if args.save_outputs:
+        _wrote(args.save_outputs, outputs)
         return 0
     print_outputs(manifest, outputs)
     return 0
 
 
 def cmd_native(args) -> int:
-    from ..exporting.manifest import Manifest
-    from ..files.npz import load_npz, save_npz
-    from ..native.run import print_command, run
-    from .output import print_outputs
-
     for name in ("iters", "warmup"):
         if getattr(args, name) < 0:
             raise UsageError(f"Option '--{name}' | got {getattr(args, name)}, expected an integer >= 0")
@@ -150,14 +162,11 @@ def cmd_native(args) -> int:
         raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
     if args.bundle is not None:
         return _native_bundle(args)
-    if args.out is not None and args.out.is_dir():
-        raise UsageError(f"Option '--out' | '{args.out}' is a directory, expected a file name such as out.npz")
-    if args.out is not None:  # before any work: a file of the user's is never replaced
-        check_overwritable(args.out, "Option '--out'")
-    kwargs = dict(threads=args.threads, plugin=args.plugin, trust_artifact=args.trust_artifact, device=args.device)
+    _check_save_outputs(args.save_outputs)
+    kwargs = dict(threads=args.threads, plugin=args.pjrt_plugin, trust_artifact=args.trust_artifact, device=args.device)
     if args.print_command:
-        if args.inputs or args.out or args.iters:
-            raise UsageError("Option '--print-command' | got --inputs/--out/--iters too, expected it alone: the line "
+        if args.inputs or args.save_outputs or args.iters:
+            raise UsageError("Option '--print-command' | got --inputs/--save-outputs/--iters too, expected it alone: the line "
                              "runs on the artifact's example inputs in inputs/ (put your own .npy files there)")
         print(visible(print_command(args.artifact, **kwargs), keep_newlines=True))
         return 0
@@ -166,11 +175,10 @@ def cmd_native(args) -> int:
         if "example_inputs" not in manifest.files:
             raise UsageError(f"Artifact '{args.artifact}' | has no example_inputs.npz, expected --inputs FILE.npz")
         args.inputs = manifest.path(args.artifact, "example_inputs")
-    result = run(args.artifact, load_npz(args.inputs), iters=args.iters, warmup=args.warmup, timeout=args.timeout,
+    result = run_native(args.artifact, load_npz(args.inputs), iters=args.iters, warmup=args.warmup, timeout=args.timeout,
                  **kwargs)
-    if args.out:
-        save_npz(args.out, result.outputs)
-        print(visible(f"wrote {len(result.outputs)} outputs to {args.out}: {', '.join(result.outputs)}"))
+    if args.save_outputs:
+        _wrote(args.save_outputs, result.outputs)
     else:
         print_outputs(manifest, result.outputs)
     if result.timing:
@@ -181,12 +189,11 @@ def cmd_native(args) -> int:
 
 
 def _native_bundle(args) -> int:
-    from ..native.bundle import bundle
-
-    if args.inputs or args.out or args.iters or args.print_command or args.threads:
-        raise UsageError("Option '--bundle' | got --inputs/--out/--iters/--threads/--print-command too, expected it "
-                         "alone (or with --plugin, --trust-artifact): OUT/run.sh passes its arguments to the program")
-    made = bundle(args.artifact, args.bundle, plugin=args.plugin, trust_artifact=args.trust_artifact, timeout=args.timeout)
+    if args.inputs or args.save_outputs or args.iters or args.print_command or args.threads:
+        raise UsageError("Option '--bundle' | got --inputs/--save-outputs/--iters/--threads/--print-command too, "
+                         "expected it alone (or with --pjrt-plugin, --trust-artifact): DIR/run.sh passes its arguments "
+                         "to the program")
+    made = bundle(args.artifact, args.bundle, plugin=args.pjrt_plugin, trust_artifact=args.trust_artifact, timeout=args.timeout)
     print(visible(made.summary()))
     return 0
 
@@ -197,14 +204,6 @@ def compare_config(args, backends_known: bool = True):
     backends_known=False validates every other option first, before the target is imported (a target file
     may register backends of its own, so names are checked once it is loaded).
     """
-    from ..comparison import CompareConfig
-    from ..exporting.registry import names as backend_names
-    from ..files.npz import load_npz
-    from ..measure.accuracy import parse_accuracy
-    from ..measure.bench import BenchConfig
-    from ..measure.inputs import parse_dim_sizes, parse_val_ranges
-    from ..measure.tolerance import parse_tolerances
-
     batch_sizes = None
     if args.batch_sizes is not None:
         try:
@@ -225,31 +224,20 @@ def compare_config(args, backends_known: bool = True):
         args.loaded_inputs = load_npz(args.inputs)
     inputs = getattr(args, "loaded_inputs", None)
     return CompareConfig(
-        backends=tuple(backends), out_dir=args.out, trials=args.trials, seed=args.seed,
+        backends=tuple(backends), out_dir=args.out_dir, trials=args.trials, seed=args.seed,
         val_ranges=parse_val_ranges(args.val_range), dim_sizes=parse_dim_sizes(args.dim_sizes),
         tolerances=parse_tolerances(args.tol), inputs=inputs, reference=args.reference,
         keep_unused=args.keep_unused, external_weights=args.external_weights,
         backend_options=backend_options(args.backend_option, list(backends)) if backends_known else {},
         device=args.device, matmul_precision=args.matmul_precision, platforms=tuple(split(args.platforms or '')) or None,
         threads=args.threads, timeout=args.timeout, bench=bench, batch_sizes=batch_sizes, export_jobs=args.export_jobs,
-        native=args.native, native_plugin=str(args.native_plugin) if args.native_plugin else None,
+        native=args.native, native_plugin=str(args.pjrt_plugin) if args.pjrt_plugin else None,
         paired=not args.sequential, rounds=args.rounds, floor=args.floor,
-        precisions=tuple(split(args.precision)), calibration=args.calibration,
+        precisions=tuple(split(args.precisions)), calibration=args.calibration,
         accuracy=dict(parse_accuracy(a) for a in args.accuracy))
 
 
 def cmd_compare(args) -> int:
-    import dataclasses
-
-    from ..api import BUILD_STEP
-    from ..comparison.timing import start_early
-    from ..exporting.registry import names as backend_names
-    from ..leaves.factory_cache import FactoryCache
-    from ..measure.timeline import Timeline
-    from ..report.regression import check_thresholds
-    from ..run.devices import keep_jax_off_the_tpu
-    from ..system.orphans import adopt_orphans, stop_leftovers
-
     keep_jax_off_the_tpu()  # one process owns a TPU: this one and the CPU workers run JAX on the CPU
     check_thresholds(args.max_slowdown, args.max_parity_drift)
     pre = compare_config(args, backends_known=False)  # every option but the backend names, before the target loads
@@ -273,35 +261,21 @@ def cmd_compare(args) -> int:
 def spec(args) -> str:
     """The TARGET string for the workers: a file made absolute against where the command started (the
     workers start wherever the target's factory left the working directory)."""
-    from ..api import target_spec
-    from ..leaves.target import DEFAULT_TARGET
-
     return target_spec(args.target or DEFAULT_TARGET, getattr(args, "cwd", None))
 
 
 def requested_backends(args) -> list[str]:
-    from ..exporting.registry import names as backend_names
-
     return backend_names() if args.backends == "all" else split(args.backends)
 
 
 def _compare(args, target, start: float, early_workers, timeline) -> int:
-    import dataclasses
-
-    from ..comparison import compare
-    from .output import err_console, plain, print_results
-
-    if args.out is None:  # the default beside where the command started, wherever the factory moved the cwd
-        from ..files.paths import safe_component
-
-        args.out = getattr(args, "cwd", Path.cwd()) / "multiexport-out" / safe_component(target.name)
+    if args.out_dir is None:  # the default beside where the command started, wherever the factory moved the cwd
+        args.out_dir = getattr(args, "cwd", Path.cwd()) / "multiexport-out" / safe_component(target.name)
     config = compare_config(args)
     allow = split(args.allow_fail)
     unknown = [b for b in allow if b not in config.backends]
     if unknown:
         raise UsageError(f"Option '--allow-fail' | names '{unknown[0]}', expected one of {', '.join(config.backends)}")
-    from ..comparison.baseline import gate_inputs
-
     baseline, beside, said = gate_inputs(args.baseline, args.baseline_artifacts, config.backends, config.out_dir)
     gated = args.baseline is not None or args.baseline_artifacts is not None
     if beside is not None:  # the baseline's artifacts timed in the same rounds: the paired A/B
@@ -338,47 +312,31 @@ def _compare(args, target, start: float, early_workers, timeline) -> int:
 
 def _gate(baseline, current, args) -> int:
     """Diff against a baseline, print and publish it; returns 1 on a regression."""
-    from ..report.regression import diff_results, publish
-
     d = diff_results(baseline, current, max_slowdown=args.max_slowdown, max_parity_drift=args.max_parity_drift)
     print(publish(d, args.junit))
     return d.exit_code
 
 
 def cmd_diff(args) -> int:
-    from ..report.regression import check_thresholds
-    from ..results import load_results
-
     if args.sweep:
-        from .sweep_commands import diff_sweep_dirs
-
         return diff_sweep_dirs(args)
-
     check_thresholds(args.max_slowdown, args.max_parity_drift)
     # A baseline from multiexport 0.1 (schema 1) is read too: a diff across the upgrade is what it is for.
     return _gate(load_results(args.baseline, legacy=True), load_results(args.current, legacy=True), args)
 
 
 def cmd_report(args) -> int:
-    from ..report.render import write_reports
-    from ..results import load_results
-
     if args.screenshot:  # refused before the reports are written, not after
         check_overwritable(args.screenshot, "Option '--screenshot'")
-    md, page = write_reports(load_results(args.results), args.out or args.results.parent, source=args.results)
+    md, page = write_reports(load_results(args.results), args.out_dir or args.results.parent, source=args.results)
     print(visible(f"wrote {md} and {page}"))
     if args.screenshot:
-        from ..report.screenshot import screenshot
-
         requests = screenshot(page, args.screenshot)
         print(f"wrote {args.screenshot}" + (f"; the page requested {requests}" if requests else "; no network requests"))
     return 0
 
 
 def cmd_backends(args) -> int:
-    from ..errors import MultiexportError
-    from ..exporting.registry import backend_class, registered
-
     for name, where in registered().items():
         try:
             cls = backend_class(name)
@@ -391,10 +349,8 @@ def cmd_backends(args) -> int:
         print(f"{name:<12} {state}  ({where})")
         if precisions:
             example = f"; e.g. {name}@{cls.precisions[-1]}" if len(cls.precisions) > 1 else ""
-            print(f"{'':<12} precisions: {precisions} (compare --precision{example})")
+            print(f"{'':<12} precisions: {precisions} (compare --precisions{example})")
         if options:
             print(f"{'':<12} options: {options}")
     return 0
 
-
-__all__ = ["Path"]

@@ -63,7 +63,7 @@ def test_mlp_signature_names_every_leaf():
         (["signature", "no_such_file.py:t"], "Target 'no_such_file.py:t' | file 'no_such_file.py' does not exist"),
         (["signature", "multiexport.examples:nope"], "has no attribute 'nope'"),
         (["run", "/nonexistent-dir"], "Artifact '/nonexistent-dir' | is missing"),
-        (["export", "--backend", "nope", "--out", "/tmp/x"], "Backend 'nope' | unknown"),
+        (["export", "--backend", "nope", "--out-dir", "/tmp/x"], "Backend 'nope' | unknown"),
     ],
 )
 def test_user_mistakes_are_one_line_and_exit_2_or_3(args, message):
@@ -108,7 +108,7 @@ def test_markup_in_leaf_and_target_names_prints_as_text(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "d.[/]" in proc.stdout and "[bold]x[/]" in proc.stdout
     art = tmp_path / "a"
-    proc = run_cli("export", str(path), "--out", art)
+    proc = run_cli("export", str(path), "--out-dir", art)
     assert proc.returncode == 0 and "[bold]x[/]" in proc.stdout, proc.stderr
 
 
@@ -128,12 +128,12 @@ def test_a_bug_in_multiexport_is_exit_70_with_the_traceback_saved(tmp_path):
 
 def test_export_then_run_with_npz_in_and_out(tmp_path):
     art = tmp_path / "mlp"
-    out = run_cli("export", "multiexport.examples:mlp_dynamic", "--out", art, check=True).stdout
+    out = run_cli("export", "multiexport.examples:mlp_dynamic", "--out-dir", art, check=True).stdout
     assert "parameters: 7 of 7 input leaves" in out and "produced by: multiexport" in out
     example = load_npz(art / "example_inputs.npz")
     feed = dict(example, **{"batch.x": np.random.default_rng(0).normal(size=(5, 16)).astype(np.float32)})
     save_npz(tmp_path / "in.npz", feed)
-    run_cli("run", art, "--inputs", tmp_path / "in.npz", "--out", tmp_path / "out.npz", check=True)
+    run_cli("run", art, "--inputs", tmp_path / "in.npz", "--save-outputs", tmp_path / "out.npz", check=True)
     assert load_npz(tmp_path / "out.npz")["out.logits"].shape == (5, 4)
     table = run_cli("run", art, check=True).stdout  # default: the artifact's own example inputs
     assert "out.logits" in table and "(8, 4)" in table
@@ -141,7 +141,7 @@ def test_export_then_run_with_npz_in_and_out(tmp_path):
 
 def test_run_rejects_a_wrong_dtype_naming_the_leaf(tmp_path):
     art = tmp_path / "seed"
-    run_cli("export", "--out", art, check=True)
+    run_cli("export", "--out-dir", art, check=True)
     save_npz(tmp_path / "in.npz", {"foo.baz": np.arange(10, dtype=np.float32)})
     proc = run_cli("run", art, "--inputs", tmp_path / "in.npz")
     assert proc.returncode == 2

@@ -22,7 +22,7 @@ def test_export_int8_without_a_calibration_file_calibrates_on_synthetic_samples_
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     proc = run_cli("export", "tests/precision_models.py:two_inputs", "--backend", "onnx", "--precision", "int8",
-                   "--out", tmp_path / "a", env={"TMPDIR": str(tmp)})
+                   "--out-dir", tmp_path / "a", env={"TMPDIR": str(tmp)})
     assert proc.returncode == 0, proc.stderr
     assert "precision: int8 by onnxruntime.quantization.quantize_static" in proc.stdout
     assert "calibrated on 16 synthetic samples" in proc.stdout
@@ -34,11 +34,11 @@ def test_export_int8_without_a_calibration_file_calibrates_on_synthetic_samples_
 
 
 def test_export_names_the_variant_as_a_backend_too_and_refuses_one_it_does_not_have(tmp_path):
-    proc = run_cli("export", "tests/precision_models.py:two_inputs", "--backend", "onnx@fp16", "--out", tmp_path / "a")
+    proc = run_cli("export", "tests/precision_models.py:two_inputs", "--backend", "onnx@fp16", "--out-dir", tmp_path / "a")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "a" / "manifest.json").read_text())["precision"]["precision"] == "fp16"
     proc = run_cli("export", "tests/precision_models.py:two_inputs", "--backend", "xla", "--precision", "fp16",
-                   "--out", tmp_path / "b")
+                   "--out-dir", tmp_path / "b")
     assert proc.returncode == 3 and "has no fp16 artifact" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "b").exists()
 
@@ -53,7 +53,7 @@ def test_export_int8_with_a_calibration_file_of_nan_is_exit_2_naming_the_file_an
     image[5, 0, 3] = np.nan
     path = save_npz(tmp_path / "nan.npz", {"image": image, "extra": rng.normal(size=(8, 4, 64)).astype(np.float32)})
     proc = run_cli("export", "tests/precision_models.py:two_inputs", "--backend", "onnx", "--precision", "int8",
-                   "--calibration", path, "--out", tmp_path / "a")
+                   "--calibration", path, "--out-dir", tmp_path / "a")
     assert proc.returncode == 2, proc.stderr
     assert f"Calibration file '{path}' | leaf 'image' holds NaN at sample 5" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "a").exists()
