@@ -1,11 +1,16 @@
 """Every StableHLO op handler of the converter, tested from the cases declared beside it (ops/*.py CASES).
 
-Each case: export the function with jax.export (or parse its StableHLO module), check the module holds the op
+Each case: export the function with jax.export (or serialize its StableHLO module the same way), check the module holds the op
 the case is for, convert it, check the ONNX op types it declares are in the graph, run the graph in ONNX Runtime
 and compare with jax.jit within the case's tolerance; a refused op must be refused naming the op and its reason.
-Also: no handler without a case, and docs/converter-ops.md is what the generator writes."""
+Also: the checks fail a case that does not show its op or computes something else, no handler is without a
+case, and docs/converter-ops.md is what the generator writes."""
 
 from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
 
 import numpy as np
 import pytest
@@ -18,28 +23,24 @@ from multiexport.backends.onnx.stablehlo.ops import HANDLERS
 from ..conftest import REPO
 
 CASES = all_cases()
-pytest.importorskip("onnxruntime", reason="the per-op cases run their graphs in ONNX Runtime")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None,
+                                reason="the per-op cases run their graphs in ONNX Runtime (the onnx extra)")
 
 
 def _module(c: OpCase, ctx, inputs: list[np.ndarray]):
-    """The StableHLO module of the case, parsed in `ctx`: its own text, or what jax.export wrote (read back
-    from the portable artifact, as the ONNX backend's route reads it)."""
+    """The case's StableHLO module as the ONNX backend's route reads it: from a portable artifact (what jax.export
+    wrote, or the case's own text serialized the same way), deserialized into `ctx`."""
     import jax
-    from jax.extend.mlir import ir
+    from jax.extend import mlir
+    from jax.extend.mlir.dialects import stablehlo
 
     from multiexport.exporting.stablehlo import parse_module
 
     if c.mlir:
-        return ir.Module.parse(c.mlir, ctx)
+        return mlir.deserialize_portable_artifact(
+            mlir.serialize_portable_artifact(c.mlir, stablehlo.get_current_version()), ctx)
     specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
     return parse_module(jax.export.export(jax.jit(c.fn), platforms=("cpu",))(*specs), ctx)
-
-
-def _context():
-    """A context that parses written modules too (func registered; jax's portable artifacts load it themselves)."""
-    from jax._src.interpreters import mlir  # the one public-free call: jax.extend offers no func dialect
-
-    return mlir.make_ir_context()
 
 
 def _ops_in(op) -> set[str]:
@@ -67,18 +68,21 @@ def _inputs(c: OpCase) -> list[np.ndarray]:
     return [arg.sample(rng) for arg in c.args]
 
 
-@pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
-def test_the_op_converts_and_matches_jit(c: OpCase):
+def check_case(c: OpCase) -> None:
+    """Export (or read) the case's module, check it holds the op, convert, check the declared ONNX ops are in the
+    graph, run it in ONNX Runtime and compare with jax.jit; for a refused op, check the refusal and its words."""
     import jax
     import onnx
     import onnxruntime as ort
 
+    from multiexport.exporting.stablehlo import ir_context
+
     inputs = _inputs(c)
     names = [f"x{i}" for i in range(len(inputs))]
-    ctx = _context()
-    with ctx:
+    with ir_context() as ctx:
         module = _module(c, ctx, inputs)
-        assert c.op in _ops_in(module.operation), f"the case for {c.op} lowers to {sorted(_ops_in(module.operation))}"
+        lowered = _ops_in(module.operation)
+        assert c.op in lowered, f"the case for {c.op} lowers to {sorted(lowered)}"
         if c.refused:
             with pytest.raises(Unsupported) as info:
                 convert_module(module, names, ["y"], 21, c.id)
@@ -104,12 +108,48 @@ def test_the_op_converts_and_matches_jit(c: OpCase):
             np.testing.assert_array_equal(g, w, err_msg=f"output {i}")
 
 
+def uncovered(handlers, cases) -> tuple[list[str], list[str]]:
+    """Handlers no case is declared for, and cases declared for no handler."""
+    covered = {c.op for c in cases}
+    return sorted(set(handlers) - covered), sorted(covered - set(handlers))
+
+
+@pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
+def test_the_op_converts_and_matches_jit(c: OpCase):
+    check_case(c)
+
+
+def _sine() -> OpCase:
+    return next(c for c in CASES if c.op == "stablehlo.sine")
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"onnx": ("Sin", "Conv")}, "expected ONNX ['Conv', 'Sin']"),  # an expected ONNX op the graph lacks
+    ({"op": "stablehlo.cosine"}, "the case for stablehlo.cosine lowers to"),  # a case that misses its op
+    ({"fn": lambda x: x * 1.5 + 0.0 * x}, "lowers to"),  # the function no longer lowers to the op
+], ids=["absent-onnx-op", "wrong-op", "other-function"])
+def test_a_case_that_does_not_show_its_op_fails(change, words):
+    with pytest.raises(AssertionError, match=re.escape(words)):
+        check_case(dataclasses.replace(_sine(), **change))
+
+
+def test_a_handler_that_computes_something_else_fails_its_case(monkeypatch):
+    # A real fault in the converter: the sine written as a cosine (the ONNX op check relaxed to reach the run).
+    monkeypatch.setitem(HANDLERS, "stablehlo.sine", lambda cx, op: [cx.b.op1("Cos", cx.inputs(op))])
+    with pytest.raises(AssertionError, match="Not equal to tolerance"):
+        check_case(dataclasses.replace(_sine(), onnx=()))
+
+
 def test_every_handler_has_a_case_and_every_case_a_handler():
-    covered = {c.op for c in CASES}
-    assert not set(HANDLERS) - covered, f"handlers without a declared case: {sorted(set(HANDLERS) - covered)}"
-    assert not covered - set(HANDLERS), f"cases for no handler: {sorted(covered - set(HANDLERS))}"
+    missing, stray = uncovered(HANDLERS, CASES)
+    assert not missing, f"handlers without a declared case (declare one in CASES beside the handler): {missing}"
+    assert not stray, f"cases for no handler: {stray}"
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
+
+
+def test_a_new_handler_without_a_case_is_named():
+    assert uncovered({**HANDLERS, "stablehlo.popcnt": None}, CASES) == (["stablehlo.popcnt"], [])
 
 
 def test_the_coverage_page_is_what_the_generator_writes():

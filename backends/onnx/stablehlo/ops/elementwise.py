@@ -15,7 +15,7 @@ _UNARY = {
     "stablehlo.negate": "Neg", "stablehlo.abs": "Abs", "stablehlo.exponential": "Exp", "stablehlo.log": "Log",
     "stablehlo.sqrt": "Sqrt", "stablehlo.tanh": "Tanh", "stablehlo.logistic": "Sigmoid", "stablehlo.sine": "Sin",
     "stablehlo.cosine": "Cos", "stablehlo.tan": "Tan", "stablehlo.floor": "Floor", "stablehlo.ceil": "Ceil",
-    "stablehlo.round_nearest_even": "Round", "stablehlo.sign": "Sign", "chlo.erf": "Erf",
+    "stablehlo.round_nearest_even": "Round", "stablehlo.sign": "Sign",
 }
 _BINARY = {
     "stablehlo.add": "Add", "stablehlo.subtract": "Sub", "stablehlo.multiply": "Mul", "stablehlo.divide": "Div",
@@ -230,11 +230,6 @@ HANDLERS = {
     "stablehlo.optimization_barrier": identity,
 }
 
-_ERF = """
-func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
-  %0 = chlo.erf %x : tensor<2x3xf32> -> tensor<2x3xf32>
-  return %0 : tensor<2x3xf32>
-}"""
 _LOGISTIC = """
 func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
   %0 = stablehlo.logistic %x : tensor<2x3xf32>
@@ -266,8 +261,6 @@ CASES = (
     example("stablehlo.constant", lambda x: x + jnp.asarray([1.0, -2.0, 3.5]), f32(2, 3),
             note="an initializer of the main graph, small ones shared by value"),
     *(example(op, fn, f32(2, 3, domain=domain), onnx=_UNARY[op]) for op, (fn, domain) in _UNARY_FN.items()),
-    example("chlo.erf", lambda x: lax.erf(x), f32(2, 3), onnx="Erf", mlir=_ERF,
-            note="a portable artifact holds it as a composite (its decomposition otherwise)"),
     *(example(op, fn, f32(2, 3), f32(2, 3, domain="positive"), onnx=_BINARY[op]) for op, fn in _BINARY_FN.items()
       if op not in ("stablehlo.power",)),
     example("stablehlo.add", lambda a, b: a + b, i32(2, 3), i32(3), onnx="Add", name="int-broadcast"),
