@@ -17,12 +17,11 @@ import pytest
 
 from multiexport.backends.onnx.stablehlo import Unsupported, convert_module
 from multiexport.backends.onnx.stablehlo.coverage import PAGE, render
-from multiexport.backends.onnx.stablehlo.opcases import OpCase, all_cases
-from multiexport.backends.onnx.stablehlo.ops import HANDLERS
+from multiexport.backends.onnx.stablehlo.opcases import OpCase
+from multiexport.backends.onnx.stablehlo.ops import CASES, HANDLERS
 
 from ..conftest import REPO
 
-CASES = all_cases()
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None,
                                 reason="the per-op cases run their graphs in ONNX Runtime (the onnx extra)")
 

@@ -115,9 +115,3 @@ def example(op: str, fn: Callable[..., Any], *args: Arg, onnx: tuple[str, ...] |
     """An OpCase with its inputs positional (`example("stablehlo.sine", lambda x: jnp.sin(x), f32(2, 3), onnx="Sin")`)."""
     return OpCase(op, fn, tuple(args), (onnx,) if isinstance(onnx, str) else tuple(onnx), **rest)
 
-
-def all_cases() -> tuple[OpCase, ...]:
-    """Every declaration, in the order of the ops/ modules."""
-    from .ops import CASES
-
-    return CASES
