@@ -1,10 +1,13 @@
 """gather -> GatherND, scatter -> ScatterND, in the forms models lower to: every indexed operand dim taken
-whole-slice 1 (an embedding lookup, x[i], take_along_axis with batching dims), every other dim taken whole.
+at single indices (an embedding lookup, x[i], take_along_axis with batching dims) or, for gather, as windows
+(a vmapped dynamic_slice), every other dim taken whole.
 
 Indices are clamped into range as StableHLO's gather does (jax's default `fill`/`clip` modes guard them
 before the op; an index still out of range would otherwise make ONNX Runtime fail the call)."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from ..builder import Unsupported
 from ..opcases import Arg, example, f32, jax, jnp, lax
@@ -39,23 +42,31 @@ def gather(cx, op) -> list[str]:
     start_map, ivd = list(dn.start_index_map), int(dn.index_vector_dim)
     op_batch, idx_batch = list(dn.operand_batching_dims), list(dn.start_indices_batching_dims)
     rest = [d for d in range(xt.rank) if d not in start_map and d not in op_batch]
-    if any(sizes[d] != 1 for d in start_map) or any(sizes[d] != xt.shape[d] for d in rest):
+    if any(sizes[d] != xt.shape[d] for d in rest):
         raise Unsupported("stablehlo.gather", f"slice sizes {sizes} of operand {list(xt.shape)} indexed at "
-                                              f"{start_map}: only whole slices at single indices are written")
+                                              f"{start_map}: a dim not indexed must be taken whole")
     # Operand as [batching..., indexed (in start_index_map order)..., rest...]
     data = b.transpose(x, op_batch + start_map + rest)
     indices, order = _index_matrix(cx, idx, it, ivd, idx_batch)
-    high = b.ints([xt.shape[d] - 1 for d in start_map])
+    # A start is clamped so its whole window fits, as StableHLO says: into [0, dim - size].
+    high = b.ints([xt.shape[d] - sizes[d] for d in start_map])
     indices = b.op1("Min", [b.op1("Max", [indices, b.ints([0] * len(start_map))]), high])
-    got = b.op1("GatherND", [data, indices], batch_dims=len(op_batch))
-    # got: [batch dims in `order`..., rest...]; StableHLO's result: batch dims in index order at the positions
-    # not in offset_dims, and the offset dims (rest, plus indexed dims not collapsed, as size 1) in operand order.
-    kept_indexed = [d for d in start_map if d not in collapsed]
-    offset_operand_dims = sorted(rest + kept_indexed)
+    # Indexed dims not collapsed are windows (a vmapped dynamic_slice): every position of the window is indexed
+    # on its own, start + offset, in new axes before the index vector.
+    windows = [d for d in start_map if d not in collapsed]
     n_batch = len(order)
-    if kept_indexed:
-        got = b.unsqueeze(got, [n_batch + len(rest) + i for i in range(len(kept_indexed))])
-    current = [("batch", d) for d in order] + [("offset", d) for d in rest] + [("offset", d) for d in kept_indexed]
+    if windows:
+        grid = np.zeros([sizes[d] for d in windows] + [len(start_map)], dtype=np.int64)
+        for axis, d in enumerate(windows):
+            shape = [1] * len(windows)
+            shape[axis] = sizes[d]
+            grid[..., start_map.index(d)] = np.arange(sizes[d]).reshape(shape)
+        indices = b.op1("Add", [b.unsqueeze(indices, [n_batch + i for i in range(len(windows))]), b.const(grid)])
+    got = b.op1("GatherND", [data, indices], batch_dims=len(op_batch))
+    # got: [batch dims in `order`..., windows..., rest...]; StableHLO's result: batch dims in index order at the
+    # positions not in offset_dims, and the offset dims (rest and windows) in operand order.
+    offset_operand_dims = sorted(rest + windows)
+    current = [("batch", d) for d in order] + [("offset", d) for d in windows] + [("offset", d) for d in rest]
     batch_in_index_order = sorted(order)
     target: list[tuple[str, int]] = []
     batch_iter, offset_iter = iter(batch_in_index_order), iter(offset_operand_dims)
@@ -137,8 +148,10 @@ CASES = (
     example("stablehlo.gather", lambda x, i, j: x[i, j], f32(5, 4), _INDICES, _INDICES, onnx="GatherND",
             name="two-indices"),
     example("stablehlo.gather", lambda x, i: jax.vmap(lambda r, k: lax.dynamic_slice(r, (k,), (2,)))(x, i),
-            f32(3, 5), _INDICES, name="windows", refused="only whole slices at single indices",
-            note="a window of several elements per index (a vmapped dynamic_slice) is refused"),
+            f32(3, 5), _INDICES, onnx="GatherND", name="windows",
+            note="windows (a vmapped dynamic_slice): each position indexed, starts clamped so the window fits"),
+    example("stablehlo.gather", lambda x, i: jax.vmap(lambda k: lax.dynamic_slice(x, (k, 1, 0), (2, 3, 2)))(i),
+            f32(4, 5, 2), _INDICES, onnx="GatherND", name="windows-2d"),
     example("stablehlo.scatter", lambda x, i, u: x.at[i].set(u), f32(5, 3), Arg((2,), "int32", "int"), f32(2, 3),
             onnx="ScatterND", note="set/add/mul/max/min of whole slices at single indices"),
     example("stablehlo.scatter", lambda x, i, u: x.at[i].add(u), f32(5, 3), _INDICES, f32(3, 3), onnx="ScatterND",
