@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .opcases import OpCase
-from .ops import CASES
+from .ops import CASES, HANDLERS
 
 PAGE = "docs/converter-ops.md"
 
@@ -43,7 +43,9 @@ def _row(op: str, cases: list[OpCase]) -> str:
     dtypes = sorted({a.dtype for c in written for a in c.args})
     names = ", ".join(c.name or "default" for c in cases)
     notes = [c.note for c in cases if c.note]
-    notes += [f"refused: {c.refused}" for c in cases if c.refused and not c.note]
+    # A refused op's reason as the converter gives it (a `refused(...)` handler carries it), else the case's words.
+    notes += [f"refused: {getattr(HANDLERS.get(op), 'refuses', None) or c.refused}" for c in cases
+              if c.refused and not c.note]
     if any(c.mlir for c in cases):
         notes.append("tested from a written StableHLO module")
     cell = "; ".join(dict.fromkeys(notes)).replace("|", "\\|")

@@ -146,7 +146,7 @@ CASES = (
     example("stablehlo.dot", lambda a, b: a @ b, f32(2, 3), f32(3, 4), onnx="MatMul", mlir=_DOT,
             note="jax writes dot_general"),
     example("stablehlo.convolution", lambda x, w: _conv(x, w), f32(1, 5, 5, 2), f32(3, 3, 2, 4), onnx="Conv",
-            rtol=1e-4, atol=1e-5, note="float only; no batch groups, lhs dilation (transposed conv) or reversal"),
+            rtol=1e-4, atol=1e-5, note="float only; batch groups and window reversal refused"),
     example("stablehlo.convolution", lambda x, w: _conv(x, w, feature_group_count=2, rhs_dilation=(2, 1)),
             f32(1, 6, 5, 4), f32(3, 3, 2, 4), onnx="Conv", name="grouped-dilated", rtol=1e-4, atol=1e-5),
     example("stablehlo.convolution", lambda x, w: lax.conv_general_dilated(
@@ -155,5 +155,6 @@ CASES = (
     example("stablehlo.convolution", lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID"), f32(1, 2, 5, 5),
             f32(4, 2, 3, 3), onnx="Conv", name="nchw", rtol=1e-4, atol=1e-5),
     example("stablehlo.convolution", lambda x, w: _conv(x, w, ((1, 1), (1, 1)), lhs_dilation=(2, 2)), f32(1, 3, 3, 2),
-            f32(3, 3, 2, 2), name="transposed", refused="lhs_dilation"),
+            f32(3, 3, 2, 2), name="transposed", refused="lhs_dilation",
+            note="lhs dilation (a transposed convolution) refused"),
 )

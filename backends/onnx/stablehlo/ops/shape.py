@@ -177,7 +177,7 @@ CASES = (
     example("stablehlo.pad", lambda x: lax.pad(x, 0.0, ((-1, 1, 0), (0, -1, 0))), f32(3, 3), onnx="Pad",
             name="negative"),
     example("stablehlo.pad", lambda x: lax.pad(x, 0.0, ((0, 0, 0), (0, 0, 1))), f32(2, 3), name="interior",
-            refused="interior padding"),
+            refused="interior padding", note="interior padding refused (ONNX Pad has none)"),
     example("stablehlo.iota", lambda x: x + lax.broadcasted_iota(jnp.int32, (2, 3), 1), i32(2, 3),
             note="an initializer (and a Reshape when the axis is not the last)"),
     example("stablehlo.iota", lambda x: x + lax.broadcasted_iota(jnp.float32, (3, 2), 0), f32(3, 2),
