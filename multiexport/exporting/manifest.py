@@ -11,24 +11,43 @@ and any problem is one ArtifactError line naming the manifest and the field.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from ..dtypes import parse_dtype
 from ..errors import ArtifactError
 from ..files import inside, write_text_atomic
 from ..files.bounded import read_json
-from ..results.schema import from_data
+from ..results.schema import from_data, to_data
+from .manifest_records import (
+    Count,
+    Dim,
+    Dtype,
+    JsonObject,
+    JsonRecord,
+    JsonRule,
+    Name,
+    OptionValue,
+    ParamKind,
+    RelPath,
+    RequirementValue,
+    Sha256,
+    Supports,
+    WeightTensor,
+    Weights,
+)
 from .precision import PrecisionFacts
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_SCHEMA = "multiexport.manifest/2"
+MANIFEST_SCHEMA: Final = "multiexport.manifest/2"
 # The same rules as a JSON Schema (draft 2020-12) for consumers in other languages; documented in docs/manifest.md.
-# This reader does not use it (no dependency): tests/exporting/test_manifest_schema.py keeps the two in agreement.
+# Generated from these dataclasses (python -m multiexport.exporting.manifest_schema); this reader does not use it
+# (no dependency): tests/exporting/test_manifest_schema.py checks it is the generated one and agrees with the reader.
 SCHEMA_PATH = Path(__file__).with_name("manifest.schema.json")
 _ALIAS = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _DIM = re.compile(r"^[A-Za-z0-9_+\-*/(), ]+$")  # a symbol or an expression of symbols (jax.export syntax: floordiv(b, 2))
@@ -49,20 +68,36 @@ class LeafBinding:
     shape: ints for static dims, strings for symbolic ones (`"b"`).
     dtype: numpy / ml_dtypes dtype name the artifact takes or returns.
     used: whether the artifact's module reads the leaf.
-    param: the format's parameter for the leaf: a positional index (XLA, IREE) or a name (TF signature
-        key, ONNX input), or None when the format dropped the leaf.
+    param: the format's parameter for the leaf, or None when the format dropped it; `param_kind` says which
+        kind: xla/iree, its position among the arguments of the module in files.stablehlo_bytecode (a
+        platform-index argument, when the module has several platforms, is position 0); savedmodel, the
+        signature key; onnx/openvino, the graph input (or output) name; litert, the signature input (or output)
+        name. A native consumer binds by native.args, which also covers the per-size static modules.
     weak_type: a Python scalar in the target (JAX types it weakly).
     key_impl: for a typed PRNG key, its implementation; the leaf is the key's physical data.
+    param_kind: "position" (param is an index >= 0) or "name" (param is a non-empty string); null when param
+        is. Written since manifests carried it; derived from param when reading an older one.
     """
 
-    name: str
-    alias: str
-    shape: list[int | str]
-    dtype: str
+    name: Name
+    alias: Annotated[str, JsonRule(pattern=_ALIAS.pattern)]
+    shape: list[Dim]
+    dtype: Dtype
     used: bool = True
-    param: int | str | None = None
+    param: Count | Name | None = None
     weak_type: bool = False
     key_impl: str | None = None
+    param_kind: ParamKind | None = None
+    # In the generated JSON Schema (exporting.manifest_schema) as in check_loaded: param_kind agrees with param.
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = {"allOf": [
+        {"if": {"required": ["param_kind"], "properties": {"param_kind": {"const": kind}}},
+         "then": {"required": ["param"], "properties": {"param": {"type": json_type}}} if json_type != "null" else
+         {"properties": {"param": {"type": "null"}}}}
+        for kind, json_type in (("position", "integer"), ("name", "string"), (None, "null"))]}
+
+    def __post_init__(self) -> None:
+        if self.param_kind is None and self.param is not None:  # an older manifest, or a writer that left it out
+            object.__setattr__(self, "param_kind", "position" if isinstance(self.param, int) else "name")
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> "LeafBinding":
@@ -87,6 +122,12 @@ class LeafBinding:
             raise ArtifactError(f"{where} | got dtype {self.dtype!r}, expected a dtype a JAX array can have")
         if isinstance(self.param, int) and self.param < 0:
             raise ArtifactError(f"{where} | got param {self.param!r}, expected an index >= 0, a name or null")
+        if self.param == "":
+            raise ArtifactError(f"{where} | got param '', expected an index >= 0, a non-empty name or null")
+        kind = None if self.param is None else "position" if isinstance(self.param, int) else "name"
+        if self.param_kind != kind:
+            raise ArtifactError(f"{where} | got param_kind {self.param_kind!r} for param {self.param!r}, expected "
+                                f"{kind!r}")
 
 
 def _is_dim(d: Any) -> bool:
@@ -111,41 +152,49 @@ class Manifest:
     inventory_sha256: relative path -> sha256 of every file in `inventory`: with the sizes, the proof that
         multiexport wrote a file and nobody changed it since, which replacing the artifact requires.
     versions: what produced the artifact (multiexport, python, numpy, jax, the converter, ...).
-    requires: what a consumer needs to read it (StableHLO version, XlaCallModule version, opset, ...).
-    supports: what the artifact accepts: `dims` (symbol -> "any" or the list of sizes), `platforms`,
-        `x64` (the artifact needs 64-bit types in JAX).
+    requires: what a consumer needs to read it (StableHLO version, XlaCallModule version, opset, ...), with a
+        `note` in words: fact -> a version string, a version number or a list of names.
+    supports: what the artifact accepts (manifest_records.Supports: dims, platforms, x64).
     created: UTC time of the export.
     format: the format's own facts as JSON: the backend's typed `facts_type` as written; read them typed and
         checked through `Backend.facts(manifest)` (exporting.facts).
     warnings: facts a user should know about this artifact.
-    weights: where the weights live (baked into the artifact, external, or input leaves).
-    options: the backend options the export used (declared by the backend).
-    native: what the format's native, Python-free consumer needs, or None.
+    weights: where the weights live (manifest_records.Weights: baked into the artifact, external, or input
+        leaves).
+    options: the backend options the export used (declared by the backend): name -> value.
+    native: what the format's native, Python-free consumer needs (checked by its NativeConsumer and
+        native_section.check_section; specified in native/csrc/README.md), or None.
     precision: what a reduced-precision artifact is (exporting.precision.PrecisionFacts: precision, method,
         calibration, quantized ops); None for the fp32 artifact.
     schema: `multiexport.manifest/2`.
     """
 
-    backend: str
+    backend: Name
     target: str
-    inputs: list[LeafBinding]
-    outputs: list[LeafBinding]
+    inputs: Annotated[list[LeafBinding], JsonRule(uniqueItems=True)]
+    outputs: Annotated[list[LeafBinding], JsonRule(minItems=1)]
     keep_unused: bool
     symbolic_dims: list[str]
-    files: dict[str, str]
+    files: dict[str, RelPath]
     versions: dict[str, str]
     created: str
-    inventory: dict[str, int] = field(default_factory=dict)
-    inventory_sha256: dict[str, str] = field(default_factory=dict)
-    requires: dict[str, Any] = field(default_factory=dict)
-    supports: dict[str, Any] = field(default_factory=dict)
-    format: dict[str, Any] = field(default_factory=dict)
+    inventory: dict[str, Count] = field(default_factory=dict)
+    inventory_sha256: dict[str, Sha256] = field(default_factory=dict)
+    requires: dict[str, RequirementValue] = field(default_factory=dict)
+    supports: Supports = field(default_factory=Supports)
+    format: JsonObject = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    weights: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-    native: dict[str, Any] | None = None
+    weights: Weights = field(default_factory=Weights)
+    options: dict[str, OptionValue] = field(default_factory=dict)
+    native: Annotated[JsonObject, JsonRule("native")] | None = None
     precision: PrecisionFacts | None = None
-    schema: str = MANIFEST_SCHEMA
+    schema: Literal["multiexport.manifest/2"] = MANIFEST_SCHEMA
+
+    def __post_init__(self) -> None:
+        # The boundary where the pipeline and the backends still hand dicts (FormatResult.weights, the supports
+        # the driver builds): each becomes its record here, every key declared and typed.
+        object.__setattr__(self, "supports", Supports.coerce(self.supports, "Manifest.supports"))
+        object.__setattr__(self, "weights", Weights.coerce(self.weights, "Manifest.weights"))
 
     @property
     def used_inputs(self) -> list[LeafBinding]:
@@ -157,22 +206,26 @@ class Manifest:
 
     def fixed_sizes(self) -> dict[str, list[int]]:
         """Symbolic dims the artifact supports only at some sizes (a specialised build), with those sizes."""
-        return {d: list(v) for d, v in (self.supports.get("dims") or {}).items() if v != "any"}
+        return {d: list(v) for d, v in (self.supports.dims or {}).items() if v != "any"}
 
     def external_weights(self) -> list[str]:
         """Names of the lifted weights the artifact keeps outside its module, in parameter order (XLA's and
         IREE's `weights.safetensors`); empty when they are embedded."""
-        if self.weights.get("storage") != "external":
+        if self.weights.storage != "external":
             return []
-        tensors = self.weights.get("tensors", [])
-        if not isinstance(tensors, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str)
-                                                    for t in tensors):
-            raise ArtifactError("Artifact manifest | weights.tensors is malformed, expected a list of {name, shape, "
-                                "dtype}")
-        return [t["name"] for t in tensors]
+        return [t.name for t in self.weights.tensors or []]
+
+    @property
+    def weight_tensors(self) -> list[WeightTensor]:
+        """The lifted weights kept outside the module, typed (empty when they are embedded)."""
+        return list(self.weights.tensors or []) if self.weights.storage == "external" else []
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The manifest as manifest.json holds it: the records as the objects they were given as."""
+        data = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            data[f.name] = value.to_json() if isinstance(value, JsonRecord) else to_data(value)
         if data["precision"] is None:
             del data["precision"]  # an fp32 artifact's manifest is what it was before precisions existed
         return data

@@ -78,6 +78,11 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         if type(None) in options:
             expected.append("null")
         raise _mismatch(where, got, *(expected or [str(hint)]))
+    if origin is typing.Literal:  # one of fixed values ("any", "position"): the value itself, if it is one
+        allowed = typing.get_args(hint)
+        if any(value == a and type(value) is type(a) for a in allowed):
+            return value
+        raise _mismatch(where, _kind(value), *(repr(a) if not isinstance(a, str) else f'"{a}"' for a in allowed))
     if origin in (list, tuple):
         if not isinstance(value, list):
             raise _mismatch(where, _kind(value), "a list")

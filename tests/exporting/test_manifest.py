@@ -77,6 +77,29 @@ MALFORMED = [
     (lambda d: d.update(files={"model": 3}), r"manifest.files.model \| got int '3', expected a string"),
     (lambda d: d.update(inventory={"a": -1}), "expected a size in bytes"),
     (lambda d: d.update(native=[]), r"manifest.native \| got list, expected an object"),
+    # the typed sections: each field with its path
+    (lambda d: d.update(supports={"platforms": "cpu"}), r"manifest.supports.platforms \| got str 'cpu', expected a list"),
+    (lambda d: d.update(supports={"dims": {"b": "some"}}), r"manifest.supports.dims.b \| got str 'some', expected "
+                                                           r"\"any\" or a list"),
+    (lambda d: d.update(supports={"dims": {"b": [0]}}), r"manifest.supports.dims.b \| got \[0\], expected sizes >= 1"),
+    (lambda d: d.update(supports={"x64": 1}), r"manifest.supports.x64 \| got int '1', expected true, false or null"),
+    (lambda d: d.update(weights={"storage": "cloud"}), r"manifest.weights.storage \| got str 'cloud', expected "
+                                                      r"\"embedded\", \"external\", \"none\" or null"),
+    (lambda d: d.update(weights={"external_bytes": -1}), r"manifest.weights.external_bytes \| got -1, expected a count"),
+    (lambda d: d.update(weights={"file": "../elsewhere.bin"}), r"manifest.weights.file \| got '../elsewhere.bin', "
+                                                              "expected a relative path inside the artifact"),
+    (lambda d: d.update(weights={"storage": "external", "tensors": [{"name": "w"}]}),
+     r"manifest.weights.tensors\[0\] \| has no 'source', expected one"),
+    (lambda d: d.update(requires={"onnx_opset": 17.5}), r"manifest.requires.onnx_opset \| got float '17.5', expected "
+                                                       "a string, an integer or a list"),
+    (lambda d: d.update(options={"route": ["a"]}), r"manifest.options.route \| got list, expected a string"),
+    # param typed by kind
+    (lambda d: d["outputs"][0].update(param_kind="name"), "got param_kind 'name' for param 0, expected 'position'"),
+    (lambda d: d["outputs"][0].update(param_kind="index"), r"param_kind \| got str 'index', expected \"position\", "
+                                                          r"\"name\" or null"),
+    (lambda d: d["inputs"][0].update(param="", param_kind="name"), "got param '', expected an index >= 0, a non-empty "
+                                                                  "name or null"),
+    (lambda d: d["inputs"][0].update(param_kind="name"), "got param_kind 'name' for param None, expected None"),
 ]
 
 
@@ -97,3 +120,73 @@ def test_a_manifest_that_is_not_an_object_is_refused(tmp_path, document):
 def test_fixed_sizes_say_which_dims_a_specialised_artifact_supports():
     m = sample(supports={"dims": {"b": [3], "t": "any"}})
     assert m.fixed_sizes() == {"b": [3]}
+
+
+def test_param_kind_is_written_beside_param_and_derived_for_an_older_manifest(tmp_path):
+    m = sample(inputs=[LeafBinding("x", "x", [2], "float32", param="serving_x"),
+                       LeafBinding("y", "y", [], "int32", used=False)])
+    assert [leaf.param_kind for leaf in (*m.inputs, *m.outputs)] == ["name", None, "position"]
+    data = m.to_json()
+    assert data["inputs"][0]["param_kind"] == "name" and data["outputs"][0]["param_kind"] == "position"
+    for leaf in (*data["inputs"], *data["outputs"]):  # as written before param_kind existed
+        del leaf["param_kind"]
+    (tmp_path / "model.bin").write_bytes(b"x")
+    assert Manifest.read(_write(tmp_path, data)) == m
+
+
+def test_the_sections_are_typed_records_that_still_read_as_the_json_objects(tmp_path):
+    from multiexport.exporting.manifest_records import Supports, WeightTensor, Weights
+
+    tensors = [{"name": "w0", "source": "params.w", "shape": [3, 2], "dtype": "float32"},
+               {"name": "w1", "source": None, "shape": [], "dtype": "bfloat16"}]
+    weights = {"storage": "external", "file": "weights.safetensors", "external_bytes": 26, "tensors": tensors}
+    supports = {"dims": {"b": "any", "s": [8, 16]}, "platforms": ["cpu", "tpu"], "x64": False}
+    m = sample(supports=supports, weights=weights, requires={"note": "any jaxlib", "opset": 17, "ops": ["A"]})
+    assert isinstance(m.supports, Supports) and m.supports.platforms == ["cpu", "tpu"]
+    assert isinstance(m.weights, Weights) and m.weight_tensors == [WeightTensor("w0", "params.w", [3, 2], "float32"),
+                                                                   WeightTensor("w1", None, [], "bfloat16")]
+    assert m.external_weights() == ["w0", "w1"] and m.fixed_sizes() == {"s": [8, 16]}
+    # the JSON on disk is exactly what was given (no key added, none dropped, a null source kept)
+    data = json.loads(json.dumps(m.to_json()))
+    assert data["supports"] == supports and data["weights"] == weights
+    assert dict(m.supports) == supports and m.weights["tensors"] == tensors and m.supports.get("platforms") == ["cpu", "tpu"]
+    assert sample().to_json()["supports"] == {} and sample().to_json()["weights"] == {}  # absent keys stay absent
+    (tmp_path / "model.bin").write_bytes(b"x")
+    assert Manifest.read(_write(tmp_path, data)) == m
+
+
+def test_a_writer_that_hands_an_undeclared_section_key_is_multiexports_bug():
+    from multiexport.errors import InternalError
+
+    with pytest.raises(InternalError, match=r"Manifest.weights \| got key 'storage_class', expected one of"):
+        sample(weights={"storage": "embedded", "storage_class": "cold"})
+    with pytest.raises(InternalError, match=r"Manifest.supports.platforms \| got str 'cpu', expected a list"):
+        sample(supports={"platforms": "cpu"})
+
+
+def _installed() -> list[str]:
+    from multiexport.exporting.registry import get_backend, names
+
+    return [n for n in names() if get_backend(n).available().ok]
+
+
+@pytest.mark.parametrize("name", _installed())
+def test_the_manifest_each_backend_writes_is_typed_valid_and_read_back_as_written(name, tmp_path):
+    """A real export of the small seed per installed backend: its manifest validates against the shipped schema,
+    reads back typed (param_kind the format's), and writes back exactly its JSON."""
+    from multiexport import examples
+    from multiexport.exporting import ExportOptions
+    from multiexport.exporting.registry import get_backend
+    from multiexport.leaves import build_signature
+
+    from .test_contract import assert_manifest_valid
+
+    target = examples.seed()
+    artifact = get_backend(name).export(target.fn, build_signature(target), tmp_path / name, ExportOptions())
+    assert_manifest_valid(artifact.directory)
+    on_disk = json.loads((artifact.directory / "manifest.json").read_text())
+    m = Manifest.read(artifact.directory)
+    assert m.to_json() == on_disk
+    kinds = {leaf.param_kind for leaf in (*m.inputs, *m.outputs) if leaf.param is not None}
+    assert kinds == ({"position"} if name in ("xla", "iree") else {"name"})
+    assert m.supports.platforms and m.weights.storage in ("embedded", "external", "none")

@@ -1,10 +1,12 @@
 """manifest.json's JSON Schema (multiexport/exporting/manifest.schema.json) against the reader it documents.
 
 A C++ or Go consumer validates manifests with the schema; multiexport reads them with its own checks
-(exporting/manifest.py). These tests keep the two in agreement: the schema names exactly the dataclass
-fields, its dtypes are exactly those the reader accepts, every malformed manifest the reader refuses the
-schema refuses too, and every manifest a real export writes is valid (tests/exporting/test_contract.py
-validates the artifacts of every backend and case; here one real export per backend that is installed).
+(exporting/manifest.py). The schema is generated from the dataclasses (exporting/manifest_schema.py) and the
+shipped file must be the generated one. These tests keep the two in agreement: the schema names exactly the
+dataclass fields with their docstrings' descriptions, its dtypes are exactly those the reader accepts, every
+malformed manifest the reader refuses the schema refuses too, and every manifest a real export writes is valid
+(tests/exporting/test_contract.py validates the artifacts of every backend and case; test_manifest.py one real
+export per installed backend).
 """
 
 from __future__ import annotations
@@ -133,3 +135,39 @@ def reader_refuses(data) -> None:
     except ArtifactError:
         return
     raise AssertionError("multiexport's reader accepts a manifest its schema refuses")
+
+
+def test_the_shipped_schema_is_the_one_generated_from_the_dataclasses():
+    from multiexport.exporting.manifest_schema import render
+
+    assert SCHEMA_PATH.read_text() == render(), (
+        "manifest.schema.json is not the schema the dataclasses generate: run "
+        "`python -m multiexport.exporting.manifest_schema` and commit the file")
+
+
+def test_the_generated_schema_takes_each_description_from_the_field_docs_and_follows_a_new_field():
+    from multiexport.exporting.manifest_native import PjrtSection
+    from multiexport.exporting.manifest_schema import _Generator, field_docs, generate
+
+    s = generate()
+    assert s["properties"]["keep_unused"]["description"] == "whether every input leaf was forced to be a parameter."
+    assert s["$defs"]["leaf"]["properties"]["param"]["description"] == field_docs(LeafBinding)["param"]
+    assert "position 0" in field_docs(LeafBinding)["param"]
+    assert field_docs(PjrtSection)["compile_options"] == "the serialized CompileOptionsProto."
+    # shared docs ("a, b: text") and several fields on one line ("x: text. y: text")
+    assert field_docs(Manifest)["inputs"] == field_docs(Manifest)["outputs"]
+
+    @dataclasses.dataclass(frozen=True)
+    class Added:
+        """A record.
+
+        count: how many. label: its name.
+        """
+
+        count: int
+        label: str | None = None
+
+    schema = _Generator().record(Added, ref=False)
+    assert schema["required"] == ["count"] and schema["properties"] == {
+        "count": {"type": "integer", "description": "how many."},
+        "label": {"type": ["string", "null"], "description": "its name."}}
