@@ -153,13 +153,6 @@ def with_rounds(r: Ratio, rounds: int) -> Ratio:
     return dataclasses.replace(r, **changes)
 
 
-def rounds_of(r: Ratio, planned: int) -> int | None:
-    """How many rounds a paired ratio rests on: its own record (0: the pairing's planned rounds), or None
-    where the results have no record of it (a Ratio without `rounds`: at least the planned ones)."""
-    own = getattr(r, "rounds", None)
-    return None if own is None else int(own or planned)
-
-
 def planted(call: Callable[[], None]) -> Callable[[], None]:
     """`call`, slowed by the factor in $MULTIEXPORT_PLANTED_SLOWDOWN when set (a benchmark's planted regression:
     after each call, a spin for (FACTOR - 1) times its duration, inside the timed region); else `call` itself."""

@@ -244,13 +244,14 @@ def _latency_checks(name, b: BackendResult | None, c: BackendResult, given: floa
 
 
 def _rounds(pairing: Pairing, batch, name: str) -> int | None:
-    """The rounds the ratio of `name` against its baseline at `batch` rests on (None: not recorded)."""
-    from ..measure.pairing import rounds_of
+    """The rounds the ratio of `name` against its baseline at `batch` rests on: its own record (0: the
+    pairing's planned rounds), or None where the results have no record of it (a Ratio without `rounds`)."""
     from ..results.bench import BASELINE_PREFIX
 
     pair = {name, BASELINE_PREFIX + name}
     r = next((r for r in pairing.baseline_ratios if r.batch == batch and {r.faster, r.slower} == pair), None)
-    return rounds_of(r, pairing.rounds) if r is not None else None
+    own = getattr(r, "rounds", None)
+    return None if own is None else int(own or pairing.rounds)
 
 
 def _paired_check(name, check, paired: tuple[float, float, float], was, now, given: float | None,
