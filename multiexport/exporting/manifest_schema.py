@@ -21,6 +21,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from ..errors import ArtifactError
 from .manifest import MANIFEST_SCHEMA, SCHEMA_PATH, LeafBinding, Manifest
 from .manifest_native import NATIVE_SECTIONS, IreeTools, NativeSection
 from .manifest_records import JsonRule
@@ -183,8 +184,6 @@ def accepted_dtypes() -> list[str]:
     """Every numpy and ml_dtypes dtype name the manifest reader accepts for a leaf, sorted."""
     import ml_dtypes
     import numpy as np
-
-    from ..errors import ArtifactError
 
     candidates = {np.dtype(t).name for t in np.sctypeDict.values()} | {
         n for n in dir(ml_dtypes) if isinstance(getattr(ml_dtypes, n), type) and not n.startswith("_")}
