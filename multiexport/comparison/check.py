@@ -10,20 +10,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
+from ..exporting.feed import check_feed
 from ..exporting.manifest import Manifest
-from ..results import BackendResult, Status
+from ..exporting.precision import split_variant
+from ..measure.accuracy import judge
+from ..measure.inputs import trial_at
+from ..measure.parity import check_parity, inputs_note
+from ..measure.plan import out_of_domain, supported, unsupported_reason
+from ..measure.reference import error_vs
+from ..run.paired import serve_artifact
 from ..run.runs import run_artifact
+from .native_check import check_native
+from .outcomes import Checked, Exported, Failure
 from .stages import Context, Prepared, Timing
 
 
-def check_row(ctx: Context, prep: Prepared, tm: Timing, row: BackendResult, manifest: Manifest) -> None:
-    """Run `row`'s artifact on the trials it supports, time it, and give the row its verdict."""
-    from ..measure.inputs import trial_at
-    from ..measure.parity import check_parity, inputs_note
-    from ..measure.plan import out_of_domain, supported, unsupported_reason
-    from ..measure.reference import error_vs
-
-    config = ctx.config
+def check_row(ctx: Context, prep: Prepared, tm: Timing, name: str, exported: Exported) -> Checked:
+    """Run `name`'s artifact on the trials it supports, time it, and judge its outputs (the row's status
+    is `verdict.decide`'s, from what this returns)."""
+    config, manifest = ctx.config, exported.manifest
     fixed = manifest.fixed_sizes()
     indices = [i for i, t in enumerate(prep.trials) if supported(t.dims, fixed)]
     trials = [prep.trials[i] for i in indices]
@@ -43,61 +49,46 @@ def check_row(ctx: Context, prep: Prepared, tm: Timing, row: BackendResult, mani
             excluded.append(e)
             excluded_names.add(e.trial)
     skipped = [t.name for t in prep.trials if not supported(t.dims, fixed)]
-    unsupported = {b: unsupported_reason(row.backend, fixed) for b, feed in prep.bench_feeds
+    unsupported = {b: unsupported_reason(name, fixed) for b, feed in prep.bench_feeds
                    if fixed and not _fits(manifest, feed)}
     checked = [(t, r) for t, r in zip(trials, refs) if t.name not in excluded_names]
     paired = tm.servers is not None
     what = (f"{'cold start' if paired else 'benchmark'} and run {len(checked)} trials" if config.bench
             else f"run {len(checked)} trials")
-    ctx.progress(f"{row.backend}: {what} in {'its paired' if paired else 'a'} worker" + (f" (at {', '.join(f'{d}={s}' for d, s in fixed.items())}"
+    ctx.progress(f"{name}: {what} in {'its paired' if paired else 'a'} worker" + (f" (at {', '.join(f'{d}={s}' for d, s in fixed.items())}"
                                                               " only)" if fixed else ""))
     if tm.servers is not None:  # paired mode: the runner's live worker, loaded once for parity and timing
-        from ..run.paired import serve_artifact
-
-        outcome = serve_artifact(tm.servers, row.backend, [t.feed for t, _ in checked], prep.bench_feeds, unsupported,
+        outcome = serve_artifact(tm.servers, name, [t.feed for t, _ in checked], prep.bench_feeds, unsupported,
                                  config.bench)
     else:
-        outcome = run_artifact(["run", str(row.artifact)], [t.feed for t, _ in checked], prep.bench_feeds,
+        outcome = run_artifact(["run", exported.artifact], [t.feed for t, _ in checked], prep.bench_feeds,
                                unsupported, config.bench, prep.device.chosen, ctx.threads, config.timeout)
-    if config.native:  # independent evidence: run whatever the Python runner's verdict is
-        from .native_check import check_native
-
-        row.native = check_native(ctx, prep, row, manifest, checked, excluded, outcome.bench)
+    # independent evidence: the native consumer runs whatever the Python runner's verdict is
+    native = check_native(ctx, prep, name, exported, checked, excluded, outcome.bench) if config.native else None
     if outcome.failure:
-        row.status, row.reason = Status.parse(outcome.failure[0]), outcome.failure[1]
-        return  # no latency for a row that failed
-    row.bench = outcome.bench
-    verdict = check_parity(row.backend, outcome.outputs, [r for _, r in checked], prep.sig.outputs,
+        return Checked(failure=Failure("check", *outcome.failure), native=native)  # no latency for a failed row
+    verdict = check_parity(name, outcome.outputs, [r for _, r in checked], prep.sig.outputs,
                            [t.name for t, _ in checked], config.tolerances, excluded=excluded,
                            inputs_notes=[inputs_note(t.feed) for t, _ in checked], feeds=[t.feed for t, _ in checked],
                            sensitivity=prep.sensitivity)
-    row.parity = verdict
-    notes = [f"not supported by this artifact: trials {', '.join(skipped)}"] if skipped else []
-    if checked and row.precision != "fp32":  # judged by its accuracy budget; float parity stays as figures
-        from ..measure.accuracy import judge
-
-        row.accuracy = judge(row.precision, outputs=outcome.outputs, refs=[r for _, r in checked],
-                             leaves=[leaf.name for leaf in prep.sig.outputs], overrides=config.accuracy,
-                             synthetic=config.inputs is None)
-        row.status, row.reason = ((Status.OK, "; ".join(notes)) if row.accuracy.passed else
-                                  (Status.ACCURACY_FAILED, row.accuracy.summary()))
-    elif not checked:
-        row.status, row.reason = Status.RUN_FAILED, "no trial was evidence (every trial left the model's domain)"
-    elif verdict.passed:
-        row.status, row.reason = Status.OK, "; ".join(notes)
-    else:
-        row.status, row.reason = Status.PARITY_FAILED, verdict.summary()
+    notes = (f"not supported by this artifact: trials {', '.join(skipped)}",) if skipped else ()
+    precision = split_variant(name)[1]
+    accuracy = None
+    if checked and precision != "fp32":  # judged by its accuracy budget; float parity stays as figures
+        accuracy = judge(precision, outputs=outcome.outputs, refs=[r for _, r in checked],
+                         leaves=[leaf.name for leaf in prep.sig.outputs], overrides=config.accuracy,
+                         synthetic=config.inputs is None)
+    error = None
     if prep.truth is not None:
         position = {t.name: i for i, t in enumerate(prep.trials)}
         pairs = [(got, prep.truth[position[t.name]]) for got, (t, _) in zip(outcome.outputs, checked) if t.name in position]
-        row.error_vs_float64 = error_vs([g for g, _ in pairs], [w for _, w in pairs])
+        error = error_vs([g for g, _ in pairs], [w for _, w in pairs])
+    return Checked(bench=outcome.bench, parity=verdict, evidence=len(checked), accuracy=accuracy, notes=notes,
+                   error_vs_float64=error, native=native)
 
 
-def _fits(manifest, feed) -> bool:
+def _fits(manifest: Manifest, feed) -> bool:
     """Whether a feed has the shapes the artifact takes (a specialised artifact takes one size only)."""
-    from ..errors import InputError
-    from ..exporting.feed import check_feed
-
     try:
         check_feed(manifest.inputs, feed)
     except InputError:

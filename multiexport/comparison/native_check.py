@@ -11,27 +11,34 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..errors import BackendUnavailable, MultiexportError, RunError, present
-from ..results import BenchResult, NativeResult, NativeSize, Status
+from ..exporting.native_section import consumer_for
+from ..exporting.precision import split_variant
+from ..measure.accuracy import judge
+from ..measure.bench import summarize
+from ..measure.pairing import all_ratios
+from ..measure.parity import check_parity, inputs_note
+from ..measure.plan import native_supports
+from ..native.run import print_command, run as native_run
+from ..results import NATIVE_SUFFIX, BenchResult, NativeResult, NativeSize, Status
+from .outcomes import Exported
 from .stages import Context, Prepared, Rows
+from .verdict import judged
 
 # At least MIN_CALLS timed calls, or as many as fill the bench time, whichever is more (capped at MAX_CALLS).
 MIN_CALLS, MAX_CALLS = 200, 5000
 
 
-def check_native(ctx: Context, prep: Prepared, row, manifest, checked: Sequence[tuple[Any, Any]], excluded,
-                 bench: BenchResult | None) -> NativeResult | None:
-    """The row's native verdict and latency, or None when its backend has no native consumer."""
-    from ..exporting.native_section import consumer_for
-    from ..measure.parity import check_parity, inputs_note
-    from ..measure.plan import native_supports
-    from ..native.run import print_command, run as native_run
-
-    declared = consumer_for(row.backend)
+def check_native(ctx: Context, prep: Prepared, name: str, exported: Exported, checked: Sequence[tuple[Any, Any]],
+                 excluded, bench: BenchResult | None) -> NativeResult | None:
+    """`name`'s native verdict and latency, or None when its backend has no native consumer."""
+    declared = consumer_for(name)
     if declared is None:
         return None
-    consumer = declared.consumer
-    config, directory = ctx.config, row.artifact
+    consumer, manifest = declared.consumer, exported.manifest
+    config, directory = ctx.config, exported.artifact
     if prep.device.chosen not in declared.devices:
         return NativeResult(consumer, Status.NO_GPU,
                             f"this consumer runs on {', '.join(declared.devices)} only, not on {prep.device.chosen}")
@@ -53,7 +60,7 @@ def check_native(ctx: Context, prep: Prepared, row, manifest, checked: Sequence[
                if native_supports(manifest.native, t.dims) is not None]
     if not usable:
         return NativeResult(consumer, Status.SIZE_UNSUPPORTED, "; ".join(skipped) or "no trial to run", command)
-    ctx.progress(f"{row.backend}: native run ({consumer}) on {len(usable)} trials")
+    ctx.progress(f"{name}: native run ({consumer}) on {len(usable)} trials")
     outputs = []
     for trial, _ in usable:
         try:
@@ -61,30 +68,25 @@ def check_native(ctx: Context, prep: Prepared, row, manifest, checked: Sequence[
         except MultiexportError as exc:
             status = Status.parse(getattr(exc, "category", "run-failed")) if isinstance(exc, RunError) else Status.RUN_FAILED
             return NativeResult(consumer, status, f"trial '{trial.name}': {exc}", command)
-    verdict = check_parity(f"{row.backend} native", outputs, [r for _, r in usable], prep.sig.outputs,
+    verdict = check_parity(f"{name} native", outputs, [r for _, r in usable], prep.sig.outputs,
                            [t.name for t, _ in usable], config.tolerances, excluded=excluded,
                            inputs_notes=[inputs_note(t.feed) for t, _ in usable], sensitivity=prep.sensitivity)
     notes = [f"not run natively: {', '.join(skipped)}"] if skipped else []
-    passed, failed_as, why = verdict.passed, Status.PARITY_FAILED, verdict.summary()
-    if row.precision != "fp32":  # a reduced-precision artifact is held to its accuracy budget natively too
-        from ..measure.accuracy import judge
-
-        accuracy = judge(row.precision, outputs, [r for _, r in usable], [leaf.name for leaf in prep.sig.outputs],
+    precision, accuracy = split_variant(name)[1], None
+    if precision != "fp32":  # a reduced-precision artifact is held to its accuracy budget natively too
+        accuracy = judge(precision, outputs, [r for _, r in usable], [leaf.name for leaf in prep.sig.outputs],
                          config.accuracy, synthetic=config.inputs is None)
-        passed, failed_as, why = accuracy.passed, Status.ACCURACY_FAILED, accuracy.summary()
-    result = NativeResult(consumer, Status.OK if passed else failed_as, "; ".join(notes) if passed else why, command,
-                          verdict)
+    status, reason = judged(verdict, accuracy, notes)
+    result = NativeResult(consumer, status, reason, command, verdict)
     if config.bench and bench is not None:
-        result.sizes = _latency(ctx, prep, row, manifest, bench, kwargs)
+        result.sizes = _latency(ctx, prep, name, exported, bench, kwargs)
     return result
 
 
-def _latency(ctx: Context, prep: Prepared, row, manifest, bench: BenchResult, kwargs) -> list[NativeSize]:
+def _latency(ctx: Context, prep: Prepared, name: str, exported: Exported, bench: BenchResult, kwargs
+             ) -> list[NativeSize]:
     """Per-call latency inside the native program at each size the Python runner was timed at."""
-    from ..measure.plan import native_supports
-    from ..native.run import run as native_run
-
-    config = ctx.config
+    config, manifest = ctx.config, exported.manifest
     timing = present(config.bench, "native latency is measured only with a benchmark")
     python = {s.batch: s for s in bench.sizes}
     sizes = []
@@ -105,10 +107,10 @@ def _latency(ctx: Context, prep: Prepared, row, manifest, bench: BenchResult, kw
         # mode this first figure also sizes the native slices of the interleaved rounds, which replace it.
         per_call = max(size.latency.p50_ms if size.latency is not None else 1e3 * (size.first_call_s or 0.0), 1e-3)
         calls = max(MIN_CALLS, min(MAX_CALLS, int(timing.bench_time * 1e3 / per_call)))
-        ctx.progress(f"{row.backend}: native latency" + (f" at batch {batch}" if batch is not None else "") +
+        ctx.progress(f"{name}: native latency" + (f" at batch {batch}" if batch is not None else "") +
                      f" ({calls} calls)")
         try:
-            done = native_run(row.artifact, feed, iters=calls, warmup=max(timing.warmup_iters, 1),
+            done = native_run(exported.artifact, feed, iters=calls, warmup=max(timing.warmup_iters, 1),
                               timeout=config.timeout, **kwargs)
         except MultiexportError as exc:
             sizes.append(NativeSize(batch, Status.BENCH_FAILED, str(exc)))
@@ -121,10 +123,6 @@ def _latency(ctx: Context, prep: Prepared, row, manifest, bench: BenchResult, kw
 def measured_size(batch: int | None, samples_ns, measured: str, python_p50_ms: float | None) -> NativeSize:
     """A native size from every timed call's time: the Python runner's statistic (p50 with its interval), and
     the program's own order statistics kept beside it."""
-    import numpy as np
-
-    from ..measure.bench import summarize
-
     stats = summarize(np.asarray(samples_ns))
     return NativeSize(batch, calls=stats.n, min_ms=stats.min_ms, median_ms=stats.p50_ms, p90_ms=stats.p90_ms,
                       max_ms=stats.max_ms, mean_ms=stats.mean_ms, python_p50_ms=python_p50_ms, latency=stats,
@@ -134,9 +132,6 @@ def measured_size(batch: int | None, samples_ns, measured: str, python_p50_ms: f
 def native_slices(ctx: Context, prep: Prepared, rows: Rows) -> dict[str, Any]:
     """The paired rounds' native participants: "<backend> native" -> a slice function, for every row whose
     native run passed parity and was timed alone at some size (that figure sizes its slices)."""
-    from ..native.run import run as native_run
-    from ..results import NATIVE_SUFFIX
-
     slices = {}
     config = ctx.config
     for name, row in rows.items():
@@ -166,11 +161,6 @@ def native_slices(ctx: Context, prep: Prepared, rows: Rows) -> dict[str, Any]:
 def apply_paired(ctx: Context, prep: Prepared, rows: Rows, timed: dict[str, Any]) -> None:
     """Replace each native size's figure by the one its paired slices give, with the paired ratio to its
     Python runner over the same rounds (the rounds every participant completed at that size)."""
-    import numpy as np
-
-    from ..measure.pairing import all_ratios
-    from ..results import NATIVE_SUFFIX
-
     rounds = ctx.config.rounds
     for name, row in rows.items():
         native, ours = row.native, timed.get(name + NATIVE_SUFFIX)

@@ -15,21 +15,34 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import USAGE_EXIT, Interrupted, MultiexportError
-from ..exporting.precision import split_variant
+from ..errors import USAGE_EXIT, EnvironmentProblem, Interrupted, MultiexportError, present
+from ..exporting.outdir import disk_error
 from ..files.paths import safe_component
-from ..results import BackendResult, Reference, Results, SignatureData, Status, TrialInfo
+from ..measure.floor import SPEC, floor
+from ..measure.timeline import Timeline
+from ..results import Reference, Results, SignatureData, Status, TrialInfo
 from ..results.schema import from_data
+from ..run.rundir import claim_run_dir, mark, mark_in_place
 from ..system.process import stop_requested
 from ..system.timing_lock import MachineLock, machine_share
-from . import exports, timing
 from .check import check_row
+from .exports import export_all
+from .outcomes import Failure, RowOutcomes, exported_artifacts
 from .prepare import plan_devices, prepare
+from .row import build_rows
 from .stages import Context, Prepared, Rows, Timing, Workers
+from .timing import (
+    bench_reference,
+    compute_figures,
+    paired_rounds,
+    plan_timing,
+    prespawn,
+    recheck_prespawn,
+    start_servers,
+)
 
 if TYPE_CHECKING:
     from ..leaves import Target
-    from ..measure.timeline import Timeline
     from ..results import BenchResult, Pairing
     from ..run.devices import DevicePlan
     from .config import CompareConfig
@@ -46,8 +59,6 @@ def run_compare(target: Target, config: CompareConfig, spec: str | None, progres
     progress: called with one line per step. early: paired workers the caller started for `spec` before the
     target was built, adopted when they fit. timeline: the caller's, when its clock started earlier.
     """
-    from ..measure.timeline import Timeline
-
     ctx = Context(target=target, config=config, spec=spec,
                   out=Path(config.out_dir or Path("multiexport-out") / safe_component(target.name)),
                   threads=config.runtime_threads(), timeline=timeline if timeline is not None else Timeline(),
@@ -56,22 +67,23 @@ def run_compare(target: Target, config: CompareConfig, spec: str | None, progres
 
 
 class _Run:
-    """The stages in order, and what each has made so far: whatever exists when the run ends goes into
-    results.json (a stage's output is set once, by the stage that makes it)."""
+    """The stages in order, and what each has returned so far: whatever exists when the run ends goes into
+    results.json (a stage's outcome is set once, by the stage that returns it; the rows are built from the
+    outcomes, `row.build_rows`)."""
 
     def __init__(self, ctx: Context, early: EarlyWorkers | None):
         self.ctx, self.early = ctx, early
-        self.rows: Rows = {name: BackendResult(name, Status.NOT_RUN, "not reached", display=_display(name),
-                                               precision=split_variant(name)[1])
-                           for name in ctx.config.backends}
+        self.outcomes: dict[str, RowOutcomes] = {name: RowOutcomes(name) for name in ctx.config.backends}
         self.device: DevicePlan | None = None
         self.prepared: Prepared | None = None
         self.pairing: Pairing | None = None
         self.reference_bench: BenchResult | None = None
 
-    def run(self) -> Results:
-        from ..run.rundir import claim_run_dir, mark
+    def rows(self, interrupted: bool = False) -> Rows:
+        """The rows as the outcomes so far make them."""
+        return build_rows(self.outcomes, self.ctx.config.backends, interrupted)
 
+    def run(self) -> Results:
         ctx = self.ctx
         claim = claim_run_dir(ctx.out)
         finished, usage_error = False, False
@@ -114,43 +126,46 @@ class _Run:
 
     def _measure(self, early_start: bool, workers: Workers, tm: Timing, timing_lock: contextlib.ExitStack,
                  machine: MachineLock) -> None:
-        ctx, rows = self.ctx, self.rows
+        ctx, outcomes = self.ctx, self.outcomes
         try:
             if early_start:
-                workers = timing.prespawn(ctx, self.early, None)
+                workers = prespawn(ctx, self.early, None)
                 self.early = None
             self.device = plan_devices(ctx)
             self.prepared = prep = prepare(ctx, self.device)
             if not early_start:
-                workers = timing.prespawn(ctx, self.early, self.device)
+                workers = prespawn(ctx, self.early, self.device)
                 self.early = None
             if prep.nondeterministic:
-                for row in rows.values():
-                    row.status, row.reason = Status.NONDETERMINISTIC_TARGET, prep.nondeterministic
+                failure = Failure("target", Status.NONDETERMINISTIC_TARGET.value, prep.nondeterministic)
+                for name in outcomes:
+                    outcomes[name] = dataclasses.replace(outcomes[name], failure=failure)
                 return
-            workers = timing.recheck_prespawn(workers, prep)
-            artifacts = exports.export_all(ctx, prep, rows)
-            tm = timing.plan_timing(ctx, prep, rows, artifacts, workers)
+            workers = recheck_prespawn(workers, prep)
+            for name, export in export_all(ctx, prep).items():
+                outcomes[name] = dataclasses.replace(outcomes[name], export=export)
+            artifacts = exported_artifacts(outcomes, ctx.config.backends)
+            tm = plan_timing(ctx, prep, artifacts, workers)
             workers = Workers(None, None)  # adopted by the timing plan, or closed by it
             self.pairing = tm.pairing
             timing_lock.enter_context(machine.exclusive(ctx.config.bench is not None))
             if tm.servers is not None:
-                timing.start_servers(ctx, tm.servers, rows, artifacts)
-            self.reference_bench = timing.bench_reference(ctx, prep, tm)
-            for name in ctx.config.backends:
-                if name in artifacts:
-                    check_row(ctx, prep, tm, rows[name], artifacts[name])
+                start_servers(ctx, tm.servers, artifacts)
+            self.reference_bench = bench_reference(ctx, prep, tm)
+            for name, exported in artifacts.items():
+                outcomes[name] = dataclasses.replace(outcomes[name], check=check_row(ctx, prep, tm, name, exported))
             if tm.servers is not None:
-                self.pairing = timing.paired_rounds(ctx, prep, tm, rows, self.reference_bench)
+                self.pairing = paired_rounds(ctx, prep, tm, self.rows(), self.reference_bench)
         finally:
             for servers in (workers.servers, tm.servers):
                 if servers is not None:
                     servers.close()
             if self.early is not None:  # never adopted (the run stopped before): its workers must not outlive it
                 self.early.close()
-        timing.compute_figures(self.pairing, rows, self.reference_bench)
+        rows = self.rows()
+        compute_figures(self.pairing, rows, self.reference_bench)
         if ctx.config.floor and self.pairing is not None:
-            timing.floors(ctx, rows, self.pairing)
+            floors(ctx, rows, self.pairing)
         if self.device is not None and self.device.tpu and self.prepared is not None:
             from .tpu_stage import tpu_stage  # after every CPU row: the TPU worker alone holds the chip
 
@@ -158,10 +173,6 @@ class _Run:
 
     def _finish(self, interrupted: bool) -> Results:
         ctx, prep = self.ctx, self.prepared
-        for row in self.rows.values():
-            if interrupted and row.status is Status.NOT_RUN:
-                row.status, row.reason = Status.INTERRUPTED, "interrupted before this backend finished"
-            clean_reasons(row)
         signature = (from_data(SignatureData, prep.sig.to_json(), "signature") if prep is not None
                      else SignatureData(name=ctx.target.name, inputs=[], outputs=[]))
         reference = (dataclasses.replace(prep.reference, bench=self.reference_bench) if prep is not None
@@ -169,7 +180,7 @@ class _Run:
         results = Results(
             target=ctx.target.name, signature=signature,
             trials=[TrialInfo(t.name, dict(t.dims), t.origin) for t in (prep.trials if prep is not None else [])],
-            backends=self.rows, reference=reference, environment=dict(prep.environment) if prep is not None else {},
+            backends=self.rows(interrupted), reference=reference, environment=dict(prep.environment) if prep is not None else {},
             out_dir=str(ctx.out), device=self.device.to_json() if self.device is not None else {},
             interrupted=interrupted, state="interrupted" if interrupted else "finished", config=ctx.config.to_json(),
             pairing=self.pairing, timeline=ctx.timeline.steps())
@@ -179,16 +190,11 @@ class _Run:
 def _write(ctx: Context, results: Results) -> Results:
     """results.json and the caller's reports, then the directory marked with the run's state. A full disk
     is an environment problem, and the marker must not say the run still works."""
-    from ..run.rundir import mark, mark_in_place
-
     try:
         results.write(ctx.out / "results.json")
         if ctx.report is not None:
             ctx.report(results, ctx.out)
     except OSError as exc:
-        from ..errors import EnvironmentProblem
-        from ..exporting.outdir import disk_error
-
         mark_in_place(ctx.out, "failed")
         mapped = disk_error(exc, ctx.out)
         if mapped is exc:
@@ -199,18 +205,21 @@ def _write(ctx: Context, results: Results) -> Results:
     return results
 
 
-def clean_reasons(row: BackendResult) -> None:
-    """A row's reasons as results.json keeps them: a converter's colours (ANSI escapes) removed, any other
-    control or bidirectional character escaped (`files.text.clean_message`)."""
-    from ..files.text import clean_message
-
-    row.reason = clean_message(row.reason)
-    for size in row.bench.sizes if row.bench is not None else []:
-        size.reason = clean_message(size.reason)
-
-
-def _display(name: str) -> dict[str, str]:
-    from ..exporting.registry import display
-
-    return display(name)
-
+def floors(ctx: Context, rows: Rows, pairing: Pairing) -> None:
+    """The per-call floor of every timed runtime: the floor target compared the same way (`run_compare`), in
+    OUT/floor; each runner's floor (p50 ms) goes into `pairing.floors`."""
+    timed = [n for n, r in rows.items() if r.status is Status.OK and r.bench is not None]
+    if not timed:
+        return
+    ctx.progress(f"per-call floor of {', '.join(timed)} (one add on 8 floats, the same calling paths)")
+    config = dataclasses.replace(ctx.config, backends=tuple(timed), out_dir=ctx.out / "floor", trials=1,
+                                 batch_sizes=None, native=False, native_plugin=None, floor=False, inputs=None,
+                                 dim_sizes={}, val_ranges={}, tolerances={}, backend_options={})
+    spec = SPEC if ctx.spec is not None else None
+    results = run_compare(floor(), config, spec, lambda m: ctx.progress(f"floor: {m}"), report=ctx.report)
+    benches = {"jax": results.reference.bench, **{n: r.bench for n, r in results.backends.items()}}
+    for name, bench in benches.items():
+        measured = bench.measured() if bench is not None else []
+        if measured:
+            latency = present(measured[0].latency, "measured() keeps only the sizes with a latency")
+            pairing.floors[name] = latency.p50_ms

@@ -1,10 +1,12 @@
 """The typed values a compare's stages pass on, each frozen once its stage has made it.
 
-    Context (the request) -> DevicePlan -> Prepared -> {backend: Manifest} -> Timing -> rows' verdicts -> Results
+    Context (the request) -> DevicePlan -> Prepared -> {backend: Exported | Failure} -> Timing
+    -> {backend: Checked} -> rows -> Results
 
 Each stage is a function of these to the next (`session.run_compare` calls them in order). What a stage
-decides about a backend goes into that backend's row (`Rows`: the results being built, one
-`BackendResult` per selected backend, handed to each stage that gives verdicts); nothing else is shared.
+finds about one backend it returns as that backend's outcome (`outcomes.py`); the rows (`Rows`: one
+`BackendResult` per selected backend) are built from the outcomes by `row.build_rows` alone, and the
+timed stages after the checks read them; nothing else is shared.
 """
 
 from __future__ import annotations

@@ -7,19 +7,32 @@ the workers themselves are `run.paired.Servers`.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from ..errors import present
-from ..exporting.manifest import Manifest
-from ..results import Status
+from ..measure.bench import bench_sizes, memory_now
+from ..measure.pairing import available_memory, fits_in_memory
+from ..results import NATIVE_SUFFIX, BenchResult, Pairing, Status
 from ..results.bench import BASELINE_PREFIX
+from ..run.paired import (
+    Servers,
+    apply,
+    directory_bytes,
+    pairing_result,
+    run_rounds,
+    serve_artifact,
+    set_compute_figures,
+)
+from ..run.runs import run_artifact
+from .baseline import artifact_bytes, attach, find_baseline, prepare_baselines, spawn_baselines
+from .native_check import apply_paired, native_slices
+from .outcomes import Exported
 from .stages import Context, Prepared, Rows, Timing, Workers
 
 if TYPE_CHECKING:
-    from ..results import BenchResult, Pairing
     from ..run.devices import DevicePlan
-    from ..run.paired import Servers
     from .config import CompareConfig
 
 
@@ -46,9 +59,6 @@ class EarlyWorkers:
 def start_early(config: CompareConfig, spec: str) -> EarlyWorkers | None:
     """Paired workers for `config.backends` (registered names), before `spec` is built (None when pairing
     is off or on a GPU plan)."""
-    from ..measure.bench import memory_now
-    from ..measure.pairing import available_memory
-
     if config.device != "cpu":
         return None  # which backends run is known only after the GPU probe
     available, rss = available_memory(), memory_now()["rss_bytes"]
@@ -63,9 +73,6 @@ def prespawn(ctx: Context, early: EarlyWorkers | None, device: DevicePlan | None
     the workers the CLI started before the target was built (`early`, else closed); `recheck_prespawn` stops
     them once the signature shows the weights would not fit, and `plan_timing` decides with the real
     artifact sizes and closes them if pairing is off after all."""
-    from ..measure.bench import memory_now
-    from ..measure.pairing import available_memory
-
     config = ctx.config
     if early is not None and early.spec == ctx.spec and config.bench and config.paired:
         grown = max(0, memory_now()["rss_bytes"] - early.rss)  # the target, built in this process meanwhile
@@ -82,8 +89,6 @@ def prespawn(ctx: Context, early: EarlyWorkers | None, device: DevicePlan | None
 
 def _start_workers(config: CompareConfig, spec: str | None, backends: list[str], device: str) -> Servers | None:
     """One paired worker per runner (and the reference's, given a TARGET), each importing its runtime."""
-    from ..run.paired import Servers
-
     runners = list(backends) + (["jax"] if spec else [])
     if not config.bench or not config.paired or len(runners) < 2:
         return None
@@ -99,8 +104,6 @@ def _start_workers(config: CompareConfig, spec: str | None, backends: list[str],
 def recheck_prespawn(workers: Workers, prep: Prepared) -> Workers:
     """After the signature: stop workers started before it when the weights alone, once per runner, would
     not fit in memory (the exports need that memory more)."""
-    from ..measure.pairing import fits_in_memory
-
     if workers.servers is None:
         return workers
     weights = int(prep.sig.weights.get("baked_bytes", 0)) + int(prep.sig.weights.get("input_bytes", 0))
@@ -110,27 +113,20 @@ def recheck_prespawn(workers: Workers, prep: Prepared) -> Workers:
     return workers
 
 
-def plan_timing(ctx: Context, prep: Prepared, rows: Rows, artifacts: dict[str, Manifest], workers: Workers) -> Timing:
+def plan_timing(ctx: Context, prep: Prepared, artifacts: Mapping[str, Exported], workers: Workers) -> Timing:
     """Paired rounds when every runner fits in memory at once (and pairing is not turned off), else one
     worker after another. In paired mode each runner's one worker gives its parity and cold start too; the
     early workers are adopted for it, else closed here."""
-    from ..measure.pairing import fits_in_memory
-    from ..results import Pairing
-    from ..run.paired import Servers, directory_bytes
-
     config = ctx.config
     fits, reason, pairing = False, "", None
     baseline = _baseline(ctx, artifacts)
     if config.bench and not config.paired:
         pairing = Pairing(mode="sequential", reason="sequential: asked for (--sequential)")
     elif config.bench:
-        sizes = {name: directory_bytes(present(rows[name].artifact, "an exported row has its artifact"))
-                 for name in artifacts}
+        sizes = {name: directory_bytes(exported.artifact) for name, exported in artifacts.items()}
         if ctx.spec is not None:
             sizes["jax"] = int(prep.sig.weights.get("baked_bytes", 0))
         if baseline is not None:
-            from .baseline import artifact_bytes
-
             sizes.update(artifact_bytes(baseline))
         # The memory available before the early workers started: they are part of what is being sized.
         fits, reason = fits_in_memory(sizes, workers.available_before)
@@ -142,30 +138,24 @@ def plan_timing(ctx: Context, prep: Prepared, rows: Rows, artifacts: dict[str, M
         if workers.servers is not None:
             workers.servers.close()
         if baseline is not None:
-            from .baseline import attach
-
             attach(pairing, baseline, {}, list(artifacts))  # the baseline could not be timed beside: cross-run
         return Timing(pairing, None)
     if ctx.spec is None:
         reason += "; the reference (no TARGET string to load it in a worker) is timed on its own, before the rounds"
     servers = workers.servers or Servers(prep.device.chosen, ctx.threads, config.timeout)
     if baseline is not None:  # (the config gave it BASELINE_ROUNDS rounds at least)
-        from .baseline import spawn_baselines
-
         spawn_baselines(servers, baseline, list(artifacts))  # their runtimes import while the new ones load
     return Timing(Pairing(mode="paired", reason=reason, rounds=config.rounds), servers, baseline)
 
 
-def _baseline(ctx: Context, artifacts: dict[str, Manifest]):
+def _baseline(ctx: Context, artifacts: Mapping[str, Exported]):
     """The baseline artifacts to time beside `artifacts` (compare --baseline-artifacts), or None."""
     if ctx.config.baseline_artifacts is None or not ctx.config.bench or not artifacts:
         return None
-    from .baseline import find_baseline
-
     return find_baseline(ctx.config.baseline_artifacts, list(ctx.config.backends), ctx.out)
 
 
-def start_servers(ctx: Context, servers: Servers, rows: Rows, artifacts: dict[str, Manifest]) -> None:
+def start_servers(ctx: Context, servers: Servers, artifacts: Mapping[str, Exported]) -> None:
     """One worker per runner, alive until the rounds are done; loads one after another, each timed alone
     (workers started early have imported their runtimes by now and wait for this)."""
     if ctx.spec is not None:
@@ -180,7 +170,7 @@ def start_servers(ctx: Context, servers: Servers, rows: Rows, artifacts: dict[st
         if name not in servers.dirs:
             servers.spawn(name, ["run", "-"], name)
         ctx.progress(f"{name}: load in its paired worker")
-        servers.load(name, rows[name].artifact)
+        servers.load(name, artifacts[name].artifact)
     for name in [n for n in servers.dirs if n.startswith(BASELINE_PREFIX)]:
         ctx.progress(f"{name[len(BASELINE_PREFIX):]}: load its baseline in a paired worker")
         servers.load(name)
@@ -189,20 +179,12 @@ def start_servers(ctx: Context, servers: Servers, rows: Rows, artifacts: dict[st
 def bench_reference(ctx: Context, prep: Prepared, tm: Timing) -> BenchResult | None:
     """The reference's latency, measured like every backend's: its cold start in its paired worker (the
     steady state comes from the rounds), else a fresh worker, else (no TARGET string) in this process."""
-    import time
-
-    from ..measure.bench import bench_sizes, memory_now
-    from ..results import BenchResult
-    from ..run.runs import run_artifact
-
     bench = ctx.config.bench
     if not bench:
         return None
     paired = tm.servers is not None and ctx.spec is not None
     ctx.progress("reference: " + ("cold start of jax.jit" if paired else "benchmark jax.jit"))
     if paired:
-        from ..run.paired import serve_artifact
-
         outcome = serve_artifact(present(tm.servers, "paired implies live servers"), "jax", [], prep.bench_feeds, {},
                                  bench)
         return outcome.bench if outcome.failure is None else None
@@ -226,10 +208,6 @@ def paired_rounds(ctx: Context, prep: Prepared, tm: Timing, rows: Rows, referenc
     """The interleaved rounds over every runner that passed (and each native consumer that did, beside its
     Python runner); each runner's steady-state figures replaced by the rounds'. Returns the pairing with
     the paired ratios."""
-    from ..results import NATIVE_SUFFIX
-    from ..run.paired import apply, pairing_result, run_rounds
-    from .native_check import apply_paired, native_slices
-
     servers = present(tm.servers, "paired rounds run on live servers")
     planned = present(tm.pairing, "paired rounds run after plan_timing")
     config = ctx.config
@@ -239,8 +217,6 @@ def paired_rounds(ctx: Context, prep: Prepared, tm: Timing, rows: Rows, referenc
             benches[name] = row.bench
     baseline_failures = {}
     if tm.baseline is not None:  # each baseline artifact prepared at its new artifact's sizes, to join the rounds
-        from .baseline import prepare_baselines
-
         baseline_failures = prepare_baselines(servers, benches, prep.bench_feeds, config.bench, ctx.progress)
     unsupported = {n: {i for i, s in enumerate(b.sizes) if s.status is not Status.OK} for n, b in benches.items()}
     # Each native consumer that passed takes a slice per round too, beside its Python runner (--native).
@@ -256,44 +232,15 @@ def paired_rounds(ctx: Context, prep: Prepared, tm: Timing, rows: Rows, referenc
     pairing = pairing_result("paired", planned.reason, runners, prep.bench_feeds, planned.rounds, config.bench,
                              failures, peak)
     if tm.baseline is not None:
-        from .baseline import attach
-
         attach(pairing, tm.baseline, baseline_failures, [n for n in rows if n in benches])
     apply(pairing, runners, benches, {n: r.native for n, r in rows.items() if r.native is not None})
     apply_paired(ctx, prep, rows, timed)
     return pairing
 
 
-def floors(ctx: Context, rows: Rows, pairing: Pairing) -> None:
-    """The per-call floor of every timed runtime: the floor target compared the same way, in OUT/floor;
-    each runner's floor (p50 ms) goes into `pairing.floors`."""
-    import dataclasses
-
-    from ..measure.floor import SPEC, floor
-    from .session import run_compare
-
-    timed = [n for n, r in rows.items() if r.status is Status.OK and r.bench is not None]
-    if not timed:
-        return
-    ctx.progress(f"per-call floor of {', '.join(timed)} (one add on 8 floats, the same calling paths)")
-    config = dataclasses.replace(ctx.config, backends=tuple(timed), out_dir=ctx.out / "floor", trials=1,
-                                 batch_sizes=None, native=False, native_plugin=None, floor=False, inputs=None,
-                                 dim_sizes={}, val_ranges={}, tolerances={}, backend_options={})
-    spec = SPEC if ctx.spec is not None else None
-    results = run_compare(floor(), config, spec, lambda m: ctx.progress(f"floor: {m}"), report=ctx.report)
-    benches = {"jax": results.reference.bench, **{n: r.bench for n, r in results.backends.items()}}
-    for name, bench in benches.items():
-        measured = bench.measured() if bench is not None else []
-        if measured:
-            latency = present(measured[0].latency, "measured() keeps only the sizes with a latency")
-            pairing.floors[name] = latency.p50_ms
-
-
 def compute_figures(pairing: Pairing | None, rows: Rows, reference: BenchResult | None) -> None:
     """Each timed size's achieved GFLOP/s and its fraction of the machine's peak measured in the same run
     (the rounds', else the reference worker's), set on the benches and the pairing."""
-    from ..run.paired import set_compute_figures
-
     if pairing is None:
         return
     benches = {n: r.bench for n, r in rows.items() if r.bench is not None}

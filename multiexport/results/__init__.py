@@ -75,9 +75,10 @@ class Binding:
     caller_key: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class BackendResult:
-    """One backend's row.
+    """One backend's row, built once from what the compare's stages returned (`comparison.row.build_row`)
+    and never changed after (its bench and native records are the measurements' own).
 
     backend: its name.
     status: what happened (see `Status.meaning`); reason: why, and what to do, when not ok.

@@ -1,0 +1,141 @@
+"""The export workers' scheduler: process machinery only (what to export, and with which options, is the caller's).
+
+Each worker exports its own jobs in order, then takes from a pool every worker shares, one job at a time,
+each by the first worker to reach it (`plan_workers`): nothing waits for a slot, no worker starts (imports,
+builds the target) only to queue, and the worker that finishes first takes the most. A worker that dies
+takes only the export it was on: the jobs after it that no other worker took come back as `retry`, for the
+caller to run again, each alone.
+"""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import InputError
+from ..exporting.outdir import remove_stale
+from ..system.process import Outcome, run_command
+from .messages import ExportReply, decode
+from .workers import classify, classify_outcome, private_tmp, start_work_dir, worker_command, worker_environment
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What one export worker exports.
+
+    own: its group (a stage first, then what builds on it), in order.
+    pooled: the exports every worker shares, taken one at a time after `own`, each by the first worker to
+        reach it (the others skip it); the same tuple in every plan.
+    """
+
+    own: tuple[str, ...]
+    pooled: tuple[str, ...] = ()
+
+
+def plan_workers(groups: Sequence[Sequence[str]], jobs: int) -> list[WorkerPlan]:
+    """One worker per slot: the first `jobs` groups are one worker's each, the rest a pool every worker
+    takes from once its own group is done (groups come longest first: a chain starts early)."""
+    slots = max(jobs, 1)
+    pooled = tuple(name for group in groups[slots:] for name in group)
+    return [WorkerPlan(tuple(group), pooled) for group in groups[:slots]]
+
+
+@dataclass(frozen=True)
+class ExportJob:
+    """One export as a worker is told it: its name, the artifact directory it writes, its options' JSON."""
+
+    name: str
+    out: Path
+    options: str
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What a worker left for one job: its export.json, or its failure (category, reason); neither means the
+    job must run again alone (its worker died before it, after another export in the same process)."""
+
+    reply: ExportReply | None = None
+    failure: tuple[str, str] | None = None
+
+
+def export_in_workers(spec: str, out: Path, owns: Sequence[Sequence[ExportJob]], pooled: Sequence[ExportJob],
+                      slots: int, timeout: float) -> dict[str, JobOutcome]:
+    """Run one worker per non-empty `owns` entry (or per entry, when there is a pool to take from), `slots`
+    at a time, each building `spec`; {name: what its worker left}. `timeout` is per export: a worker gets it
+    once per export it may run. A dead worker's staging directories in `out` are removed."""
+    work = {job.name: start_work_dir("export") for jobs in [*owns, pooled] for job in jobs}
+    launch = [(k, list(jobs)) for k, jobs in enumerate(owns) if jobs or pooled]
+    if not launch:
+        return {}
+    limit = timeout * (max(len(jobs) for _, jobs in launch) + len(pooled))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(slots, len(launch)))) as pool:
+            ended = list(pool.map(lambda item: _run_worker(spec, out, work, item[0], item[1], list(pooled), limit),
+                                  launch))
+        if any(outcome.returncode != 0 for outcome in ended):
+            remove_stale(out)  # a dead worker's staging directories and locks in the output directory
+        claims = {job.name: _claimed_by(work[job.name]) for job in pooled}  # read once, every worker ended
+        left: dict[str, JobOutcome] = {}
+        for (k, jobs), outcome in zip(launch, ended):
+            taken = [*jobs, *(j for j in pooled if claims[j.name] == k)]
+            left.update(_collect(taken, work, outcome, limit))
+        left.update({j.name: JobOutcome() for j in pooled if claims[j.name] is None})  # no worker got that far
+        return left
+    except BaseException:  # a signal stopped the wait: the workers are gone, and so are their directories
+        remove_stale(out)
+        raise
+    finally:
+        for path in work.values():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _run_worker(spec: str, out: Path, work: dict[str, Path], k: int, jobs: list[ExportJob], pooled: list[ExportJob],
+                timeout: float) -> Outcome:
+    """Worker `k`: its own jobs in order, then each pooled job it claims first."""
+    first, *rest = [*jobs, *pooled]
+    args = ["export", spec, first.name, str(first.out), str(work[first.name]), "--options", first.options]
+    for job in rest:
+        args += ["--then", job.name, str(job.out), str(work[job.name]), job.options]
+    if pooled:
+        args += ["--pool", str(len(pooled)), "--claim-as", str(k)]
+    with private_tmp() as tmp:
+        return run_command(worker_command(*args), timeout=timeout, env=worker_environment(tmp))
+
+
+def _claimed_by(work: Path) -> int | None:
+    """Which worker took a pooled job (its `claim` file, written by that worker), or None."""
+    try:
+        return int((work / "claim").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _collect(taken: list[ExportJob], work: dict[str, Path], outcome: Outcome, timeout: float) -> dict[str, JobOutcome]:
+    """What one worker left for the jobs it took, in the order it took them: a job after the one it died on,
+    or the one it died on after another export, comes back empty (to run again alone)."""
+    reached, left = True, {}
+    for i, job in enumerate(taken):
+        reply, failure = _read(work[job.name] / "export.json"), None
+        if reply is None and (work[job.name] / "error.json").is_file():
+            failure = classify(outcome, work[job.name], timeout)  # its own clean error report
+        elif reply is None and reached:
+            reached = False  # the worker ended on this export: the ones after it never ran there
+            failure = classify_outcome(outcome, timeout) or (
+                "export-failed", f"the worker exited with code 0 before reporting a result for {job.name} "
+                                 "(something in the process ended it early: the target's code calling exit from "
+                                 "native code?)")
+            if i > 0 and failure[0] != "internal-error":
+                failure = None  # it died after another export in the same process: judge it alone
+        left[job.name] = JobOutcome(reply, failure)
+    return left
+
+
+def _read(path: Path) -> ExportReply | None:
+    """An export worker's export.json, or None when it wrote none (or one that does not parse)."""
+    try:
+        return decode(ExportReply, path.read_text(), str(path)) if path.is_file() else None
+    except (OSError, InputError):
+        return None
