@@ -8,6 +8,7 @@ case, and docs/converter-ops.md is what the generator writes."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import re
@@ -115,7 +116,10 @@ def uncovered(handlers, cases) -> tuple[list[str], list[str]]:
 
 @pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
 def test_the_op_converts_and_matches_jit(c: OpCase):
-    check_case(c)
+    import jax
+
+    with jax.enable_x64(True) if c.x64 else contextlib.nullcontext():
+        check_case(c)
 
 
 def _sine() -> OpCase:

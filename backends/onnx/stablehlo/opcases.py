@@ -104,6 +104,7 @@ class OpCase:
     mlir: str = ""  # a StableHLO `func.func @main` for ops jax's export never writes; `fn` is then the reference
     refused: str = ""  # when set, the converter must refuse the op with an Unsupported whose text holds this
     note: str = ""  # a limit or remark for the coverage page
+    x64: bool = False  # exported and run with jax's 64-bit types on (float64/int64 inputs stay 64-bit)
 
     @property
     def id(self) -> str:

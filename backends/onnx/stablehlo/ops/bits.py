@@ -79,6 +79,8 @@ HANDLERS = {
 CASES = (
     example("stablehlo.shift_left", lambda a, s: lax.shift_left(a, s), i32(2, 3), Arg((2, 3), "int32", "shift"),
             onnx="BitShift", note="a shift by the width or more is 0"),
+    example("stablehlo.shift_left", lambda a, s: lax.shift_left(a, s), Arg((2, 3), "int64", "int"),
+            Arg((2, 3), "int64", "shift"), onnx="BitShift", name="int64", x64=True),
     example("stablehlo.shift_left", lambda a, s: lax.shift_left(a, s), i32(2, 3), i32(2, 3), onnx="BitShift",
             name="negative", note="a negative amount is a huge unsigned one: 0"),
     example("stablehlo.shift_right_logical", lambda a, s: lax.shift_right_logical(a, s), u32(2, 3),

@@ -198,7 +198,8 @@ CASES = (
     example("stablehlo.composite", lambda x: lax.top_k(x, 2), f32(2, 5), onnx="TopK", name="top_k",
             note="chlo.top_k -> TopK; other composites through their decomposition"),
     example("stablehlo.composite", lambda x: lax.erf(x), f32(2, 3), onnx="Erf", name="erf",
-            note="chlo ops reach the route only as composites: a portable artifact holds no chlo op"),
+            note="chlo ops reach the route only as composites: a portable artifact holds no chlo op; "
+                 "float64 erf: ONNX Runtime has no double Erf kernel"),
     example("stablehlo.custom_call", lambda x: x + x, f32(2, 3), mlir=_SHARDING, name="sharding",
             note="a one-operand Sharding annotation is its operand"),
     example("stablehlo.custom_call", lambda x: jnp.linalg.cholesky(x @ x.T + 3 * jnp.eye(3)), f32(3, 3),

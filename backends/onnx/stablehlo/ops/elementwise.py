@@ -65,6 +65,10 @@ def _elementwise(cx, op, op_type: str, **attrs) -> list[str]:
 
 
 def unary(cx, op) -> list[str]:
+    if op.operation.name == "stablehlo.tan" and cx.type_of(op.result).dtype == "float64":
+        # ONNX Runtime's CPU provider has no double Tan kernel; its Sin and Cos have one.
+        (x,), lazy = cx.broadcast_inputs(op)
+        return [cx.lazy_result(cx.b.op1("Div", [cx.b.op1("Sin", [x]), cx.b.op1("Cos", [x])]), lazy)]
     return _elementwise(cx, op, _UNARY[op.operation.name])
 
 
@@ -274,6 +278,10 @@ CASES = (
             name="int", note="integers truncate toward zero in both"),
     example("stablehlo.exponential", lambda x: jnp.exp(x), Arg((2, 3), "float16"), onnx="Exp", name="f16",
             rtol=1e-3, atol=1e-3),
+    example("stablehlo.tan", lambda x: jnp.tan(x), Arg((2, 3), "float64", "unit"), onnx=("Sin", "Cos"), name="f64",
+            x64=True, rtol=1e-12, atol=1e-14, note="float64 as Sin / Cos (ONNX Runtime has no double Tan)"),
+    example("stablehlo.add", lambda a, b: a + b * 2.5, Arg((2, 3), "float64"), Arg((2, 3), "float64"), onnx="Add",
+            name="f64", x64=True, rtol=1e-14, atol=0.0),
     example("stablehlo.power", lambda a, b: a ** b, f32(2, 3, domain="positive"), f32(2, 3), onnx="Pow"),
     example("stablehlo.power", lambda a, b: jnp.power(a, b), i32(2, 3), i32(2, 3, domain="count"),
             onnx=("Pow", "Cast"), name="int", mlir=_INT_POWER, note="integers through float64 (exact below 2**53)"),
@@ -299,7 +307,8 @@ CASES = (
     example("stablehlo.cbrt", lambda x: jnp.cbrt(x), f32(2, 3), onnx=("Pow", "Sign")),
     example("stablehlo.round_nearest_afz", lambda x: lax.round(x * 2.0), f32(2, 3), onnx=("Floor", "Sign")),
     example("stablehlo.is_finite", lambda x: jnp.isfinite(x), f32(2, 3, domain="special"), onnx=("IsInf", "IsNaN")),
-    example("stablehlo.atan2", lambda y, x: jnp.arctan2(y, x), f32(3, 4), f32(3, 4), onnx=("Atan", "Where")),
+    example("stablehlo.atan2", lambda y, x: jnp.arctan2(y, x), f32(3, 4), f32(3, 4), onnx=("Atan", "Where"),
+            note="float64: ONNX Runtime has no double Atan kernel (the export says unsupported-dtype)"),
     example("stablehlo.atan2", lambda y, x: jnp.arctan2(y[:, None], x[None, :]), f32(7, domain="edges"),
             f32(7, domain="edges"), onnx="Atan", name="edges", note="C's atan2 at ±0, ±inf and NaN (every pair)"),
     example("stablehlo.compare", lambda a, b: (a < b, a >= b, a != b, a == b), f32(2, 3), f32(2, 3),

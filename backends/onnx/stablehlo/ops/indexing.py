@@ -156,6 +156,8 @@ CASES = (
             onnx="ScatterND", note="set/add/mul/max/min of whole slices at single indices"),
     example("stablehlo.scatter", lambda x, i, u: x.at[i].add(u), f32(5, 3), _INDICES, f32(3, 3), onnx="ScatterND",
             name="add"),
+    example("stablehlo.scatter", lambda x, i, u: x.at[i].add(u), Arg((5, 3), "float64"), Arg((3,), "int64", "index"),
+            Arg((3, 3), "float64"), onnx="ScatterND", name="f64", x64=True, rtol=1e-14, atol=0.0),
     example("stablehlo.scatter", lambda x, i, u: x.at[i].max(u), f32(5, 3), _INDICES, f32(3, 3), onnx="ScatterND",
             name="max"),
     example("stablehlo.scatter", lambda x, i, j, u: x.at[i, j].set(u), f32(5, 4), _INDICES, _INDICES, f32(3),

@@ -143,10 +143,13 @@ CASES = (
     example("stablehlo.dot_general", lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.int32),
             Arg((2, 3), "int8", "int"), Arg((3, 4), "int8", "int"), onnx=("MatMul", "Cast"), name="int8-to-int32"),
     example("stablehlo.dot_general", lambda a, b: jnp.dot(a, b), f32(5), f32(5), onnx="MatMul", name="vector"),
+    example("stablehlo.dot_general", lambda x, w: x @ w, Arg((2, 3), "float64"), Arg((3, 4), "float64"),
+            onnx="MatMul", name="f64", x64=True, rtol=1e-12, atol=1e-14),
     example("stablehlo.dot", lambda a, b: a @ b, f32(2, 3), f32(3, 4), onnx="MatMul", mlir=_DOT,
             note="jax writes dot_general"),
     example("stablehlo.convolution", lambda x, w: _conv(x, w), f32(1, 5, 5, 2), f32(3, 3, 2, 4), onnx="Conv",
-            rtol=1e-4, atol=1e-5, note="float only; batch groups and window reversal refused"),
+            rtol=1e-4, atol=1e-5, note="float only; batch groups and window reversal refused; "
+                                       "float64: ONNX Runtime has no double Conv kernel"),
     example("stablehlo.convolution", lambda x, w: _conv(x, w, feature_group_count=2, rhs_dilation=(2, 1)),
             f32(1, 6, 5, 4), f32(3, 3, 2, 4), onnx="Conv", name="grouped-dilated", rtol=1e-4, atol=1e-5),
     example("stablehlo.convolution", lambda x, w: lax.conv_general_dilated(

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from ..builder import Unsupported, op_name
-from ..opcases import b1, example, f32, i32, jnp, lax
+from ..opcases import Arg, b1, example, f32, i32, jnp, lax
 from .regions import combiner, sort_direction
 
 _REDUCE = {"stablehlo.add": "ReduceSum", "stablehlo.maximum": "ReduceMax", "stablehlo.minimum": "ReduceMin",
@@ -230,6 +230,8 @@ CASES = (
     example("stablehlo.reduce", lambda x: (jnp.argmax(x, axis=1), jnp.argmin(x, axis=0)), f32(3, 4),
             onnx=("ArgMax", "ArgMin"), name="argmax", note="a (value, iota) pair: ArgMax/ArgMin"),
     example("stablehlo.reduce", lambda x: jnp.argmax(x, axis=1), i32(2, 6), onnx="ArgMax", name="argmax-ties"),
+    example("stablehlo.reduce", lambda x: (jnp.sum(x, axis=1), jnp.argmax(x, axis=0)), Arg((3, 4), "float64"),
+            onnx=("ReduceSum", "ArgMax"), name="f64", x64=True, rtol=1e-12, atol=1e-14),
     example("stablehlo.reduce_window", lambda x: _window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1)),
             f32(1, 4, 4, 3), onnx="MaxPool", name="max-pool"),
     example("stablehlo.reduce_window", lambda x: _window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
@@ -237,7 +239,8 @@ CASES = (
     example("stablehlo.reduce_window", lambda x: _window(x, jnp.iinfo(jnp.int32).min, lax.max, (1, 2), (1, 1)),
             i32(2, 5), onnx=("MaxPool", "Cast"), name="int", note="integers pooled in float32"),
     example("stablehlo.reduce_window", lambda x: _window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 1, 1, 1)) / 4.0,
-            f32(1, 4, 4, 3), onnx="AveragePool", name="avg-pool", note="a sum window divided by its size"),
+            f32(1, 4, 4, 3), onnx="AveragePool", name="avg-pool", note="a sum window divided by its size; "
+                                                                      "float64: no double AveragePool kernel"),
     example("stablehlo.reduce_window", lambda x: _window(x, jnp.inf, lax.min, (1, 3), (1, 1), ((0, 0), (1, 1))),
             f32(2, 5), onnx=("MaxPool", "Neg"), name="min-pool"),
     example("stablehlo.reduce_window", lambda x: jnp.cumsum(x, axis=1), f32(2, 5), onnx="CumSum", name="cumsum",
