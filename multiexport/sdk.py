@@ -6,7 +6,8 @@ The core behind it may move; these names stay. docs/backend-sdk.md walks through
 examples/reference_backend/ is a complete backend in about a hundred lines.
 
 The surface, by concern:
-- The contract: `Backend` (class facts + `_export_impl` / `_load_impl`), `Runner` (its `_impl` methods),
+- The contract: `Backend` (its `BackendFacts` and `Presentation` records, `_export_impl(ExportJob)` and
+  `_load_impl`), `Runner` (its `_impl` methods), the options dataclass's `option` fields (or `NoOptions`),
   `FormatResult` (what an export returns), `FormatFacts` (the format's typed facts in the manifest), `Option`,
   `ExportOptions`, `RunOptions`, `Availability`, `Artifact`, `Manifest`, `LeafBinding`, `ExportSetup`.
 - Errors, one line each, from the one root: `ExportError`, `ArtifactError`, `RunError`, `UsageError`,
@@ -23,6 +24,7 @@ from __future__ import annotations
 from .dtypes import parse_dtype
 from .errors import ArtifactError, ExportError, RunError, UsageError, leaf_message, present
 from .exporting.artifact import Artifact, Availability
+from .exporting.backend_facts import BackendFacts, Presentation
 from .exporting.contract import Backend
 from .exporting.facts import ExportSetup, FormatFacts
 from .exporting.format_result import FormatResult
@@ -47,7 +49,16 @@ from .exporting.native_section import (
     static_size_sets,
     symbolic_names,
 )
-from .exporting.options import ExportOptions, Option, RunOptions, observed_threads, usable_cpus
+from .exporting.options import (
+    ExportOptions,
+    NoOptions,
+    Option,
+    RunOptions,
+    declared_options,
+    observed_threads,
+    option,
+    usable_cpus,
+)
 from .exporting.pipeline import export_stage
 from .exporting.precision import CalibrationFacts, PrecisionFacts, calibration_facts, calibration_feeds
 from .exporting.runner import Runner
@@ -75,7 +86,7 @@ from .versions import dist_version
 
 __all__ = [
     # the contract
-    "Artifact", "Availability", "Backend", "ExportJob", "ExportOptions", "ExportSetup", "FormatFacts", "FormatResult",
+    "Artifact", "Availability", "Backend", "BackendFacts", "Presentation", "NoOptions", "option", "declared_options", "ExportJob", "ExportOptions", "ExportSetup", "FormatFacts", "FormatResult",
     "LeafBinding", "Leaf", "Manifest", "Option", "RunOptions", "Runner", "Signature",
     # errors
     "ArtifactError", "ExportError", "RunError", "UsageError", "leaf_message", "present",

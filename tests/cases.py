@@ -6,10 +6,13 @@ used flags any format reports without re-deriving them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sys
 import typing
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -232,3 +235,33 @@ def feed_for(target_sig, batch: int | None = None, seed: int = 0) -> dict[str, n
         else:
             feed[leaf.name] = r.normal(size=shape).astype(leaf.dtype)
     return feed
+
+
+# Backends from outside multiexport that run every case too, registered by the tests alone (no core file names
+# them): the SDK's reference backend (examples/reference_backend/), importable once examples/ is on sys.path.
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+EXTERNAL_BACKENDS = {"stablehlo-text": "reference_backend:ReferenceBackend"}
+
+
+@contextlib.contextmanager
+def external_backend(name: str) -> Iterator[None]:
+    """`name` (of EXTERNAL_BACKENDS) registered in this process, as a third party would, then removed."""
+    from multiexport.exporting.registry import register, unregister
+
+    if str(EXAMPLES_DIR) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES_DIR))
+    register(name, EXTERNAL_BACKENDS[name])
+    try:
+        yield
+    finally:
+        unregister(name)
+
+
+def in_fresh_process(name: str, code: str) -> list[str]:
+    """argv running `code` in a fresh Python with external backend `name` registered first (or as is for a
+    built-in one)."""
+    if name not in EXTERNAL_BACKENDS:
+        return [sys.executable, "-c", code]
+    prelude = (f"import sys; sys.path.insert(0, {str(EXAMPLES_DIR)!r}); from multiexport.exporting.registry import "
+               f"register; register({name!r}, {EXTERNAL_BACKENDS[name]!r})\n")
+    return [sys.executable, "-c", prelude + code]

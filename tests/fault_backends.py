@@ -6,6 +6,7 @@ hangs or raises. Registered only inside the tests that use them (see the `fault_
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -22,12 +23,12 @@ class PerturbedXla(XlaBackend):
 
     name = "xla_perturbed"
 
-    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
+    def _export_impl(self, job):
         def perturbed(*args, **kwargs):
-            out = fn(*args, **kwargs)
+            out = job.fn(*args, **kwargs)
             return jax.tree_util.tree_map(lambda a: a + 1e-3 if jnp.issubdtype(a.dtype, jnp.floating) else a, out)
 
-        return super()._export_impl(perturbed, signature, out_dir, options, resolved, frontend)
+        return super()._export_impl(dataclasses.replace(job, fn=perturbed))
 
 
 class _Faulty(XlaBackend):
@@ -139,11 +140,11 @@ class StaticOnlyXla(XlaBackend):
 
     name = "xla_static_only"
 
-    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
-        if signature.symbolic_dims:
-            raise RuntimeError(f"Symbolic dimension '{signature.symbolic_dims[0]}' used in a context that requires "
+    def _export_impl(self, job):
+        if job.signature.symbolic_dims:
+            raise RuntimeError(f"Symbolic dimension '{job.signature.symbolic_dims[0]}' used in a context that requires "
                                "a constant")
-        return super()._export_impl(fn, signature, out_dir, options, resolved, frontend)
+        return super()._export_impl(job)
 
 
 class StaticOnlyPerturbedXla(PerturbedXla):
@@ -151,10 +152,10 @@ class StaticOnlyPerturbedXla(PerturbedXla):
 
     name = "xla_static_only_perturbed"
 
-    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
-        if signature.symbolic_dims:
+    def _export_impl(self, job):
+        if job.signature.symbolic_dims:
             raise RuntimeError("Symbolic dimension used in a context that requires a constant")
-        return super()._export_impl(fn, signature, out_dir, options, resolved, frontend)
+        return super()._export_impl(job)
 
 
 class SymbolicWrongXla(XlaBackend):
@@ -163,20 +164,20 @@ class SymbolicWrongXla(XlaBackend):
 
     name = "xla_symbolic_wrong"
 
-    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
-        if signature.symbolic_dims:
+    def _export_impl(self, job):
+        if job.signature.symbolic_dims:
             def wrong(*args, **kwargs):
-                out = fn(*args, **kwargs)
+                out = job.fn(*args, **kwargs)
                 return jax.tree_util.tree_map(lambda a: a + 1.0 if jnp.issubdtype(a.dtype, jnp.floating) else a, out)
 
-            return super()._export_impl(wrong, signature, out_dir, options, resolved, frontend)
-        return super()._export_impl(fn, signature, out_dir, options, resolved, frontend)
+            return super()._export_impl(dataclasses.replace(job, fn=wrong))
+        return super()._export_impl(job)
 
 
 class ExportFailingXla(XlaBackend):
     name = "xla_export_fails"
 
-    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
+    def _export_impl(self, job):
         raise RuntimeError("this converter does not support the op 'reduce_precision'")
 
 
@@ -185,7 +186,7 @@ class ExportCrashingXla(XlaBackend):
 
     name = "xla_export_crashes"
 
-    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
+    def _export_impl(self, job):
         os.abort()
 
 
@@ -212,7 +213,7 @@ class AutographExportCrashingXla(XlaBackend):
 
     name = "xla_autograph_export_crashes"
 
-    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
+    def _export_impl(self, job):
         autograph_then_abort()
 
 

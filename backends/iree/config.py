@@ -19,22 +19,35 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
-from multiexport.sdk import Option
+from multiexport.sdk import declared_options, option
 
 DATA_TILING = "--iree-opt-data-tiling"
 IM2COL = "--iree-global-opt-use-im2col-for-convs"
 IM2COL_MIN_CONTRACTION = 256  # between the CNN's 72 (im2col 1.7-2x slower) and ResNet's 576 (4.6x faster)
 
-OPTIONS = (
-    Option("data_tiling", True, bool, f"compile llvm-cpu code with {DATA_TILING} (IREE's CPU docs recommend it: "
-           "ResNet-50 and BERT-base measured 3x faster, outputs bit-identical; ~25% longer compiles)"),
-    Option("im2col", "auto", str, f"{IM2COL}: on, off, or auto (on when a convolution contracts over >= "
-           f"{IM2COL_MIN_CONTRACTION} elements, window x input channels: 4.6x faster on a ResNet-like net, "
-           "1.7-2x slower on the example CNN's 3-8 channel convolutions)", choices=("auto", "on", "off")),
-    Option("driver", "auto", str, "runtime HAL driver for llvm-cpu code: local-sync (the calling thread, no "
-           "hand-off), local-task (a worker pool), or auto (both timed on the example inputs at export, the "
-           "faster kept)", choices=("auto", "local-sync", "local-task")),
-)
+
+
+@dataclass(frozen=True)
+class IreeOptions:
+    """IREE's options (`--backend-option iree.NAME=VALUE`).
+
+    data_tiling: compile llvm-cpu code with data tiling.
+    im2col: convolutions as im2col matmuls: on, off, or auto (by the largest convolution's contraction).
+    driver: the runtime HAL driver for llvm-cpu code: local-sync, local-task, or auto (timed at export).
+    """
+
+    data_tiling: bool = option(True, f"compile llvm-cpu code with {DATA_TILING} (IREE's CPU docs recommend it: "
+                               "ResNet-50 and BERT-base measured 3x faster, outputs bit-identical; ~25% longer compiles)")
+    im2col: str = option("auto", f"{IM2COL}: on, off, or auto (on when a convolution contracts over >= "
+                         f"{IM2COL_MIN_CONTRACTION} elements, window x input channels: 4.6x faster on a ResNet-like "
+                         "net, 1.7-2x slower on the example CNN's 3-8 channel convolutions)",
+                         choices=("auto", "on", "off"))
+    driver: str = option("auto", "runtime HAL driver for llvm-cpu code: local-sync (the calling thread, no "
+                         "hand-off), local-task (a worker pool), or auto (both timed on the example inputs at export, "
+                         "the faster kept)", choices=("auto", "local-sync", "local-task"))
+
+
+OPTIONS = declared_options(IreeOptions)
 
 _CONV = re.compile(r"stablehlo\.convolution\(.*?dim_numbers = \[[^\]]*\]x\[([^\]]*)\].*?:\s*\(tensor<([^>]*)>,\s*"
                    r"tensor<([^>]*)>\)")
@@ -74,16 +87,16 @@ def conv_contractions(stablehlo_text: str) -> list[int]:
     return found
 
 
-def cpu_config(resolved: dict[str, Any], targets: list[str], stablehlo_text: str) -> CpuConfig:
-    """The data-tiling and im2col flags for this module under the backend's resolved options."""
+def cpu_config(chosen: IreeOptions, targets: list[str], stablehlo_text: str) -> CpuConfig:
+    """The data-tiling and im2col flags for this module under the backend's options."""
     if targets != ["llvm-cpu"]:
         off = ("off: compiling for " + ", ".join(targets) + " in one run, and both flags are global to it; IREE "
                "documents them for llvm-cpu")
         return CpuConfig(why={"data_tiling": off, "im2col": off})
     largest = max(conv_contractions(stablehlo_text), default=0)
-    tiling = bool(resolved.get("data_tiling", True))
+    tiling = chosen.data_tiling
     why = {"data_tiling": ("on (default): IREE's CPU docs recommend it" if tiling else "off: iree.data_tiling=false")}
-    mode = resolved.get("im2col", "auto")
+    mode = chosen.im2col
     if mode == "auto":
         im2col = largest >= IM2COL_MIN_CONTRACTION
         why["im2col"] = (f"{'on' if im2col else 'off'} (auto): the largest convolution contracts over {largest} "

@@ -14,7 +14,11 @@ class IreeFacts(FormatFacts):
 
     weights: where the baked weights live and how a runtime binds them, in words.
     target_backends: the HAL target backends compiled for (`llvm-cpu`, `cuda`).
-    drivers: target backend -> the driver the runner uses (`local-sync` or `local-task` for llvm-cpu).
+    drivers: target backend -> the driver the runner uses (`local-sync` or `local-task` for llvm-cpu). The llvm-cpu
+        driver varies per artifact: with `iree.driver=auto` (the default) the export times both on the example
+        inputs and keeps the faster, so two artifacts of one IREE release may name different drivers; the native
+        section's `run_args` carry the same choice (`--device=local-sync` or `--device=local-task`), and a
+        consumer should pass them as written rather than assume one device.
     driver_choice: how the llvm-cpu driver was chosen (measured at export, or asked for), or None.
     compile_flags: the flags iree-compile got beyond the target backends.
     cpu_config: the llvm-cpu options (data tiling, im2col) and why, or why iree-compile rejected them.

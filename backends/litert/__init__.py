@@ -30,18 +30,20 @@ from typing import Any
 from multiexport.sdk import (
     ArtifactError,
     Backend,
+    BackendFacts,
     ExportError,
+    ExportJob,
     FormatResult,
     Manifest,
-    Option,
     PrecisionFacts,
+    Presentation,
     RunError,
     RunOptions,
     Runner,
     calibration_facts,
     calibration_feeds,
-    dist_version,
     embedded,
+    present,
 )
 
 from .convert import (
@@ -49,7 +51,6 @@ from .convert import (
     NEEDS_CUSTOM_OPS,
     NEEDS_FLEX_OPS,
     PRECISION_CALLS,
-    SIGNATURE_KEY,
     ConversionFailed,
     check_modules,
     convert,
@@ -59,7 +60,16 @@ from .convert import (
     precision_ops,
     requantization_gap,
 )
-from .facts import LiteRTFacts, LiteTensor
+from .describe import (
+    LiteRTOptions,
+    facts_of,
+    partitions_of,
+    requires_of,
+    signature_tensors,
+    versions_of,
+    warnings_of,
+)
+from .facts import LiteRTFacts
 from .native import LiteConsumer, litert_section
 from .runner import FLEX, LiteRTRunner, open_interpreter, prepare_in_child, signature_of
 
@@ -73,106 +83,57 @@ _SKEW = ("'tf.XlaCallModule' op is neither a custom op nor a flex op", "failed t
 
 
 class LiteRTBackend(Backend):
-    name = "litert"
-    summary = "LiteRT .tflite (TFLite converter from the SavedModel), TFLite builtins only, run by ai_edge_litert"
-    requires = ("ai_edge_litert", "tensorflow")  # TensorFlow: the converter
-    extra = "litert"
-    distributions = ("ai-edge-litert", "tensorflow-cpu", "tensorflow")  # TensorFlow converts
-    builds_on = "savedmodel"
-    weight_storage = ("embedded",)  # a .tflite keeps its tensors in its own flatbuffer
-    color = "#e377c2"
-    order = 50
-    runtime_modules = ("ai_edge_litert.interpreter",)
-    facts_type = LiteRTFacts
-    precisions = ("fp32", "fp16", "int8-dynamic", "int8")
-    options = (
-        Option("select_tf_ops", False, bool,
-               "also allow SELECT_TF_OPS (TensorFlow kernels via the Flex delegate): the ai_edge_litert "
-               "interpreter cannot run them, so only a runtime with Flex linked in can use such a model"),
+    spec = BackendFacts(
+        name="litert",
+        requires=("ai_edge_litert", "tensorflow"),  # TensorFlow: the converter
+        extra="litert",
+        distributions=("ai-edge-litert", "tensorflow-cpu", "tensorflow"),  # TensorFlow converts
+        builds_on="savedmodel",
+        weight_storage=("embedded",),  # a .tflite keeps its tensors in its own flatbuffer
+        runtime_modules=("ai_edge_litert.interpreter",),
+        facts_type=LiteRTFacts,
+        options_type=LiteRTOptions,
+        precisions=("fp32", "fp16", "int8-dynamic", "int8"),
     )
+    presentation = Presentation(
+        summary="LiteRT .tflite (TFLite converter from the SavedModel), TFLite builtins only, run by ai_edge_litert",
+        color="#e377c2", order=50)
 
     def native_consumer(self):
         """lite_run on LiteRT's C API (`native.LiteConsumer`)."""
 
         return LiteConsumer()
 
-    def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
+    def _export_impl(self, job: ExportJob[LiteRTOptions]) -> FormatResult:
         import tensorflow as tf
 
-        source = frontend.directory
-        front = {leaf.name: leaf for leaf in frontend.manifest.inputs}
+        signature, options, out_dir = job.signature, job.options, job.out_dir
+        stage = present(job.stage, "handed by the driver: litert builds on savedmodel")
+        front = {leaf.name: leaf for leaf in stage.manifest.inputs}
         samples, calibration = self._samples(signature, options, front)
         try:
-            stablehlo = check_modules(source)
-            blob, ops = convert(source, resolved["select_tf_ops"], options.precision, samples)
+            stablehlo = check_modules(stage.directory)
+            blob, ops = convert(stage.directory, job.backend_options.select_tf_ops, options.precision, samples)
         except ConversionFailed as exc:  # classify() names a dtype gap by the leaves' dtypes
             exc.leaf_dtypes = sorted({leaf.dtype for leaf in (*signature.inputs, *signature.outputs)})
             raise
         (out_dir / MODEL_FILE).write_bytes(blob)
         if options.precision != "fp32":
             self._check_prepares(out_dir / MODEL_FILE, blob, options.precision)
-        meta = model_metadata(blob)
-        used_ops = op_names(blob)
-        params = [front[leaf.name].param for leaf in signature.inputs]
-        used = [front[leaf.name].used for leaf in signature.inputs]
-        output_params = [leaf.alias for leaf in signature.outputs]
+        meta, used_ops = model_metadata(blob), op_names(blob)
+        params: Any = [front[leaf.name].param for leaf in signature.inputs]  # the SavedModel's keys (aliases)
+        output_params: Any = [leaf.alias for leaf in signature.outputs]
         interpreter = open_interpreter(str(out_dir / MODEL_FILE), 1)
-        sig = signature_of(interpreter)
-        want = {"inputs": sorted(p for p in params if p is not None), "outputs": sorted(output_params)}
-        got = {role: sorted(sig[role]) if sig else None for role in ("inputs", "outputs")}
-        if sig is None or got != want:
-            raise ConversionFailed("convert", f"the converted model's {SIGNATURE_KEY} signature has {got}, expected "
-                                   f"the leaves' aliases {want}", [], None, stablehlo["converter_stablehlo"])
-        by_alias = {leaf.alias: leaf.name for leaf in (*signature.inputs, *signature.outputs)}
-        tensors = {role: {by_alias[k]: _tensor(interpreter, i) for k, i in sig[role].items()} for role in sig}
-        declared = {name: t["dtype"] for role in tensors.values() for name, t in role.items()}
-        partitions = _partitions(interpreter)
+        tensors = signature_tensors(interpreter, signature, params, output_params, stablehlo)
         flex = [op for op in used_ops if op.startswith("custom:Flex")]
-        warnings = []
-        if flex:
-            warnings.append(f"the model uses TensorFlow (flex) ops {', '.join(flex)}: a LiteRT runtime with the Flex "
-                            "delegate linked in can run it; the ai_edge_litert interpreter cannot")
-        if signature.symbolic_dims:
-            warnings.append("symbolic dimensions: LiteRT runs them through shape arithmetic that splits the graph into "
-                            "several XNNPACK partitions, slower than a model converted at static sizes (measured 12-14x "
-                            "on the transformer block)")
-        if options.external_weights == "always" and signature.weights.get("baked_bytes"):
-            warnings.append("external weights 'always': a .tflite keeps its weights as buffers inside model.tflite, "
-                            "so they are embedded there (the SavedModel stage's variables are frozen by the converter)")
-        min_runtime = meta.get("min_runtime_version")
-        front_versions = frontend.manifest.versions
+        model = (len(blob), meta, partitions_of(interpreter))
         return FormatResult(
-            files={"model": MODEL_FILE}, used=used, params=params, output_params=output_params,
-            versions={"ai_edge_litert": dist_version("ai-edge-litert"), "tensorflow": tf.__version__,
-                      "tensorflow_git": tf.version.GIT_VERSION,
-                      "converter_stablehlo": stablehlo["converter_stablehlo"],
-                      "module_stablehlo": ",".join(stablehlo["module_stablehlo"]),
-                      "stablehlo_written_by_jax": front_versions.get("stablehlo_written_by_jax", "unknown"),
-                      **({"tflite_min_runtime_version": min_runtime} if min_runtime else {})},
-            requires={"tflite_min_runtime_version": min_runtime, "tflite_schema_version": meta["schema_version"],
-                      "ops": ops,
-                      "note": (f"a LiteRT/TFLite runtime {min_runtime or '(version not recorded)'} or newer with the "
-                               "builtin op resolver" + (" and the Flex delegate" if flex else " (no Flex delegate)"))},
-            format=LiteRTFacts(
-                signature=SIGNATURE_KEY,
-                supported_ops=list(ops),
-                select_tf_ops=resolved["select_tf_ops"],
-                converter=f"tf.lite.TFLiteConverter.from_saved_model(dir, signature_keys=['{SIGNATURE_KEY}']) "
-                          f"from TensorFlow {tf.__version__}, from the SavedModel stage of this export",
-                signature_keys="the leaves' aliases, in and out; map names through the signature, never by the "
-                               "raw tensor order",
-                tensors={role: {name: LiteTensor(**t) for name, t in by_name.items()} for role, by_name in tensors.items()},
-                ops=list(used_ops),
-                flex_ops=flex,
-                stablehlo={**stablehlo, "written_by_jax": front_versions.get("stablehlo_written_by_jax"),
-                           "check": "every XlaCallModule module read by the converter's own StableHLO reader"},
-                model_bytes=len(blob),
-                metadata=meta,
-                delegate="XNNPACK, the default delegate of the builtin op resolver (OpResolverType.AUTO), on the CPU",
-                xnnpack_partitions=partitions,
-                weights="constant buffers inside model.tflite (the converter freezes the SavedModel's variables)",
-            ),
-            warnings=warnings, weights=embedded(signature), declared=declared, platforms=["cpu"],
+            files={"model": MODEL_FILE}, used=[front[leaf.name].used for leaf in signature.inputs], params=params,
+            output_params=output_params, versions=versions_of(tf, stablehlo, stage.manifest, meta),
+            requires=requires_of(meta, ops, flex),
+            format=facts_of(tf, job.backend_options, ops, used_ops, flex, tensors, stablehlo, stage.manifest, model),
+            warnings=warnings_of(signature, flex, options.external_weights), weights=embedded(signature),
+            declared={name: t["dtype"] for role in tensors.values() for name, t in role.items()}, platforms=["cpu"],
             native=litert_section(signature.inputs, params, signature.outputs, output_params, model=MODEL_FILE),
             precision=self._precision(options, blob, calibration, tf.__version__),
         )
@@ -259,28 +220,6 @@ class LiteRTBackend(Backend):
             raise ArtifactError(f"Artifact '{directory}' | {manifest.files['model']} has {got}, manifest expects "
                                 f"{want_in} and {want_out}")
         return LiteRTRunner(manifest, directory, options, interpreter, sig)
-
-
-def _tensor(interpreter, index: int) -> dict[str, Any]:
-    details = interpreter._get_tensor_details(index, 0)
-    return {"index": int(index), "name": details["name"], "dtype": _dtype_name(details["dtype"]),
-            "shape_signature": [int(d) for d in details["shape_signature"]]}
-
-
-def _partitions(interpreter) -> int | None:
-    """XNNPACK partitions (DELEGATE nodes) at the model's own shapes; None when the tensors cannot be allocated
-    (the load check then says why)."""
-    try:
-        interpreter.allocate_tensors()
-    except (RuntimeError, ValueError):
-        return None
-    return sum(op["op_name"] == "DELEGATE" for op in interpreter._get_ops_details())
-
-
-def _dtype_name(dtype: Any) -> str:
-    import numpy as np
-
-    return np.dtype(dtype).name
 
 
 def _classify_conversion(exc: ConversionFailed) -> tuple[str, str]:

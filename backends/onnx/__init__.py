@@ -16,17 +16,18 @@ from multiexport.sdk import (
     ArtifactError,
     Availability,
     Backend,
+    BackendFacts,
     ExportError,
+    ExportJob,
     ExportSetup,
     FormatResult,
     Manifest,
-    Option,
+    Presentation,
     RunError,
     RunOptions,
     Runner,
     calibration_facts,
     calibration_feeds,
-    dist_version,
     embedded,
     externalizes,
 )
@@ -46,10 +47,12 @@ from .convert import (
     tensor_bytes,
     validate,
 )
+from .describe import Routed, facts_of, requires_of, versions_of, warnings_of
 from .facts import OnnxFacts
 from .native import ONNX_SESSION_OPTIONS, OrtConsumer, onnx_section
+from .options import EXTERNAL_DATA_THRESHOLD_BYTES, OPSET, OnnxOptions  # noqa: F401  (re-exported)
 from .quantize import quantize
-from .routes import ROUTES, route_failure, run_once, stablehlo_model
+from .routes import route_failure, run_once, stablehlo_model
 from .runner import OnnxRunner, session_error, session_options as runner_session_options
 
 # Failures the other route cannot avoid: the environment or the function, not the converter.
@@ -66,75 +69,31 @@ def _clear(directory: Path) -> None:
 def describe(exc: BaseException) -> str:
     return " ".join(str(exc).replace("Backend 'onnx' | ", "").split())[:600]
 
-# Opset 21 (ONNX 1.16, March 2024) is the newest opset ONNX released with IR version 10, the IR
-# version jax2onnx writes whatever the opset (its "ORT-safe" choice): the pair stays consistent and
-# older deployed runtimes accept it, and it still has Gelu (20) and LayerNormalization (17).
-OPSET = 21
-# Protobuf cannot serialize a message of 2 GiB or more: past this many bytes of tensors they go to
-# model.onnx.data (64 MiB of headroom for the graph itself).
-EXTERNAL_DATA_THRESHOLD_BYTES = 2**31 - 2**26
-
-
 class OnnxBackend(Backend):
-    name = "onnx"
-    summary = "ONNX (jax2onnx, or multiexport's StableHLO converter) run by ONNX Runtime, inputs named by leaf"
-    requires = ("onnx", "onnx_ir", "onnxruntime", "jax2onnx")
-    extra = "onnx"
-    distributions = ("onnx", "onnx-ir", "onnxruntime", "jax2onnx")
-    color = "#2ca02c"
-    order = 30
-    runtime_modules = ("onnxruntime",)
-    facts_type = OnnxFacts
-    precisions = ("fp32", "fp16", "int8-dynamic", "int8")
-    options = (
-        Option("route", "auto", str, "which converter writes the graph: jax2onnx (from the jaxpr), stablehlo "
-               "(multiexport's own, from the exported StableHLO module), or auto (jax2onnx, and stablehlo when "
-               "jax2onnx fails to convert or its graph fails to validate or run once)", choices=ROUTES),
-        Option("opset", OPSET, int, "ONNX opset to target (jax2onnx writes IR version 10 whatever the opset)",
-               minimum=17),
-        Option("external_data_threshold", EXTERNAL_DATA_THRESHOLD_BYTES, int,
-               "bytes of tensors past which they always go to model.onnx.data (protobuf cannot hold 2 GiB)", minimum=0),
+    spec = BackendFacts(
+        name="onnx",
+        requires=("onnx", "onnx_ir", "onnxruntime", "jax2onnx"),
+        extra="onnx",
+        distributions=("onnx", "onnx-ir", "onnxruntime", "jax2onnx"),
+        runtime_modules=("onnxruntime",),
+        facts_type=OnnxFacts,
+        options_type=OnnxOptions,
+        precisions=("fp32", "fp16", "int8-dynamic", "int8"),
     )
+    presentation = Presentation(
+        summary="ONNX (jax2onnx, or multiexport's StableHLO converter) run by ONNX Runtime, inputs named by leaf",
+        color="#2ca02c", order=30)
 
     def native_consumer(self):
         """ort_run on ONNX Runtime's C API (`native.OrtConsumer`)."""
 
         return OrtConsumer()
 
-    def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
-        t0 = time.perf_counter()
-        route = resolved["route"]
-        first_use = first_use_in_process = 0.0
-        notes: list[str] = []
-        made = None
-        if route in ("auto", "jax2onnx"):
-            try:
-                first_use, first_use_in_process = jax2onnx_first_use(signature.flat_function(fn),
-                                                                     list(signature.specs))
-                model = convert(fn, signature, resolved["opset"], double=signature.x64)
-                check_no_random_ops(model, signature)
-                made = self._write(model, signature, out_dir, options, resolved)
-                used_route = "jax2onnx"
-            except ExportError as exc:
-                if route == "jax2onnx" or exc.category in _NO_SECOND_ROUTE:
-                    raise
-                first_failure = exc
-                _clear(out_dir)
-        if made is None:
-            try:
-                model = stablehlo_model(fn, signature, resolved["opset"])
-                made = self._write(model, signature, out_dir, options, resolved)
-            except ExportError as exc:
-                if route == "stablehlo":
-                    raise
-                raise route_failure(first_failure, exc) from first_failure
-            used_route = "stablehlo"
-            if route == "auto":
-                notes.append(f"route stablehlo (multiexport's StableHLO -> ONNX converter): jax2onnx's graph was not "
-                             f"used: {describe(first_failure)}")
-            else:
-                notes.append("route stablehlo (multiexport's StableHLO -> ONNX converter), as asked (onnx.route)")
-        model, unread, total, external, model_bytes, repaired = made
+    def _export_impl(self, job: ExportJob[OnnxOptions]) -> FormatResult:
+        started = time.perf_counter()
+        signature, out_dir, options = job.signature, job.out_dir, job.options
+        routed = self._convert(job)
+        model, unread, total, external, model_bytes, repaired = routed.made
         kept = {v.name for v in model.graph.inputs}
         precision = None
         if options.precision != "fp32":
@@ -142,49 +101,51 @@ class OnnxBackend(Backend):
             total, external, model_bytes = tensor_bytes(model), False, (out_dir / MODEL_FILE).stat().st_size
         used = [options.keep_unused or leaf.name not in unread for leaf in signature.inputs]
         params = [leaf.name if leaf.name in kept else None for leaf in signature.inputs]
-        warnings = [*notes, *([repaired] if repaired else [])]
-        if unread and options.keep_unused:
-            warnings.append(f"keep_unused: the graph takes but never reads {', '.join(unread)}")
-        if any(leaf.dtype == "bfloat16" for leaf in (*signature.inputs, *signature.outputs)):
-            warnings.append("bfloat16 leaves: ONNX Runtime's CPU provider has no bfloat16 kernel for most ops "
-                            "(Gemm, Einsum, ...), so this artifact may load only on a provider that has them")
         weights = ({"storage": "external", "file": DATA_FILE, "file_format": "ONNX external data",
                     "external_bytes": (out_dir / DATA_FILE).stat().st_size, "embedded_bytes": 0}
                    if external else embedded(signature))
-        opset, ir_version = model.opset_imports[""], model.ir_version
         return FormatResult(
             files={"model": MODEL_FILE, **({"external_data": DATA_FILE} if external else {})},
             used=used, params=params, output_params=[o.name for o in signature.outputs],
-            versions={**{d: dist_version(d) for d in ("jax2onnx", "onnx", "onnx-ir", "onnxruntime")
-                         if d != "jax2onnx" or used_route == "jax2onnx"},
-                      "onnx_opset": str(opset), "onnx_ir_version": str(ir_version)},
-            requires={"onnx_opset": opset, "onnx_ir_version": ir_version,
-                      "note": f"an ONNX runtime that implements opset {opset} (default domain) and reads IR version "
-                              f"{ir_version} (ONNX Runtime 1.16 or newer)"},
-            format=OnnxFacts(
-                weights=("initializers of 1 KiB or more in model.onnx.data (ONNX external data, read by path "
-                         "relative to model.onnx)" if external else "initializers inside model.onnx"),
-                opset=opset, ir_version=ir_version,
-                producer=f"{model.producer_name} {model.producer_version}".strip(),
-                route=used_route, route_requested=route,
-                graph_inputs=[v.name for v in model.graph.inputs],
-                graph_outputs=[v.name for v in model.graph.outputs],
-                unread_inputs=list(unread),
-                model_bytes=model_bytes, tensor_bytes=total, external_data=external,
-                double_precision=signature.x64,
-                validation="onnx.checker.check_model(full_check=True) + strict shape inference with data propagation",
-                repaired=repaired,
-                export_seconds=round(time.perf_counter() - t0, 3),
-                jax2onnx_first_use_seconds_in_process=round(first_use_in_process, 3),
-            ),
-            warnings=warnings, weights=weights, declared=declared_dtypes(model),
+            versions=versions_of(model, routed.route), requires=requires_of(model),
+            format=facts_of(model, signature, routed, (model_bytes, total, external), unread, repaired, started),
+            warnings=warnings_of(signature, routed, repaired, unread, options.keep_unused), weights=weights,
+            declared=declared_dtypes(model),
             platforms=["cpu", "cuda"],  # an ONNX graph names no platform: the provider decides where it runs
-            setup=ExportSetup(round(first_use, 3),
+            setup=ExportSetup(round(routed.first_use, 3),
                               f"jax2onnx plugin import, {PLUGIN_IMPORT[-1] if PLUGIN_IMPORT else 'all'} (once per process)"),
             native=onnx_section(signature.inputs, params, signature.outputs, [o.name for o in signature.outputs],
                                 model=MODEL_FILE, session_options=ONNX_SESSION_OPTIONS),
             precision=precision,
         )
+
+    def _convert(self, job: ExportJob[OnnxOptions]) -> Routed:
+        """The graph written, validated and run once by the route asked: jax2onnx first for auto, multiexport's
+        StableHLO converter when jax2onnx's graph fails (unless the failure is one no route avoids)."""
+        fn, signature, out_dir, chosen = job.fn, job.signature, job.out_dir, job.backend_options
+        route = chosen.route
+        if route in ("auto", "jax2onnx"):
+            try:
+                first_use, in_process = jax2onnx_first_use(signature.flat_function(fn), list(signature.specs))
+                model = convert(fn, signature, chosen.opset, double=signature.x64)
+                check_no_random_ops(model, signature)
+                made = self._write(model, signature, out_dir, job.options, chosen)
+                return Routed(made, "jax2onnx", route, (), first_use, in_process)
+            except ExportError as exc:
+                if route == "jax2onnx" or exc.category in _NO_SECOND_ROUTE:
+                    raise
+                first_failure = exc
+                _clear(out_dir)
+        try:
+            made = self._write(stablehlo_model(fn, signature, chosen.opset), signature, out_dir, job.options, chosen)
+        except ExportError as exc:
+            if route == "stablehlo":
+                raise
+            raise route_failure(first_failure, exc) from first_failure
+        note = (f"route stablehlo (multiexport's StableHLO -> ONNX converter): jax2onnx's graph was not used: "
+                f"{describe(first_failure)}" if route == "auto" else
+                "route stablehlo (multiexport's StableHLO -> ONNX converter), as asked (onnx.route)")
+        return Routed(made, "stablehlo", route, (note,))
 
     def _reduce(self, signature, out_dir: Path, options, kept: set[str]):
         """The fp32 model just written, rewritten at `options.precision` by ONNX Runtime's own tools
@@ -201,13 +162,13 @@ class OnnxBackend(Backend):
         run_once(out_dir / MODEL_FILE, signature, model)
         return model, facts
 
-    def _write(self, model, signature, out_dir: Path, options, resolved):
+    def _write(self, model, signature, out_dir: Path, options, chosen: OnnxOptions):
         """Drop unread inputs, save (external data past the threshold), validate, and run the graph once in
         ONNX Runtime: a graph that validates can still fail on every call, and that is the converter's doing.
         Returns (model, unread, tensor bytes, external, file bytes, repair note)."""
         unread = drop_unread_inputs(model, signature, options.keep_unused)
         total = tensor_bytes(model)
-        threshold = resolved["external_data_threshold"]
+        threshold = chosen.external_data_threshold
         external = externalizes(options.external_weights, total) or total > threshold
         if external and options.external_weights == "never":
             raise ExportError(

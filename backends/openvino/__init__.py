@@ -31,72 +31,68 @@ from typing import Any
 from multiexport.sdk import (
     ArtifactError,
     Backend,
+    BackendFacts,
     ExportError,
+    ExportJob,
     FormatResult,
     Manifest,
-    Option,
     PrecisionFacts,
+    Presentation,
     RunError,
     RunOptions,
     Runner,
-    dist_version,
     export_stage,
-    leaf_message,
     parse_dtype,
     present,
     usable_cpus,
 )
 
+from .describe import (  # noqa: F401  (WIDE, ONNX_ROUTES: re-exported, they were defined here)
+    ONNX_ROUTES,
+    WIDE,
+    OpenVINOOptions,
+    declared_of,
+    facts_of,
+    requires_of,
+    stage_warnings,
+    versions_of,
+    wide_leaves,
+)
 from .facts import OpenVINOFacts
 from .int8 import nncf_missing, quantize
 from .native import OPENVINO_PROPERTIES, OpenVINOConsumer, openvino_section
 from .runner import (
-    PERFORMANCE_HINT,
     OpenVINORunner,
     check_ports,
     classify_text,
     compiled,
     config,
-    dtype_name,
     import_openvino,
     properties,
     telemetry_state,
     write_ir,
 )
 
-WIDE = ("int64", "uint64", "float64", "complex128")
-ONNX_ROUTES = ("auto", "jax2onnx", "stablehlo")  # the ONNX backend's `route` values
 CACHE_MEASURE_LIMIT_BYTES = 256 << 20  # past this the cache measurement (three compiles) is skipped
 
 
 class OpenVINOBackend(Backend):
-    name = "openvino"
-    summary = "OpenVINO CPU over the ONNX file (either ONNX route), inputs named by leaf"
-    requires = ("openvino",)  # the ONNX stage checks its own (onnx, jax2onnx)
-    extra = "openvino"
-    distributions = ("openvino",)
-    builds_on = "onnx"
-    color = "#17becf"
-    order = 60
-    runtime_modules = ("openvino",)
-    facts_type = OpenVINOFacts
-    precisions = ("fp32", "fp16", "int8")  # int8 with the optional extra openvino-int8 (NNCF): check_precision
-    precision_gaps = {"int8-dynamic": "OpenVINO's int8 without calibration is NNCF's weight compression "
-                                      "(nncf.compress_weights: int8 weights, float activations), not activations "
-                                      "quantized per call; openvino@int8 (calibrated) and onnx@int8-dynamic are"}
-    options = (
-        Option("cache_dir", "", str, "OpenVINO's compiled-model cache directory (CACHE_DIR) on the machine that loads "
-               "the artifact, used by loads that trust it (--trust-artifact; an untrusted load ignores it and says "
-               "so); empty: no cache (every load compiles)"),
-        Option("measure_cache", True, bool, "at export, time compile_model without a cache and with a warm one "
-               "(recorded in format.compile_cache)"),
-        Option("onnx_route", "auto", str, "which route writes the ONNX file OpenVINO reads: the ONNX stage's "
-               "(jax2onnx, or multiexport's StableHLO converter when jax2onnx fails), jax2onnx or stablehlo only; "
-               "auto also retries with stablehlo when OpenVINO cannot read, compile or run jax2onnx's file",
-               choices=ONNX_ROUTES),
-        Option("allow_64bit", False, bool, "export int64/float64 leaves anyway: OpenVINO's CPU plugin computes them "
-               "in 32 bits, so values past int32 or float32 precision come out silently wrong"),
+    spec = BackendFacts(
+        name="openvino",
+        requires=("openvino",),  # the ONNX stage checks its own (onnx, jax2onnx)
+        extra="openvino",
+        distributions=("openvino",),
+        builds_on="onnx",
+        runtime_modules=("openvino",),
+        facts_type=OpenVINOFacts,
+        options_type=OpenVINOOptions,
+        precisions=("fp32", "fp16", "int8"),  # int8 with the optional extra openvino-int8 (NNCF): check_precision
+        precision_gaps={"int8-dynamic": "OpenVINO's int8 without calibration is NNCF's weight compression "
+                                        "(nncf.compress_weights: int8 weights, float activations), not activations "
+                                        "quantized per call; openvino@int8 (calibrated) and onnx@int8-dynamic are"},
     )
+    presentation = Presentation(summary="OpenVINO CPU over the ONNX file (either ONNX route), inputs named by leaf",
+                                color="#17becf", order=60)
 
     def check_precision(self, precision: str) -> None:
         """As every backend's, and int8 is unsupported-precision where nncf (the extra openvino-int8) is absent."""
@@ -112,24 +108,12 @@ class OpenVINOBackend(Backend):
 
         return OpenVINOConsumer()
 
-    def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
+    def _export_impl(self, job: ExportJob[OpenVINOOptions]) -> FormatResult:
         ov = import_openvino()
-
-        front = frontend.manifest
-        taken = [leaf for leaf in front.inputs if leaf.param is not None]
-        wide = [(kind, leaf) for kind, leaves in (("Input", taken), ("Output", front.outputs)) for leaf in leaves
-                if leaf.dtype in WIDE]
-        warnings = []
-        if wide and not resolved["allow_64bit"]:
-            kind, leaf = wide[0]
-            raise ExportError(f"Backend '{self.name}' | " + leaf_message(
-                kind, leaf.name, leaf.dtype, "at most 32-bit element types") + ": OpenVINO's CPU plugin computes "
-                "int64 in int32 and float64 in float32 without an error (measured: (2^40+3)*2 gives 6, (1+1e-12)*2 "
-                "gives 2.0); set openvino.allow_64bit to export anyway", backend=self.name, category="unsupported-dtype")
-        if wide:
-            warnings.append(f"64-bit leaves ({', '.join(leaf.name for _, leaf in wide)}): OpenVINO's CPU plugin computes "
-                            "them in 32 bits, so values past int32 / float32 precision are silently wrong")
-        files, model, retried = self._place_and_probe(fn, signature, out_dir, options, resolved, frontend)
+        signature, options, out_dir, chosen = job.signature, job.options, job.out_dir, job.backend_options
+        front = present(job.stage, "handed by the driver: openvino builds on onnx").manifest
+        warnings = wide_leaves(self.name, front, chosen.allow_64bit)
+        files, model, retried = self._place_and_probe(job)
         if retried is not None:
             front, note = retried
             warnings.append(note)
@@ -137,75 +121,45 @@ class OpenVINOBackend(Backend):
         if options.precision == "fp16":
             files, model, precision = _compress(ov, model, out_dir, files)
         elif options.precision == "int8":
-
             files, model, precision = quantize(ov, model, out_dir, files, front, options, signature, self.name)
+        taken = [leaf for leaf in front.inputs if leaf.param is not None]
         names = {leaf.param: leaf.name for leaf in (*taken, *front.outputs)}
-        declared = {}
-        for port in (*model.inputs, *model.outputs):
-            for n in port.get_names():
-                if n in names:
-                    declared[names[n]] = dtype_name(port.get_element_type())
-        cache = (_measure_cache(out_dir / files["model"]) if resolved["measure_cache"] and
+        cache = (_measure_cache(out_dir / files["model"]) if chosen.measure_cache and
                  sum((out_dir / f).stat().st_size for f in files.values()) <= CACHE_MEASURE_LIMIT_BYTES else None)
-        version = ov.get_version()
-        # the ONNX stage's own notes, less the signature's (the core adds those) and ONNX Runtime's
-        own = [w for w in front.warnings if w not in signature.warnings and
-               ("ONNX Runtime" not in w or w.startswith("route "))]  # which route made the file, and why, stays
         cpu = _cpu_facts(ov.Core())
+        ports: Any = [leaf.param for leaf in front.inputs]  # the stage's input names (None: not taken)
+        outputs: Any = [leaf.param for leaf in front.outputs]
         return FormatResult(
-            files=files, used=[leaf.used for leaf in front.inputs], params=[leaf.param for leaf in front.inputs],
-            output_params=[leaf.param for leaf in front.outputs],
-            versions={"openvino": version, "openvino_cpu_plugin": cpu["cpu_plugin"],
-                      **{k: v for k, v in front.versions.items() if k in ("jax2onnx", "onnx", "onnx_opset",
-                                                                         "onnx_ir_version")}},
-            requires={"onnx_opset": front.requires.get("onnx_opset"), "onnx_ir_version": front.requires.get("onnx_ir_version"),
-                      "openvino_checked": dist_version("openvino"),
-                      "note": f"OpenVINO with an ONNX frontend for opset {front.requires.get('onnx_opset')} "
-                              f"(checked with OpenVINO {dist_version('openvino')}), on its CPU plugin"},
-            format=OpenVINOFacts(
-                model_source=f"the ONNX stage's model.onnx as written by route {front.format.get('route')}, "
-                             "unchanged (read by OpenVINO's ONNX frontend at load)",
-                onnx_route=front.format.get("route"), onnx_route_requested=resolved["onnx_route"],
-                why_not_ir="measured: read_model of the ONNX as fast as of the IR, IR larger, outputs bit-identical; "
-                           "ov.save_model compresses weights to float16 by default",
-                ir_command="ov.save_model(ov.Core().read_model('model.onnx'), 'model.xml', compress_to_fp16=False)",
-                device="CPU",
-                compile_config={**config(0), "INFERENCE_NUM_THREADS": "the runner's threads (read back in describe)",
-                                "CACHE_DIR": resolved["cache_dir"] or None},
-                precision="INFERENCE_PRECISION_HINT=f32, read back after compile_model; another precision is refused",
-                performance_hint=f"{PERFORMANCE_HINT}: multiexport times one synchronous request (THROUGHPUT adds "
-                                 "streams that only pay with concurrent requests)",
-                input_shapes={names.get(n, n): str(p.get_partial_shape()) for p in model.inputs for n in
-                              sorted(p.get_names())[:1]},
-                compile_cache=cache,
-                cpu=cpu,
-                onnx_opset=front.format.get("opset"),
-            ),
-            warnings=[*warnings, *own], weights=dict(front.weights), declared=declared, platforms=["cpu"],
-            native=openvino_section(front.inputs, [leaf.param for leaf in front.inputs], front.outputs,
-                                    [leaf.param for leaf in front.outputs], model=files["model"],
+            files=files, used=[leaf.used for leaf in front.inputs], params=ports, output_params=outputs,
+            versions=versions_of(ov.get_version(), cpu, front), requires=requires_of(front),
+            format=facts_of(front, chosen, model, names, cache, cpu),
+            warnings=[*warnings, *stage_warnings(front, signature)], weights=dict(front.weights),
+            declared=declared_of(model, names), platforms=["cpu"],
+            native=openvino_section(front.inputs, ports, front.outputs, outputs, model=files["model"],
                                     properties=OPENVINO_PROPERTIES),
             precision=precision,
         )
 
-    def stage_options(self, resolved: dict[str, Any]) -> dict[str, Any]:
-        return {} if resolved["onnx_route"] == "auto" else {"route": resolved["onnx_route"]}
+    def stage_options(self, chosen: OpenVINOOptions) -> dict[str, Any]:
+        """The ONNX stage's route: the one asked for (openvino.onnx_route), or the stage's default for auto."""
+        return {} if chosen.onnx_route == "auto" else {"route": chosen.onnx_route}
 
-    def _place_and_probe(self, fn, signature, out_dir: Path, options, resolved, frontend):
+    def _place_and_probe(self, job: ExportJob[OpenVINOOptions]) -> tuple[dict[str, str], Any, Any]:
         """Place the stage's files and compile and run them once. When OpenVINO cannot take jax2onnx's file and
         the route is auto, the stage is exported again through the StableHLO route and that file is placed.
         Returns (files, the read model, the retried stage with a note, or None)."""
+        frontend, out_dir, signature = present(job.stage, "the ONNX stage"), job.out_dir, job.signature
         try:
             return (*self._place(frontend, out_dir, signature), None)
         except Exception as exc:
             route = frontend.manifest.format.get("route")
-            if resolved["onnx_route"] != "auto" or route != "jax2onnx":
+            if job.backend_options.onnx_route != "auto" or route != "jax2onnx":
                 raise self._probe_error(exc, out_dir / frontend.manifest.files["model"]) from exc
             first = self._probe_error(exc, out_dir / frontend.manifest.files["model"])
 
         for name in ("model.onnx", "model.onnx.data"):
             (out_dir / name).unlink(missing_ok=True)
-        with export_stage(self, fn, signature, options, out_dir.parent, {"route": "stablehlo"}) as second:
+        with export_stage(self, job.fn, signature, job.options, out_dir.parent, {"route": "stablehlo"}) as second:
             second = present(second, "OpenVINO builds on the ONNX stage: there is always one")
             try:
                 files, model = self._place(second, out_dir, signature)

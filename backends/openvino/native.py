@@ -18,11 +18,13 @@ from multiexport.sdk import (
     ports,
 )
 
+from .runner import NUM_STREAMS, PERFORMANCE_HINT
+
 CONSUMER = "openvino_c_api"  # the section's consumer id (manifest.schema.json)
 SOURCE = Path(__file__).resolve().parent / "csrc" / "ov_run.c"  # package data: a wheel carries it
 # What ov_run compiles with: the Python runner's configuration (runner.py `config`) less the threads, which the
 # caller chooses. Fixed, so a manifest cannot ask the consumer for bf16 math.
-OPENVINO_PROPERTIES = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_PRECISION_HINT": "f32"}
+OPENVINO_PROPERTIES = {"PERFORMANCE_HINT": PERFORMANCE_HINT, "NUM_STREAMS": NUM_STREAMS, "INFERENCE_PRECISION_HINT": "f32"}
 
 
 def openvino_section(inputs: Sequence[Any], params: Sequence[str | None], outputs: Sequence[Any],

@@ -13,6 +13,10 @@ import numpy as np
 from multiexport.sdk import ArtifactError, RunError, Runner
 
 PERFORMANCE_HINT = "LATENCY"
+# One synchronous request, one stream: a string, as OpenVINO's properties are (the C API takes strings only), so
+# format.compile_config and native.properties state it alike. Manifests written before said 1 (an int) in
+# compile_config, which OpenVINOFacts still reads (its values are the properties as given).
+NUM_STREAMS = "1"
 # OpenVINO element types numpy cannot hold: passed as their bits (ov.Tensor(ndarray) refuses the ml_dtypes
 # array, and `.data` of such a tensor is a numpy array of the same width holding the raw bits).
 BITS = {"bf16": ("bfloat16", np.uint16), "f8e4m3": ("float8_e4m3fn", np.uint8), "f8e5m2": ("float8_e5m2", np.uint8)}
@@ -74,7 +78,7 @@ def dtype_name(element_type) -> str:
 
 def config(threads: int) -> dict[str, Any]:
     """The compile_model config every OpenVINO artifact is compiled with (one synchronous request)."""
-    return {"PERFORMANCE_HINT": PERFORMANCE_HINT, "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1,
+    return {"PERFORMANCE_HINT": PERFORMANCE_HINT, "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": NUM_STREAMS,
             "INFERENCE_PRECISION_HINT": "f32"}
 
 

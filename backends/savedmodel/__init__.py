@@ -20,17 +20,24 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
+from typing import Any
 
 from multiexport.sdk import (
     ArtifactError,
     Availability,
     Backend,
+    BackendFacts,
     ExportError,
+    ExportJob,
     FormatResult,
+    LiftedWeights,
     Manifest,
+    NoOptions,
+    Presentation,
     RunError,
     RunOptions,
     Runner,
+    Signature,
     embedded,
     plan,
     tpu_only,
@@ -40,13 +47,12 @@ from .convert import (
     checkpoint_files,
     describe_variables,
     exported_for_tf,
-    jax_version,
-    poly_shape,
     serving_function,
     tf_stablehlo_version,
     variables_for,
 )
-from .facts import SavedModelFacts, StableHLOReserialized, TensorNames
+from .describe import LEAF_FUNCTION, facts_of, requires_of, versions_of
+from .facts import SavedModelFacts
 from .native import TfConsumer, savedmodel_section
 from .runner import SavedModelRunner
 from .tf import (
@@ -60,7 +66,6 @@ from .tf import (
     version_problem,
 )
 
-LEAF_FUNCTION = "serve_leaves"  # the same function restorable by attribute, positional in leaf order
 # Fragments of converter errors -> category (first match wins).
 _CATEGORIES = (
     ("custom calls whose targets have no compatibility guarantees", "unsupported-op"),
@@ -75,38 +80,70 @@ _SKEW = ("failed to deserialize portable artifact", "unregistered operation", "v
 
 
 class SavedModelBackend(Backend):
-    name = "savedmodel"
-    summary = "TF SavedModel (jax2tf): serving_default keyed by leaf aliases"
-    requires = ("tensorflow", "jax")
-    extra = "tf"
-    distributions = ("tensorflow-cpu", "tensorflow")  # either provides the module
-    color = "#d62728"
-    order = 20
-    runtime_modules = ("tensorflow",)
-    facts_type = SavedModelFacts
-    precision_gaps = {p: ("TensorFlow quantizes for deployment through the TFLite converter, whose output is the "
-                          "litert backend's (litert@" + p + "), not a SavedModel")
-                      for p in ("fp16", "int8-dynamic", "int8")}
-    carries_code = True
+    spec = BackendFacts(
+        name="savedmodel",
+        requires=("tensorflow", "jax"),
+        extra="tf",
+        distributions=("tensorflow-cpu", "tensorflow"),  # either provides the module
+        runtime_modules=("tensorflow",),
+        facts_type=SavedModelFacts,
+        precision_gaps={p: ("TensorFlow quantizes for deployment through the TFLite converter, whose output is the "
+                            "litert backend's (litert@" + p + "), not a SavedModel")
+                        for p in ("fp16", "int8-dynamic", "int8")},
+        carries_code=True,
+    )
+    presentation = Presentation(summary="TF SavedModel (jax2tf): serving_default keyed by leaf aliases",
+                                color="#d62728", order=20)
 
     def native_consumer(self):
         """tf_run on the TF C API (`native.TfConsumer`)."""
 
         return TfConsumer()
 
-    def _export_impl(self, fn, signature, out_dir: Path, options, resolved, frontend) -> FormatResult:
+    def _export_impl(self, job: ExportJob[NoOptions]) -> FormatResult:
         tf = import_tf()
-        try:
-            lifted = plan(fn, signature, options.external_weights)
-            exported, written, reads = exported_for_tf(fn, signature, options, lifted)
-        except ExportError:
-            raise
-        except Exception as exc:
-            raise self._error(signature, "cannot be exported for TensorFlow", exc) from exc
+        signature, out_dir = job.signature, job.out_dir
+        lifted, exported, written, reads = self._exported(job)
         n = len(signature.inputs)
         kept = set(exported.module_kept_var_idx)
         used = [i in kept for i in range(n)]
-        declared = [True] * n if options.keep_unused else used
+        declared = [True] * n if job.options.keep_unused else used
+        self._save(tf, exported, signature, lifted, declared, out_dir)
+        saved = read_saved_model(out_dir)
+        needed, supported = self._check_saved(tf, saved, signature, declared)
+        files = {"saved_model": SAVED_MODEL}
+        if lifted is not None:  # listed so that a copy missing its checkpoint is refused when read
+            files.update(checkpoint_files(out_dir))
+        weights = embedded(signature) if lifted is None else describe_variables(lifted, out_dir)
+        by_alias = {leaf.alias: leaf.name for leaf in (*signature.inputs, *signature.outputs)}
+        params = [leaf.alias if d else None for leaf, d in zip(signature.inputs, declared)]
+        native = savedmodel_section(signature.inputs, params, signature.outputs, saved["input_tensors"],
+                                    saved["output_tensors"], signature=SIGNATURE_KEY)
+        return FormatResult(
+            files=files, used=used, params=params, output_params=[leaf.alias for leaf in signature.outputs],
+            versions=versions_of(tf, needed, supported, written, reads),
+            requires=requires_of(tf, needed, written, reads),
+            format=facts_of(signature, saved, written, reads, weights["storage"]),
+            weights=weights, platforms=saved["platforms"], declared=_declared(tf, out_dir, signature, by_alias),
+            native=native,
+        )
+
+    def _exported(self, job: ExportJob[NoOptions]) -> tuple[LiftedWeights | None, Any, str, str]:
+        """The lifted weights (or None) and the module exported for this TensorFlow, with the StableHLO versions
+        jax wrote and TensorFlow reads; a failure is one ExportError naming the target."""
+        try:
+            lifted = plan(job.fn, job.signature, job.options.external_weights)
+            exported, written, reads = exported_for_tf(job.fn, job.signature, job.options, lifted)
+        except ExportError:
+            raise
+        except Exception as exc:
+            raise self._error(job.signature, "cannot be exported for TensorFlow", exc) from exc
+        return lifted, exported, written, reads
+
+    def _save(self, tf: Any, exported: Any, signature: Signature, lifted: LiftedWeights | None,
+              declared: list[bool], out_dir: Path) -> None:
+        """`serving_default` (and the leaf function) saved as a SavedModel in `out_dir`, lifted weights as
+        variables."""
         module = tf.Module()
         variables = variables_for(tf, lifted) if lifted is not None else []
         if variables:
@@ -122,7 +159,10 @@ class SavedModelBackend(Backend):
         del module, function, variables
         gc.collect()  # TF's traced graphs are reference cycles: free their copies of the module now
 
-        saved = read_saved_model(out_dir)
+    def _check_saved(self, tf: Any, saved: dict[str, Any], signature: Signature, declared: list[bool]
+                     ) -> tuple[int, int]:
+        """The saved signature's keys are the leaves' aliases and this TensorFlow reads the module's
+        XlaCallModule version: (the version needed, the newest supported)."""
         keys = {"inputs": sorted(leaf.alias for leaf, d in zip(signature.inputs, declared) if d),
                 "outputs": sorted(leaf.alias for leaf in signature.outputs)}
         for role in ("inputs", "outputs"):  # TF must not have renamed or merged any key
@@ -134,51 +174,7 @@ class SavedModelBackend(Backend):
         problem = version_problem(needed, supported, tf.__version__)
         if problem:
             raise ExportError(f"Backend '{self.name}' | {problem}", backend=self.name, category="version-skew")
-        files = {"saved_model": SAVED_MODEL}
-        if lifted is not None:  # listed so that a copy missing its checkpoint is refused when read
-            files.update(checkpoint_files(out_dir))
-        weights = embedded(signature) if lifted is None else describe_variables(lifted, out_dir)
-        by_alias = {leaf.alias: leaf.name for leaf in (*signature.inputs, *signature.outputs)}
-        params = [leaf.alias if d else None for leaf, d in zip(signature.inputs, declared)]
-        native = savedmodel_section(signature.inputs, params, signature.outputs, saved["input_tensors"],
-                                    saved["output_tensors"], signature=SIGNATURE_KEY)
-        return FormatResult(
-            files=files, used=used, params=params,
-            output_params=[leaf.alias for leaf in signature.outputs],
-            versions={"tensorflow": tf.__version__, "xla_call_module_version": str(needed),
-                      "xla_call_module_max_supported": str(supported), "stablehlo_written_by_jax": written,
-                      "stablehlo_version": reads},
-            requires={"xla_call_module_version": needed, "stablehlo_version": reads,
-                      "note": (f"a TensorFlow whose XlaCallModule supports serialization version {needed} and reads "
-                               f"StableHLO {reads} (TensorFlow {tf.__version__} or newer); jax {jax_version()} wrote "
-                               f"StableHLO {written}, re-serialized for {reads} so that this TensorFlow reads it")},
-            format=SavedModelFacts(
-                signature=SIGNATURE_KEY,
-                tag="serve",
-                output_keys={leaf.name: leaf.alias for leaf in signature.outputs},
-                # The graph tensors a TF C API caller feeds and fetches, read back from saved_model.pb.
-                tensor_names=TensorNames(
-                    inputs={by_alias[k]: v for k, v in saved["input_tensors"].items()},
-                    outputs={by_alias[k]: v for k, v in saved["output_tensors"].items()},
-                ),
-                output_order="TF's StatefulPartitionedCall:<i> follows the output keys sorted, not manifest order",
-                leaf_function=f"{LEAF_FUNCTION}(*declared tensors in manifest input order) -> dict by output key",
-                platforms=list(saved["platforms"]),
-                polymorphic_shapes=[poly_shape(leaf) for leaf in signature.inputs],
-                stablehlo=StableHLOReserialized(
-                    written_by_jax=written, serialized_for=reads,
-                    why="re-serialized for the StableHLO the installed TensorFlow reads (jax.export writes for its "
-                        "own 4-week window), then read back by TensorFlow's own reader"),
-                weights={
-                    "external": "tf.Variable per lifted weight (module.weights), saved in variables/ and restored "
-                                "with the SavedModel; the XlaCallModule takes them after the leaves",
-                    "embedded": "constants inside the XlaCallModule's serialized module (saved_model.pb)",
-                    "none": "no baked weights",
-                }[weights["storage"]],
-            ),
-            weights=weights, platforms=saved["platforms"], declared=_declared(tf, out_dir, signature, by_alias),
-            native=native,
-        )
+        return needed, supported
 
     def _error(self, signature, what: str, exc: Exception) -> ExportError:
 

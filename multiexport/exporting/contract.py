@@ -18,10 +18,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
-from ..errors import BackendUnavailable, RunError, UsageError
+from ..errors import BackendUnavailable, InternalError, RunError, UsageError
 from .artifact import Artifact, Availability
+from .backend_facts import BackendFacts, Presentation, declare
 from .facts import STATIC_FALLBACK_KEY, FormatFacts, StaticSizesFacts
 from .format_result import FormatResult  # noqa: F401  (re-exported: what _export_impl returns)
+from .job import ExportJob
 from .runner import Runner
 from .static_runner import StaticSizesRunner, models_of
 
@@ -30,13 +32,14 @@ if TYPE_CHECKING:
     from .manifest import Manifest
     from .native_consumer import NativeConsumer
 
-from ..errors import ArtifactError, ExportError, InternalError
+from ..errors import ArtifactError, ExportError
 from .manifest import Manifest
 from .options import (  # noqa: F401  (re-exported: the contract's vocabulary)
     DEVICES,
     PLATFORMS,
     PLATFORM_OF_DEVICE,
     ExportOptions,
+    NoOptions,
     Option,
     RunOptions,
     check_run_device,
@@ -46,35 +49,27 @@ from .options import (  # noqa: F401  (re-exported: the contract's vocabulary)
 
 
 class Backend:
-    """One export format. Subclasses set the class facts below and implement the `_impl` methods.
+    """One export format: its facts declared as data, and two typed hooks.
 
-    name: the CLI flag and report key.
-    summary: what the artifact is, in a few words, for help texts and reports.
-    requires: importable modules the backend needs, checked without importing them.
-    extra: the pip extra that installs them.
-    options: the backend's own options, as data.
-    builds_on: the backend whose export this one starts from (its directory is passed to `_export_impl`).
-    color: the backend's colour in every chart.
-    order: position in listings (lower first).
-    carries_code: whether an artifact of this format can run code beyond the model's math when loaded
-        (a SavedModel graph can hold file-writing ops): artifacts from others must be trusted like code, and
-        the backend implements `_check_untrusted_impl`, the gate every loading path passes first.
-    weight_storage: where the format can keep baked weights: "embedded" in its model file and/or
-        "external" beside it (a .tflite holds its weights inside: external_weights is then a warning).
-    runtime_modules: what a runner of this format imports before it can load anything (the runtime
-        library). A paired worker imports them while other work runs, so its timed load is the artifact's
-        load, the same for every format, and the library import is reported beside it in CPU seconds.
-    static_fallback: when the export of a symbolic signature fails, export one model per requested size
-        instead (`export.static_fallback`); False for a format that keeps every symbolic dim itself.
-    facts_type: the dataclass of the format's own facts (manifest.json's `format`), which `_export_impl`
-        returns in `FormatResult.format` and `facts()` reads back typed (`exporting.facts`).
-    precisions: the precisions `_export_impl` makes (exporting.precision; "fp32" always), each with the
-        toolchain's own quantizer; `precision_gaps` says why each other one is missing (reports show it).
+    A backend sets `spec = BackendFacts(...)` (what it is: name, requirements, the stage it builds on, its
+    options dataclass, precisions...; every field documented in `exporting.backend_facts`) and `presentation =
+    Presentation(...)` (summary, colour, order), and implements:
+    - `_export_impl(job: ExportJob) -> FormatResult`: write the format's files into `job.out_dir` and say what
+      they are. Everything else of an export is the driver's (`exporting.pipeline`): the staging directory, the
+      stage it builds on, the manifest, the static-size fallback, the symbolic check, the load check.
+    - `_load_impl(manifest, directory, options) -> Runner`: a runner built from the artifact directory alone,
+      after `load` checked the backend, device, platform, facts and trust.
+    The records are also read into class attributes of the same names (`backend.name`, `cls.order`), which is
+    what the core reads; a backend may still set those attributes one by one (`declare`).
 
-    `native_consumer()` gives the format's Python-free consumer (`exporting.native_consumer.NativeConsumer`: its section's
-    consumer id, program and its build recipe, tamper check, argv/env and bundle entry), or None when it has none.
+    `native_consumer()` gives the format's Python-free consumer (`exporting.native_consumer.NativeConsumer`), or
+    None; `classify` names a failure this backend recognises; `_check_untrusted_impl` is the trust gate of a
+    format that `carries_code`; `_gpu_status_impl` says whether a GPU runs it here.
     """
 
+    spec: ClassVar[BackendFacts]
+    presentation: ClassVar[Presentation]
+    options_type: ClassVar[type] = NoOptions
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     requires: ClassVar[tuple[str, ...]] = ()
@@ -92,7 +87,18 @@ class Backend:
     static_fallback: ClassVar[bool] = True
     facts_type: ClassVar[type[FormatFacts]] = FormatFacts
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
-    precision_gaps: ClassVar[dict[str, str]] = {}
+    precision_gaps: ClassVar[Mapping[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        declare(cls)
+
+    def options_object(self, resolved: Mapping[str, Any]) -> Any:
+        """The backend's options as its `options_type` dataclass, from `resolve_options`' validated values (a
+        backend that declares `Option`s without a dataclass gets the mapping itself)."""
+        if self.options_type is NoOptions and self.options:
+            return dict(resolved)
+        return self.options_type(**resolved)
 
     def check_precision(self, precision: str) -> None:
         """ExportError (category unsupported-precision) naming what is missing when this backend has no
@@ -215,9 +221,9 @@ class Backend:
         if not status.ok:
             raise BackendUnavailable(f"Backend '{self.name}' | unavailable: {status.reason}")
 
-    def stage_options(self, resolved: dict[str, Any]) -> dict[str, Any]:
+    def stage_options(self, chosen: Any) -> dict[str, Any]:
         """The backend options the stage this one builds on (`builds_on`) is exported with, from this backend's
-        resolved options (default: none, the stage's defaults)."""
+        options (`options_object`; default: none, the stage's defaults)."""
         return {}
 
     def classify(self, exc: BaseException, stage: str) -> tuple[str, str] | None:
@@ -227,8 +233,8 @@ class Backend:
         return None
 
     # -- to implement -------------------------------------------------------------------------
-    def _export_impl(self, fn: Callable[..., Any], signature: "Signature", out_dir: Path, options: ExportOptions,
-                     resolved: dict[str, Any], frontend: Artifact | None) -> FormatResult:
+    def _export_impl(self, job: ExportJob[Any]) -> FormatResult:
+        """Write the format's files for `job` into `job.out_dir`; return what they are."""
         raise NotImplementedError
 
     def _load_impl(self, manifest: "Manifest", directory: Path, options: RunOptions) -> Runner:
@@ -251,3 +257,6 @@ def _find_spec(module: str):
         return importlib.util.find_spec(module)
     except (ImportError, ValueError):  # a parent package that is missing or broken
         return None
+
+
+declare(Backend)

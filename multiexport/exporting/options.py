@@ -3,6 +3,7 @@ own declared options (Option), each validated when it is made, so a bad value fa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -69,6 +70,25 @@ class Option:
         if self.minimum is not None and value < self.minimum:
             raise UsageError(f"{where} | got {value!r}, expected >= {self.minimum:g}")
         return value
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of a backend that declares none."""
+
+
+def option(default: Any, help: str, *, choices: tuple[Any, ...] = (), minimum: float | None = None) -> Any:
+    """A field of a backend's options dataclass (`BackendFacts.options_type`): its default, and what the CLI's help,
+    its validation and the manifest's `options` need (`Option`'s fields)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "minimum": minimum})
+
+
+def declared_options(options_type: type) -> tuple[Option, ...]:
+    """The `Option`s of an options dataclass, in field order: each field's name, default and `option` metadata;
+    its kind is its default's type (int, float, str, bool)."""
+    return tuple(Option(f.name, f.default, type(f.default), f.metadata.get("help", ""),
+                        tuple(f.metadata.get("choices", ())), f.metadata.get("minimum"))
+                 for f in dataclasses.fields(options_type))
 
 
 def _parse(where: str, text: str, kind: type) -> Any:

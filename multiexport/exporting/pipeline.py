@@ -35,6 +35,7 @@ from .inventory import (  # noqa: F401  (re-exported: they were defined here)
     write_example_inputs,
     write_native_inputs,
 )
+from .job import ExportJob
 from .manifest import LeafBinding, Manifest
 from .outdir import claimed, disk_error
 from .precision import FP32, calibrated_at, check_weights_quantizable, remove_calibration_scratch
@@ -76,10 +77,11 @@ def export_into(backend: Backend, fn: Callable[..., Any], signature: "Signature"
                 options: ExportOptions, resolved: dict[str, Any]) -> Manifest:
     """One export into the (empty) directory `staging`: the stage it builds on, the format's files, the
     manifest, the dtype audit and the load check. Returns the manifest written."""
-    stage = _frontend(backend, fn, signature, options, staging.parent, backend.stage_options(resolved))
+    stage = _frontend(backend, fn, signature, options, staging.parent, backend.stage_options(backend.options_object(resolved)))
     with stage as frontend:
         try:
-            result = backend._export_impl(fn, signature, staging, options, resolved, frontend)
+            result = backend._export_impl(ExportJob(fn, signature, staging, options,
+                                                    backend.options_object(resolved), frontend))
         except MultiexportError:
             raise
         except OSError as exc:

@@ -13,7 +13,7 @@ import pytest
 
 from multiexport import ArtifactError, Target, UsageError, examples
 from multiexport.backends.iree import IreeBackend
-from multiexport.backends.iree.config import DATA_TILING, IM2COL, conv_contractions, cpu_config
+from multiexport.backends.iree.config import DATA_TILING, IM2COL, IreeOptions, conv_contractions, cpu_config
 from multiexport.backends.iree.driver import choose_driver
 from multiexport.exporting import ExportOptions
 from multiexport.leaves import build_signature
@@ -136,8 +136,8 @@ def test_conv_contractions_read_the_kernel_layout_and_cuda_compiles_get_neither_
     text = ("%0 = stablehlo.convolution(%arg0, %arg1) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], "
             "window = {} : (tensor<1x64x8x8xf32>, tensor<32x64x3x3xf32>) -> tensor<1x32x8x8xf32>")
     assert conv_contractions(text) == [576]
-    assert cpu_config({"im2col": "auto", "data_tiling": True}, ["llvm-cpu"], text).flags == (DATA_TILING, IM2COL)
-    both = cpu_config({"im2col": "on", "data_tiling": True}, ["llvm-cpu", "cuda"], text)
+    assert cpu_config(IreeOptions(im2col="auto", data_tiling=True), ["llvm-cpu"], text).flags == (DATA_TILING, IM2COL)
+    both = cpu_config(IreeOptions(im2col="on", data_tiling=True), ["llvm-cpu", "cuda"], text)
     assert both.flags == () and "global" in both.why["im2col"]
 
 

@@ -15,7 +15,9 @@ import pytest
 
 from multiexport import ExportError, Target, examples
 from multiexport.backends.litert import LiteRTBackend
+from multiexport.backends.litert.describe import LiteRTOptions
 from multiexport.exporting import Artifact, ExportOptions, Manifest, RunOptions
+from multiexport.exporting.job import ExportJob
 from multiexport.files.npz import load_npz, save_npz
 from multiexport.leaves import build_signature
 
@@ -202,7 +204,7 @@ def test_a_module_the_converter_cannot_read_is_version_skew_naming_both_versions
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(ConversionFailed) as info:  # the pre-check: the converter's own StableHLO reader
-        backend._export_impl(target.fn, sig, out, ExportOptions(), {"select_tf_ops": False}, frontend)
+        backend._export_impl(ExportJob(target.fn, sig, out, ExportOptions(), LiteRTOptions(), frontend))
     category, reason = backend.classify(info.value, "export")
     assert category == "version-skew"
     assert f"StableHLO {written}" in reason and f"reads StableHLO {consumer}" in reason

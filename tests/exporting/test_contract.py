@@ -12,7 +12,7 @@ import contextlib
 import importlib
 import json
 import subprocess
-import sys
+from pathlib import Path
 
 import jax
 import pytest
@@ -25,7 +25,7 @@ from multiexport.leaves import build_signature
 from multiexport.measure.parity import compare_leaf
 from multiexport.measure.tolerance import EXACT, default_tolerance
 
-from ..cases import CASES, CASE_IDS, feed_for
+from ..cases import CASES, CASE_IDS, EXTERNAL_BACKENDS, external_backend, feed_for, in_fresh_process
 from ..conftest import REPO, reference_outputs
 
 # XLA compiles the very module jax.jit runs, so it must agree bit for bit; other formats get the defaults.
@@ -34,7 +34,7 @@ BIT_EXACT = {"xla"}
 
 def known_unsupported(backend_name: str) -> dict[str, tuple[str, str]]:
     try:
-        module = importlib.import_module(f"tests.backends.test_{backend_name}")
+        module = importlib.import_module(f"tests.backends.test_{backend_name.replace('-', '_')}")
     except ImportError:
         return {}
     return getattr(module, "KNOWN_UNSUPPORTED", {})
@@ -44,10 +44,15 @@ def _x64(case):
     return jax.enable_x64(True) if case.x64 else contextlib.nullcontext()
 
 
-@pytest.fixture(scope="module", params=names())
+@pytest.fixture(scope="module", params=[*names(), *EXTERNAL_BACKENDS])
 def runs(request, tmp_path_factory):
-    """Every case exported by one backend, then run in one fresh process; per case what happened."""
-    backend = get_backend(request.param)
+    """Every case exported by one backend, then run in one fresh process; per case what happened. The external
+    backends (the SDK's reference backend) are registered from outside the package for their run only."""
+    with external_backend(request.param) if request.param in EXTERNAL_BACKENDS else contextlib.nullcontext():
+        return _runs(get_backend(request.param), tmp_path_factory)
+
+
+def _runs(backend, tmp_path_factory):
     status = backend.available()
     if not status.ok:
         pytest.skip(f"backend {backend.name} unavailable: {status.reason}")
@@ -71,7 +76,8 @@ def runs(request, tmp_path_factory):
             jobs.append({"artifact": str(artifact.directory), "feeds": [[inp, out] for _, inp, _, out in feeds]})
             done[c.name] = {"artifact": artifact, "sig": sig, "feeds": feeds}
     (root / "jobs.json").write_text(json.dumps(jobs))
-    subprocess.run([sys.executable, "-m", "tests.run_many", str(root / "jobs.json")], cwd=REPO, check=True, timeout=900)
+    code = f"import sys; from tests.run_many import main; sys.exit(main({str(root / 'jobs.json')!r}))"
+    subprocess.run(in_fresh_process(backend.name, code), cwd=REPO, check=True, timeout=900)
     return backend, done
 
 
@@ -81,6 +87,9 @@ def test_export_then_run_from_disk_in_a_fresh_process(runs, c):
     backend, done = runs
     result = done[c.name]
     expected_failure = known_unsupported(backend.name).get(c.name)
+    if expected_failure and expected_failure[0] == "size-unsupported":
+        assert_sizes_refused(backend, result)
+        pytest.xfail(f"{backend.name} runs {c.name} at the sizes it was built for only: {expected_failure[1]}")
     if expected_failure:
         category, reason = expected_failure
         assert "error" in result, f"{backend.name} now supports {c.name}: remove it from KNOWN_UNSUPPORTED"
@@ -107,6 +116,17 @@ def test_export_then_run_from_disk_in_a_fresh_process(runs, c):
             tol = EXACT if backend.name in BIT_EXACT else default_tolerance(leaf.dtype)
             verdict = compare_leaf(leaf.name, got[leaf.name], want[leaf.name], leaf.dtype, tol, f"batch={batch}")
             assert verdict.passed, verdict.reasons
+
+
+def assert_sizes_refused(backend, result) -> None:
+    """A format that keeps no symbolic dim (KNOWN_UNSUPPORTED as `size-unsupported`): the driver's static-size
+    fallback made one model per size built, and a size it was not built for is refused in one line, not run."""
+    from multiexport.exporting.facts import StaticSizesFacts
+
+    assert "error" not in result, str(result.get("error"))
+    assert isinstance(backend.facts(result["artifact"].manifest), StaticSizesFacts)
+    errors = [Path(out).with_suffix(".error.txt") for _, _, _, out in result["feeds"]]
+    assert errors and all("expected one of the sizes it was built for" in e.read_text() for e in errors if e.exists())
 
 
 def assert_facts_typed(backend, directory) -> None:

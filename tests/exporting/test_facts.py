@@ -108,8 +108,8 @@ def test_a_backend_returning_facts_of_another_type_is_an_internal_error(tmp_path
     class Mistyped(XlaBackend):
         name = "xla"
 
-        def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
-            made = super()._export_impl(fn, signature, out_dir, options, resolved, frontend)
+        def _export_impl(self, job):
+            made = super()._export_impl(job)
             return dataclasses.replace(made, format=FormatFacts())
 
     target = examples.seed()

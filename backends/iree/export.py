@@ -1,0 +1,244 @@
+"""The steps of IREE's export, each a function: compile the module (specialised to the example's sizes when the
+symbolic one fails), write its files, choose the CPU driver, and describe the result."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from multiexport.sdk import (
+    WEIGHTS_FILE,
+    ExportError,
+    ExportJob,
+    Leaf,
+    LiftedWeights,
+    NoNativeSection,
+    Signature,
+    concrete_specs,
+    embedded,
+    evaluate_dim,
+    export_module,
+    parse_dtype,
+    plan,
+    present,
+    usable_cpus,
+    write_bytes_atomic,
+)
+
+from .compile import PRECISION_FLAGS, compile_exported, compile_flags, targets_for
+from .config import CpuConfig, IreeOptions, cpu_config
+from .driver import choose_driver
+from .facts import IreeFacts
+from .fixups import FUNCTION, PARAMETER_SCOPE, SHAPE_ASSERTIONS_WHY
+from .native import iree_section
+from .targets import DRIVERS, MODULE
+
+STABLEHLO = "model.mlirbc"
+LIFTED_SOURCE = "model.mlir"  # with lifted weights the module mixes in IREE's util dialect: text, not VHLO bytecode
+_ELEMENT = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i1": "bool",
+            "complex<f32>": "complex64", "complex<f64>": "complex128"}
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One compiled module and how it was made.
+
+    exported: the jax.export module compiled; stablehlo: the source written beside the .vmfb; notes: what
+    compile_exported found in the module (custom calls, shape assertions); vmfb: the compiled bytes.
+    flags: the compile flags used; base_flags: those without the performance flags; config: the CPU config chosen.
+    targets: IREE's target backends; lifted: the lifted weights, or None.
+    sizes: the symbolic dims' sizes when the symbolic module failed and this one is specialised, else None.
+    dynamic_error: what IREE said of the symbolic module then.
+    """
+
+    exported: Any
+    stablehlo: bytes
+    notes: dict[str, Any]
+    vmfb: bytes
+    flags: list[str]
+    base_flags: list[str]
+    config: CpuConfig
+    targets: list[str]
+    lifted: LiftedWeights | None
+    sizes: dict[str, int] | None = None
+    dynamic_error: str | None = None
+
+
+def compile_module(job: ExportJob[IreeOptions]) -> Compiled:
+    """The module lowered for cpu (the StableHLO of ordinary ops is the same for every platform, and one module
+    with no platform-index argument serves all IREE targets) and compiled; specialised to the example's sizes
+    when IREE cannot compile the symbolic module."""
+    fn, signature, options = job.fn, job.signature, job.options
+    targets, arch = targets_for(options.platforms)
+    base_flags = [*compile_flags(targets, arch, x64=signature.x64), *PRECISION_FLAGS.get(options.precision, ())]
+    lifted = plan(fn, signature, options.external_weights)
+    n = len(signature.inputs)
+    exported = export_module(fn, signature, keep_unused=options.keep_unused, platforms=("cpu",), lifted=lifted)
+    config = cpu_config(job.backend_options, targets, exported.mlir_module())
+    try:
+        made = _compile(exported, targets, base_flags, config, lifted, n)
+        return Compiled(exported, *made, base_flags, config, targets, lifted)
+    except ExportError as exc:
+        sizes = signature.example_sizes() or None
+        if sizes is None:
+            raise
+        dynamic_error = getattr(exc, "diagnostics", str(exc))
+    exported = export_module(fn, signature, keep_unused=options.keep_unused, platforms=("cpu",),
+                             lifted=lifted, specs=concrete_specs(signature, sizes))
+    made = _compile(exported, targets, base_flags, config, lifted, n)
+    return Compiled(exported, *made, base_flags, config, targets, lifted, sizes, dynamic_error)
+
+
+def _compile(exported: Any, targets: list[str], base_flags: list[str], config: CpuConfig,
+             lifted: LiftedWeights | None, n: int) -> tuple[bytes, dict[str, Any], bytes, list[str]]:
+    """compile_exported with the performance flags, and again without them if IREE rejects the module with
+    them (a flag's bug must not cost the artifact): (stablehlo, notes, vmfb, the flags used)."""
+    flags = [*base_flags, *config.flags]
+    try:
+        return (*compile_exported(exported, targets, flags, lifted, n), flags)
+    except ExportError:
+        if not config.flags:
+            raise
+    return (*compile_exported(exported, targets, base_flags, lifted, n), list(base_flags))
+
+
+def write_files(out_dir: Path, compiled: Compiled, signature: Signature) -> tuple[dict[str, str], dict[str, Any]]:
+    """The .vmfb, its StableHLO source and the lifted weights: (files by role, the weights' facts)."""
+    lifted = compiled.lifted
+    source = LIFTED_SOURCE if lifted else STABLEHLO
+    write_bytes_atomic(out_dir / MODULE, compiled.vmfb)
+    write_bytes_atomic(out_dir / source, compiled.stablehlo)
+    files = {"module": MODULE, "stablehlo_text" if lifted else "stablehlo_bytecode": source}
+    weights = lifted.write(out_dir) if lifted else embedded(signature)
+    if lifted:
+        files["weights"] = WEIGHTS_FILE
+    return files, weights
+
+
+def choose_cpu_driver(option: str, out_dir: Path, files: dict[str, str], signature: Signature,
+                      arg_index: list[int]) -> dict[str, Any]:
+    """The llvm-cpu driver: the option's, or local-sync and local-task timed on the example inputs."""
+    if option != "auto":
+        return {"driver": option, "rule": f"set by the backend option iree.driver={option}"}
+    feed = signature.example_feed()
+    arrays = [feed[signature.inputs[i].name] for i in arg_index]
+    weights = out_dir / files["weights"] if "weights" in files else None
+    try:
+        return choose_driver(out_dir / MODULE, weights, arrays, len(signature.outputs), usable_cpus())
+    except Exception as exc:  # a module the runtime cannot run is the load check's to report, in its words
+        return {"driver": DRIVERS["llvm-cpu"], "rule": f"not measured ({type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:200]}): IREE's default driver"}
+
+
+def native_and_warnings(signature: Signature, arg_index: list[int], compiled: Compiled, driver: str
+                        ) -> tuple[dict[str, Any] | None, list[str]]:
+    """The native section for iree-run-module (None, with a warning saying why, when it cannot take the artifact)
+    and the export's warnings: a specialised build, custom call targets."""
+    sizes, warnings = compiled.sizes, []
+    try:
+        native = iree_section([(i, at_sizes(signature.inputs[i], sizes)) for i in arg_index],
+                              [at_sizes(leaf, sizes) for leaf in signature.outputs], driver=driver,
+                              module=MODULE, function=FUNCTION,
+                              parameters=f"{PARAMETER_SCOPE}={WEIGHTS_FILE}" if compiled.lifted else None)
+    except NoNativeSection as exc:
+        native = None
+        warnings.append(f"no native section: {exc}")
+    if sizes is not None:
+        dynamic_error = present(compiled.dynamic_error, "set with sizes, when the symbolic module failed")
+        shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        warnings.append(
+            f"specialised: IREE could not compile the symbolic module, so this artifact is compiled for "
+            f"{shown} only (every leaf at the example's shape); other sizes are not supported by it. IREE said: "
+            f"{dynamic_error.splitlines()[0][:500]}")
+    if compiled.notes["custom_call_targets"]:
+        warnings.append(f"the module calls custom call targets {compiled.notes['custom_call_targets']}")
+    return native, warnings
+
+
+def facts_of(compiled: Compiled, signature: Signature, weights: dict[str, Any], drivers: dict[str, str],
+             choice: dict[str, Any] | None, declaration: str, args: list[Any]) -> IreeFacts:
+    """The format facts: targets, drivers, flags and the command that reproduces the .vmfb, the ABI."""
+    targets, flags, config, lifted = compiled.targets, compiled.flags, compiled.config, compiled.lifted
+    source = LIFTED_SOURCE if lifted else STABLEHLO
+    return IreeFacts(
+        weights=(
+            f"baked weights lifted out of the module as IREE parameters (util.global bound to "
+            f"#stream.parameter.named<\"{PARAMETER_SCOPE}\"::\"NAME\">, NAME as in the manifest's "
+            f"weights.tensors), stored in {WEIGHTS_FILE}; runtimes load them with "
+            f"--parameters={PARAMETER_SCOPE}={WEIGHTS_FILE} (iree.runtime: ParameterIndex + "
+            "create_io_parameters_module)") if lifted else (
+            "embedded as constants in the .vmfb" if weights["embedded_bytes"] else "no baked weights"),
+        target_backends=targets,
+        drivers=drivers,
+        driver_choice=choice,
+        compile_flags=flags,
+        cpu_config=config.to_json() if flags[len(compiled.base_flags):] == list(config.flags) else {
+            **config.to_json(), "flags": [], "data_tiling": False, "im2col": False,
+            "rejected": f"iree-compile rejected the module with {' '.join(config.flags)}: compiled without"},
+        compile_command=["iree-compile", source, "--iree-input-type=stablehlo",
+                         *[f"--iree-hal-target-backends={t}" for t in targets], *flags, "-o", MODULE],
+        host_cpu_note=(
+            "llvm-cpu code uses this host's CPU features (--iree-llvmcpu-target-cpu=host) and may not "
+            "run on older CPUs; recompile the StableHLO with --iree-llvmcpu-target-cpu=generic to ship "
+            "to other machines") if "llvm-cpu" in targets else None,
+        function=FUNCTION,
+        module_signature=declaration,
+        module_args=[str(a.name) for a in args if a.kind == "leaf"],
+        module_results=[leaf.name for leaf in signature.outputs],
+        dynamic=compiled.sizes is None and bool(signature.symbolic_dims),
+        specialised_to=compiled.sizes,
+        dynamic_compile_error=compiled.dynamic_error,
+        stablehlo={"lowered_for": "cpu", **compiled.notes, "shape_assertions_why": SHAPE_ASSERTIONS_WHY},
+    )
+
+
+def at_sizes(leaf: Leaf, sizes: dict[str, int] | None) -> Leaf:
+    """The leaf with the symbolic dims a specialised build fixed written as their sizes."""
+    if not sizes or not leaf.is_symbolic:
+        return leaf
+    return dataclasses.replace(leaf, shape=tuple(d if isinstance(d, int) else evaluate_dim(d, sizes)
+                                                 for d in leaf.shape))
+
+
+def declaration_of(vmfb: bytes) -> str:
+    """The compiled function's ABI declaration, as IREE reflects it (`sync func @main(...)`)."""
+    import iree.runtime as rt
+
+    module = rt.VmModule.copy_buffer(rt.VmInstance(), vmfb)
+    function = module.lookup_function(FUNCTION)
+    return function.reflection.get("iree.abi.declaration", "") if function is not None else ""
+
+
+def declared_dtypes(declaration: str, args: list[Leaf], outputs: list[Leaf]) -> dict[str, str]:
+    """Leaf -> dtype as the compiled module declares it (integers by width: IREE's types are signless)."""
+    inputs, _, results = declaration.partition("->")
+    found: dict[str, str] = {}
+    for leaves, text in ((args, inputs), (outputs, results)):
+        types = re.findall(r"tensor<(?:[^<>]*?x)?((?:complex<[a-z0-9]+>)|[a-z]+[0-9]+)>", text)
+        if len(types) != len(leaves):
+            continue  # a declaration we cannot read: no claim either way
+        for leaf, element in zip(leaves, types):
+            if element in _ELEMENT:
+                found[leaf.name] = _ELEMENT[element]
+            elif element.startswith(("i", "si", "ui")):
+                width = int(re.sub(r"\D", "", element))
+                same = parse_dtype(leaf.dtype).itemsize * 8 == width if leaf.dtype != "bool" else False
+                found[leaf.name] = leaf.dtype if same else f"int{width}"
+    return found
+
+
+def iree_versions() -> dict[str, str]:
+    """The compiler's and runtime's distributions and builds."""
+    from iree.compiler import version as compiler_version
+    from iree.runtime import version as runtime_version
+
+    return {
+        "iree_base_compiler": version("iree-base-compiler"),
+        "iree_base_runtime": version("iree-base-runtime"),
+        "iree_compiler_build": f"{compiler_version.VERSION} @ {compiler_version.REVISIONS.get('IREE', '')}",
+        "iree_runtime_build": f"{runtime_version.VERSION} @ {runtime_version.REVISIONS.get('IREE', '')}",
+    }
