@@ -1,0 +1,82 @@
+"""Headless Chromium (the system's, Debian's package) driven by Playwright's Python API.
+
+Playwright's own browser download is not used (nor reachable here): `executable_path` points at the
+system Chromium. The flags keep the browser off the network and quiet in a closed sandbox: no QUIC, no
+background fetches, no component updates or sync, a fresh profile directory per launch (removed at close).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+CHROMIUM_ENV = "MULTIEXPORT_CHROMIUM"  # a browser elsewhere (a CI image's)
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync")
+# WebGPU in headless Chromium needs these (and a GPU, or SwiftShader's Vulkan where the build has it): asked for
+# only when the runner wants the webgpu execution provider, so the wasm rows run exactly with FLAGS.
+WEBGPU_FLAGS = ("--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-angle=swiftshader",
+                "--use-webgpu-adapter=swiftshader")
+
+
+def chromium_path() -> str | None:
+    """The Chromium executable to drive: $MULTIEXPORT_CHROMIUM, else the first system one found; None: none."""
+    given = os.environ.get(CHROMIUM_ENV)
+    if given:
+        return given if os.access(given, os.X_OK) else None
+    return next((p for p in CHROMIUM_CANDIDATES if os.access(p, os.X_OK)), None)
+
+
+@dataclass
+class Browser:
+    """One launched browser and its page; `close` ends both and removes the profile directory.
+
+    playwright, browser, page: Playwright's objects (browser: the persistent context). profile: the fresh
+        --user-data-dir.
+    executable: the Chromium binary. version: its user agent (which names its version).
+    """
+
+    playwright: Any
+    browser: Any
+    page: Any
+    profile: Path
+    executable: str
+    version: str
+
+    def close(self) -> None:
+        for step in (self.browser.close, self.playwright.stop):
+            try:
+                step()
+            except Exception:  # noqa: BLE001  (closing must finish: the profile is removed below either way)
+                pass
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def launch(webgpu: bool = False, executable: str | None = None) -> Browser:
+    """Headless Chromium with the closed-network flags and a fresh profile, one blank page open."""
+    from playwright.sync_api import sync_playwright
+
+    executable = executable or chromium_path()
+    if executable is None:
+        raise FileNotFoundError(f"no Chromium found ({', '.join(CHROMIUM_CANDIDATES)} or ${CHROMIUM_ENV})")
+    profile = Path(tempfile.mkdtemp(prefix="multiexport-chromium-"))
+    flags = [*FLAGS, *(WEBGPU_FLAGS if webgpu else ())]
+    if webgpu:
+        flags.remove("--disable-gpu")
+    pw = sync_playwright().start()
+    try:
+        # Playwright takes the profile directory as user_data_dir (it refuses the flag in `args`).
+        context = pw.chromium.launch_persistent_context(str(profile), executable_path=executable, headless=True,
+                                                        args=flags, chromium_sandbox=False)
+        page = context.pages[0] if context.pages else context.new_page()
+        version = str(page.evaluate("navigator.userAgent"))
+    except Exception:
+        pw.stop()
+        shutil.rmtree(profile, ignore_errors=True)
+        raise
+    return Browser(pw, context, page, profile, executable, version)

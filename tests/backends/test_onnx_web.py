@@ -1,0 +1,148 @@
+"""onnx-web (the ONNX stage's file run by onnxruntime-web in headless Chromium): inputs and outputs by leaf name
+through the manifest, outputs matching jax.jit, the page cross-origin isolated with wasm threads, 64-bit and
+bool tensors crossing into the page exactly, the server serving nothing but its table, and what is missing or
+broken said in one typed line. Real Chromium and the npm-installed runtime; skipped with the reason without them."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from multiexport import RunError, examples
+from multiexport.backends.onnx_web import OnnxWebBackend
+from multiexport.backends.onnx_web.page import open_session, routes, runtime_dist
+from multiexport.backends.onnx_web.server import ISOLATION_HEADERS, PageServer
+from multiexport.exporting import ExportOptions
+from multiexport.leaves import build_signature
+
+from ..conftest import assert_matches_jit, reference_outputs
+
+_status = OnnxWebBackend().available()
+needs_browser = pytest.mark.skipif(not _status.ok, reason=f"onnx-web backend unavailable: {_status.reason}")
+
+
+def export(target, path):
+    sig = build_signature(target)
+    return sig, OnnxWebBackend().export(target.fn, sig, path, ExportOptions())
+
+
+@needs_browser
+@pytest.mark.parametrize("make", [examples.seed, examples.transformer], ids=["seed", "transformer"])
+def test_outputs_by_leaf_name_match_jax_jit_in_the_page(make, tmp_path):
+    target = make()
+    sig, artifact = export(target, tmp_path / "a")
+    assert (artifact.directory / "model.onnx").is_file()
+    feed = sig.example_feed()
+    with OnnxWebBackend().load(artifact.directory) as runner:
+        got = runner(feed)
+        assert_matches_jit(target, sig, got, feed, "onnx-web")
+        runner.run_prepared(runner.prepare(feed))
+        described = runner.describe()
+    assert described["cross_origin_isolated"] is True  # SharedArrayBuffer: the wasm EP's threads
+    assert described["wasm_threads"] == described["threads_requested"]
+    assert described["page_ms_p50"] is not None and described["round_trip_ms_p50"] is not None
+
+
+@needs_browser
+def test_the_seed_takes_only_the_leaf_it_reads_and_times_in_the_page(tmp_path):
+    sig, artifact = export(examples.seed(), tmp_path / "a")
+    assert artifact.manifest.format["graph_inputs"] == ["foo.baz"]
+    with OnnxWebBackend().load(artifact.directory) as runner:
+        feed = {"foo.bar": np.zeros(10, np.int32), "foo.baz": np.arange(10, dtype=np.int32)}
+        assert int(runner(feed)["out"]) == 45
+        samples = runner.time_in_page(runner.prepare(feed), warmup=2, min_calls=7, max_calls=7, seconds=0.0)
+    assert samples.dtype == np.int64 and samples.size == 7 and (samples >= 0).all()
+
+
+@needs_browser
+def test_64_bit_leaves_run_at_full_width_in_the_page(tmp_path):
+    """int64 crosses as BigInt64Array and float64 as Float64Array: values past int32 and float32 survive."""
+    from ..cases import float64
+
+    with jax.enable_x64(True):
+        target = float64()
+        sig, artifact = export(target, tmp_path / "a")
+        feed = {"x": np.linspace(-1, 1, 4) + 1e-12, "n": np.array([2**40 + 3, -5, 0, 7], np.int64)}
+        want = reference_outputs(target, sig, feed)
+    with OnnxWebBackend().load(artifact.directory) as runner:
+        got = runner(feed)
+    np.testing.assert_array_equal(got["out.m"], want["out.m"])  # (2^40+3)*3 exactly: no 32-bit wrap
+    np.testing.assert_array_equal(got["out.y"], want["out.y"])
+    assert got["out.y"].dtype == np.float64 and got["out.m"].dtype == np.int64
+
+
+@needs_browser
+def test_bool_tensors_cross_both_ways(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Xor", ["a", "b"], ["c"])], "g",
+                              [helper.make_tensor_value_info(n, TensorProto.BOOL, [4]) for n in "ab"],
+                              [helper.make_tensor_value_info("c", TensorProto.BOOL, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    a, b = np.array([True, False, True, False]), np.array([True, True, False, False])
+    session = open_session({"m.onnx": tmp_path / "m.onnx"}, "m.onnx", threads=1)
+    try:
+        (name, c), = session.fetch(session.feed([("a", a), ("b", b)]))
+    finally:
+        session.close()
+    assert name == "c" and c.dtype == np.bool_
+    np.testing.assert_array_equal(c, a ^ b)
+
+
+@needs_browser
+def test_a_broken_model_file_is_one_typed_line_not_a_crash(tmp_path):
+    _, artifact = export(examples.seed(), tmp_path / "a")
+    model = artifact.directory / "model.onnx"
+    model.write_bytes(model.read_bytes()[: len(model.read_bytes()) // 2])  # a real fault: a truncated file
+    with pytest.raises(RunError) as info:
+        OnnxWebBackend().load(artifact.directory)
+    assert "onnxruntime-web failed during creating the session" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_the_server_serves_its_table_only_with_isolation_headers(tmp_path):
+    inside = tmp_path / "model.onnx"
+    inside.write_bytes(b"onnx")
+    (tmp_path / "secret.txt").write_text("not served")
+    with PageServer({"/model/model.onnx": inside}) as origin:
+        with urllib.request.urlopen(f"{origin}/model/model.onnx") as answer:
+            assert answer.read() == b"onnx"
+            for key, value in ISOLATION_HEADERS.items():
+                assert answer.headers[key] == value
+        for path in ("/secret.txt", "/model/../secret.txt", "/model/secret.txt", "/etc/passwd"):
+            with pytest.raises(urllib.error.HTTPError) as info:
+                urllib.request.urlopen(f"{origin}{path}")
+            assert info.value.code == 404
+    assert origin.startswith("http://127.0.0.1:")
+
+
+@pytest.mark.skipif(runtime_dist() is None, reason="onnxruntime-web not installed (npm ci in backends/onnx_web/web)")
+def test_routes_are_the_page_the_runtime_and_the_model(tmp_path):
+    dist = runtime_dist()
+    assert dist is not None
+    table = routes({"model.onnx": tmp_path / "model.onnx"}, dist)
+    assert "/page.html" in table and "/ort/ort.wasm.min.mjs" in table and "/model/model.onnx" in table
+    assert all(p.startswith(("/page.", "/ort/", "/model/")) for p in table)
+    assert all(Path(f).suffix in (".html", ".mjs", ".js", ".wasm", ".onnx") for f in table.values())
+
+
+def test_no_chromium_or_no_runtime_says_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setenv("MULTIEXPORT_CHROMIUM", str(tmp_path / "no-such-chromium"))
+    status = OnnxWebBackend().available()
+    if "playwright" in status.reason:
+        pytest.skip(f"playwright is not installed: {status.reason}")
+    assert not status.ok and "apt-get install chromium" in status.reason and "\n" not in status.reason
+    monkeypatch.delenv("MULTIEXPORT_CHROMIUM")
+    monkeypatch.setenv("MULTIEXPORT_ORT_WEB_DIST", str(tmp_path))  # an empty folder: no runtime there
+    status = OnnxWebBackend().available()
+    if "Chromium" in status.reason:
+        pytest.skip(f"no Chromium here: {status.reason}")
+    assert not status.ok and "npm ci --prefix" in status.reason
