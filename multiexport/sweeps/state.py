@@ -13,33 +13,29 @@ finished row and repeats none. The journal is append-only; a line cut short by t
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, TypeVar
 
-from ..errors import UsageError
+from ..errors import InputError, UsageError
 from ..files import confined
 from ..files.bounded import TooDeep, loads, read_bytes, read_json
-from .names import valid_name
+from ..results.schema import from_data, to_data
+from .records import DIED, DONE, FAILED, SCHEMA, STATES, TIMEOUT, UNSCHEDULABLE, EndEvent, StartEvent, SweepMeta
 from .spec import SweepSpec, SweepTask
 
-SCHEMA = "multiexport.sweep/1"
 SWEEP_FILE = "sweep.json"
 JOURNAL = "progress.jsonl"
 LOCK = ".sweep.lock"  # held by the running sweep (files.lock): one sweep per directory
 
-# How a task ended (the `state` of its row):
-DONE = "done"                    # compare ran to its end and wrote results.json (its verdicts are in there)
-FAILED = "failed"                # compare exited without results.json (e.g. the target cannot be imported)
-DIED = "died"                    # its process was killed or crashed, twice (re-run once)
-TIMEOUT = "timeout"              # it ran past the task's timeout
-UNSCHEDULABLE = "unschedulable"  # no machine of the cluster offers what it needs (re-tried on --resume)
-STATES = (DONE, FAILED, DIED, TIMEOUT, UNSCHEDULABLE)
+# How a task ended (the `state` of its row), defined in sweeps.records: DONE, FAILED, DIED, TIMEOUT, UNSCHEDULABLE.
+__all__ = ["DIED", "DONE", "FAILED", "JOURNAL", "LOCK", "SCHEMA", "STATES", "SWEEP_FILE", "TIMEOUT", "UNSCHEDULABLE",
+           "RowOutcome", "SweepDir", "now"]
 
+E = TypeVar("E", EndEvent, StartEvent)
 META_LIMIT = 64 << 20      # sweep.json: ~100 bytes a task; 20 000 tasks are ~2 MiB
 JOURNAL_LIMIT = 64 << 20   # progress.jsonl: ~400 bytes a start and end; far more than any real sweep appends
 
@@ -123,17 +119,15 @@ class SweepDir:
     @staticmethod
     def _read_meta(marker: Path) -> dict[str, Any]:
         """sweep.json, read bounded: a regular file (no link, FIFO or device), at most META_LIMIT bytes, JSON
-        nested at most JSON_DEPTH deep, else one line."""
+        nested at most JSON_DEPTH deep, then through the codec as a `SweepMeta` (every field typed, task names
+        plain file names), else one line naming the field. Returned as the JSON object of the fields it has."""
         meta = read_json(marker, "Sweep", META_LIMIT, UsageError, f"expected a {SWEEP_FILE} written by "
                          "`multiexport sweep`", follow=False)
         if not isinstance(meta, dict) or meta.get("schema") != SCHEMA:
             raise UsageError(f"Sweep '{marker}' | got schema {meta.get('schema') if isinstance(meta, dict) else None!r}, "
                              f"expected {SCHEMA!r}")
-        tasks = meta.get("tasks")
-        if not isinstance(meta.get("uid"), str) or not isinstance(tasks, list) or not all(map(valid_name, tasks)):
-            raise UsageError(f"Sweep '{marker}' | its uid or tasks are not what `multiexport sweep` writes, expected "
-                             "a string uid and a list of task names")
-        return meta
+        typed = from_data(SweepMeta, meta, f"Sweep '{marker}' | sweep.json", UsageError)
+        return {k: v for k, v in to_data(typed).items() if k in meta}
 
     @classmethod
     def read(cls, root: Path) -> "SweepDir":
@@ -146,17 +140,18 @@ class SweepDir:
         """The rows whose end is recorded (the last end of each), in the journal's order."""
         out: dict[str, RowOutcome] = {}
         for event in self._events():
-            if event.get("event") == "end" and _well_formed(event):
-                fields = {k: event[k] for k in RowOutcome.__dataclass_fields__ if k in event}
-                out[event["name"]] = RowOutcome(**fields)
+            end = _typed(EndEvent, "end", event)
+            if end is not None:
+                out[end.name] = RowOutcome(**{k: getattr(end, k) for k in RowOutcome.__dataclass_fields__})
         return out
 
     def starts(self) -> dict[str, int]:
         """How many times each task was started, over every run of this sweep."""
         counts: dict[str, int] = {}
         for event in self._events():
-            if event.get("event") == "start" and isinstance(event.get("name"), str):
-                counts[event["name"]] = counts.get(event["name"], 0) + 1
+            start = _typed(StartEvent, "start", event)
+            if start is not None:
+                counts[start.name] = counts.get(start.name, 0) + 1
         return counts
 
     def to_run(self, tasks: Sequence[SweepTask]) -> list[SweepTask]:
@@ -248,27 +243,15 @@ class SweepDir:
         confined.remove_tree(self.root, f"rows/{name}", self.what)
 
 
-_TYPES: dict[str, type | tuple[type, ...]] = {"name": str, "state": str, "seconds": (int, float), "attempts": int,
-                                               "reason": str, "host": str, "fingerprint": str}
-_MAX_SECONDS = 10 * 365 * 86400.0  # a row's wall time: finite, not negative, not past ten years
-_MAX_TEXT = 100_000                 # a reason, host or fingerprint: one line of a log, not a file
-
-
-def _well_formed(event: dict[str, Any]) -> bool:
-    """An end event as this module writes it (a journal edited by hand is read, never trusted): known state,
-    figures that can be (a negative, infinite or 4000-digit `seconds` is no wall time), bounded text."""
-    if not all(isinstance(event.get(k), t) and not isinstance(event.get(k), bool) for k, t in _TYPES.items()):
-        return False
-    if not valid_name(event["name"]) or event["state"] not in STATES:  # a name is a directory under rows/
-        return False
-    seconds = event["seconds"]
-    if (isinstance(seconds, int) and abs(seconds) > _MAX_SECONDS) or not math.isfinite(seconds) \
-            or not 0 <= seconds <= _MAX_SECONDS or not 0 <= event["attempts"] <= 1000:
-        return False
-    if any(len(event[k]) > _MAX_TEXT for k in ("reason", "host", "fingerprint")):
-        return False
-    code = event.get("exit")
-    return code is None or (isinstance(code, int) and not isinstance(code, bool) and -255 <= code <= 255)
+def _typed(record: type[E], kind: str, event: dict[str, Any]) -> E | None:
+    """A journal line as `record` (an end or a start event as this module writes it), or None: a journal edited by
+    hand is read, never trusted, and a line that is not that event (or is malformed) is no event."""
+    if event.get("event") != kind:
+        return None
+    try:
+        return from_data(record, event, "journal line")
+    except InputError:
+        return None
 
 
 def _write_all(fd: int, data: bytes, path: Path) -> None:

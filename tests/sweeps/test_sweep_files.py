@@ -80,3 +80,34 @@ def test_names_that_are_paths_or_logs_are_refused_and_a_journal_cannot_name_one(
            "reason": "", "host": "h", "fingerprint": "f"}
     (tmp_path / JOURNAL).write_text(json.dumps(end) + "\n" + json.dumps({**end, "name": ""}) + "\n")
     assert SweepDir.read(tmp_path).ended() == {}
+
+
+def test_sweep_json_is_read_through_the_codec_one_line_naming_the_field(tmp_path):
+    import pytest
+
+    from multiexport.errors import UsageError
+
+    base = {"schema": "multiexport.sweep/1", "uid": "u", "tasks": ["a"], "name": "zoo", "shard": None,
+            "merged_from": [{"directory": "/x", "uid": "v", "shard": "1/2"}]}
+    (tmp_path / "sweep.json").write_text(json.dumps(base))
+    assert SweepDir.read(tmp_path).meta == base  # the fields it has, as they are
+    for change, message in (({"name": {"a": 1}}, r"sweep.json.name \| got dict, expected a string or null"),
+                            ({"uid": 7}, r"sweep.json.uid \| got int '7', expected a string"),
+                            ({"tasks": ["../escape"]}, r"sweep.json.tasks \| got '../escape', expected task names"),
+                            ({"fingerprints": {"a": 1}}, r"sweep.json.fingerprints.a \| got int '1', expected a string"),
+                            ({"merged_from": [{"uid": "v"}]}, r"sweep.json.merged_from\[0\] \| has no 'directory'")):
+        (tmp_path / "sweep.json").write_text(json.dumps({**base, **change}))
+        with pytest.raises(UsageError, match=message) as info:
+            SweepDir.read(tmp_path)
+        assert "\n" not in str(info.value)
+
+
+def test_a_journal_end_line_without_an_exit_code_is_no_row_not_a_crash(tmp_path):
+    (tmp_path / "sweep.json").write_text(json.dumps({"schema": "multiexport.sweep/1", "uid": "u", "tasks": ["a"]}))
+    end = {"event": "end", "name": "a", "state": "done", "exit": 0, "seconds": 1.0, "attempts": 1, "reason": "",
+           "host": "h", "fingerprint": "f"}
+    partial = {k: v for k, v in end.items() if k != "exit"}
+    (tmp_path / JOURNAL).write_text(json.dumps(partial) + "\n" + json.dumps({**end, "seconds": "inf"}) + "\n"
+                                    + json.dumps({"event": "start", "name": "a", "attempt": 1}) + "\n")
+    sweep = SweepDir.read(tmp_path)
+    assert sweep.ended() == {} and sweep.starts() == {"a": 1}
