@@ -49,8 +49,13 @@ def select(quick: bool, names: list[str] | None = None) -> list[ZooModel]:
 # with the same venv and that tree first on sys.path), and the current code's zoo times them beside its own
 # artifacts in the same interleaved rounds: latency is then judged on paired ratios (report.regression), while
 # status, parity and large slowdowns stay gated cross-run against the committed zoo file (--baseline).
-AUTO_REF = "auto"  # the commit that last changed the committed baseline file (else HEAD~1)
-BASELINE_FILE = "benchmarks/baselines/quick.json"
+# Both sides are run by the current code's runners: the pair sees what changed in the artifacts (the export
+# code, the model definitions, the pinned versions), never a runner's own slowdown (cross-run sees that).
+# So when none of EXPORT_INPUTS differ between REF and this tree, the artifacts would be the same ones and
+# the export is skipped (`--build-baseline changed`, the default): that gate would be A/A by construction.
+AUTO_REF = "auto"  # HEAD~1: the change under test (a merge commit's first parent: the branch it joins)
+EXPORT_INPUTS = ("multiexport/exporting", "multiexport/leaves", "multiexport/examples", "backends",
+                 "benchmarks/zoo.py", "pyproject.toml", "constraints.txt")
 
 
 def resolve_ref(repo, ref: str) -> tuple[str | None, str]:
@@ -66,16 +71,23 @@ def resolve_ref(repo, ref: str) -> tuple[str | None, str]:
             return None, "a shallow clone (no history)"
         head = git("rev-parse", "HEAD")
         if ref == AUTO_REF:
-            last = git("log", "-1", "--format=%H", "--", BASELINE_FILE)
-            commit = last if last and last != head else git("rev-parse", "HEAD~1")
-            how = (f"the commit that last changed {BASELINE_FILE}" if last and last != head
-                   else f"HEAD~1 ({BASELINE_FILE} changed in HEAD)" if last else f"HEAD~1 (no {BASELINE_FILE})")
+            commit, how = git("rev-parse", "--verify", "HEAD~1^{commit}"), "HEAD~1 (--baseline-ref auto)"
         else:
             commit, how = git("rev-parse", "--verify", f"{ref}^{{commit}}"), f"--baseline-ref {ref}"
     except (OSError, subprocess.CalledProcessError) as exc:
         why = exc.stderr.strip().splitlines()[-1] if isinstance(exc, subprocess.CalledProcessError) and exc.stderr else exc
         return None, f"git cannot name {ref!r}: {why}"
     return commit, f"{commit[:12]}, {how}" + (" (the same commit as HEAD: an A/A gate)" if commit == head else "")
+
+
+def export_inputs_changed(repo, commit: str) -> bool:
+    """Whether anything that makes the zoo's artifacts differs between `commit` and this tree (uncommitted
+    changes included)."""
+    import subprocess
+
+    proc = subprocess.run(["git", "-C", str(repo), "diff", "--quiet", commit, "--", *EXPORT_INPUTS],
+                          capture_output=True)
+    return proc.returncode != 0
 
 
 def build_baseline(repo, commit: str, models: list[ZooModel], backends: list[str], out, log) -> dict[str, str]:
@@ -138,8 +150,9 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.zoo", description=main.__doc__)
     parser.add_argument("--baseline-ref", default=AUTO_REF,
-                        help=f"the commit whose code exports the baseline artifacts (default {AUTO_REF}: the one that "
-                             f"last changed {BASELINE_FILE}, else HEAD~1)")
+                        help=f"the commit whose code exports the baseline artifacts (default {AUTO_REF}: HEAD~1)")
+    parser.add_argument("--build-baseline", choices=("changed", "always"), default="changed",
+                        help="changed (default): only when the export inputs differ from REF's; always: even then")
     parser.add_argument("--quick", action="store_true", help="the CI-sized run: fewer models, short timings")
     parser.add_argument("--models", help="comma-separated zoo models (default: all, or the quick set)")
     parser.add_argument("--backends", default="all")
@@ -162,6 +175,10 @@ def main(argv=None) -> int:
     commit, how = resolve_ref(repo, args.baseline_ref)
     if commit is None:
         log(f"[zoo] paired gate skipped: {how}; latency is judged cross-run against --baseline only")
+    elif args.build_baseline == "changed" and not export_inputs_changed(repo, commit):
+        log(f"[zoo] paired gate skipped: nothing that makes the artifacts ({', '.join(EXPORT_INPUTS)}) differs from "
+            f"{commit[:12]}: its artifacts would be these; latency is judged cross-run against --baseline only")
+        commit, how = None, f"{how}: skipped, export inputs unchanged"
     no_baseline = build_baseline(repo, commit, models, backends, args.out, log) if commit else {}
     built = time.perf_counter() - t0
     bench = (BenchConfig(warmup_iters=10, warmup_time=0.05, min_iters=200, bench_time=0.3) if args.quick

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..report.regression import Check, Diff, aggregate_latency, diff_results
+from ..report.regression import PAIRED_AB, Check, Diff, aggregate_latency, diff_results
 from ..results import Results
 
 
@@ -27,9 +27,10 @@ def diff_many(base: Mapping[str, Results], current: Mapping[str, Results], max_s
             merged.checks.append(Check(name, "model", "new", "not in the baseline sweep"))
             continue
         d = diff_results(base[name], res, max_slowdown=max_slowdown, max_parity_drift=max_parity_drift)
-        if res.pairing is not None and res.pairing.baseline_ratios:  # the recorded figures too, cross-run
+        paired = {(c.backend, c.check) for c in d.checks if c.kind == PAIRED_AB}
+        if paired:  # the same entries against the recorded figures too, cross-run
             d.checks += [c for c in diff_results(base[name], _unpaired(res), max_slowdown=max_slowdown).checks
-                         if c.check.startswith("latency@")]
+                         if (c.backend, c.check) in paired]
         for c in d.checks:
             c.backend = f"{name}/{c.backend}"
         merged.checks += d.checks

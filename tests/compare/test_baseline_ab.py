@@ -109,7 +109,7 @@ def zoo_gate(out: Path, env: dict | None = None):
 
     from ..conftest import REPO
 
-    cmd = [sys.executable, "-m", "benchmarks.zoo", "--baseline-ref", "HEAD", "--quick", "--models", "mlp",
+    cmd = [sys.executable, "-m", "benchmarks.zoo", "--baseline-ref", "HEAD", "--build-baseline", "always", "--quick", "--models", "mlp",
            "--backends", "xla", "--out", str(out), "--paired-slowdown", "1.3", "--junit", str(out / "junit.xml")]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
 
@@ -129,13 +129,13 @@ def test_the_zoo_gate_times_a_commits_own_artifacts_beside_the_new_ones(tmp_path
     combined = json.loads((tmp_path / "same" / "zoo-results.json").read_text())
     assert combined["baseline_ref"]["commit"] == head and not combined["baseline_ref"]["failed"]
     assert combined["models"]["mlp"]["pairing"]["baseline_ratios"]  # timed in the same rounds, not cross-run
-    [gate] = [x for x in proc.stdout.splitlines() if "latency (paired A/B" in x]
-    assert gate.split()[0] == "ok" and "rounds each" in gate
+    gates = [x for x in proc.stdout.splitlines() if "latency (paired A/B" in x]
+    assert len(gates) == 1 and gates[0].split()[0] == "ok" and "rounds each" in gates[0], proc.stdout[-3000:]
     assert not (tmp_path / "same" / "baseline-ref" / "src").exists()  # the commit's tree goes once it exported
     proc = zoo_gate(tmp_path / "slowed", env={PLANTED_ENV: "2"})  # every timed call of the new artifacts 2x
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    [gate] = [x for x in proc.stdout.splitlines() if "REGRESSION" in x]
-    assert "latency (paired A/B" in gate and "[paired A/B]" in gate
+    gates = [x for x in proc.stdout.splitlines() if "REGRESSION" in x]
+    assert len(gates) == 1 and "latency (paired A/B" in gates[0] and "[paired A/B]" in gates[0], proc.stdout[-3000:]
     case = next(c for c in ET.parse(tmp_path / "slowed" / "junit.xml").getroot() if c.find("failure") is not None)
     assert case.find("properties/property").attrib == {"name": "comparison", "value": "paired A/B"}
 
@@ -143,7 +143,7 @@ def test_the_zoo_gate_times_a_commits_own_artifacts_beside_the_new_ones(tmp_path
 def test_a_clone_without_history_names_why_the_zoo_gate_is_cross_run(tmp_path):
     import subprocess
 
-    from benchmarks.zoo import resolve_ref
+    from benchmarks.zoo import export_inputs_changed, resolve_ref
 
     from ..conftest import REPO
 
@@ -151,5 +151,9 @@ def test_a_clone_without_history_names_why_the_zoo_gate_is_cross_run(tmp_path):
     subprocess.run(["git", "clone", "--quiet", "--depth", "1", f"file://{REPO}", str(shallow)], check=True,
                    capture_output=True)
     assert resolve_ref(shallow, "auto") == (None, "a shallow clone (no history)")
+    head = subprocess.run(["git", "-C", str(shallow), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert not export_inputs_changed(shallow, head)  # a fresh clone of that commit: its artifacts would be these
+    (shallow / "multiexport" / "exporting" / "pipeline.py").write_text("# changed\n")
+    assert export_inputs_changed(shallow, head)
     commit, why = resolve_ref(REPO, "no-such-ref")
     assert commit is None and "no-such-ref" in why
