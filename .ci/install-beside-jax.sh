@@ -24,7 +24,7 @@ if [ "$got" != "$want" ]; then
 fi
 echo "install-beside-jax: jax $got kept ($("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])'))"
 out="$venv/seed"
-"$venv/bin/multiexport" compare --backends xla --no-bench --out "$out" | tail -1
+"$venv/bin/multiexport" compare --backends xla --no-bench --out-dir "$out" | tail -1
 "$venv/bin/python" - "$out/results.json" <<'PY'
 import json, sys
 row = json.load(open(sys.argv[1]))["backends"]["xla"]
