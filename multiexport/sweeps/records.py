@@ -123,3 +123,18 @@ class EndEvent:
             if len(getattr(self, field)) > MAX_TEXT:
                 raise InputError(f"{where}.{field} | is {len(getattr(self, field))} characters, expected at most "
                                  f"{MAX_TEXT}")
+
+
+@dataclass(frozen=True)
+class ResultsEnd:
+    """How a compare's results.json says its run ended: all a sweep reads of it before the matrix reads it whole.
+
+    state: "interrupted" when the compare was stopped part-way, or None. interrupted: the older spelling (true).
+    """
+
+    state: str | None = None
+    interrupted: bool | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.state == "interrupted" or self.interrupted is True

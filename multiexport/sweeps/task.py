@@ -15,8 +15,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..results.schema import from_data
 from ..system.process import Outcome, run_command
 from ..system.timing_lock import ENV as TIMING_LOCK_ENV, machine_lock_path
+from .records import ResultsEnd
 from .spec import SweepTask
 from .state import DIED, DONE, FAILED, TIMEOUT
 
@@ -74,9 +76,9 @@ def _interrupted(path: Path) -> bool:
 
     try:  # bounded, no FIFO, no link: what a target left there is not trusted
         data = read_json(path, "Results", 1 << 26, InputError, "expected a compare's results", follow=False)
-    except InputError:
+        return bool(from_data(ResultsEnd, data, f"Results '{path}'").stopped)
+    except InputError:  # not a compare's results (or its state of another type): not one that was stopped
         return False
-    return isinstance(data, dict) and (data.get("state") == "interrupted" or data.get("interrupted") is True)
 
 
 def _verdict(outcome: Outcome, wrote: bool, timeout: float, out_dir: Path) -> tuple[str, str]:

@@ -111,3 +111,14 @@ def test_a_journal_end_line_without_an_exit_code_is_no_row_not_a_crash(tmp_path)
                                     + json.dumps({"event": "start", "name": "a", "attempt": 1}) + "\n")
     sweep = SweepDir.read(tmp_path)
     assert sweep.ended() == {} and sweep.starts() == {"a": 1}
+
+
+def test_a_stopped_compare_is_read_from_its_results_through_the_codec(tmp_path):
+    from multiexport.sweeps.task import _interrupted
+
+    path = tmp_path / "results.json"
+    for document, stopped in (({"state": "interrupted"}, True), ({"interrupted": True, "backends": {}}, True),
+                              ({"state": "done"}, False), ({"state": 5}, False), ({"interrupted": "yes"}, False),
+                              ([], False)):
+        path.write_text(json.dumps(document))
+        assert _interrupted(path) is stopped, document
