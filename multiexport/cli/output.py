@@ -8,6 +8,11 @@ import sys
 from rich.text import Text
 
 from ..files.text import visible
+from ..leaves.weights import AUTO_MIN_BYTES
+from ..report.recommend import recommend
+from ..report.summary import COLUMNS, capped_note, summary_rows
+from ..report.tables import NATIVE_HEADER, binding_table, native_lines, native_rows, shape_text
+from ..report.text import human_bytes
 
 
 def console():
@@ -39,9 +44,6 @@ def _table(title: str, columns):
 
 
 def print_signature(data: dict, keep_unused: bool) -> None:
-    from ..report.tables import shape_text
-    from ..report.text import human_bytes
-
     c = console()
     table = _table(f"inputs of '{data['name']}'" + (" (--keep-unused)" if keep_unused else ""),
                    ("leaf", "shape", "dtype", "used", "xla param", "alias"))
@@ -68,7 +70,6 @@ def print_signature(data: dict, keep_unused: bool) -> None:
     c.print(plain(f"Weights: {'baked in (closed over)' if w['mode'] == 'baked' else 'input leaves'} (constants "
                   f"{human_bytes(w['baked_bytes'])} in {w['baked_arrays']} arrays; inputs {human_bytes(w['input_bytes'])})"))
     if w["mode"] == "baked":
-        from ..leaves.weights import AUTO_MIN_BYTES
 
         where = ("out of the module (XLA/IREE: weights.safetensors, SavedModel: variables/, ONNX: model.onnx.data)"
                  if w["baked_bytes"] >= AUTO_MIN_BYTES else "as constants in the module")
@@ -80,8 +81,6 @@ def print_signature(data: dict, keep_unused: bool) -> None:
 
 
 def print_export(artifact) -> None:
-    from ..report.text import human_bytes
-
     m = artifact.manifest
     c = console()
     c.print(Text.assemble((visible(m.backend), "bold"), visible(f" artifact for '{m.target}' written to {artifact.directory}")))
@@ -118,10 +117,6 @@ def print_outputs(manifest, outputs) -> None:
 
 
 def print_results(results) -> None:
-    from ..report.recommend import recommend
-    from ..report.summary import COLUMNS, capped_note, summary_rows
-    from ..report.tables import NATIVE_HEADER, binding_table, native_lines, native_rows
-
     c = console()
     rows = summary_rows(results)
     table = _table(f"'{results.target}': parity against jax.jit over {len(results.trials)} trials, latency per call",
