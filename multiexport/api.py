@@ -17,7 +17,6 @@ import dataclasses
 import os
 import shutil
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from .comparison import CompareConfig, compare as run_compare
@@ -209,7 +208,7 @@ def export(
                  external_weights=external_weights, backend_options=dict(backend_options or {}), precision=precision,
                  calibration=os.fspath(calibration) if calibration is not None else None)
     fields = {f.name: getattr(artifact, f.name) for f in dataclasses.fields(artifact) if f.init}
-    return Exported(**fields, target=resolved, options=MappingProxyType(given))
+    return Exported(**fields, target=resolved, options=given)
 
 
 def _export_call(target: TargetLike, args: tuple, out_dir: Any, backend: str | None) -> tuple[Any, str, tuple]:
