@@ -21,9 +21,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import Interrupted, UsageError
+from ..files.temporary import remove_orphaned
 from ..leaves import Target
+from ..report.render import write_reports
 from ..results import Results
+from ..system.process import stop_on_signals
 from .config import CompareConfig, CompareOptions
+from .session import run_compare
 
 if TYPE_CHECKING:
     from ..measure.timeline import Timeline
@@ -43,11 +47,6 @@ def compare(target: Target, config: CompareConfig | None = None, *, target_spec:
     clock before (building the target); results.json gets every step. Returns the Results, also written
     to the output directory with report.md and report.html.
     """
-    from ..files.temporary import remove_orphaned
-    from ..report.render import write_reports
-    from ..system.process import stop_on_signals
-    from .session import run_compare
-
     remove_orphaned()  # what an earlier run killed outright could not remove itself (the CLI does it too)
     if config is None:
         config = CompareConfig(**options)

@@ -31,27 +31,9 @@ def check_row(ctx: Context, prep: Prepared, tm: Timing, name: str, exported: Exp
     is `verdict.decide`'s, from what this returns)."""
     config, manifest = ctx.config, exported.manifest
     fixed = manifest.fixed_sizes()
-    indices = [i for i, t in enumerate(prep.trials) if supported(t.dims, fixed)]
-    trials = [prep.trials[i] for i in indices]
-    refs = [prep.ref_outputs[i] for i in indices]
-    excluded_names = {e.trial for e in prep.excluded}
-    excluded = [e for e in prep.excluded if e.trial in {t.name for t in trials}]
-    if fixed and config.inputs is None:  # as much evidence at the artifact's own size as others get at theirs
-        rng = np.random.default_rng(config.seed + 7)
-        setting = {d: sizes[0] for d, sizes in fixed.items()}
-        label = " ".join(f"{d}={v}" for d, v in setting.items())
-        for t in range(config.trials):
-            extra = trial_at(prep.sig.inputs, prep.sig.example_feed(), setting, rng, f"random{t} {label}",
-                             config.val_ranges)
-            trials.append(extra)
-            refs.append(prep.ref_runner(extra.feed))
-        for e in out_of_domain([prep.trials[0], *trials[len(indices):]], [prep.ref_outputs[0], *refs[len(indices):]]):
-            excluded.append(e)
-            excluded_names.add(e.trial)
-    skipped = [t.name for t in prep.trials if not supported(t.dims, fixed)]
+    checked, excluded, skipped = _evidence(ctx, prep, fixed)
     unsupported = {b: unsupported_reason(name, fixed) for b, feed in prep.bench_feeds
                    if fixed and not _fits(manifest, feed)}
-    checked = [(t, r) for t, r in zip(trials, refs) if t.name not in excluded_names]
     paired = tm.servers is not None
     what = (f"{'cold start' if paired else 'benchmark'} and run {len(checked)} trials" if config.bench
             else f"run {len(checked)} trials")
@@ -85,6 +67,32 @@ def check_row(ctx: Context, prep: Prepared, tm: Timing, name: str, exported: Exp
         error = error_vs([g for g, _ in pairs], [w for _, w in pairs])
     return Checked(bench=outcome.bench, parity=verdict, evidence=len(checked), accuracy=accuracy, notes=notes,
                    error_vs_float64=error, native=native)
+
+
+def _evidence(ctx: Context, prep: Prepared, fixed: dict[str, list[int]]) -> tuple[list, list, list[str]]:
+    """The trials an artifact built for `fixed` sizes only (empty: any size) is checked on, with their
+    reference outputs: (trial, ref) pairs that are evidence, the excluded trials among them (outputs out of
+    the model's domain), and the names of the trials it does not support."""
+    config = ctx.config
+    indices = [i for i, t in enumerate(prep.trials) if supported(t.dims, fixed)]
+    trials = [prep.trials[i] for i in indices]
+    refs = [prep.ref_outputs[i] for i in indices]
+    excluded_names = {e.trial for e in prep.excluded}
+    excluded = [e for e in prep.excluded if e.trial in {t.name for t in trials}]
+    if fixed and config.inputs is None:  # as much evidence at the artifact's own size as others get at theirs
+        rng = np.random.default_rng(config.seed + 7)
+        setting = {d: sizes[0] for d, sizes in fixed.items()}
+        label = " ".join(f"{d}={v}" for d, v in setting.items())
+        for t in range(config.trials):
+            extra = trial_at(prep.sig.inputs, prep.sig.example_feed(), setting, rng, f"random{t} {label}",
+                             config.val_ranges)
+            trials.append(extra)
+            refs.append(prep.ref_runner(extra.feed))
+        for e in out_of_domain([prep.trials[0], *trials[len(indices):]], [prep.ref_outputs[0], *refs[len(indices):]]):
+            excluded.append(e)
+            excluded_names.add(e.trial)
+    skipped = [t.name for t in prep.trials if not supported(t.dims, fixed)]
+    return [(t, r) for t, r in zip(trials, refs) if t.name not in excluded_names], excluded, skipped
 
 
 def _fits(manifest: Manifest, feed) -> bool:

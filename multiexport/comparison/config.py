@@ -11,7 +11,17 @@ from typing import Any, Mapping, TypedDict
 import numpy as np
 
 from ..errors import UsageError
+from ..exporting.contract import usable_cpus
+from ..exporting.options import ExportOptions
+from ..exporting.precision import check_precision, needs_calibration, split_variant, variant_name
+from ..exporting.registry import backend_class, names
+from ..leaves.weights import check_policy
+from ..measure.accuracy import check_accuracy
 from ..measure.bench import BenchConfig
+from ..measure.inputs import check_value_ranges
+from ..measure.tolerance import check_tolerances
+from ..run.devices import CHOICES
+from .baseline import BASELINE_ROUNDS, find_baseline
 
 REFERENCES = ("jax", "float64")
 
@@ -86,14 +96,6 @@ class CompareConfig:
     platforms: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        from ..exporting.precision import split_variant
-        from ..exporting.registry import backend_class, names
-        from ..leaves.weights import check_policy
-        from ..measure.accuracy import check_accuracy
-        from ..measure.inputs import check_value_ranges
-        from ..measure.tolerance import check_tolerances
-        from ..run.devices import CHOICES
-
         backends = tuple(self.backends) if not isinstance(self.backends, str) else (self.backends,)
         if not backends or not all(isinstance(b, str) and b for b in backends):
             raise UsageError(f"Option 'backends' | got {list(backends)!r}, expected at least one of: {', '.join(names())}")
@@ -128,7 +130,6 @@ class CompareConfig:
         if self.device not in CHOICES:
             raise UsageError(f"Option 'device' | got {self.device!r}, expected one of {', '.join(CHOICES)}")
         if self.platforms is not None:  # validated as export's are (known names, each once)
-            from ..exporting.options import ExportOptions
 
             object.__setattr__(self, "platforms", ExportOptions(platforms=self.platforms).platforms)
         check_policy(self.external_weights)
@@ -154,7 +155,6 @@ class CompareConfig:
         if self.native_plugin is not None and not self.native:
             raise UsageError("Option 'native_plugin' | given without native, expected --native as well")
         if self.baseline_artifacts is not None:  # refused now, before any export: DIR/ROW manifests validated
-            from .baseline import BASELINE_ROUNDS, find_baseline
 
             object.__setattr__(self, "baseline_artifacts", Path(self.baseline_artifacts))
             find_baseline(self.baseline_artifacts, backends, self.out_dir)
@@ -163,8 +163,6 @@ class CompareConfig:
 
     def runtime_threads(self) -> int:
         """The intra-op threads every runtime gets: `threads`, else the cores this process may use."""
-        from ..exporting.contract import usable_cpus
-
         return self.threads or usable_cpus()
 
     def to_json(self) -> dict[str, Any]:
@@ -216,8 +214,6 @@ class CompareOptions(TypedDict, total=False):
 def _with_precisions(backends: tuple[str, ...], precisions: Any) -> tuple[str, ...]:
     """The rows: each backend at each precision, grouped by backend ("onnx", "onnx@int8", "xla", "xla@int8").
     Names that already are variants stay as they are, so expanding twice changes nothing."""
-    from ..exporting.precision import check_precision, split_variant, variant_name
-
     if isinstance(precisions, str) or not precisions or not all(isinstance(p, str) for p in precisions):
         raise UsageError(f"Option 'precisions' | got {precisions!r}, expected a list such as fp32,int8")
     for precision in precisions:
@@ -234,14 +230,12 @@ def _with_precisions(backends: tuple[str, ...], precisions: Any) -> tuple[str, .
 
 
 def _check_calibration(config: "CompareConfig", backends: tuple[str, ...]) -> None:
-    from ..exporting.precision import needs_calibration, split_variant
-
     if config.calibration is None:
         return
     object.__setattr__(config, "calibration", Path(config.calibration))
     if not any(needs_calibration(split_variant(b)[1]) for b in backends):
         raise UsageError(f"Option 'calibration' | given ({config.calibration}) without an int8 row, expected "
-                         "--precision with int8 (static quantization is what calibrates)")
+                         "--precisions with int8 (static quantization is what calibrates)")
     if not Path(config.calibration).is_file():
         raise UsageError(f"Calibration file '{config.calibration}' | is missing, expected an .npz of input leaves "
                          "with a leading sample axis")

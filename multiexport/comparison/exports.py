@@ -16,6 +16,7 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..environment import tpu_presence
 from ..errors import BackendUnavailable, ExportError, MultiexportError, present
@@ -232,8 +233,13 @@ def _record(directory: Path, seconds: float | None, cpu_seconds: float | None, p
         binding=tuple(Binding(b.name, b.used, b.param, _caller_key(manifest, b)) for b in manifest.inputs),
         warnings=tuple(manifest.warnings), weights={k: v for k, v in manifest.weights.items() if k != "tensors"},
         versions=dict(manifest.versions), requires=dict(manifest.requires), supports=dict(manifest.supports),
-        setup=manifest.format.get("setup"), artifact_bytes=sum(manifest.inventory.values()),
+        setup=_setup(manifest.format.get("setup")), artifact_bytes=sum(manifest.inventory.values()),
         precision_facts=to_data(manifest.precision) if manifest.precision is not None else None)
+
+
+def _setup(value: object) -> dict[str, Any] | None:
+    """The one-time setup an export paid, as the manifest's format facts record it (a JSON object), else None."""
+    return dict(value) if isinstance(value, dict) else None
 
 
 def _builds_on(name: str) -> str | None:

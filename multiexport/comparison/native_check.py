@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import BackendUnavailable, MultiexportError, RunError, present
+from ..exporting.feed import check_signature_feed
 from ..exporting.native_section import consumer_for
 from ..exporting.precision import split_variant
 from ..measure.accuracy import judge
@@ -180,6 +181,4 @@ def apply_paired(ctx: Context, prep: Prepared, rows: Rows, timed: dict[str, Any]
 
 
 def _dims(sig, feed) -> dict[str, int]:
-    from ..exporting.feed import check_signature_feed
-
     return check_signature_feed(sig, feed)[1]

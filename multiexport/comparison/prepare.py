@@ -10,7 +10,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import MultiexportError
+from ..dtypes import is_float, parse_dtype
+from ..environment import environment
+from ..errors import MultiexportError, TargetError
+from ..exporting.feed import check_signature_feed
+from ..exporting.precision import (
+    DEFAULT_CALIBRATION_SAMPLES,
+    Calibration,
+    calibration_feeds,
+    needs_calibration,
+    split_variant,
+    write_calibration,
+)
+from ..exporting.tpu_only import tpu_only
+from ..leaves import build_signature
+from ..measure.inputs import Trial, make_trials, synthetic_samples
+from ..measure.plan import bench_feeds, out_of_domain
+from ..measure.reference import ReferenceRunner, error_vs, float64_outputs, nondeterminism, not_float64, without
+from ..measure.rounding import DRAWS, rounding_sensitivity
+from ..measure.tolerance import check_patterns, overridden
+from ..results import Reference
+from ..run.devices import probe_gpu, resolve, tpu_presence
+from ..run.rundir import SYNTHETIC_CALIBRATION
+from ..versions import dist_version
 from .stages import Context, Prepared
 
 if TYPE_CHECKING:
@@ -23,8 +45,6 @@ if TYPE_CHECKING:
 def plan_devices(ctx: Context) -> DevicePlan:
     """Where each backend runs: the CPU, or the GPU for those that see one, and whether the TPU rows are added
     (`run.devices.resolve`; a TPU is found without opening it)."""
-    from ..run.devices import probe_gpu, resolve, tpu_presence
-
     config = ctx.config
     here = tpu_presence()
     tpu_here = here.attached and here.libtpu is not None
@@ -40,14 +60,6 @@ def plan_devices(ctx: Context) -> DevicePlan:
 def prepare(ctx: Context, device: DevicePlan) -> Prepared:
     """The signature, the trials and jax.jit's outputs on them; every check that needs the signature runs
     before anything is printed or run, so a usage error is one line."""
-    from ..environment import environment
-    from ..leaves import build_signature
-    from ..measure.plan import bench_feeds, out_of_domain
-    from ..measure.reference import ReferenceRunner, error_vs, float64_outputs, nondeterminism, not_float64, without
-    from ..measure.tolerance import check_patterns
-    from ..results import Reference
-    from ..versions import dist_version
-
     config, target = ctx.config, ctx.target
     sig = build_signature(target)
     check_patterns(config.tolerances, [leaf.name for leaf in sig.outputs], "Tolerance")
@@ -85,9 +97,6 @@ def prepare(ctx: Context, device: DevicePlan) -> Prepared:
 def _reference_outputs(name: str, ref_runner, trials: list[Trial]) -> list:
     """jax.jit's outputs on every trial; a function whose kernel jax.jit cannot run here (a Pallas call, which
     lowers only for the TPU or a GPU) is the target's limit in one line, not an internal error."""
-    from ..errors import TargetError
-    from ..exporting.tpu_only import tpu_only
-
     try:
         return [ref_runner(t.feed) for t in trials]
     except Exception as exc:
@@ -101,10 +110,6 @@ def _reference_outputs(name: str, ref_runner, trials: list[Trial]) -> list:
 def _rounding(ctx: Context, sig: Signature, trial: Trial, ref_output, ref_device: str) -> dict[str, float]:
     """How far rounding alone moves each float output leaf no --tolerance covers (measure/rounding.py),
     on the first trial: the default tolerances widen to it. A function it cannot trace again keeps them."""
-    from ..dtypes import is_float, parse_dtype
-    from ..measure.rounding import DRAWS, rounding_sensitivity
-    from ..measure.tolerance import overridden
-
     leaves = [leaf for leaf in sig.outputs
               if is_float(parse_dtype(leaf.dtype)) and not overridden(leaf.name, ctx.config.tolerances)]
     if not leaves:
@@ -120,9 +125,6 @@ def _rounding(ctx: Context, sig: Signature, trial: Trial, ref_output, ref_device
 
 
 def _trials(ctx: Context, sig: Signature) -> list[Trial]:
-    from ..exporting.feed import check_signature_feed
-    from ..measure.inputs import Trial, make_trials
-
     config = ctx.config
     if config.inputs is not None:
         arrays, dims = check_signature_feed(sig, config.inputs)
@@ -140,16 +142,6 @@ def _calibration(ctx: Context, sig: Signature, trials: list[Trial]) -> Calibrati
     (a quantizer calibrated on the very feeds it is judged on would look better than it is)."""
     import dataclasses
 
-    from ..exporting.precision import (
-        DEFAULT_CALIBRATION_SAMPLES,
-        Calibration,
-        calibration_feeds,
-        needs_calibration,
-        split_variant,
-        write_calibration,
-    )
-    from ..measure.inputs import synthetic_samples
-    from ..run.rundir import SYNTHETIC_CALIBRATION
 
     config = ctx.config
     if not any(needs_calibration(split_variant(name)[1]) for name in config.backends):

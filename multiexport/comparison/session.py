@@ -40,6 +40,7 @@ from .timing import (
     recheck_prespawn,
     start_servers,
 )
+from .tpu_stage import tpu_stage
 
 if TYPE_CHECKING:
     from ..leaves import Target
@@ -167,8 +168,6 @@ class _Run:
         if ctx.config.floor and self.pairing is not None:
             floors(ctx, rows, self.pairing)
         if self.device is not None and self.device.tpu and self.prepared is not None:
-            from .tpu_stage import tpu_stage  # after every CPU row: the TPU worker alone holds the chip
-
             self.device.tpu_rows = tpu_stage(ctx, self.prepared)
 
     def _finish(self, interrupted: bool) -> Results:
@@ -200,7 +199,7 @@ def _write(ctx: Context, results: Results) -> Results:
         if mapped is exc:
             raise
         raise EnvironmentProblem(f"{mapped}; the results of this run were not saved: free space (or choose "
-                                 "another --out) and run the compare again") from exc
+                                 "another --out-dir) and run the compare again") from exc
     mark(ctx.out, results.state)
     return results
 

@@ -23,6 +23,17 @@ from typing import Any
 
 import numpy as np
 
+from ..environment import tpu_presence, tpu_worker_environment
+from ..errors import MultiexportError
+from ..exporting.manifest import Manifest
+from ..exporting.options import ExportOptions
+from ..exporting.registry import get_backend
+from ..files.npz import load_npz, save_npz
+from ..files.temporary import make_temporary
+from ..measure.bench import summarize
+from ..native.run import run
+from ..run.runs import run_artifact
+from ..run.tpu_worker import DEFAULT_OUTPUTS, RUNNERS, err_scale
 from .stages import Context, Prepared
 
 # An XLA artifact on the TPU runs the module jax.jit runs there (bit-identical, measured on a TPU v5e); above this
@@ -35,13 +46,10 @@ REHEARSAL_ENV = "MULTIEXPORT_TPU_REHEARSAL"
 
 def tpu_stage(ctx: Context, prep: Prepared) -> dict[str, Any]:
     """The TPU rows of this compare, for results.json's `device.tpu`."""
-    from ..environment import tpu_presence
-
     here = tpu_presence()
     if ctx.spec is None:
         return _none("the TPU worker builds the target from its TARGET string, and this compare was given a Target "
                      "object (the Python API): run `multiexport compare TARGET --device tpu`", here.describe())
-    from ..files.temporary import make_temporary
 
     work = make_temporary("tpu")
     try:
@@ -56,12 +64,6 @@ def _none(reason: str, machine: str) -> dict[str, Any]:
 
 
 def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
-    from ..environment import tpu_worker_environment
-    from ..exporting.options import ExportOptions
-    from ..exporting.registry import get_backend
-    from ..files.npz import load_npz, save_npz
-    from ..run.tpu_worker import DEFAULT_OUTPUTS, RUNNERS, err_scale
-
     config = ctx.config
     ctx.progress("TPU: exporting xla for tpu,cpu, then one TPU worker (jax.jit and xla on the chip)")
     artifact = work / "xla"
@@ -137,10 +139,6 @@ def _shipped(ctx: Context, prep: Prepared, saved: dict[str, np.ndarray]) -> list
     `converter` the row against jax.jit on the CPU (what the export alone moves), `explained` the share of the row's
     difference from the TPU default that the TPU's arithmetic accounts for (and `vs_float64` with --reference
     float64). A CPU artifact whose worker fails here has no row: its own row in the report says why."""
-    from ..exporting.manifest import Manifest
-    from ..run.runs import run_artifact
-    from ..run.tpu_worker import DEFAULT_OUTPUTS, err_scale
-
     plain = DEFAULT_OUTPUTS if any(k.startswith(f"{DEFAULT_OUTPUTS}/") for k in saved) else "jax.jit"
     feed, cpu_ref = prep.trials[0].feed, prep.ref_outputs[0]
     outputs: dict[str, Any] = {"jax.jit": cpu_ref}
@@ -179,10 +177,6 @@ def _shipped(ctx: Context, prep: Prepared, saved: dict[str, np.ndarray]) -> list
 def _native(artifact, feed, want: dict[str, np.ndarray], timeout: float, device: str = "tpu") -> dict[str, Any]:
     """pjrt_run on libtpu (the CPU plugin in a rehearsal), against the artifact's own TPU outputs (bit-exact
     expected)."""
-    from ..errors import MultiexportError
-    from ..native.run import run
-    from ..run.tpu_worker import err_scale
-
     row: dict[str, Any] = {"runner": "xla native", "device": "tpu", "status": "ok", "reason": ""}
     try:
         got = run(artifact, feed, iters=100, warmup=10, device=device, timeout=timeout, trust_artifact=True)
@@ -196,7 +190,6 @@ def _native(artifact, feed, want: dict[str, np.ndarray], timeout: float, device:
     row["p50_ms"] = (got.timing or {}).get("median_ms")
     row["program"] = (got.timing or {}).get("program")  # platforms/tpu.mlirbc: the TPU's own single-platform program
     if got.samples_ns is not None and len(got.samples_ns):  # the runner rows' statistic: p50 with its 95 % interval
-        from ..measure.bench import summarize
 
         stats = summarize(np.asarray(got.samples_ns))
         row.update(p50_ms=stats.p50_ms, ci95_ms=[stats.ci95_low_ms, stats.ci95_high_ms], calls=stats.n)

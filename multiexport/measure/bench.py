@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import UsageError
+from ..exporting.feed import check_feed
 from ..results.bench import LatencyStats, SizeResult
 from ..status import Status
 
@@ -134,8 +135,6 @@ def bench_sizes(
             on_first_output()
             on_first_output = None
         if config.include_transfers:
-            from ..exporting.feed import check_feed
-
             arrays, _ = check_feed(runner.manifest.inputs, feed)
             stats = summarize(*time_calls(lambda: runner.run_with_transfers(arrays), config))
         else:

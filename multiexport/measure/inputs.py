@@ -20,6 +20,7 @@ import numpy as np
 
 from ..dtypes import is_complex, is_float, is_integer, parse_dtype
 from ..errors import UsageError
+from ..exporting.stablehlo import evaluate_dim
 from .tolerance import check_patterns
 
 # Non-negative by default: runtimes disagree on negative and out-of-range indices (JAX clamps a
@@ -203,8 +204,6 @@ def make_trials(
 def trial_at(inputs: Sequence, examples: Mapping[str, np.ndarray], setting: Mapping[str, int],
              rng: np.random.Generator, name: str, val_ranges: Mapping[str, tuple[float, float]] | None = None) -> Trial:
     """One trial with every symbolic dimension at its size in `setting`."""
-    from ..exporting.stablehlo import evaluate_dim
-
     feed, origins = {}, set()
     for leaf in inputs:
         shape = tuple(d if isinstance(d, int) else evaluate_dim(d, dict(setting)) for d in leaf.shape)

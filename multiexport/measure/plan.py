@@ -10,8 +10,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..errors import UsageError
+from ..exporting.native_section import static_key
 from ..results.parity import ExcludedTrial
-from .inputs import Trial, is_finite_feed
+from .inputs import Trial, is_finite_feed, trial_at
 
 
 def out_of_domain(trials: Sequence[Trial], ref_outputs: Sequence[Mapping[str, np.ndarray]]) -> list[ExcludedTrial]:
@@ -49,9 +51,6 @@ def unsupported_reason(backend: str, fixed: Mapping[str, Sequence[int]]) -> str:
 def bench_feeds(sig, trials: Sequence[Trial], batch_sizes: Sequence[int] | None, seed: int,
                 val_ranges: Mapping[str, Any] | None, batch_leaves: Sequence[str]) -> list[tuple[int | None, dict]]:
     """One feed per batch size to time: the sweep sizes of the batch symbol, else the first trial as is."""
-    from ..errors import UsageError
-    from .inputs import trial_at
-
     symbols = list(sig.symbolic_dims)
     if not batch_sizes:
         first = trials[0]
@@ -96,8 +95,6 @@ def sizes_checked(sig, trials: Sequence[Trial], feeds: Sequence[tuple[int | None
 def native_supports(native: Mapping[str, Any] | None, dims: Mapping[str, int]) -> str | None:
     """None when the native consumer can run at `dims`, else why not (a symbolic XLA artifact has refined
     static modules for some sizes only)."""
-    from ..exporting.native_section import static_key
-
     if not native or native.get("consumer") != "pjrt_c_api" or not native.get("symbolic_dims"):
         return None
     key = static_key({d: dims[d] for d in native["symbolic_dims"] if d in dims})

@@ -17,8 +17,10 @@ from ..dtypes import is_complex, is_float
 from ..exporting.contract import RunOptions
 from ..exporting.jit_runner import JitRunner
 from ..exporting.manifest import Manifest
+from ..exporting.manifest_records import Supports
 from ..exporting.pipeline import bindings
 from ..leaves import Target
+from ..leaves.weights import plan
 from ..versions import base_versions, utc_now
 
 MATMUL_PRECISIONS = ("default", "high", "highest")  # jax.default_matmul_precision's names, "default" as it is
@@ -31,8 +33,8 @@ def reference_manifest(sig) -> Manifest:
         inputs=bindings(sig.inputs, [True] * n_in, list(range(n_in))),
         outputs=bindings(sig.outputs, [True] * n_out, list(range(n_out))),
         keep_unused=True, symbolic_dims=list(sig.symbolic_dims), files={}, versions=base_versions(),
-        created=utc_now(), supports={"dims": {d: "any" for d in sig.symbolic_dims}, "platforms": ["cpu", "cuda"],
-                                     "x64": sig.x64},
+        created=utc_now(), supports=Supports(dims={d: "any" for d in sig.symbolic_dims}, platforms=["cpu", "cuda"],
+                                          x64=sig.x64),
     )
 
 
@@ -50,7 +52,6 @@ class ReferenceRunner(JitRunner):
                  matmul_precision: str = "default"):
         import jax
 
-        from ..leaves.weights import plan
 
         if matmul_precision not in MATMUL_PRECISIONS:
             raise ValueError(f"matmul_precision {matmul_precision!r} | expected one of {', '.join(MATMUL_PRECISIONS)}")

@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..dtypes import is_float
+from ..exporting.jit_runner import enable_x64_if_needed
 
 DRAWS = 3
 
@@ -45,7 +46,6 @@ def rounding_sensitivity(target: Any, sig: Any, feed: Mapping[str, np.ndarray], 
     """
     import jax
 
-    from ..exporting.jit_runner import enable_x64_if_needed
 
     flat = sig.flat_function(target.fn)
     args = [np.asarray(feed[leaf.name]) for leaf in sig.inputs]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..results import Results, Status
+from .precision import precision_verdict
 
 
 @dataclass
@@ -104,7 +105,6 @@ def recommend(results: Results) -> Recommendation:
         if gaps:
             rec.verdict += f" ({', '.join(gaps)}: faithful, but not at every size; see the caveats.)"
     rec.verdict = _weak_prefix(faithful, rec.picks) + rec.verdict
-    from .precision import precision_verdict
 
     rec.precision = precision_verdict(results)
     return rec

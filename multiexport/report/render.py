@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import present
+from ..errors import InputError, MultiexportError, present
+from ..files.owned import check_overwritable, write_owned_text
 from ..results import MEANING, LatencyStats, Results, SizeResult, Status, load_results
 from . import plots
 from .precision import PRECISION_HEADER, precision_rows
@@ -51,9 +52,6 @@ def write_reports(results: Results, out_dir: str | Path, source: str | Path | No
         writes (a negative tolerance, a list where a mapping goes); the report cannot draw those, and that
         is one InputError naming the file rather than a crash.
     """
-    from ..errors import InputError, MultiexportError
-    from ..files.owned import check_overwritable, write_owned_text
-
     out_dir = Path(out_dir)
     md_path, page = out_dir / "report.md", out_dir / "report.html"
     try:

@@ -11,6 +11,10 @@ import shutil
 from pathlib import Path
 
 from ..errors import UsageError
+from ..files import write_bytes_atomic
+from ..files.owned import check_overwritable, stamped_bytes
+from ..files.temporary import make_temporary
+from ..system.process import run_command
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 # Quiet, sandbox-free headless flags: no background traffic of its own where Chromium allows it.
@@ -33,16 +37,12 @@ def screenshot(html_path: str | Path, png_path: str | Path, width: int = 1200, h
         raise UsageError(f"Screenshot | no Chromium on PATH (looked for {', '.join(BROWSERS)}); "
                          "install it, e.g. `apt-get install chromium`")
     html_path, png_path = Path(html_path).resolve(), Path(png_path).resolve()
-    from ..files.temporary import make_temporary
 
     profile = make_temporary("chromium")  # marked: the next command removes it if this one is killed outright
     try:
         netlog, shot = profile / "netlog.json", profile / "screenshot.png"
         cmd = [browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
                f"--screenshot={shot}", f"--log-net-log={netlog}", html_path.as_uri()]
-        from ..files import write_bytes_atomic
-        from ..files.owned import check_overwritable, stamped_bytes
-        from ..system.process import run_command
 
         outcome = run_command(cmd, timeout=timeout)
         if outcome.returncode != 0 or not shot.is_file():

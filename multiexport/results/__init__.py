@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InputError
+from ..files import write_text_atomic
+from ..files.bounded import read_json
 from ..status import MEANING, Status
 from .accuracy import AccuracyVerdict, Budget, LeafAccuracy
 from .bench import BenchResult, LatencyStats, Pairing, Ratio, SizeResult
@@ -262,16 +264,12 @@ class Results:
         return from_data(cls, body, f"Results '{where}'")
 
     def write(self, path: Path) -> None:
-        from ..files import write_text_atomic
-
         write_text_atomic(path, json.dumps(self.to_json(), indent=1) + "\n")
 
 
 def load_results(path: str | Path, legacy: bool = False) -> Results:
     """A results.json, validated field by field; anything unexpected is one InputError naming the file.
     legacy: also read schema 1 (see `Results.from_json`)."""
-    from ..files.bounded import read_json
-
     data = read_json(Path(path), "Results", _MAX_RESULTS, InputError,
                      "expected a results.json written by `multiexport compare`")
     return Results.from_json(data, str(path), legacy=legacy)

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import InputError
 from ..status import Status
 
 
@@ -199,8 +200,6 @@ class Pairing:
 
 
 def _impossible(where: str, value: object, expected: str) -> Exception:
-    from ..errors import InputError
-
     return InputError(f"{where} | got {value}, expected {expected} (no measurement gives that)")
 
 

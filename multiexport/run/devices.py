@@ -14,6 +14,8 @@ from typing import Mapping, Sequence
 from ..environment import TpuPresence, keep_jax_off_the_tpu, tpu_presence, tpu_variables, tpu_worker_environment
 from ..errors import UsageError
 from ..exporting.contract import Availability
+from .messages import DeviceStatus, decode
+from .workers import run_worker, start_work_dir
 
 CHOICES = ("cpu", "gpu", "tpu", "auto")
 
@@ -68,9 +70,6 @@ def resolve(requested: str, gpu_status: Mapping[str, Availability], tpu_here: bo
 
 def probe_gpu(backends: Sequence[str], timeout: float = 300.0) -> dict[str, Availability]:
     """Each backend's real answer to "can you use a GPU here?", each from a fresh process."""
-    from .messages import DeviceStatus, decode
-    from .workers import run_worker, start_work_dir
-
     out: dict[str, Availability] = {}
     for name in backends:
         work = start_work_dir("probe")

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ArtifactError
-from ..exporting.outdir import disk_error
+from ..exporting.outdir import disk_error, remove_stale
 from ..files import write_text_atomic
+from ..files.lock import LockHeld, NotALockFile, exclusive
 from ..files.owned import is_stamped
 from ..versions import utc_now
 
@@ -51,9 +52,6 @@ class Claim:
 def claim_run_dir(out: Path) -> Claim:
     """Refuse a directory that is not multiexport's, or one another compare works in now; clear a previous
     run's results and what its killed exports left; mark this run. Hold the returned claim until the end."""
-    from ..exporting.outdir import remove_stale
-    from ..files.lock import LockHeld, NotALockFile, exclusive
-
     if out.exists() and not out.is_dir():
         raise ArtifactError(f"Output '{out}' | is a file, expected a directory for the compare's artifacts and reports")
     # The marker alone proves the directory is a compare's: a results.json proves nothing (one downloaded

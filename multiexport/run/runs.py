@@ -11,7 +11,8 @@ import numpy as np
 
 from ..files.npz import load_npz, save_npz
 from ..results import BenchResult
-from .messages import encode
+from .messages import BenchFeed, encode, write_bench_index
+from .worker import thread_env
 from .workers import WorkerResult, run_worker, start_work_dir
 
 
@@ -35,8 +36,6 @@ def run_artifact(source: Sequence[str], feeds: Sequence[dict[str, np.ndarray]],
                  bench_feeds: Sequence[tuple[int | None, dict | None]], unsupported: dict, bench, device: str,
                  threads: int, timeout: float, peak: bool = False) -> ArtifactRun:
     """Run a fresh worker (`source` = ["run", DIR] or ["reference", TARGET]) on parity and bench feeds."""
-    from .worker import thread_env
-
     work = start_work_dir("worker")
     result: WorkerResult | None = None
     try:
@@ -68,8 +67,6 @@ def run_artifact(source: Sequence[str], feeds: Sequence[dict[str, np.ndarray]],
 def write_bench_feeds(directory, bench_feeds: Sequence[tuple[int | None, dict | None]], unsupported: dict) -> None:
     """The feeds to time as DIR/NNNN.npz and DIR/index.json (`messages.BenchFeed` rows: a size the runner
     cannot take has no file, and the reason)."""
-    from .messages import BenchFeed, write_bench_index
-
     directory.mkdir(exist_ok=True)
     index = []
     for i, (batch, feed) in enumerate(bench_feeds):

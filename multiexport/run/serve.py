@@ -31,7 +31,31 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .messages import ColdStart, Done, Loaded, Parity, PeakFigure, Prepare, Samples, TimeSlice
+from ..exporting.registry import get_backend
+from ..files.npz import load_npz, save_npz
+from ..leaves import load_target
+from ..measure.bench import BenchConfig, cold_start, memory_now, time_calls
+from ..measure.pairing import planted
+from ..results import BenchResult, SizeResult, Status
+from ..results.schema import to_data
+from ..system.exits import exit_now
+from .messages import (
+    ColdStart,
+    Done,
+    Imported,
+    Load,
+    Loaded,
+    Parity,
+    PeakFigure,
+    Prepare,
+    Quit,
+    Samples,
+    TimeSlice,
+    decode_request,
+    encode,
+    read_bench_index,
+)
+from .worker_io import CLEAN_FAILURE, load_runner, register_entries, write_failure
 
 PEAK_N = 1024  # float32 matmul side for the peak: 2 GFLOP per call, compute-bound on any CPU
 RE_WARM_CALLS = 2  # untimed calls at the start of a slice: the other runners ran in between
@@ -53,10 +77,6 @@ def serve_main(argv: list[str]) -> int:
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from ..results.schema import to_data
-    from ..system.exits import exit_now
-    from .messages import Imported, Load, Quit, decode_request
-    from .worker_io import register_entries
 
     state: dict = {"stage": "load", "backend": None, "slices": 0, "out": args.out, "runner": None}
     try:
@@ -90,8 +110,6 @@ def serve_main(argv: list[str]) -> int:
             else:
                 _answer(protocol, peak_gflops())
     except Exception as exc:
-        from .worker_io import CLEAN_FAILURE, write_failure
-
         failure = write_failure(args.out, exc, state["stage"], state["backend"])
         protocol.write(json.dumps({"error": to_data(failure)}) + "\n")
         protocol.flush()
@@ -103,21 +121,14 @@ def _import_runtime(state: dict, mode: str, source: str, runtime: str | None) ->
     """The runner's library, before any artifact is read: the backend's; for the reference, jax and the
     target's own module (its import is the reference's runtime, as the library is an artifact's)."""
     if mode == "reference":
-        from ..leaves import load_target
-
         state["target"] = load_target(source)
         return
     if runtime:
-        from ..exporting.registry import get_backend
-
         get_backend(runtime).import_runtime()
 
 
 def _load_runner(state: dict, args) -> Loaded:
     """Load the runner (timed: the artifact's load, with its library already imported)."""
-    from ..measure.bench import memory_now
-    from .worker_io import load_runner
-
     if state["runner"] is not None:
         raise ValueError("asked to load twice")
     start = memory_now()
@@ -130,8 +141,6 @@ def _load_runner(state: dict, args) -> Loaded:
 
 
 def _parity(state: dict, request: Parity) -> Done:
-    from ..files.npz import load_npz, save_npz
-
     state["stage"] = "run"
     out = Path(request.out)
     for path in sorted(Path(request.feeds).glob("*.npz")):
@@ -141,11 +150,6 @@ def _parity(state: dict, request: Parity) -> Done:
 
 def _prepare(state: dict, request: Prepare) -> ColdStart:
     """Cold start per size (prepare, compile, first call), then warm-up; the prepared inputs stay resident."""
-    from ..files.npz import load_npz
-    from ..measure.bench import BenchConfig, cold_start, memory_now, time_calls
-    from ..results import BenchResult, SizeResult, Status
-    from .messages import read_bench_index
-
     state["stage"] = "bench"
     runner = state["runner"]
     config = request.config
@@ -182,8 +186,6 @@ def _prepare(state: dict, request: Prepare) -> ColdStart:
 def _time(state: dict, request: TimeSlice) -> Samples:
     import numpy as np
 
-    from ..measure.bench import BenchConfig, time_calls
-    from ..measure.pairing import planted
 
     state["stage"] = "bench"
     if not 0 <= request.size < len(state.get("prepared", [])) or state["prepared"][request.size] is None:
@@ -204,7 +206,6 @@ def peak_gflops() -> PeakFigure:
     import jax
     import numpy as np
 
-    from ..measure.bench import BenchConfig, time_calls
 
     a = jax.device_put(np.random.default_rng(0).standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
     f = jax.jit(lambda x: x @ x)
@@ -222,7 +223,5 @@ def _bytes(path: str) -> int:
 
 
 def _answer(protocol, message: Any) -> None:
-    from .messages import encode
-
     protocol.write(encode(message) + "\n")
     protocol.flush()

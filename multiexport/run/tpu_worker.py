@@ -26,6 +26,15 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..exporting.contract import RunOptions
+from ..exporting.jit_runner import JitRunner
+from ..exporting.manifest import Manifest
+from ..files.npz import load_npz, save_npz
+from ..leaves import build_signature, load_target
+from ..measure.bench import BenchConfig, summarize, time_calls
+from ..measure.pairing import round_orders
+from ..measure.reference import at_precision, reference_manifest
+
 ROUNDS = 5
 RUNNERS = ("jax.jit", "jax.jit highest", "xla")
 DEFAULT_OUTPUTS = "jax.jit default"  # saved (untimed) when the reference runs at another matmul precision
@@ -34,9 +43,6 @@ DEFAULT_OUTPUTS = "jax.jit default"  # saved (untimed) when the reference runs a
 def timed(calls: dict[str, Callable[[], None]], bench_time: float, rounds: int = ROUNDS) -> dict[str, dict]:
     """Each call timed in `rounds` interleaved rounds (order rotated and reversed, as compare's paired rounds):
     p50 per call in ms with its 95 % interval (order statistics of the pooled calls), and the call count."""
-    from ..measure.bench import BenchConfig, summarize, time_calls
-    from ..measure.pairing import round_orders
-
     config = BenchConfig(warmup_iters=3, warmup_time=0.0, min_iters=10, bench_time=bench_time / rounds)
     samples: dict[str, list[np.ndarray]] = {name: [] for name in calls}
     for order in round_orders(list(calls), rounds):
@@ -72,12 +78,6 @@ def check_target(name: str, job: dict, device) -> tuple[list[dict], dict | None,
     """Rows of one model on the TPU, its harness overhead, and the outputs to save."""
     import jax
 
-    from ..exporting.contract import RunOptions
-    from ..exporting.jit_runner import JitRunner
-    from ..exporting.manifest import Manifest
-    from ..files.npz import load_npz
-    from ..leaves import build_signature, load_target
-    from ..measure.reference import at_precision, reference_manifest
 
     target = load_target(job["targets"][name])
     sig = build_signature(target)
@@ -140,8 +140,6 @@ def err_scale(got, want) -> float:
 
 
 def main(argv: list[str]) -> int:
-    from ..files.npz import save_npz
-
     job = json.loads(Path(argv[0]).read_text())
     out = Path(job["out"])
     result: dict[str, Any] = {"rows": [], "overhead": [], "device": "", "reason": ""}

@@ -23,6 +23,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..exporting.contract import ExportOptions
+from ..exporting.registry import get_backend
+from ..files import write_text_atomic
+from ..files.npz import load_npz, save_npz
+from ..files.temporary import is_temporary
+from ..leaves import build_signature, load_target
+from ..leaves.factory_cache import ENV, off_in_timed_worker, use_in_export_worker
+from ..measure.bench import BenchConfig, bench_sizes, directory_bytes, memory_now
+from ..results import BenchResult
+from ..system.exits import target_cannot_exit
+from ..system.process import die_with_parent
+from .messages import DeviceStatus, ExportReply, Loaded, TargetLoad, decode, encode, read_bench_index
+from .serve import peak_gflops, serve_main
 from .worker_io import CLEAN_FAILURE, load_runner, register_entries, write_failure
 
 if TYPE_CHECKING:
@@ -35,16 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     # The parent starts workers with its stop signals held back, and the mask is inherited.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     argv = sys.argv[1:] if argv is None else argv
-    from ..system.process import die_with_parent
 
     die_with_parent()
     _exit_with_parent(argv)
     if argv and argv[0] != "export":
-        from ..leaves.factory_cache import off_in_timed_worker
-
         off_in_timed_worker()  # what it compiles must cost what it costs in a fresh process
-    from ..system.exits import target_cannot_exit
-    from .serve import serve_main
 
     modes = {"export": export_main, "run": run_main, "reference": run_main, "devices": devices_main, "serve": serve_main}
     if not argv or argv[0] not in modes:
@@ -68,8 +76,6 @@ def _exit_with_parent(argv: list[str], interval: float = 1.0) -> None:
     import signal
     import threading
 
-    from ..files.temporary import is_temporary
-    from ..leaves.factory_cache import ENV
 
     parent = os.getppid()
     # The supervisor's temporary directories this worker was given (an argument, or the directory holding
@@ -106,9 +112,6 @@ def devices_main(argv: list[str]) -> int:
     parser.add_argument("out", type=Path)
     _common(parser)
     args = parser.parse_args(argv)
-    from ..exporting.registry import get_backend
-    from ..files import write_text_atomic
-    from .messages import DeviceStatus, encode
 
     register_entries(args.register)
     try:
@@ -151,8 +154,6 @@ def export_main(argv: list[str]) -> int:
         return i < first_shared or _claim(jobs[i][2], args.claim_as)
 
     try:
-        from ..leaves import build_signature
-
         register_entries(args.register)
         target, loaded = _load_with_factory_cache(args.target)
         signature = build_signature(target)
@@ -185,9 +186,6 @@ def _load_with_factory_cache(spec: str) -> tuple[Any, TargetLoad]:
     parent recorded them, and how it was built."""
     import jax
 
-    from ..leaves import load_target
-    from ..leaves.factory_cache import use_in_export_worker
-    from .messages import TargetLoad
 
     cached = use_in_export_worker()
     counts = {"/jax/compilation_cache/cache_hits": 0, "/jax/compilation_cache/cache_misses": 0}
@@ -210,11 +208,6 @@ def _load_with_factory_cache(spec: str) -> tuple[Any, TargetLoad]:
 def _export_one(target, signature, fingerprint: str, job, made: set[str], loaded: TargetLoad | None = None) -> int:
     import dataclasses
 
-    from ..exporting.contract import ExportOptions
-    from ..exporting.registry import get_backend
-    from ..files import write_text_atomic
-    from ..measure.bench import memory_now
-    from .messages import ExportReply, decode, encode
 
     name, artifact, out, options_json = job
     backend = None
@@ -253,12 +246,6 @@ def run_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     stage, backend = "load", None
     try:
-        from ..files import write_text_atomic
-        from ..files.npz import load_npz, save_npz
-        from ..measure.bench import BenchConfig, bench_sizes, directory_bytes, memory_now
-        from ..results import BenchResult
-        from .messages import Loaded, decode, encode, read_bench_index
-
         register_entries(args.register)
         memory_start = memory_now()
         t0 = time.perf_counter()
@@ -285,8 +272,6 @@ def run_main(argv: list[str]) -> int:
                         if size.flops:
                             size.gflops_per_s = size.flops / (size.latency.p50_ms / 1e3) / 1e9
             if args.peak:
-                from .serve import peak_gflops
-
                 measured = peak_gflops()
                 extra.update(peak_gflops=measured.gflops, peak_how=measured.how)
             result = BenchResult(

@@ -9,14 +9,21 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import InternalError, MultiexportError
+from ..exporting.contract import RunOptions
+from ..exporting.manifest import Manifest
+from ..exporting.registry import get_backend, register
+from ..files import write_text_atomic
+from ..leaves import build_signature, load_target
+from ..measure.reference import ReferenceRunner
+from .messages import WorkerFailure, encode
+
 if TYPE_CHECKING:
     from .messages import WorkerFailure
 
 
 def register_entries(entries: list[str]) -> None:
     """Register the backends the parent registered at run time (NAME=module:Class each) in this process."""
-    from ..exporting.registry import register
-
     for entry in entries:
         name, _, locator = entry.partition("=")
         register(name, locator)
@@ -27,9 +34,6 @@ CLEAN_FAILURE = 3  # a worker's exit code once it wrote error.json: the parent r
 
 def write_failure(out: Path, exc: BaseException, stage: str, backend=None) -> WorkerFailure:
     """error.json for a failure (see `failure_of`); returns what it wrote."""
-    from ..files import write_text_atomic
-    from .messages import encode
-
     failure = failure_of(exc, stage, backend)
     write_text_atomic(out / "error.json", encode(failure))
     return failure
@@ -37,9 +41,6 @@ def write_failure(out: Path, exc: BaseException, stage: str, backend=None) -> Wo
 
 def failure_of(exc: BaseException, stage: str, backend=None) -> WorkerFailure:
     """A failure, typed: the backend's own classification first, then the error's category."""
-    from ..errors import InternalError, MultiexportError
-    from .messages import WorkerFailure
-
     memory = memory_error(exc)
     known = backend.classify(exc, stage) if backend is not None and not isinstance(exc, MultiexportError) else None
     if memory is not None:  # whoever wrapped it (a backend's export error, a converter's), memory ran out
@@ -72,16 +73,9 @@ def memory_error(exc: BaseException) -> MemoryError | None:
 
 def load_runner(args, target=None):
     """(runner, backend) for the artifact or, in reference mode, for the target (`target`: already loaded)."""
-    from ..exporting.contract import RunOptions
-
     if args.mode == "reference":
-        from ..leaves import build_signature, load_target
-        from ..measure.reference import ReferenceRunner
-
         target = load_target(args.source) if target is None else target
         return ReferenceRunner(target, build_signature(target), device=args.device, threads=args.threads), None
-    from ..exporting.manifest import Manifest
-    from ..exporting.registry import get_backend
 
     manifest = Manifest.read(args.source)
     if manifest.supports.get("x64"):  # this process is ours: 64-bit mode on for everything, no per-call cost

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import InputError
+from ..exporting.registry import runtime_registered
 from ..files.temporary import ROOT_ENV, make_temporary, root
 from ..results import BenchResult
 from ..system.process import Outcome, run_command
@@ -49,8 +50,6 @@ class WorkerResult:
 
 
 def worker_command(*args: str) -> list[str]:
-    from ..exporting.registry import runtime_registered
-
     # -P: the working directory (a sweep's spec folder, the user's) is not first on the module path, so no
     # `multiexport/` there runs instead of ours; a target module there still imports (leaves.target appends it)
     cmd = [sys.executable, "-P", "-m", WORKER_MODULE, *args]
