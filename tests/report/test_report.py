@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 
@@ -45,7 +46,7 @@ def test_compare_writes_both_reports_with_the_figures(results):
 
 def test_report_command_rerenders_from_json_alone(results, tmp_path):
     out, data = results
-    proc = run_cli("report", out / "results.json", "--out", tmp_path)
+    proc = run_cli("report", out / "results.json", "--out-dir", tmp_path)
     assert proc.returncode == 0, proc.stderr
     # what the report says is the rendering; the file also ends with multiexport's ownership stamp
     assert unstamped((tmp_path / "report.md").read_text()) == render_markdown(data)
@@ -89,7 +90,7 @@ def test_recommendation_picks_the_fastest_faithful_and_tests_significance():
 
 def test_a_size_an_artifact_does_not_support_is_its_own_category_in_the_recommendation():
     fixed = _row("iree", "ok", 0.5, 0.4, 0.6, batch=3)
-    fixed.supports = {"dims": {"b": [3]}}
+    fixed = dataclasses.replace(fixed, supports={"dims": {"b": [3]}})
     fixed.bench.sizes = [SizeResult(batch=1, status=Status.SIZE_UNSUPPORTED, reason="built for b=3 only"),
                          fixed.bench.sizes[0]]
     full = _row("xla", "ok", 1.0, 0.9, 1.1, batch=1)
@@ -109,9 +110,9 @@ def test_a_format_that_takes_only_the_examples_size_is_never_shipped_silently():
     """The zoo's false verdict: a symbolic target timed at its example size alone, where the fixed-size
     artifact was fastest, read "Ship iree: ... at every batch size measured"."""
     fixed = _row("iree", "ok", 0.5, 0.4, 0.6, batch=2)
-    fixed.supports = {"dims": {"b": [2]}}
+    fixed = dataclasses.replace(fixed, supports={"dims": {"b": [2]}})
     full = _row("xla", "ok", 1.0, 0.9, 1.1, batch=2)
-    full.supports = {"dims": {"b": "any"}}
+    full = dataclasses.replace(full, supports={"dims": {"b": "any"}})
     rec = recommend(_results(full, fixed))
     assert rec.picks[0].backend == "iree"  # the figures are as measured
     assert not rec.verdict.startswith("Ship iree") and "iree takes b=2 only" in rec.verdict, rec.verdict
@@ -134,7 +135,7 @@ def test_cli_exports_in_a_worker_and_refuses_an_unseeded_target(tmp_path):
         w = np.random.default_rng().normal(size=(4, 4)).astype(np.float32)  # differs in every process
         target = Target(lambda x: x @ w, args=(np.ones((2, 4), np.float32),), name="unseeded")
     """))
-    proc = run_cli("compare", path, "--backends", "xla", "--out", tmp_path / "o", "--no-bench")
+    proc = run_cli("compare", path, "--backends", "xla", "--out-dir", tmp_path / "o", "--no-bench")
     assert proc.returncode == 2  # the target is at fault, not a backend
     data = json.loads((tmp_path / "o" / "results.json").read_text())
     assert data["backends"]["xla"]["status"] == "nondeterministic-target"
@@ -149,8 +150,8 @@ def test_allow_fail_keeps_a_failed_backend_out_of_the_exit_code(tmp_path, monkey
         register("xla_export_fails", {ALL['xla_export_fails']!r})
         target = seed
     """))
-    proc = run_cli("compare", f"{path}:target", "--backends", "xla,xla_export_fails", "--out", tmp_path / "o", "--no-bench")
+    proc = run_cli("compare", f"{path}:target", "--backends", "xla,xla_export_fails", "--out-dir", tmp_path / "o", "--no-bench")
     assert proc.returncode == 3
-    proc = run_cli("compare", f"{path}:target", "--backends", "xla,xla_export_fails", "--out", tmp_path / "o",
+    proc = run_cli("compare", f"{path}:target", "--backends", "xla,xla_export_fails", "--out-dir", tmp_path / "o",
                    "--no-bench", "--allow-fail", "xla_export_fails")
     assert proc.returncode == 0 and "xla_export_fails" in proc.stdout
