@@ -5,12 +5,15 @@ The compare is a chain of typed stages (`stages.py` holds the values they pass o
 
     CompareConfig (validated, config.py) -> Context (the request, fixed) -> claimed output directory
     -> DevicePlan and Prepared (prepare.py: signature, trials, the jax.jit reference and its checks)
-    -> exports (exports.py: overlapping workers; a stage and the backends built on it share one; the
-       paired workers start and import their runtimes meanwhile: no timed loop runs until the exports are done)
+    -> exports (exports.py: the policy; run/export_pool.py schedules the overlapping workers; a stage and the
+       backends built on it share one; the paired workers start and import their runtimes meanwhile: no timed
+       loop runs until the exports are done)
     -> Timing (timing.py: paired or sequential, with the reason) -> per runner, one after another: timed load,
-       cold start, parity feeds and the row's verdict (check.py, native_check.py); then the paired rounds
+       cold start and parity feeds (check.py, native_check.py); then the paired rounds
     -> Results, written with the caller's reports (report.md, report.html)
 
+Each stage returns a frozen outcome per backend (outcomes.py); each row is built once from them (row.py), its
+status and reason decided in one place with a documented precedence (verdict.py).
 The process machinery (workers, the supervisor, paired servers) is `multiexport.run`'s. A backend that is
 missing, fails to export or load, crashes, is killed or hangs becomes a row with its category and reason;
 the others finish, and results are written even when a signal stops the run.
