@@ -127,7 +127,7 @@ def test_an_unknown_backend_name_is_a_usage_error_before_any_work(tmp_path):
 
 
 def test_cli_compare_on_the_seed_example(tmp_path):
-    proc = run_cli("compare", "--backends", "xla", "--out", tmp_path, "--trials", "1", "--bench-time", "0.05")
+    proc = run_cli("compare", "--backends", "xla", "--out-dir", tmp_path, "--trials", "1", "--bench-time", "0.05")
     assert proc.returncode == 0, proc.stderr
     assert "xla" in proc.stdout and "foo.bar" in proc.stdout  # the dropped leaf is shown
     assert "xla: export" in proc.stderr  # progress
@@ -160,7 +160,7 @@ def test_cli_compare_on_the_seed_example(tmp_path):
     (["--backend-option", "xla.bogus=1"], "Option 'xla.bogus' | unknown"),
 ])
 def test_cli_compare_usage_errors_exit_2(args, message, tmp_path):
-    proc = run_cli("compare", "--backends", "xla", "--out", tmp_path, *args)
+    proc = run_cli("compare", "--backends", "xla", "--out-dir", tmp_path, *args)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "results.json").exists()  # refused before any work
@@ -172,7 +172,7 @@ def test_cli_compare_with_named_inputs_from_npz(tmp_path):
     from multiexport.files.npz import save_npz
 
     save_npz(tmp_path / "in.npz", {"foo.bar": np.zeros(10, np.int32), "foo.baz": np.full(10, 2, np.int32)})
-    proc = run_cli("compare", "--backends", "xla", "--out", tmp_path / "o", "--inputs", tmp_path / "in.npz", "--no-bench")
+    proc = run_cli("compare", "--backends", "xla", "--out-dir", tmp_path / "o", "--inputs", tmp_path / "in.npz", "--no-bench")
     assert proc.returncode == 0, proc.stderr
     assert [t["name"] for t in json.loads((tmp_path / "o" / "results.json").read_text())["trials"]] == ["inputs"]
 

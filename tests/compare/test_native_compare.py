@@ -99,8 +99,8 @@ def test_a_missing_plugin_is_unavailable_not_a_failure(tmp_path):
 
 
 def test_cli_native_prints_outputs_timing_and_command(plugin, tmp_path):
-    assert run_cli("export", "--backend", "xla", "--out", tmp_path / "a").returncode == 0
-    proc = run_cli("native", tmp_path / "a", "--iters", "20", "--out", tmp_path / "o.npz")
+    assert run_cli("export", "--backend", "xla", "--out-dir", tmp_path / "a").returncode == 0
+    proc = run_cli("native", tmp_path / "a", "--iters", "20", "--save-outputs", tmp_path / "o.npz")
     assert proc.returncode == 0, proc.stderr
     assert "native pjrt_c_api: 20 calls, median" in proc.stdout and (tmp_path / "o.npz").is_file()
     line = run_cli("native", tmp_path / "a", "--print-command")

@@ -21,7 +21,7 @@ def wide(tmp_path_factory):
         pytest.skip("onnx unavailable")
     out = tmp_path_factory.mktemp("wide")
     proc = run_cli("compare", "tests/precision_models.py:wide_range", "--backends", "onnx,xla",
-                   "--precision", "fp32,fp16,int8-dynamic", "--out", out, "--trials", "1", "--bench-time", "0.05",
+                   "--precisions", "fp32,fp16,int8-dynamic", "--out-dir", out, "--trials", "1", "--bench-time", "0.05",
                    "--rounds", "2")
     return proc, out
 
@@ -73,22 +73,22 @@ def test_the_float_verdict_names_an_fp32_row_and_the_precision_verdict_stands_ap
 
 
 def test_precision_usage_errors_are_one_line_before_any_work(tmp_path):
-    proc = run_cli("compare", "tests/precision_models.py:wide_range", "--backends", "onnx", "--precision", "fp32,int4",
-                   "--out", tmp_path / "o")
+    proc = run_cli("compare", "tests/precision_models.py:wide_range", "--backends", "onnx", "--precisions", "fp32,int4",
+                   "--out-dir", tmp_path / "o")
     assert proc.returncode == 2 and "Option 'precision' | got 'int4'" in proc.stderr
-    proc = run_cli("compare", "tests/precision_models.py:wide_range", "--backends", "onnx", "--precision", "fp16",
-                   "--calibration", tmp_path / "c.npz", "--out", tmp_path / "o")
+    proc = run_cli("compare", "tests/precision_models.py:wide_range", "--backends", "onnx", "--precisions", "fp16",
+                   "--calibration", tmp_path / "c.npz", "--out-dir", tmp_path / "o")
     assert proc.returncode == 2 and "without an int8 row" in proc.stderr
-    proc = run_cli("compare", "tests/precision_models.py:wide_range", "--backends", "onnx", "--precision", "int8",
-                   "--accuracy", "out.small=top7:1", "--out", tmp_path / "o")
+    proc = run_cli("compare", "tests/precision_models.py:wide_range", "--backends", "onnx", "--precisions", "int8",
+                   "--accuracy", "out.small=top7:1", "--out-dir", tmp_path / "o")
     assert proc.returncode == 2 and "METRIC one of cos, err, sqnr, top1, top5" in proc.stderr
     assert not (tmp_path / "o").exists()
 
 
 def test_an_accuracy_budget_naming_no_leaf_is_refused_in_one_line_as_a_tolerance_is(tmp_path):
     for flag, spec, what in (("--tol", "out.smal=rtol:1", "Tolerance"), ("--accuracy", "out.smal=cos:0.9", "Accuracy budget")):
-        proc = run_cli("compare", "tests/precision_models.py:wide_range", "--backends", "xla", "--precision", "fp16",
-                       flag, spec, "--out", tmp_path / "o")
+        proc = run_cli("compare", "tests/precision_models.py:wide_range", "--backends", "xla", "--precisions", "fp16",
+                       flag, spec, "--out-dir", tmp_path / "o")
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.strip().splitlines()[-1] == (f"multiexport: error: {what} 'out.smal' | matched no leaf, "
                                                          "expected one of: out.large, out.small")
@@ -102,8 +102,8 @@ def test_int8_calibrates_from_synthetic_samples_by_default_and_from_a_named_file
 
     from multiexport.files.npz import save_npz
 
-    proc = run_cli("compare", "tests/precision_models.py:two_inputs", "--backends", "onnx", "--precision", "int8",
-                   "--out", tmp_path / "synthetic", "--trials", "1", "--no-bench")
+    proc = run_cli("compare", "tests/precision_models.py:two_inputs", "--backends", "onnx", "--precisions", "int8",
+                   "--out-dir", tmp_path / "synthetic", "--trials", "1", "--no-bench")
     row = load_results(tmp_path / "synthetic" / "results.json").backends["onnx@int8"]
     assert row.status is Status.OK, proc.stdout + proc.stderr
     calibration = row.precision_facts["calibration"]
@@ -111,8 +111,8 @@ def test_int8_calibrates_from_synthetic_samples_by_default_and_from_a_named_file
     rng = np.random.default_rng(3)
     given = save_npz(tmp_path / "cal.npz", {"extra": (rng.normal(size=(5, 4, 64)) * 50).astype(np.float32),
                                             "image": rng.uniform(0, 1, size=(5, 4, 64)).astype(np.float32)})
-    proc = run_cli("compare", "tests/precision_models.py:two_inputs", "--backends", "onnx", "--precision", "int8",
-                   "--calibration", given, "--out", tmp_path / "given", "--trials", "1", "--no-bench")
+    proc = run_cli("compare", "tests/precision_models.py:two_inputs", "--backends", "onnx", "--precisions", "int8",
+                   "--calibration", given, "--out-dir", tmp_path / "given", "--trials", "1", "--no-bench")
     row = load_results(tmp_path / "given" / "results.json").backends["onnx@int8"]
     assert row.status is Status.OK, proc.stdout + proc.stderr
     assert row.precision_facts["calibration"]["samples"] == 5 and not row.precision_facts["calibration"]["synthetic"]
@@ -121,8 +121,8 @@ def test_int8_calibrates_from_synthetic_samples_by_default_and_from_a_named_file
 def test_a_native_consumer_of_a_reduced_precision_artifact_is_held_to_its_accuracy_budget_not_float_parity(tmp_path):
     if not get_backend("onnx").available().ok:
         pytest.skip("onnx unavailable")
-    proc = run_cli("compare", "tests/precision_models.py:two_inputs", "--backends", "onnx", "--precision", "fp32,fp16",
-                   "--native", "--out", tmp_path / "o", "--trials", "1", "--no-bench")
+    proc = run_cli("compare", "tests/precision_models.py:two_inputs", "--backends", "onnx", "--precisions", "fp32,fp16",
+                   "--native", "--out-dir", tmp_path / "o", "--trials", "1", "--no-bench")
     results = load_results(tmp_path / "o" / "results.json")
     native = results.backends["onnx@fp16"].native
     if native is None or native.status is Status.UNAVAILABLE:
@@ -159,8 +159,8 @@ def test_a_calibration_file_of_nan_or_too_many_samples_is_exit_2_before_any_expo
     many = save_npz(tmp_path / "many.npz", {"image": np.zeros((1025, 4, 64), np.float32),
                                             "extra": np.zeros((1025, 4, 64), np.float32)})
     for path, said in ((bad, "leaf 'extra' holds -inf at sample 2"), (many, "holds 1025 samples, expected at most 1024")):
-        proc = run_cli("compare", "tests/precision_models.py:two_inputs", "--backends", "onnx", "--precision", "int8",
-                       "--calibration", path, "--out", tmp_path / "o")
+        proc = run_cli("compare", "tests/precision_models.py:two_inputs", "--backends", "onnx", "--precisions", "int8",
+                       "--calibration", path, "--out-dir", tmp_path / "o")
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.strip().splitlines()[-1] == f"multiexport: error: Calibration file '{path}' | {said}" + (
             ", expected finite values (a quantizer's ranges come from them)" if path == bad else

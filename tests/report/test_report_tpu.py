@@ -26,7 +26,7 @@ def _section(text: str, title: str) -> str:
 def test_a_rehearsed_tpu_compare_shows_the_tpu_rows_and_the_shipped_table(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "multiexport", "compare", "benchmarks.tpu_models:mlp", "--backends",
-                           "xla,onnx", "--device", "tpu", "--trials", "1", "--bench-time", "0.05", "--out", str(out)],
+                           "xla,onnx", "--device", "tpu", "--trials", "1", "--bench-time", "0.05", "--out-dir", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=REPO,
                           env={**os.environ, "MULTIEXPORT_TPU_REHEARSAL": "cpu"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -111,7 +111,7 @@ def test_a_rehearsed_native_tpu_row_has_its_interval_and_is_bit_exact(tmp_path):
         pytest.skip(f"no PJRT CPU plugin or pjrt_c_api.h here: {exc}")
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "multiexport", "compare", "benchmarks.tpu_models:mlp", "--backends",
-                           "xla", "--device", "tpu", "--native", "--trials", "1", "--bench-time", "0.05", "--out",
+                           "xla", "--device", "tpu", "--native", "--trials", "1", "--bench-time", "0.05", "--out-dir",
                            str(out)], capture_output=True, text=True, timeout=600, cwd=REPO,
                           env={**os.environ, "MULTIEXPORT_TPU_REHEARSAL": "cpu"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

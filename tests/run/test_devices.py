@@ -59,7 +59,7 @@ def test_compare_on_gpu_without_one_gives_no_gpu_rows(tmp_path):
 
 
 def test_auto_without_a_gpu_runs_on_the_cpu_and_says_why(tmp_path):
-    proc = run_cli("compare", "--backends", "xla", "--device", "auto", "--no-bench", "--out", tmp_path)
+    proc = run_cli("compare", "--backends", "xla", "--device", "auto", "--no-bench", "--out-dir", tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "device: requested auto, chose cpu; ran there: xla" in proc.stdout and "[gpu]" in proc.stdout  # escaped
     data = json.loads((tmp_path / "results.json").read_text())

@@ -75,7 +75,7 @@ def test_a_signal_stops_the_worker_keeps_finished_rows_and_cleans_up(tmp_path, s
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     pid_file = tmp_path / "worker.pid"
-    proc = _start(["compare", _hang_target(tmp_path), "--backends", "xla,xla_hang", "--out", tmp_path / "o",
+    proc = _start(["compare", _hang_target(tmp_path), "--backends", "xla,xla_hang", "--out-dir", tmp_path / "o",
                    "--no-bench"], env={"TMPDIR": str(tmp), "MULTIEXPORT_TEST_PID_FILE": str(pid_file)})
     _wait_for(proc, "xla_hang: run")
     deadline = time.monotonic() + 60
@@ -113,7 +113,7 @@ def test_ctrl_c_before_any_backend_leaves_no_stale_results_of_an_earlier_run(tmp
 
         target = Target(slow, args=(np.ones(3, np.float32),), name="slow")
     """))
-    proc = _start(["compare", f"{slow}:target", "--backends", "xla", "--out", out, "--no-bench"])
+    proc = _start(["compare", f"{slow}:target", "--backends", "xla", "--out-dir", out, "--no-bench"])
     _wait_for(proc, "reference outputs")
     time.sleep(1)
     proc.send_signal(signal.SIGINT)
