@@ -31,7 +31,7 @@ from ..results import BackendResult, Pairing, Results, Status
 from .text import md, one_line
 
 PAIRED_AB, CROSS_RUN_KIND, HISTORY = "paired A/B", "cross-run", "history"
-# Default thresholds, set from benchmarks/gate_calibration.py (benchmarks/README.md, "Regression gate"):
+# Default thresholds, set from benchmarks/gate_calibration.py (benchmarks/gate.md):
 # a paired slowdown is flagged when its interval's low end passes PAIRED; a cross-run one when its p50
 # ratio passes CROSS_RUN. Calls under TINY_MS (thread wake-ups dominate them) get the wider figures.
 PAIRED, PAIRED_TINY = 1.05, 1.10
