@@ -44,7 +44,7 @@ def compare(spec: str, out: Path, backends: str, bench_time: float, baseline: Pa
     env = {k: v for k, v in os.environ.items() if k != PLANTED_ENV}
     if planted is not None:
         env[PLANTED_ENV] = str(planted)
-    cmd = [sys.executable, "-m", "multiexport", "compare", spec, "--backends", backends, "--out", str(out),
+    cmd = [sys.executable, "-m", "multiexport", "compare", spec, "--backends", backends, "--out-dir", str(out),
            "--bench-time", str(bench_time), *(["--baseline-artifacts", str(baseline)] if baseline else []),
            *(["--rounds", str(rounds)] if rounds else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)

@@ -115,6 +115,8 @@ def build_baseline(repo, commit: str, models: list[ZooModel], backends: list[str
     failed = {}
     for model in models:
         dest = (out / "baseline-ref" / model.name).resolve()
+        # `--out`, not `--out-dir`: REF's own CLI runs here, and commits before the rename know only `--out`
+        # (today's CLI still takes it, with a deprecation line on stderr).
         cmd = [sys.executable, "-m", "multiexport", "compare", model.spec, "--backends", ",".join(backends),
                "--out", str(dest), "--no-bench", "--trials", "1",
                *[a for leaf, (lo, hi) in model.val_ranges.items() for a in ("--val-range", f"{leaf}={lo}:{hi}")],
