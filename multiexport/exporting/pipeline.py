@@ -37,6 +37,7 @@ from .inventory import (  # noqa: F401  (re-exported: they were defined here)
 )
 from .job import ExportJob
 from .manifest import LeafBinding, Manifest
+from .manifest_records import Supports, Weights
 from .outdir import claimed, disk_error
 from .precision import FP32, calibrated_at, check_weights_quantizable, remove_calibration_scratch
 from .registry import get_backend
@@ -251,10 +252,11 @@ def build_manifest(backend: Backend, signature: "Signature", options: ExportOpti
         inventory=inventory(staging),
         inventory_sha256=inventory_sha256(staging),
         requires=dict(result.requires),
-        supports={"dims": dims, "platforms": list(result.platforms), "x64": signature.x64},
+        supports=Supports.coerce({"dims": dims, "platforms": list(result.platforms), "x64": signature.x64},
+                                 "Manifest.supports"),
         format=fmt,
         warnings=[*signature.warnings, *result.warnings],
-        weights={**signature.weights, **result.weights},
+        weights=Weights.coerce({**signature.weights, **result.weights}, "Manifest.weights"),
         options=resolved,
         native=native,
         precision=result.precision,

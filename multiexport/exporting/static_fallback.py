@@ -24,6 +24,7 @@ from ..versions import utc_now
 from .facts import FallbackFacts, StaticSizesFacts
 from .inventory import EXAMPLE_INPUTS, inventory, inventory_sha256, write_example_inputs
 from .manifest import LeafBinding, Manifest
+from .manifest_records import Supports
 from .native_section import MAX_STATIC_MODULES, static_size_sets
 from .stablehlo import concrete_specs, evaluate_dim
 from .static_runner import (  # noqa: F401  (re-exported: they were defined here)
@@ -176,8 +177,9 @@ def manifest_for(backend: "Backend", signature: "Signature", options: "ExportOpt
         inventory=inventory(staging),
         inventory_sha256=inventory_sha256(staging),
         requires=dict(first.requires),
-        supports={"dims": {d: sorted(v) for d, v in dims.items()}, "platforms": list(first.supports.get("platforms",
-                  ["cpu"])), "x64": signature.x64},
+        supports=Supports.coerce({"dims": {d: sorted(v) for d, v in dims.items()},
+                                  "platforms": list(first.supports.get("platforms", ["cpu"])), "x64": signature.x64},
+                                 "Manifest.supports"),
         format=StaticSizesFacts(static_fallback=FallbackFacts(
             why=why,
             category=str(getattr(symbolic_error, "category", "export-failed")),
@@ -187,7 +189,7 @@ def manifest_for(backend: "Backend", signature: "Signature", options: "ExportOpt
                  "picks the one whose sizes its inputs have",
         ), model_format=dict(first.format)).to_json(),
         warnings=[*signature.warnings, *warnings],
-        weights=dict(first.weights),
+        weights=first.weights,
         options=resolved,
         native=None,
         precision=first.precision,  # each model's, made the same way (the first size's calibration facts)

@@ -11,7 +11,8 @@ TESTS = Path(__file__).parents[1] / "backends"
 
 def test_every_registered_backend_has_its_own_test_module():
     for name in names():
-        assert (TESTS / f"test_{name}.py").is_file(), f"backend '{name}' has no tests/backends/test_{name}.py"
+        module = f"test_{name.replace('-', '_')}.py"  # a module name has no dash
+        assert (TESTS / module).is_file(), f"backend '{name}' has no tests/backends/{module}"
 
 
 def test_builtin_backends_are_found_by_scanning_the_package_in_their_order():
