@@ -71,7 +71,7 @@ def test_int8_of_a_float32_min_mask_bias_names_the_op_and_its_range_instead_of_a
 
 def test_the_export_command_survives_it_in_one_line(tmp_path, calibration):
     proc = run_cli("export", "tests.backends.test_litert_int8:target", "--backend", "litert", "--precision", "int8",
-                   "--calibration", calibration.path, "--out", tmp_path / "a")
+                   "--calibration", calibration.path, "--out-dir", tmp_path / "a")
     assert proc.returncode == 3, proc.stderr  # was -6 (SIGABRT): the process died preparing the model
     assert proc.stderr.strip().splitlines()[-1].startswith("multiexport: error: Backend 'litert' | no int8 artifact")
 

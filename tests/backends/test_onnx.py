@@ -98,7 +98,7 @@ def test_transformer_runs_from_disk_in_a_fresh_process(tmp_path):
     # trained-like weights (the init), fresh activations: the numbers a deployed block sees
     feed = {**sig.example_feed(), "batch.x": np.random.default_rng(3).normal(size=(2, 16, 64)).astype(np.float32)}
     save_npz(tmp_path / "in.npz", feed)
-    run_cli("run", artifact.directory, "--inputs", tmp_path / "in.npz", "--out", tmp_path / "out.npz", check=True)
+    run_cli("run", artifact.directory, "--inputs", tmp_path / "in.npz", "--save-outputs", tmp_path / "out.npz", check=True)
     assert_matches_jit(target, sig, load_npz(tmp_path / "out.npz"), feed)
 
 
@@ -251,7 +251,7 @@ def test_forced_external_data_loads_from_its_directory_in_a_fresh_process(tmp_pa
     shutil.copytree(d, moved)
     shutil.rmtree(d)
     save_npz(tmp_path / "in.npz", sig.example_feed())
-    run_cli("run", moved, "--inputs", tmp_path / "in.npz", "--out", tmp_path / "out.npz", check=True)
+    run_cli("run", moved, "--inputs", tmp_path / "in.npz", "--save-outputs", tmp_path / "out.npz", check=True)
     assert_matches_jit(target, sig, load_npz(tmp_path / "out.npz"), sig.example_feed())
 
     (moved / "model.onnx.data").unlink()
@@ -389,9 +389,9 @@ def test_the_selective_plugin_import_writes_the_same_onnx_as_jax2onnx_own(spec, 
     """Only the plugins a conversion can use are imported (~1 s instead of ~11 s of CPU): the file is
     byte-identical. With equinox, only the plugin files of the layers that run in a trace of the function
     (one built inside it too), not the ~10 CPU-s of all of them."""
-    fast = run_cli("export", spec, "--backend", "onnx", "--out", tmp_path / "fast",
+    fast = run_cli("export", spec, "--backend", "onnx", "--out-dir", tmp_path / "fast",
                    env={"MULTIEXPORT_JAX2ONNX_ALL_PLUGINS": "0"})
-    full = run_cli("export", spec, "--backend", "onnx", "--out", tmp_path / "full",
+    full = run_cli("export", spec, "--backend", "onnx", "--out-dir", tmp_path / "full",
                    env={"MULTIEXPORT_JAX2ONNX_ALL_PLUGINS": "1"})
     if full.returncode != 0:  # the converter itself cannot (jax2onnx 0.17.1 on jax 0.12: nested jit): the same way
         assert fast.returncode == full.returncode and fast.stderr.splitlines()[-1] == full.stderr.splitlines()[-1]

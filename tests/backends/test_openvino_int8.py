@@ -126,7 +126,7 @@ def test_without_nncf_openvino_int8_is_unsupported_precision_naming_the_extra(tm
     code = ("import sys; sys.modules['nncf'] = None; from multiexport.cli import entry; sys.argv = sys.argv[:1] + "
             "sys.argv[1:]; entry()")
     proc = subprocess.run([sys.executable, "-c", code, "export", "tests/precision_models.py:two_inputs", "--backend",
-                           "openvino", "--precision", "int8", "--calibration", str(calibration), "--out",
+                           "openvino", "--precision", "int8", "--calibration", str(calibration), "--out-dir",
                            str(tmp_path / "a")], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 3, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
