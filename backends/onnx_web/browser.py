@@ -49,18 +49,46 @@ class Browser:
     version: str
 
     def close(self) -> None:
-        for step in (self.browser.close, self.playwright.stop):
-            try:
-                step()
-            except Exception:  # noqa: BLE001  (closing must finish: the profile is removed below either way)
-                pass
+        try:
+            self.browser.close()
+        except Exception:  # noqa: BLE001  (closing must finish: the profile is removed below either way)
+            pass
         shutil.rmtree(self.profile, ignore_errors=True)
+        _PROFILES.discard(self.profile)
+
+
+_DRIVER: list[Any] = []  # the process's one Playwright driver (its sync API allows one running instance)
+
+
+def driver() -> Any:
+    """Playwright's sync driver for this process, started on first use and stopped at exit: a second
+    `sync_playwright().start()` while one runs is refused ("Sync API inside the asyncio loop"), and an export's
+    load check, a compare worker and a test may each hold a browser at once."""
+    if not _DRIVER:
+        import atexit
+
+        from playwright.sync_api import sync_playwright
+
+        _DRIVER.append(sync_playwright().start())
+        atexit.register(_stop_driver)
+    return _DRIVER[0]
+
+
+_PROFILES: set[Path] = set()  # profiles of browsers not closed yet: removed at exit
+
+
+def _stop_driver() -> None:
+    while _DRIVER:  # stopping the driver ends the browsers it launched
+        try:
+            _DRIVER.pop().stop()
+        except Exception:  # noqa: BLE001  (at exit: the driver process may already be gone)
+            pass
+    for profile in list(_PROFILES):
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 def launch(webgpu: bool = False, executable: str | None = None) -> Browser:
     """Headless Chromium with the closed-network flags and a fresh profile, one blank page open."""
-    from playwright.sync_api import sync_playwright
-
     executable = executable or chromium_path()
     if executable is None:
         raise FileNotFoundError(f"no Chromium found ({', '.join(CHROMIUM_CANDIDATES)} or ${CHROMIUM_ENV})")
@@ -68,7 +96,7 @@ def launch(webgpu: bool = False, executable: str | None = None) -> Browser:
     flags = [*FLAGS, *(WEBGPU_FLAGS if webgpu else ())]
     if webgpu:
         flags.remove("--disable-gpu")
-    pw = sync_playwright().start()
+    pw = driver()
     try:
         # Playwright takes the profile directory as user_data_dir (it refuses the flag in `args`).
         context = pw.chromium.launch_persistent_context(str(profile), executable_path=executable, headless=True,
@@ -76,7 +104,7 @@ def launch(webgpu: bool = False, executable: str | None = None) -> Browser:
         page = context.pages[0] if context.pages else context.new_page()
         version = str(page.evaluate("navigator.userAgent"))
     except Exception:
-        pw.stop()
         shutil.rmtree(profile, ignore_errors=True)
         raise
+    _PROFILES.add(profile)
     return Browser(pw, context, page, profile, executable, version)

@@ -37,6 +37,8 @@ class OnnxWebRunner(Runner):
         super().__init__(manifest, directory, options)
         self.session = session
         self.facts = facts
+        # A runner dropped without close (an export's load check) ends its browser at exit (browser.driver),
+        # not from a finalizer: a collection inside a Playwright call would re-enter its dispatcher.
         self.round_trip_ns: list[int] = []
         self.calling_path = (f"onnxruntime-web {facts.get('runtime_version')} InferenceSession.run ({session.ep} EP) in "
                              "headless Chromium, feeds resident in the page as ort.Tensors, outputs left in the page; "

@@ -70,7 +70,7 @@ class PageServer:
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()
-            self._httpd = None
+            del self._httpd
 
     def __enter__(self) -> str:
         return self.start()

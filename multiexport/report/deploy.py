@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..errors import present
 from ..results import Results, Status
 from ..results.bench import LatencyStats
 from ..results.native import NATIVE_SUFFIX
@@ -239,8 +240,8 @@ def _ratio(results: Results, pick: Candidate, up: Candidate, batch: int | None
             sign = 1 if r.faster == _runner_name(pick) else -1
             low, high = (r.ci95_low, r.ci95_high) if sign == 1 else (1 / r.ci95_high, 1 / r.ci95_low)
             return (r.ratio if sign == 1 else 1 / r.ratio), (low, high), "paired"
-    a, b = pick.latency, up.latency
-    assert a is not None and b is not None  # both working candidates were timed
+    a = present(pick.latency, "a working candidate was timed")
+    b = present(up.latency, "a working candidate was timed")
     interval = (b.ci95_low_ms / a.ci95_high_ms, b.ci95_high_ms / a.ci95_low_ms) if a.ci95_low_ms > 0 else None
     return b.p50_ms / a.p50_ms, interval, "medians"
 
@@ -256,8 +257,7 @@ def _with_sentence(v: TargetVerdict) -> TargetVerdict:
     if v.pick is None:
         broken = "; ".join(f"{c.consumer.backend} ({c.status.value}): {c.fix}" for c in v.candidates)
         return replace(v, sentence=f"For {t.title}: no consumer worked. To make one work: {broken}.")
-    lat = v.pick.latency
-    assert lat is not None
+    lat = present(v.pick.latency, "the pick was timed")
     proxy = "".join(f" [figure: {why}]" for why in (v.pick.consumer.proxy, v.pick.note) if why)
     text = f"For {t.title}: ship {v.pick.consumer.backend} via {v.pick.consumer.api}, p50 {_ms(lat.p50_ms)}"
     if v.runner_up is not None and v.ratio is not None:

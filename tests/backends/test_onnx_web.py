@@ -16,7 +16,9 @@ import pytest
 from multiexport import RunError, examples
 from multiexport.backends.onnx_web import OnnxWebBackend
 from multiexport.backends.onnx_web.page import open_session, routes, runtime_dist
+from multiexport.backends.onnx_web.runner import page_error
 from multiexport.backends.onnx_web.server import ISOLATION_HEADERS, PageServer
+from multiexport.errors import MultiexportError
 from multiexport.exporting import ExportOptions
 from multiexport.leaves import build_signature
 
@@ -102,10 +104,20 @@ def test_a_broken_model_file_is_one_typed_line_not_a_crash(tmp_path):
     _, artifact = export(examples.seed(), tmp_path / "a")
     model = artifact.directory / "model.onnx"
     model.write_bytes(model.read_bytes()[: len(model.read_bytes()) // 2])  # a real fault: a truncated file
-    with pytest.raises(RunError) as info:
+    with pytest.raises(MultiexportError) as info:  # the manifest's size check, or the page's refusal
         OnnxWebBackend().load(artifact.directory)
-    assert "onnxruntime-web failed during creating the session" in str(info.value)
-    assert "\n" not in str(info.value)
+    assert str(info.value).startswith(f"Artifact '{artifact.directory}' | ") and "\n" not in str(info.value)
+
+
+@needs_browser
+def test_a_model_the_runtime_refuses_is_a_typed_run_error(tmp_path):
+    """The page's own refusal (not the manifest's checks): garbage bytes served as the model."""
+    (tmp_path / "m.onnx").write_bytes(b"not an onnx file at all")
+    with pytest.raises(Exception) as info:
+        open_session({"m.onnx": tmp_path / "m.onnx"}, "m.onnx", threads=1)
+    error = page_error(info.value, tmp_path, "creating the session")
+    assert isinstance(error, RunError) and error.category == "run-failed"
+    assert str(error).startswith(f"Artifact '{tmp_path}' | onnxruntime-web failed during creating the session: ")
 
 
 def test_the_server_serves_its_table_only_with_isolation_headers(tmp_path):
@@ -121,6 +133,7 @@ def test_the_server_serves_its_table_only_with_isolation_headers(tmp_path):
             with pytest.raises(urllib.error.HTTPError) as info:
                 urllib.request.urlopen(f"{origin}{path}")
             assert info.value.code == 404
+            info.value.close()  # the error holds the response's socket
     assert origin.startswith("http://127.0.0.1:")
 
 

@@ -22,7 +22,7 @@ from .builders import latency, results, row
 def seed_results(tmp_path_factory):
     """The seed through xla and onnx, their native consumers included: a real results.json read back."""
     out = tmp_path_factory.mktemp("deploy") / "c"
-    proc = run_cli("compare", "--backends", "xla,onnx", "--native", "--out", out, "--bench-time", "0.05")
+    proc = run_cli("compare", "--backends", "xla,onnx", "--native", "--out-dir", out, "--bench-time", "0.05")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return load_results(out / "results.json")
 
@@ -38,7 +38,8 @@ def test_a_cpp_server_is_judged_on_the_native_consumers_figures(seed_results):
     assert v.pick is not None and v.pick.latency is not None
     assert v.pick.latency.p50_ms == min(c.latency.p50_ms for c in ok if c.latency)
     assert v.sentence.startswith(f"For a C++ server: ship {v.pick.consumer.backend} via ")
-    assert v.ratio_how == "paired"  # both native consumers were timed in the same rounds
+    # native consumers are paired with their own Python runner, not with each other: the medians' ratio
+    assert v.ratio_how == "medians" and v.ratio_ci95 is not None
     missing = {c.consumer.backend: c for c in v.candidates if c.status is Status.NOT_RUN}
     assert set(missing) == {"openvino", "litert", "savedmodel", "iree"}
     assert missing["openvino"].fix == "add it: compare --backends ...,openvino"
