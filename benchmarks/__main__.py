@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from multiexport.comparison import compare
-from multiexport.exporting.registry import names as backend_names
+from multiexport.exporting.registry import default_names as backend_names
 from multiexport.files import write_text_atomic
 from multiexport.measure.bench import BenchConfig
 from multiexport.report.regression import Diff, publish

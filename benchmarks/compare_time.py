@@ -80,7 +80,7 @@ def select_models(spec: str) -> list[RealModel]:
 def run_one(target: str, flags: list[str], out: Path, timeout: float) -> dict:
     """One compare as its own process; its wall time and its timeline's seconds by kind."""
     t0 = time.perf_counter()
-    done = run_command([sys.executable, "-m", "multiexport", "compare", target, "--out", str(out), *flags],
+    done = run_command([sys.executable, "-m", "multiexport", "compare", target, "--out-dir", str(out), *flags],
                        timeout=timeout)
     wall = time.perf_counter() - t0
     results = out / "results.json"

@@ -139,7 +139,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gate_calibration", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="A/A runs and planted runs per model (default: 5)")
-    parser.add_argument("--models", default="mlp,cnn", help=f"of {', '.join(MODELS)} (default: mlp,cnn)")
+    parser.add_argument("--models", default="mlp,cnn",
+                        help=f"of {', '.join(MODELS)}, or NAME=MODULE:FUNCTION for any target (e.g. the plain-JAX "
+                             "conv=benchmarks.tpu_models:conv on a machine without flax) (default: mlp,cnn)")
     parser.add_argument("--backends", default="xla,onnx,openvino")
     parser.add_argument("--slowdown", type=float, default=1.2, help="the planted slowdown factor (default: 1.2)")
     parser.add_argument("--bench-time", type=float, default=1.0, help="compare --bench-time (default: 1.0, its own)")
@@ -154,16 +156,23 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     t0 = time.perf_counter()
-    for model in args.models.split(","):
+    specs = dict(MODELS)
+    for item in args.models.split(","):
+        name, eq, spec = item.partition("=")
+        if eq:
+            specs[name] = spec
+        elif name not in MODELS:
+            parser.error(f"--models: {name!r} is none of {', '.join(MODELS)} and not NAME=MODULE:FUNCTION")
+    for model in [item.partition("=")[0] for item in args.models.split(",")]:
         base_dir = args.out / model / "base"
         shutil.rmtree(base_dir, ignore_errors=True)
-        base = compare(MODELS[model], base_dir, args.backends, args.bench_time, None, None)
+        base = compare(specs[model], base_dir, args.backends, args.bench_time, None, None)
         if base is None:
             return 3
         for k in range(args.runs):  # A/A and planted alternate, so a drift of the machine meets both
             for condition, planted in (("A/A", None), ("planted", args.slowdown)):
                 run_dir = args.out / model / f"run-{k}"
-                run = compare(MODELS[model], run_dir, args.backends, args.bench_time, base_dir, planted, args.rounds)
+                run = compare(specs[model], run_dir, args.backends, args.bench_time, base_dir, planted, args.rounds)
                 shutil.rmtree(run_dir, ignore_errors=True)
                 if run is not None:
                     rows += judge(base, run, condition, model)

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     for model in models:
         where = out / model.name
         command = [sys.executable, "-m", "multiexport", "compare", model.target, "--backends", BACKENDS,
-                   "--precision", PRECISIONS, "--out", str(where), "--trials", "3", "--bench-time", args.bench_time,
+                   "--precisions", PRECISIONS, "--out-dir", str(where), "--trials", "3", "--bench-time", args.bench_time,
                    "--rounds", "5", *model.compare_flags()]
         print(f"$ {' '.join(command[2:])}", file=sys.stderr)
         subprocess.run(command, capture_output=True, timeout=3600)  # exit 1/3: a row failed, still a table

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from multiexport.comparison import compare
-from multiexport.exporting.registry import names as backend_names
+from multiexport.exporting.registry import default_names as backend_names
 from multiexport.leaves import load_target
 from multiexport.measure.bench import BenchConfig
 from multiexport.report.tables import storage_text

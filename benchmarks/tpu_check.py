@@ -206,7 +206,7 @@ def product_compare(work: Path, timeout: float = 240) -> dict[str, Any]:
     out = work / "compare"
     start = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, "-m", "multiexport", "compare", "--out", str(out)], cwd=work,
+        proc = subprocess.run([sys.executable, "-m", "multiexport", "compare", "--out-dir", str(out)], cwd=work,
                               env=env, capture_output=True, text=True, timeout=timeout)
         code, tail = proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[-12:]
     except subprocess.TimeoutExpired:

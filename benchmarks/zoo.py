@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     from pathlib import Path
 
     from multiexport.comparison import compare
-    from multiexport.exporting.registry import names as backend_names
+    from multiexport.exporting.registry import default_names as backend_names
     from multiexport.files import write_text_atomic
     from multiexport.leaves.factory_cache import FactoryCache
     from multiexport.measure.bench import BenchConfig

@@ -41,7 +41,7 @@ def test_the_seed_compares_without_flax(tmp_path):
     assert probe.returncode == 0, probe.stderr
     assert "foo.bar" in probe.stdout and "foo.baz" in probe.stdout
     out = tmp_path / "out"
-    proc = run_cli("compare", "--backends", "xla", "--no-bench", "--out", out, env=env)
+    proc = run_cli("compare", "--backends", "xla", "--no-bench", "--out-dir", out, env=env)
     assert proc.returncode == 0, proc.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["backends"]["xla"]["status"] == "ok"

@@ -90,7 +90,7 @@ def test_compare_on_a_tpu_machine_runs_every_process_with_jax_on_the_cpu(tmp_pat
     env = {**_without_tpu_env(), "TPU_ACCELERATOR_TYPE": "v5litepod-4", "TPU_TEST_LOG": str(log),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, "-m", "multiexport", "compare", "tpu_target:target", "--backends", "xla",
-                           "--trials", "1", "--bench-time", "0.05", "--out", str(out)],
+                           "--trials", "1", "--bench-time", "0.05", "--out-dir", str(out)],
                           capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     seen = [line.split() for line in log.read_text().splitlines()]
@@ -114,7 +114,7 @@ def test_compare_device_tpu_without_a_tpu_gives_no_tpu_rows_with_the_reason_besi
     out = tmp_path / "out"
     env = {**_without_tpu_env(), "TMPDIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-m", "multiexport", "compare", "--backends", "xla", "--device", "tpu",
-                           "--native", "--trials", "1", "--bench-time", "0.05", "--out", str(out)],
+                           "--native", "--trials", "1", "--bench-time", "0.05", "--out-dir", str(out)],
                           capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     results = json.loads((out / "results.json").read_text())
@@ -163,7 +163,7 @@ def test_compare_records_the_matmul_precision_and_refuses_an_unknown_one(tmp_pat
     env = _without_tpu_env()
     out = tmp_path / "out"
     base = [sys.executable, "-m", "multiexport", "compare", "--backends", "xla", "--no-bench", "--trials", "1",
-            "--out", str(out)]
+            "--out-dir", str(out)]
     proc = subprocess.run(base + ["--matmul-precision", "highest"], capture_output=True, text=True, timeout=300,
                           env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
@@ -176,7 +176,7 @@ def test_compare_records_the_matmul_precision_and_refuses_an_unknown_one(tmp_pat
 def test_export_on_a_tpu_machine_lowers_xla_for_the_tpu_and_the_cpu(tmp_path):
     def platforms(env: dict[str, str]) -> list[str]:
         out = tmp_path / f"a{len(env)}"
-        proc = subprocess.run([sys.executable, "-m", "multiexport", "export", "--out", str(out)], capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "multiexport", "export", "--out-dir", str(out)], capture_output=True,
                               text=True, timeout=300, env={**_without_tpu_env(), **env}, cwd=REPO)
         assert proc.returncode == 0, proc.stderr
         return json.loads((out / "manifest.json").read_text())["supports"]["platforms"]
@@ -199,7 +199,7 @@ def test_a_rehearsed_native_tpu_row_runs_its_platforms_own_program_and_is_judged
         pytest.skip(f"no PJRT CPU plugin or pjrt_c_api.h here: {exc}")
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "multiexport", "compare", "--backends", "xla", "--device", "tpu",
-                           "--native", "--trials", "1", "--bench-time", "0.05", "--out", str(out)],
+                           "--native", "--trials", "1", "--bench-time", "0.05", "--out-dir", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=REPO,
                           env={**_without_tpu_env(), "MULTIEXPORT_TPU_REHEARSAL": "cpu", "TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

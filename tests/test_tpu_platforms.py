@@ -34,7 +34,7 @@ def _one_line(proc) -> str:
 def test_compare_lowers_the_xla_artifact_for_the_platforms_asked(tmp_path):
     out = tmp_path / "out"
     proc = run_cli("compare", SPEC, "--backends", "xla", "--platforms", "cpu,tpu", "--no-bench", "--trials", "1",
-                   "--out", out)
+                   "--out-dir", out)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     manifest = json.loads((out / "xla" / "manifest.json").read_text())
     assert manifest["supports"]["platforms"] == ["cpu", "tpu"]  # the CPU row's own platform first: it ran on it
@@ -43,7 +43,7 @@ def test_compare_lowers_the_xla_artifact_for_the_platforms_asked(tmp_path):
 
 
 def test_compare_refuses_an_unknown_platform_in_one_line(tmp_path):
-    proc = run_cli("compare", SPEC, "--backends", "xla", "--platforms", "cpu,tpuu", "--out", tmp_path / "out")
+    proc = run_cli("compare", SPEC, "--backends", "xla", "--platforms", "cpu,tpuu", "--out-dir", tmp_path / "out")
     assert proc.returncode == 2
     assert "Option 'platforms' | got cpu, tpuu, expected distinct names among cpu, cuda, rocm, tpu" in _one_line(proc)
     assert not (tmp_path / "out").exists()

@@ -47,6 +47,7 @@ class OnnxWebBackend(Backend):
     extra = "web"
     distributions = ("playwright",)
     builds_on = "onnx"
+    opt_in = True  # every load starts Chromium (5-8 s): out of `--backends all`, run when named
     color = "#8c564b"
     order = 65
     runtime_modules = ("playwright.sync_api",)

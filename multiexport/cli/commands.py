@@ -18,7 +18,7 @@ from ..errors import BackendUnavailable, MultiexportError, UsageError
 from ..exporting.manifest import Manifest
 from ..exporting.options import check_run_device
 from ..exporting.precision import split_variant
-from ..exporting.registry import backend_class, names as backend_names, registered
+from ..exporting.registry import backend_class, default_names, names as backend_names, registered
 from ..files.npz import load_npz, save_npz
 from ..files.owned import check_overwritable
 from ..files.paths import safe_component
@@ -265,7 +265,7 @@ def spec(args) -> str:
 
 
 def requested_backends(args) -> list[str]:
-    return backend_names() if args.backends == "all" else split(args.backends)
+    return default_names() if args.backends == "all" else split(args.backends)
 
 
 def _compare(args, target, start: float, early_workers, timeline) -> int:

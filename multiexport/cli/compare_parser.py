@@ -68,7 +68,8 @@ def _target(g) -> None:
 
 def _formats(g) -> None:
     g.add_argument("--backends", default="all",
-                   help="comma-separated backends, or 'all' for every registered one (default)")
+                   help="comma-separated backends, or 'all' for every registered one but the opt-in onnx-web, which starts "
+                        "a headless browser: name it to run it (default: all)")
     g.add_argument("--precisions", default="fp32", metavar="P,P",
                    help="precisions to make of every backend, e.g. fp32,fp16,int8-dynamic,int8 (default: fp32). Each "
                         "reduced one adds a row BACKEND@P judged by its accuracy budget (cosine, SQNR, top-k vs "

@@ -82,6 +82,9 @@ class Backend:
     color: ClassVar[str] = "#7f7f7f"
     order: ClassVar[int] = 100
     carries_code: ClassVar[bool] = False
+    # Left out of `--backends all` (the default set): a runner whose every load is costly or needs what few
+    # machines have (onnx-web starts a headless browser); it runs when named.
+    opt_in: ClassVar[bool] = False
     weight_storage: ClassVar[tuple[str, ...]] = ("embedded", "external")
     runtime_modules: ClassVar[tuple[str, ...]] = ()
     static_fallback: ClassVar[bool] = True

@@ -75,6 +75,22 @@ def names() -> list[str]:
     return list(registered())
 
 
+def default_names() -> list[str]:
+    """The default set (`--backends all`): every registered backend but the opt-in ones (`Backend.opt_in`).
+
+    A backend whose class cannot load stays in, so its row says why it is unavailable.
+    """
+    chosen = []
+    for name in names():
+        try:
+            if backend_class(name).opt_in:
+                continue
+        except BackendUnavailable:
+            pass
+        chosen.append(name)
+    return chosen
+
+
 def builtin_names() -> list[str]:
     return list(builtin())
 

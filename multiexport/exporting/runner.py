@@ -52,6 +52,15 @@ class Runner:
     def run_prepared(self, prepared: Any) -> None:
         self._run_impl(prepared)
 
+    def time_own_calls(self, prepared: Any, warmup: int, min_calls: int, max_calls: int,
+                       seconds: float) -> Any:
+        """Nanoseconds per call (an int64 array) timed by the runtime's own clock, for a runner the harness's
+        clock would misjudge: one that drives its runtime in another process (onnx-web's page, where a
+        Python-side time is mostly the DevTools round trip no deployed page pays). Warm-up and stopping rule
+        as the harness's: at least `min_calls`, until `seconds`, at most `max_calls`. None (every in-process
+        runner): the harness times `run_prepared` itself."""
+        return None
+
     def close(self) -> None:
         """Release the runtime's handles (session, compiled model, interpreter, device buffers) now rather
         than when the runner is collected; the runner refuses calls afterwards. Closing twice is harmless."""

@@ -81,6 +81,18 @@ def time_calls(call: Callable[[], None], config: BenchConfig) -> tuple[np.ndarra
     return np.asarray(times, dtype=np.int64), stopped
 
 
+def time_runner(runner: Any, prepared: Any, config: BenchConfig,
+                call: Callable[[], None] | None = None) -> tuple[np.ndarray, str]:
+    """Time a runner's calls: by the runtime's own clock where the runner keeps one (`time_own_calls`: the
+    browser page), else `call` (default: `run_prepared(prepared)`) by the harness's. Returns as `time_calls`."""
+    own = getattr(runner, "time_own_calls", None)
+    times = own(prepared, config.warmup_iters, config.min_iters, config.max_iters, config.bench_time) if own else None
+    if times is None:
+        return time_calls(call or (lambda: runner.run_prepared(prepared)), config)
+    times = np.asarray(times, dtype=np.int64)
+    return times, "max_iters" if times.size >= config.max_iters else "time"
+
+
 def median_ci95(sorted_values: np.ndarray) -> tuple[float, float]:
     """Distribution-free 95% confidence interval of the median from order statistics.
 
@@ -138,7 +150,7 @@ def bench_sizes(
             arrays, _ = check_feed(runner.manifest.inputs, feed)
             stats = summarize(*time_calls(lambda: runner.run_with_transfers(arrays), config))
         else:
-            stats = summarize(*time_calls(lambda: runner.run_prepared(prepared), config))
+            stats = summarize(*time_runner(runner, prepared, config))
         items = batch if batch is not None else 1
         size.latency = stats
         size.throughput_per_s = items / (stats.p50_ms / 1e3) if stats.p50_ms > 0 else math.inf

@@ -207,7 +207,7 @@ def _round_trip_note(row) -> str:
     the harness timed inside the page: `bench.extra["timed_in_page"]`)."""
     bench = row.bench
     page = bench.runner.get("page_ms_p50") if bench else None
-    if bench is None or page is None or bench.extra.get("timed_in_page"):
+    if bench is None or page is None or bench.extra.get("timed_in_page") or bench.runner.get("timed_in_page"):
         return ""
     return (f"timed from Python through the DevTools protocol, round trip included; session.run alone in the "
             f"page: p50 {_ms(float(page))} over {bench.runner.get('calls_timed_both_ways')} calls")

@@ -34,7 +34,7 @@ from typing import Any
 from ..exporting.registry import get_backend
 from ..files.npz import load_npz, save_npz
 from ..leaves import load_target
-from ..measure.bench import BenchConfig, cold_start, memory_now, time_calls
+from ..measure.bench import BenchConfig, cold_start, memory_now, time_calls, time_runner
 from ..measure.pairing import planted
 from ..results import BenchResult, SizeResult, Status
 from ..results.schema import to_data
@@ -194,7 +194,8 @@ def _time(state: dict, request: TimeSlice) -> Samples:
     runner = state["runner"]
     config = BenchConfig(warmup_iters=RE_WARM_CALLS, warmup_time=0.0, min_iters=request.min_calls,
                          bench_time=request.seconds, max_iters=request.max_calls)
-    times, stopped = time_calls(planted(lambda: runner.run_prepared(prepared)), config)  # planted: benchmarks only
+    # planted: the benchmarks' slowdown, never inside a runtime's own clock (time_own_calls)
+    times, stopped = time_runner(runner, prepared, config, planted(lambda: runner.run_prepared(prepared)))
     state["slices"] += 1
     path = state["out"] / f"slice-{state['slices']:05d}.npy"
     np.save(path, times)

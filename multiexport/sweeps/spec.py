@@ -41,7 +41,7 @@ SPEC_LIMIT = 64 << 20  # a spec of 20 000 targets is ~2 MiB
 SPEC_DEPTH = 16        # [[target]].resources is 3 deep
 _MAX_NUMBER = 1e12     # seconds, cores, GiB: past this no figure is real (and a 4000-digit int is no float)
 # Flags the sweep itself sets per task, or that make no sense inside one (a task's gate is the sweep's).
-_OWNED_FLAGS = ("--out", "--backends", "--baseline", "--junit")
+_OWNED_FLAGS = ("--out", "--out-dir", "--backends", "--baseline", "--junit")
 _GLOB = set("*?[")
 # compare's verdict on a task's flags, by (backends, args): the same for every target that shares them
 _Verdicts = dict[tuple[tuple[str, ...], tuple[str, ...]], "str | None"]
@@ -81,7 +81,7 @@ class SweepTask:
 
     def compare_args(self, out_dir: Path) -> list[str]:
         """The `multiexport compare` arguments (after the program) that run this task into `out_dir`."""
-        return ["compare", self.target, "--out", str(out_dir), "--backends",
+        return ["compare", self.target, "--out-dir", str(out_dir), "--backends",
                 ",".join(self.backends) if self.backends else "all", *self.args]
 
     def fingerprint(self) -> str:

@@ -143,7 +143,7 @@ def test_the_dead_graph_is_one_category_with_and_without_the_benchmark(tmp_path)
     for mode, extra in (("bench", ["--bench-time", "0.1"]), ("no-bench", ["--no-bench"])):
         out = tmp_path / mode
         run_cli("compare", f"{module}:target", "--backends", "onnx", "--backend-option", "onnx.route=jax2onnx",
-                "--out", out, "--trials", "1", *extra)
+                "--out-dir", out, "--trials", "1", *extra)
         row = json.loads((out / "results.json").read_text())["backends"]["onnx"]
         statuses[mode] = (row["status"], row["reason"])
     assert statuses["bench"][0] == statuses["no-bench"][0] == "invalid-model", statuses

@@ -37,13 +37,13 @@ def said(proc) -> str:
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ab") / "base"
-    run_cli("compare", *FAST, "--out", out, check=True)
+    run_cli("compare", *FAST, "--out-dir", out, check=True)
     return out
 
 
 def test_a_planted_slowdown_is_caught_on_the_paired_ratio_and_the_baseline_is_untouched(baseline, tmp_path):
     before = tree(baseline)
-    proc = run_cli("compare", *FAST, "--out", tmp_path / "new", "--baseline", baseline / "results.json",
+    proc = run_cli("compare", *FAST, "--out-dir", tmp_path / "new", "--baseline", baseline / "results.json",
                    "--junit", tmp_path / "j.xml", env={PLANTED_ENV: "3"})
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "timed in the same rounds as the new ones (paired A/B)" in said(proc)  # found beside it, and said
@@ -65,7 +65,7 @@ def test_a_planted_slowdown_is_caught_on_the_paired_ratio_and_the_baseline_is_un
 def test_baseline_artifacts_alone_gate_latency_and_gone_artifacts_are_judged_cross_run(baseline, tmp_path):
     artifacts_only = tmp_path / "artifacts"
     shutil.copytree(baseline / "xla", artifacts_only / "xla")
-    proc = run_cli("compare", *FAST, "--out", tmp_path / "new", "--baseline-artifacts", artifacts_only,
+    proc = run_cli("compare", *FAST, "--out-dir", tmp_path / "new", "--baseline-artifacts", artifacts_only,
                    env={PLANTED_ENV: "3"})
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "no results.json there: latency is all it judges" in said(proc)
@@ -74,7 +74,7 @@ def test_baseline_artifacts_alone_gate_latency_and_gone_artifacts_are_judged_cro
     lone = tmp_path / "lone" / "results.json"  # a results.json whose artifacts are gone
     lone.parent.mkdir()
     shutil.copy(baseline / "results.json", lone)
-    proc = run_cli("compare", *FAST, "--out", tmp_path / "again", "--baseline", lone)
+    proc = run_cli("compare", *FAST, "--out-dir", tmp_path / "again", "--baseline", lone)
     assert "latency is judged cross-run" in said(proc)
     [line] = [x for x in proc.stdout.splitlines() if "latency@" in x]
     assert "[cross-run]" in line and "threshold" in line and "not paired: no baseline artifacts" in line
@@ -91,7 +91,7 @@ def test_a_baseline_directory_that_is_not_one_is_one_line_and_exit_2(baseline, t
              "overlap": ("--baseline-artifacts", tmp_path)}
     errors = {}
     for what, option in cases.items():
-        proc = run_cli("compare", *FAST, "--out", tmp_path / "new", *option)
+        proc = run_cli("compare", *FAST, "--out-dir", tmp_path / "new", *option)
         assert proc.returncode == 2, (what, proc.stderr[-2000:])
         assert proc.stderr.count("multiexport: error:") == 1 and "Traceback" not in proc.stderr, (what, proc.stderr)
         errors[what] = said(proc)

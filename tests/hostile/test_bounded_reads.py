@@ -77,7 +77,7 @@ def _special(kind: str, where):
 def test_report_and_diff_refuse_a_special_file_at_once(command, kind, seed_results, sandbox):
     path = _special(kind, sandbox.root)
     sandbox.rebase()
-    args = ["report", path, "--out", sandbox.root / "r"] if command == "report" else ["diff", seed_results, path]
+    args = ["report", path, "--out-dir", sandbox.root / "r"] if command == "report" else ["diff", seed_results, path]
     proc = _cli(sandbox, *args)  # before: report on /dev/zero grew without bound, a FIFO hung forever
     what = "a FIFO" if kind == "fifo" else "a character device"
     assert_one_line(proc, 2, str(path), what)
@@ -129,7 +129,7 @@ def test_deep_json_in_dtypes_is_one_line(artifact, sandbox):
 def test_deep_json_in_a_results_json_is_one_line(command, seed_results, sandbox):
     path = sandbox.root / "deep.json"
     path.write_text(DEEP)
-    args = ["report", path, "--out", sandbox.root / "r"] if command == "report" else ["diff", seed_results, path]
+    args = ["report", path, "--out-dir", sandbox.root / "r"] if command == "report" else ["diff", seed_results, path]
     proc = sandbox.main(*args)
     assert_one_line(proc, 2, str(path), "nested deeper than 64 levels")
 

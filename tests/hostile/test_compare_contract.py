@@ -40,8 +40,8 @@ def test_a_target_that_calls_sys_exit_while_traced_is_one_line_and_exit_2(sandbo
                     "def f(x):\n    sys.exit(0)\n"
                     "target = Target(f, args=(np.ones(3, np.float32),), name='bye')\n")
     sandbox.rebase()
-    for args in (["signature", f"{path}:target"], ["export", f"{path}:target", "--out", sandbox.root / "a"],
-                 ["compare", f"{path}:target", "--backends", "xla", "--no-bench", "--out", sandbox.root / "o"]):
+    for args in (["signature", f"{path}:target"], ["export", f"{path}:target", "--out-dir", sandbox.root / "a"],
+                 ["compare", f"{path}:target", "--backends", "xla", "--no-bench", "--out-dir", sandbox.root / "o"]):
         proc = sandbox.main(*args)
         assert_one_line(proc, 2, "Target 'bye' | fn called sys.exit(0) while being traced")
     assert not (sandbox.root / "a").exists() and not (sandbox.root / "o" / "results.json").exists()
@@ -51,7 +51,7 @@ def test_a_target_that_calls_sys_exit_while_traced_is_one_line_and_exit_2(sandbo
 def test_a_target_file_that_calls_sys_exit_is_one_line_from_compare(sandbox):
     path = sandbox.root / "script.py"
     path.write_text("import sys\nsys.exit(0)\n")
-    proc = sandbox.main("compare", f"{path}:target", "--backends", "xla", "--no-bench", "--out", sandbox.root / "o")
+    proc = sandbox.main("compare", f"{path}:target", "--backends", "xla", "--no-bench", "--out-dir", sandbox.root / "o")
     assert_one_line(proc, 2, "called sys.exit(0)")
     assert not (sandbox.root / "o").exists()
 
@@ -62,7 +62,7 @@ def test_a_target_that_fails_to_build_leaves_no_early_worker_behind(sandbox):
     path = sandbox.root / "broken.py"
     path.write_text("def target():\n    raise FileNotFoundError('checkpoint.msgpack not found')\n")
     sandbox.rebase()
-    proc = sandbox.cli("compare", f"{path}:target", "--backends", "xla", "--out", sandbox.root / "o")
+    proc = sandbox.cli("compare", f"{path}:target", "--backends", "xla", "--out-dir", sandbox.root / "o")
     assert_one_line(proc, 2, "checkpoint.msgpack not found")
     assert sandbox.tmp_left() == []
     sandbox.assert_untouched()
@@ -139,11 +139,11 @@ def test_markup_in_leaf_and_target_names_prints_as_text_in_run_and_compare(sandb
     path = sandbox.root / "markup.py"
     path.write_text(MARKUP)
     art = sandbox.root / "a"
-    assert sandbox.main("export", f"{path}:target", "--out", art).returncode == 0
+    assert sandbox.main("export", f"{path}:target", "--out-dir", art).returncode == 0
     proc = sandbox.main("run", art)
     assert proc.returncode == 0, proc.stderr
     assert "out.[/]" in proc.stdout and "[bold red]x" in proc.stdout
-    proc = sandbox.main("compare", f"{path}:target", "--backends", "xla", "--no-bench", "--out", sandbox.root / "o")
+    proc = sandbox.main("compare", f"{path}:target", "--backends", "xla", "--no-bench", "--out-dir", sandbox.root / "o")
     assert proc.returncode == 0, proc.stderr
     assert "[bold]x[/]" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
 
@@ -213,14 +213,14 @@ def test_export_refuses_unknown_platforms_before_writing(platforms, sandbox):
 
 
 def test_cli_export_platforms_bogus_is_one_line(sandbox):
-    proc = sandbox.main("export", "--platforms", "bogus", "--out", sandbox.root / "a")
+    proc = sandbox.main("export", "--platforms", "bogus", "--out-dir", sandbox.root / "a")
     assert_one_line(proc, 2, "Option 'platforms' | got bogus")
     assert not (sandbox.root / "a").exists()
 
 
 def test_a_bad_option_creates_no_output_directory(sandbox):
     for opts in (["--tol", "out=rtol:inf"], ["--timeout", "nan"], ["--seed", "-1"], ["--max-slowdown", "0"]):
-        proc = sandbox.main("compare", "--backends", "xla", "--out", sandbox.root / "o", *opts)
+        proc = sandbox.main("compare", "--backends", "xla", "--out-dir", sandbox.root / "o", *opts)
         assert_one_line(proc, 2)
         assert not (sandbox.root / "o").exists(), opts
 

@@ -59,7 +59,7 @@ def test_a_huge_integer_where_a_float_goes_is_one_line(bench_results, tmp_path):
     data["backends"]["xla"]["bench"]["load_s"] = 10**400
     path = tmp_path / "big.json"
     path.write_text(json.dumps(data))
-    for args in (["report", path, "--out", tmp_path / "r"], ["diff", path, path]):
+    for args in (["report", path, "--out-dir", tmp_path / "r"], ["diff", path, path]):
         proc = run_main(*args, tmp=tmp_path)  # before: OverflowError, exit 70
         assert_one_line(proc, 2, "backends.xla.bench.load_s", "integer of 401 digits")
 
@@ -167,6 +167,6 @@ def test_a_full_disk_on_the_command_line_is_exit_2_in_one_line(sandbox, small_di
     out = small_disk / "out"
     args = (["compare", "multiexport.examples:seed", "--backends", "xla", "--trials", "1", "--no-bench"]
             if command == "compare" else ["export", "multiexport.examples:seed", "--backend", "xla"])
-    proc = sandbox.cli(*args, "--out", out)
+    proc = sandbox.cli(*args, "--out-dir", out)
     # export names the directory it stages in, beside out
     assert_one_line(proc, 2, f"Output '{out if command == 'compare' else small_disk}'", "no space left")

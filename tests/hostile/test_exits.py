@@ -62,7 +62,7 @@ def targets(sandbox) -> Path:
 
 def _compare(sandbox, spec: str, code: int = 0, *extra):
     out = sandbox.root / "o"
-    proc = sandbox.cli("compare", spec, "--backends", "xla", "--no-bench", "--out", out, *extra,
+    proc = sandbox.cli("compare", spec, "--backends", "xla", "--no-bench", "--out-dir", out, *extra,
                        env={"HOSTILE_EXIT": str(code)})
     return proc, out
 
@@ -97,7 +97,7 @@ def test_a_memory_error_in_a_worker_is_out_of_memory(sandbox, targets):
 def test_a_late_usage_error_leaves_no_new_output_directory(sandbox):
     """A tolerance naming no output leaf is found once the signature is built, after --out was claimed."""
     out = sandbox.root / "new" / "o"
-    proc = sandbox.cli("compare", "multiexport.examples:seed", "--backends", "xla", "--no-bench", "--out", out,
+    proc = sandbox.cli("compare", "multiexport.examples:seed", "--backends", "xla", "--no-bench", "--out-dir", out,
                        "--tol", "no_such_leaf=rtol:1e-3")
     assert_one_line(proc, 2, "no_such_leaf")
     assert not out.exists()
@@ -129,7 +129,7 @@ def test_a_real_oom_kill_under_cgroup_v1_is_out_of_memory(sandbox, targets):
         out = sandbox.root / "o"
         script = f'echo $$ > {group}/cgroup.procs && exec "$@"'
         proc = subprocess.run(["sh", "-c", script, "sh", sys.executable, "-m", "multiexport", "compare",
-                               f"{targets}:allocates_in_worker", "--backends", "xla", "--no-bench", "--out", str(out)],
+                               f"{targets}:allocates_in_worker", "--backends", "xla", "--no-bench", "--out-dir", str(out)],
                               cwd=REPO, capture_output=True, text=True, timeout=300,
                               env={**os.environ, "TMPDIR": str(sandbox.tmp)})
         assert proc.returncode == 3, proc.stderr

@@ -41,7 +41,7 @@ def test_an_impossible_p50_is_refused_naming_the_field(command, value, timed, tm
     data = copy.deepcopy(timed)
     data["backends"]["xla"]["bench"]["sizes"][0]["latency"]["p50_ms"] = value
     path = _write(tmp_path, data)
-    args = ["report", path, "--out", tmp_path / "r"] if command == "report" else ["diff", path, path]
+    args = ["report", path, "--out-dir", tmp_path / "r"] if command == "report" else ["diff", path, path]
     proc = run_main(*args, tmp=tmp_path)  # before: exit 0, and a NaN p50 was "the fastest faithful backend"
     assert_one_line(proc, 2, "backends.xla.bench.sizes[0].latency.p50_ms", "expected a finite latency >= 0 ms")
     assert not (tmp_path / "r").exists()
@@ -52,7 +52,7 @@ def test_a_nan_ratio_in_the_pairing_is_refused(timed, tmp_path):
     data["pairing"] = {"mode": "paired", "reason": "", "rounds": 3, "slice_s": 0.1,
                        "ratios": [{"batch": None, "faster": "xla", "slower": "jax", "ratio": "nan", "ci95_low": 1.0,
                                    "ci95_high": 1.1, "significant": True}]}
-    proc = run_main("report", _write(tmp_path, data), "--out", tmp_path / "r", tmp=tmp_path)
+    proc = run_main("report", _write(tmp_path, data), "--out-dir", tmp_path / "r", tmp=tmp_path)
     assert_one_line(proc, 2, "pairing.ratios[0].ratio")
 
 
@@ -65,7 +65,7 @@ def test_any_latency_figure_is_read_or_refused_in_one_line(timed, tmp_path, fiel
     latency = data["backends"]["xla"]["bench"]["sizes"][0]["latency"]
     latency[field] = value if math.isfinite(value) else str(value)
     path = _write(tmp_path, data)
-    proc = run_main("report", path, "--out", tmp_path / "r", tmp=tmp_path)
+    proc = run_main("report", path, "--out-dir", tmp_path / "r", tmp=tmp_path)
     assert proc.returncode in (0, 2), proc.stderr
     possible = math.isfinite(value) and value >= 0 and latency["min_ms"] <= latency["p50_ms"] <= latency["max_ms"]
     assert (proc.returncode == 0) == possible, proc.stderr
@@ -81,7 +81,7 @@ def _big_endian_npz(path, dtype=">i4"):
 def test_a_big_endian_inputs_file_is_read_as_its_numbers(artifact, sandbox):
     path = _big_endian_npz(sandbox.root / "be.npz")
     out = sandbox.root / "out.npz"
-    proc = sandbox.main("run", artifact, "--inputs", path, "--out", out)
+    proc = sandbox.main("run", artifact, "--inputs", path, "--save-outputs", out)
     assert proc.returncode == 0, proc.stderr  # before: "Input 'foo.baz' | got int32, expected int32"
     assert int(np.load(out)["out"]) == 45
 

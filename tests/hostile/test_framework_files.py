@@ -39,7 +39,7 @@ def test_onnx_export_and_run_write_no_telemetry(sandbox, home):
     art = sandbox.root / "onnx"
     # ONNX Runtime writes under $XDG_CACHE_HOME when it is set (a CI runner may set it), else under ~/.cache
     env = {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache")}
-    proc = sandbox.cli("export", "multiexport.examples:seed", "--backend", "onnx", "--out", art, env=env)
+    proc = sandbox.cli("export", "multiexport.examples:seed", "--backend", "onnx", "--out-dir", art, env=env)
     assert proc.returncode == 0, proc.stderr
 
     # The control first, in a home and TMPDIR of its own: the documented switch gives the runtime its own
@@ -68,7 +68,7 @@ def test_onnx_export_and_run_write_no_telemetry(sandbox, home):
 def test_a_tensorflow_export_leaves_no_autograph_files(sandbox, home, backend):
     if not _available(backend):
         pytest.skip(f"{backend} backend not installed")
-    proc = sandbox.cli("export", "multiexport.examples:seed", "--backend", backend, "--out",
+    proc = sandbox.cli("export", "multiexport.examples:seed", "--backend", backend, "--out-dir",
                        sandbox.root / backend, env={"HOME": str(home)})
     assert proc.returncode == 0, proc.stderr
     assert _left(home, sandbox.tmp) == []  # before: one __autograph_generated_file*.py per export

@@ -55,7 +55,7 @@ def target(tmp_path):
 
 def test_a_compare_leaves_no_process_its_target_started(tmp_path, target):
     proc = run_cli("compare", tmp_path / "spawner.py:build", "--backends", "xla", "--no-bench", "--trials", "1",
-                   "--out", tmp_path / "out")
+                   "--out-dir", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _running(target) == []
 
@@ -64,6 +64,6 @@ def test_a_sweep_leaves_no_process_its_targets_started(tmp_path, target):
     spec = tmp_path / "s.toml"
     spec.write_text('[sweep]\nbackends = ["xla"]\nargs = ["--no-bench", "--trials", "1"]\n'
                     '[[target]]\ntarget = "spawner.py:build"\nname = "spawner"\n')
-    proc = run_cli("sweep", spec, "--out", tmp_path / "out")
+    proc = run_cli("sweep", spec, "--out-dir", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _running(target) == []

@@ -52,7 +52,7 @@ def test_export_replaces_its_own_artifact_and_touches_nothing_else(artifact, san
 def test_the_cli_export_into_a_user_directory_is_one_line_and_exit_2(sandbox):
     (sandbox.user / "manifest.json").write_text("{}")
     sandbox.rebase()
-    proc = sandbox.main("export", "--out", sandbox.user)
+    proc = sandbox.main("export", "--out-dir", sandbox.user)
     assert_one_line(proc, 2, str(sandbox.user), "not a multiexport artifact")
     sandbox.assert_untouched()
 
@@ -78,15 +78,15 @@ def test_a_target_named_dot_dot_slash_lands_inside_the_default_output_directory(
 
 def test_out_that_is_a_file_is_refused_and_the_file_kept(sandbox):
     f = sandbox.user / "notes.txt"
-    for args in (["export", "--out", f], ["compare", "--backends", "xla", "--no-bench", "--out", f]):
+    for args in (["export", "--out-dir", f], ["compare", "--backends", "xla", "--no-bench", "--out-dir", f]):
         proc = sandbox.main(*args)
         assert_one_line(proc, 2, str(f), "is a file")
     sandbox.assert_untouched()
 
 
 def test_run_out_that_is_a_directory_is_one_line(artifact, sandbox):
-    proc = sandbox.main("run", artifact, "--out", sandbox.user)
-    assert_one_line(proc, 2, "--out", str(sandbox.user), "is a directory, expected a file name")
+    proc = sandbox.main("run", artifact, "--save-outputs", sandbox.user)
+    assert_one_line(proc, 2, "--save-outputs", str(sandbox.user), "is a directory, expected a file name")
     sandbox.assert_untouched()
 
 
@@ -128,7 +128,7 @@ def test_a_read_only_output_is_one_line_naming_it_before_the_export_works(sandbo
 @pytest.mark.subprocess
 def test_two_exports_into_one_directory_at_once_one_wins_one_is_refused(sandbox):
     out = sandbox.root / "a"
-    procs = [subprocess.Popen([sys.executable, "-m", "multiexport", "export", "--out",
+    procs = [subprocess.Popen([sys.executable, "-m", "multiexport", "export", "--out-dir",
                                str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     done = [(p, *p.communicate(timeout=300)) for p in procs]
@@ -202,10 +202,10 @@ def test_a_full_file_system_is_refused_before_the_export_works(sandbox, monkeypa
 @pytest.mark.parametrize("command", ["export", "compare", "run", "report"])
 def test_an_output_path_under_a_file_is_one_line(command, artifact, seed_results, sandbox):
     under = sandbox.user / "notes.txt" / "sub"
-    args = {"export": ["export", "--out", under],
-            "compare": ["compare", "--backends", "xla", "--no-bench", "--out", under],
-            "run": ["run", artifact, "--out", f"{under}.npz"],
-            "report": ["report", seed_results, "--out", under]}[command]
+    args = {"export": ["export", "--out-dir", under],
+            "compare": ["compare", "--backends", "xla", "--no-bench", "--out-dir", under],
+            "run": ["run", artifact, "--save-outputs", f"{under}.npz"],
+            "report": ["report", seed_results, "--out-dir", under]}[command]
     proc = sandbox.main(*args)
     assert_one_line(proc, 2, "notes.txt")
     sandbox.assert_untouched()
@@ -233,7 +233,7 @@ def test_compare_refuses_a_user_directory_holding_a_downloaded_results_json(seed
     shutil.copy(seed_results, project / "results.json")
     (project / "report.md").write_text("my own report")
     sandbox.rebase()
-    proc = sandbox.main("compare", "--backends", "xla", "--no-bench", "--out", project)
+    proc = sandbox.main("compare", "--backends", "xla", "--no-bench", "--out-dir", project)
     assert_one_line(proc, 2, str(project), "was not written by `multiexport compare`")
     assert (project / "report.md").read_text() == "my own report"
     sandbox.assert_untouched()
@@ -241,7 +241,7 @@ def test_compare_refuses_a_user_directory_holding_a_downloaded_results_json(seed
 
 def test_compare_reuses_its_own_output_directory(sandbox):
     out = sandbox.root / "o"
-    assert sandbox.main("compare", "--backends", "xla", "--no-bench", "--out", out).returncode == 0
-    proc = sandbox.main("compare", "--backends", "xla", "--no-bench", "--out", out)
+    assert sandbox.main("compare", "--backends", "xla", "--no-bench", "--out-dir", out).returncode == 0
+    proc = sandbox.main("compare", "--backends", "xla", "--no-bench", "--out-dir", out)
     assert proc.returncode == 0, proc.stderr
     assert (out / "results.json").is_file()

@@ -34,13 +34,13 @@ def results(seed_results, sandbox) -> Path:
 # -- reports ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["report.md", "report.html"])
-@pytest.mark.parametrize("where", ["default", "--out"])
+@pytest.mark.parametrize("where", ["default", "--out-dir"])
 def test_report_never_overwrites_a_report_multiexport_did_not_write(results, sandbox, name, where):
     out = results.parent if where == "default" else sandbox.root / "elsewhere"
     out.mkdir(exist_ok=True)
     (out / name).write_text(MINE)
     sandbox.rebase()
-    args = ("report", results) if where == "default" else ("report", results, "--out", out)
+    args = ("report", results) if where == "default" else ("report", results, "--out-dir", out)
     proc = sandbox.main(*args)
     assert_one_line(proc, 2, str(out / name), "did not write")
     assert (out / name).read_text() == MINE
@@ -102,16 +102,16 @@ def test_export_never_replaces_an_artifact_whose_files_the_user_edited(artifact,
         data += b"my addition"
     path.write_bytes(bytes(data))
     sandbox.rebase()
-    proc = sandbox.main("export", "--backend", "xla", "--out", artifact)
+    proc = sandbox.main("export", "--backend", "xla", "--out-dir", artifact)
     assert_one_line(proc, 2, str(artifact), name, "not what its export wrote")
     assert path.read_bytes() == bytes(data)
     sandbox.assert_untouched()
 
 
 def test_export_replaces_its_own_untouched_artifact(artifact, sandbox):
-    proc = sandbox.main("export", "--backend", "xla", "--out", artifact)
+    proc = sandbox.main("export", "--backend", "xla", "--out-dir", artifact)
     assert proc.returncode == 0, proc.stderr
-    proc = sandbox.main("export", "--backend", "xla", "--out", artifact)
+    proc = sandbox.main("export", "--backend", "xla", "--out-dir", artifact)
     assert proc.returncode == 0, proc.stderr
     sandbox.assert_untouched("art")
 
@@ -135,7 +135,7 @@ def test_a_forged_inventory_never_deletes_a_users_file(artifact, sandbox, forger
 
     edit_manifest(artifact, forge)
     sandbox.rebase()
-    proc = sandbox.main("export", "--backend", "xla", "--out", artifact)
+    proc = sandbox.main("export", "--backend", "xla", "--out-dir", artifact)
     assert_one_line(proc, 2, str(artifact))
     assert os.path.lexists(notes)
     sandbox.assert_untouched()
@@ -159,12 +159,12 @@ def test_out_never_overwrites_an_npz_multiexport_did_not_write(artifact, sandbox
     np.savez(mine, answer=np.arange(3))
     before = mine.read_bytes()
     sandbox.rebase()
-    proc = sandbox.main(command, artifact, "--out", mine)
+    proc = sandbox.main(command, artifact, "--save-outputs", mine)
     assert_one_line(proc, 2, str(mine), "did not write")
     assert mine.read_bytes() == before
     ours = sandbox.root / "out.npz"
     for _ in range(2):  # its own output is replaced
-        proc = sandbox.main(command, artifact, "--out", ours)
+        proc = sandbox.main(command, artifact, "--save-outputs", ours)
         assert proc.returncode == 0, proc.stderr
     assert int(np.load(ours)["out"]) == 45
     sandbox.assert_untouched("out.npz")
@@ -186,7 +186,7 @@ def test_report_screenshot_replaces_its_own_picture(results, tmp_path):
 
     if find_browser() is None:
         pytest.skip("no Chromium on PATH")
-    proc = run_main("report", results, "--out", tmp_path)
+    proc = run_main("report", results, "--out-dir", tmp_path)
     assert proc.returncode == 0, proc.stderr
     shot = tmp_path / "shot.png"
     for _ in range(2):

@@ -232,7 +232,7 @@ def test_a_signal_to_native_kills_iree_benchmark_module_too(sandbox, seed_iree, 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_during_export_exits_128_plus_n_and_leaves_no_staging_or_lock(sandbox, hostile, signum):
     out = sandbox.root / "arts" / "seed"
-    run = _start_in(sandbox, ["export", f"{hostile}:export_hangs", "--backend", "xla", "--out", out],
+    run = _start_in(sandbox, ["export", f"{hostile}:export_hangs", "--backend", "xla", "--out-dir", out],
                     HOSTILE_STAGING_IN=out.parent)
     try:
         run.wait_for(_hanging(_pid_file(sandbox), "export"), "the export in its staging directory")
@@ -252,7 +252,7 @@ def test_a_signal_while_compare_builds_the_target_stops_its_workers_and_removes_
     """The paired workers start before the target is built, and the factory cache is made for it (a temporary
     one: with MULTIEXPORT_BUILD_CACHE=off, the kept one is not this command's to remove)."""
     out = sandbox.root / "o"
-    run = _start_in(sandbox, ["compare", f"{hostile}:factory_hangs", "--backends", "xla", "--out", out],
+    run = _start_in(sandbox, ["compare", f"{hostile}:factory_hangs", "--backends", "xla", "--out-dir", out],
                     MULTIEXPORT_BUILD_CACHE="off")
     try:
         run.wait_for(_hanging(_pid_file(sandbox), "factory"), "the factory running")
@@ -281,7 +281,7 @@ def test_a_sigkill_after_the_paired_workers_started_leaves_nothing_after_the_nex
     """kill -9 of compare: its paired workers died at once (before: they ended on their stdin's end, leaving
     multiexport-paired-* with the feeds, and the factory cache); the next command removes the temporaries."""
     out = sandbox.root / "o"
-    run = _start_in(sandbox, ["compare", f"{hostile}:factory_hangs", "--backends", "xla", "--out", out],
+    run = _start_in(sandbox, ["compare", f"{hostile}:factory_hangs", "--backends", "xla", "--out-dir", out],
                     MULTIEXPORT_BUILD_CACHE="off")  # the temporary factory cache, which a kill -9 leaves
     try:
         run.wait_for(_hanging(_pid_file(sandbox), "factory"), "the factory running")
@@ -301,7 +301,7 @@ def test_a_sigkill_during_an_export_kills_the_worker_at_once_and_the_next_run_re
     outlived the compare (and wrote into --out once the call returned). Now it dies with the compare; what
     it left in --out (its staging directory and lock) is removed by the next compare into that directory."""
     out = sandbox.root / "o"
-    run = _start_in(sandbox, ["compare", f"{hostile}:export_hangs", "--backends", "xla", "--no-bench", "--out", out],
+    run = _start_in(sandbox, ["compare", f"{hostile}:export_hangs", "--backends", "xla", "--no-bench", "--out-dir", out],
                     HOSTILE_STAGING_IN=out, HOSTILE_HOLD_GIL=1)
     try:
         run.wait_for(_hanging(_pid_file(sandbox), "export"), "the export worker in its staging directory")
@@ -310,7 +310,7 @@ def test_a_sigkill_during_an_export_kills_the_worker_at_once_and_the_next_run_re
         assert not run.survivors(), "the export worker outlived a kill -9 of the compare"
         assert not (out / "xla").exists()
         assert _hidden(out), "the test expects the killed export's staging directory and lock"
-        again = sandbox.cli("compare", "multiexport.examples:seed", "--backends", "xla", "--no-bench", "--out", out)
+        again = sandbox.cli("compare", "multiexport.examples:seed", "--backends", "xla", "--no-bench", "--out-dir", out)
         assert again.returncode == 0, again.stderr
         assert _hidden(out) == []
         assert sandbox.tmp_left() == []
@@ -320,7 +320,7 @@ def test_a_sigkill_during_an_export_kills_the_worker_at_once_and_the_next_run_re
 
 def test_ctrl_c_during_an_export_leaves_no_staging_or_lock_in_out(sandbox, hostile):
     out = sandbox.root / "o"
-    run = _start_in(sandbox, ["compare", f"{hostile}:export_hangs", "--backends", "xla", "--no-bench", "--out", out],
+    run = _start_in(sandbox, ["compare", f"{hostile}:export_hangs", "--backends", "xla", "--no-bench", "--out-dir", out],
                     HOSTILE_STAGING_IN=out)
     try:
         run.wait_for(_hanging(_pid_file(sandbox), "export"), "the export worker in its staging directory")
@@ -341,7 +341,7 @@ def test_a_second_compare_into_the_same_out_is_refused_naming_the_first(sandbox,
     """With --out, and without: both then default to ./multiexport-out/<target name> (two CI jobs in one
     checkout), so the lock must hold there too."""
     out = sandbox.root / "o" if given else sandbox.root / "multiexport-out" / "seed"
-    where = ["--out", out] if given else []
+    where = ["--out-dir", out] if given else []
     first = _start_in(sandbox, ["compare", f"{hostile}:export_hangs", "--backends", "xla", "--no-bench", *where],
                       cwd=sandbox.root, HOSTILE_STAGING_IN=out)
     try:
@@ -363,7 +363,7 @@ def test_a_lock_left_by_a_dead_compare_is_taken_over(sandbox):
     out.mkdir()
     (out / ".multiexport-run").write_text('{"state": "running", "pid": 999999999}\n')
     (out / ".multiexport-lock").write_text("999999999\n")  # its holder is gone: the kernel's lock went with it
-    done = sandbox.cli("compare", "multiexport.examples:seed", "--backends", "xla", "--no-bench", "--out", out)
+    done = sandbox.cli("compare", "multiexport.examples:seed", "--backends", "xla", "--no-bench", "--out-dir", out)
     assert done.returncode == 0, done.stderr
     assert not (out / ".multiexport-lock").exists()
 
@@ -374,7 +374,7 @@ def test_a_link_planted_at_the_export_lock_creates_nothing_where_it_points(sandb
     victim = sandbox.user / "created-by-multiexport"
     (out.parent / ".seed.multiexport-lock").symlink_to(victim)
     sandbox.rebase()
-    done = sandbox.main("export", "multiexport.examples:seed", "--backend", "xla", "--out", out)
+    done = sandbox.main("export", "multiexport.examples:seed", "--backend", "xla", "--out-dir", out)
     assert_one_line(done, 2, ".seed.multiexport-lock", "symbolic link")
     assert not victim.exists()
     sandbox.assert_untouched()
@@ -397,7 +397,7 @@ def test_a_paired_worker_hanging_in_prepare_is_stopped_at_the_timeout_given(sand
     """))
     out = sandbox.root / "o"
     done = _start_in(sandbox, ["compare", f"{target}:target", "--backends", "xla,xla_hang", "--timeout", "20",
-                               "--bench-time", "0.05", "--rounds", "2", "--out", out])
+                               "--bench-time", "0.05", "--rounds", "2", "--out-dir", out])
     try:
         _, err = _finish(done.proc, timeout=200)  # before: 900 s at the prepare alone
         assert done.proc.returncode == 3, err
@@ -410,7 +410,7 @@ def test_a_paired_worker_hanging_in_prepare_is_stopped_at_the_timeout_given(sand
 
 # -- the working directory ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("out", [["--out", "o"], []], ids=["relative-out", "default-out"])
+@pytest.mark.parametrize("out", [["--out-dir", "o"], []], ids=["relative-out", "default-out"])
 def test_a_factory_that_changes_the_working_directory_moves_neither_out_nor_the_target(sandbox, hostile, out):
     """The factory's os.chdir moved a relative --out (and the default one) into its own directory, and the
     export workers, started there, could not find the relative TARGET file."""

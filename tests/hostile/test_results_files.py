@@ -96,7 +96,7 @@ def test_a_directory_as_inputs_says_it_is_a_directory(artifact, sandbox):
 def test_an_empty_npz_names_the_leaves_it_lacks(artifact, sandbox):
     path = _zip(sandbox.root / "in.npz", {})
     for args in (["run", artifact, "--inputs", path],
-                 ["compare", "--backends", "xla", "--no-bench", "--out", sandbox.root / "o", "--inputs", path]):
+                 ["compare", "--backends", "xla", "--no-bench", "--out-dir", sandbox.root / "o", "--inputs", path]):
         proc = sandbox.main(*args)
         assert_one_line(proc, 2, "Input 'foo.ba", "| got nothing, expected an array")
     assert not (sandbox.root / "o" / "results.json").exists()
@@ -126,7 +126,7 @@ WRONG_TYPES = {
 def test_report_and_diff_of_a_results_json_with_wrong_types_is_one_line(label, seed_results, sandbox):
     bad = _edit_results(seed_results, sandbox.root / "r.json", WRONG_TYPES[label])
     sandbox.rebase()
-    proc = sandbox.main("report", bad, "--out", sandbox.root / "rep")
+    proc = sandbox.main("report", bad, "--out-dir", sandbox.root / "rep")
     assert_one_line(proc, 2, str(bad))
     assert not (sandbox.root / "rep").exists()
     proc = sandbox.main("diff", seed_results, bad)
@@ -147,14 +147,14 @@ WRONG_VALUES = {
 @pytest.mark.parametrize("label", list(WRONG_VALUES))
 def test_report_of_a_results_json_with_values_it_cannot_draw_is_one_line(label, seed_results, sandbox):
     bad = _edit_results(seed_results, sandbox.root / "r.json", WRONG_VALUES[label])
-    proc = sandbox.main("report", bad, "--out", sandbox.root / "rep")
+    proc = sandbox.main("report", bad, "--out-dir", sandbox.root / "rep")
     assert_one_line(proc, 2, str(bad))
 
 
 def test_a_baseline_that_is_not_a_results_json_is_refused_before_the_compare(sandbox):
     bad = sandbox.root / "base.json"
     bad.write_text("{nope")
-    proc = sandbox.main("compare", "--backends", "xla", "--no-bench", "--out", sandbox.root / "o", "--baseline", bad)
+    proc = sandbox.main("compare", "--backends", "xla", "--no-bench", "--out-dir", sandbox.root / "o", "--baseline", bad)
     assert_one_line(proc, 2, str(bad), "unreadable")
     assert not (sandbox.root / "o" / "results.json").exists()
 
@@ -184,7 +184,7 @@ def _raw(text: str) -> list[str]:
 
 def test_report_md_and_html_escape_target_leaf_reason_and_environment(seed_results, sandbox):
     evil = _edit_results(seed_results, sandbox.root / "evil.json", _evil)
-    proc = sandbox.main("report", evil, "--out", sandbox.root / "rep")
+    proc = sandbox.main("report", evil, "--out-dir", sandbox.root / "rep")
     assert proc.returncode == 0, proc.stderr
     md = (sandbox.root / "rep" / "report.md").read_text()
     page = (sandbox.root / "rep" / "report.html").read_text()

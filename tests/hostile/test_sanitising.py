@@ -66,7 +66,7 @@ def test_names_and_a_converter_message_are_shown_escaped_everywhere(colourful, s
     target = sandbox.root / "evil.py"
     target.write_text(TARGET)
     out = sandbox.root / "out"
-    proc = sandbox.main("compare", target, "--backends", "xla,xla_colourful", "--out", out, "--trials", "1",
+    proc = sandbox.main("compare", target, "--backends", "xla,xla_colourful", "--out-dir", out, "--trials", "1",
                         "--no-bench", "--allow-fail", "xla_colourful")
     assert proc.returncode == 0, proc.stderr
     for text, where in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
@@ -80,7 +80,7 @@ def test_names_and_a_converter_message_are_shown_escaped_everywhere(colourful, s
     assert "https\\://evil.example" in md and "https://evil.example" not in md  # not a GitHub autolink
     _no_raw_controls((out / "report.html").read_text(), "report.html")
 
-    rep = sandbox.main("report", out / "results.json", "--out", sandbox.root / "again")
+    rep = sandbox.main("report", out / "results.json", "--out-dir", sandbox.root / "again")
     assert rep.returncode == 0, rep.stderr
     _no_raw_controls((sandbox.root / "again" / "report.md").read_text(), "report.md (report)")
 
@@ -98,7 +98,7 @@ def test_a_coloured_message_in_a_crafted_results_json_is_escaped_in_reports(seed
     data["backends"]["xla"]["status"] = "export-failed"
     path = sandbox.root / "crafted.json"
     path.write_text(json.dumps(data))
-    proc = sandbox.main("report", path, "--out", sandbox.root / "r")
+    proc = sandbox.main("report", path, "--out-dir", sandbox.root / "r")
     assert proc.returncode == 0, proc.stderr
     _no_raw_controls(proc.stdout, "stdout")
     for name in ("report.md", "report.html"):

@@ -57,7 +57,7 @@ def hanging_export_target(sandbox):
 def test_sigterm_during_an_export_worker_stops_it_writes_results_and_cleans_up(sandbox, hanging_export_target):
     pid_file = sandbox.root.parent / "worker.pid"
     out = sandbox.root / "o"
-    proc = _start(["compare", f"{hanging_export_target}:target", "--backends", "xla", "--no-bench", "--out", out],
+    proc = _start(["compare", f"{hanging_export_target}:target", "--backends", "xla", "--no-bench", "--out-dir", out],
                   {"TMPDIR": str(sandbox.tmp), "HOSTILE_PID_FILE": str(pid_file)})
     worker = _wait_file(pid_file)
     proc.send_signal(signal.SIGTERM)
@@ -83,7 +83,7 @@ def test_a_worker_killed_from_outside_with_sigkill_is_killed_not_out_of_memory(s
     """))
     pid_file = sandbox.root.parent / "worker.pid"
     out = sandbox.root / "o"
-    proc = _start(["compare", f"{target}:target", "--backends", "xla_hang", "--no-bench", "--out", out],
+    proc = _start(["compare", f"{target}:target", "--backends", "xla_hang", "--no-bench", "--out-dir", out],
                   {"TMPDIR": str(sandbox.tmp), "MULTIEXPORT_TEST_PID_FILE": str(pid_file)})
     worker = _wait_file(pid_file)
     os.kill(worker, signal.SIGKILL)
@@ -107,7 +107,7 @@ def _sigkill_compare_during_an_export(sandbox, out, keep=()) -> None:
         target = seed
     """))
     pid_file = sandbox.root.parent / "worker.pid"
-    proc = _start(["compare", f"{target}:target", "--backends", "xla_hang", "--no-bench", "--out", out],
+    proc = _start(["compare", f"{target}:target", "--backends", "xla_hang", "--no-bench", "--out-dir", out],
                   {"TMPDIR": str(sandbox.tmp), "MULTIEXPORT_TEST_PID_FILE": str(pid_file)})
     worker = _wait_file(pid_file)
     proc.kill()

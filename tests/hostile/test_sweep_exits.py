@@ -76,7 +76,7 @@ def test_an_unreachable_ray_address_is_one_line_within_seconds(tmp_path):
         port = s.getsockname()[1]
     spec = tmp_path / "s.toml"
     spec.write_text('[sweep]\nbackends = ["xla"]\n[[target]]\ntarget = "multiexport.examples:seed"\nname = "seed"\n')
-    proc = subprocess.run([sys.executable, "-m", "multiexport", "sweep", str(spec), "--out", str(tmp_path / "out"),
+    proc = subprocess.run([sys.executable, "-m", "multiexport", "sweep", str(spec), "--out-dir", str(tmp_path / "out"),
                            "--executor", "ray", "--ray-address", f"127.0.0.1:{port}"], cwd=REPO, capture_output=True,
                           text=True, timeout=120)  # before: ray.init retried for minutes
     proc.stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("[sweep] "))
@@ -96,7 +96,7 @@ def test_sigterm_while_ray_starts_is_a_stop_never_the_target_s_sys_exit(tmp_path
     tmp = tempfile.mkdtemp(prefix="mx-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     try:
         with open(tmp_path / "err", "w") as err_file:
-            proc = subprocess.Popen([sys.executable, "-m", "multiexport", "sweep", str(spec), "--out",
+            proc = subprocess.Popen([sys.executable, "-m", "multiexport", "sweep", str(spec), "--out-dir",
                                      str(tmp_path / "out"), "--executor", "ray"], cwd=REPO, stdout=subprocess.DEVNULL,
                                     stderr=err_file, env={**os.environ, "TMPDIR": tmp})
             try:  # the local cluster's GCS server started (its session lives in our TMPDIR): ray.init is under way

@@ -22,7 +22,7 @@ def test_a_target_that_looks_like_a_flag_is_refused_not_replaced_by_the_built_in
     """Before: compare took it as a flag, ran its built-in example, and the row was done/ok under `mine`."""
     spec = tmp_path / "s.toml"
     spec.write_text(f'[sweep]\nbackends = ["xla"]\n[[target]]\ntarget = "{target}"\nname = "mine"\n')
-    for args in (("sweep", spec, "--list"), ("sweep", spec, "--out", tmp_path / "out")):
+    for args in (("sweep", spec, "--list"), ("sweep", spec, "--out-dir", tmp_path / "out")):
         assert_one_line(run_cli(*args), 2, "target 1.target", f"got {target!r}, which starts with '-'")
     assert not (tmp_path / "out").exists()
 
@@ -40,7 +40,7 @@ def test_list_lines_pasted_into_a_shell_run_the_compare_and_nothing_a_spec_smugg
     shell = subprocess.run(["bash", "-c", 'multiexport() { printf "%s\\n" "$@"; }\n' + command], cwd=tmp_path,
                            capture_output=True, text=True, timeout=60)
     assert shell.returncode == 0, shell.stderr
-    assert shell.stdout.splitlines() == ["compare", smuggled, "--out", "OUT/m", "--backends", "xla", "--tol", "1e-3"]
+    assert shell.stdout.splitlines() == ["compare", smuggled, "--out-dir", "OUT/m", "--backends", "xla", "--tol", "1e-3"]
     assert not list(tmp_path.glob("PWNED*"))
 
 
@@ -50,7 +50,7 @@ def test_resources_the_local_executor_cannot_honour_are_a_row_saying_so_never_ok
                     '[[target]]\ntarget = "multiexport.examples:seed"\nname = "elsewhere"\n'
                     'resources = { arch = "sparc64", cpus = 4096 }\n')
     out = tmp_path / "out"
-    proc = run_cli("sweep", spec, "--out", out)
+    proc = run_cli("sweep", spec, "--out-dir", out)
     assert proc.returncode == 3, proc.stderr[-3000:]
     row = json.loads((out / "summary.json").read_text())["elsewhere"]
     assert row["state"] == "unschedulable" and row["backends"] == {}
@@ -69,7 +69,7 @@ def test_a_spec_of_20000_targets_is_listed(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert len(lines) == 20_000 and lines[-1].split()[0] == "t19999"
-    assert shlex.split(lines[0])[1:] == ["multiexport", "compare", "m.py:build", "--out", "OUT/t0", "--backends",
+    assert shlex.split(lines[0])[1:] == ["multiexport", "compare", "m.py:build", "--out-dir", "OUT/t0", "--backends",
                                          "xla", "--no-bench"]
 
 

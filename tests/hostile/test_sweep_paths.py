@@ -48,7 +48,7 @@ def test_a_resume_through_a_linked_rows_directory_deletes_and_writes_nothing_out
     _sweep_dir(out)
     (out / "rows").rmdir()
     os.symlink(outside, out / "rows")
-    proc = run_cli("sweep", spec, "--out", out, "--resume")
+    proc = run_cli("sweep", spec, "--out-dir", out, "--resume")
     assert_one_line(proc, 2, "rows is a symbolic link", "nothing was changed")
     assert (outside / "seed" / "precious.txt").read_text() == "mine"
     assert sorted(p.name for p in outside.iterdir()) == ["seed"]
@@ -60,7 +60,7 @@ def test_a_resume_through_a_linked_row_directory_leaves_its_target_alone(tmp_pat
     spec, out, outside = _spec(tmp_path), tmp_path / "out", _victim(tmp_path)
     _sweep_dir(out)
     os.symlink(outside / "seed", out / "rows" / "seed")
-    proc = run_cli("sweep", spec, "--out", out, "--resume")
+    proc = run_cli("sweep", spec, "--out-dir", out, "--resume")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in (outside / "seed").iterdir()) == ["precious.txt"]
     assert (out / "rows" / "seed" / "results.json").is_file() and not (out / "rows" / "seed").is_symlink()
@@ -70,7 +70,7 @@ def test_a_history_link_in_the_sweep_directory_creates_no_database_elsewhere(tmp
     spec, out = _spec(tmp_path), tmp_path / "out"
     _sweep_dir(out)
     os.symlink(tmp_path / "elsewhere.sqlite", out / "history.sqlite")
-    proc = run_cli("sweep", spec, "--out", out, "--resume")
+    proc = run_cli("sweep", spec, "--out-dir", out, "--resume")
     assert_one_line(proc, 2, "history.sqlite is a symbolic link")
     assert not os.path.lexists(tmp_path / "elsewhere.sqlite")
     assert not (out / "rows" / "seed").exists()  # refused before any compare ran
@@ -82,7 +82,7 @@ def test_a_merge_copies_nothing_from_where_a_row_s_link_points(tmp_path):
     outside.mkdir()
     (outside / "results.json").write_text('{"secret": "not the sweep\'s"}')
     os.symlink(outside, shard / "rows" / "seed")
-    proc = run_cli("sweep", "--merge", shard, "--out", tmp_path / "all")
+    proc = run_cli("sweep", "--merge", shard, "--out-dir", tmp_path / "all")
     assert_one_line(proc, 2, "rows/seed is a symbolic link")
     assert not (tmp_path / "all" / "rows" / "seed" / "results.json").exists()
 
@@ -111,7 +111,7 @@ def test_a_multiexport_package_beside_a_spec_does_not_run_and_a_module_target_th
     (folder / "model.py").write_text("import numpy as np\nfrom multiexport import Target\n\n\ndef build():\n"
                                      "    return Target(lambda x: x * 2, args=(np.ones((2, 3), np.float32),))\n")
     out = tmp_path / "out"
-    proc = run_cli("sweep", spec, "--out", out)
+    proc = run_cli("sweep", spec, "--out-dir", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not (folder / "PWNED").exists()
     summary = json.loads((out / "summary.json").read_text())

@@ -61,7 +61,7 @@ def test_a_journal_line_nested_deep_or_holding_huge_numbers_is_skipped_not_a_cra
              json.dumps({**END, "seconds": 10 ** 400}), json.dumps({**END, "exit": 10 ** 30}),
              json.dumps({**END, "state": "done \x1b[2J<script>"}), json.dumps({**END, "attempts": 10 ** 20})]
     out = _sweep_dir(tmp_path / "s", journal="\n".join(lines) + "\n")
-    proc = run_cli("sweep", "--merge", out, "--out", tmp_path / "m")
+    proc = run_cli("sweep", "--merge", out, "--out-dir", tmp_path / "m")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert json.loads((tmp_path / "m" / "summary.json").read_text()) == {}  # no line was a row
     matrix = (tmp_path / "m" / "matrix.md").read_text()

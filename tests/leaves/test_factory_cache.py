@@ -100,7 +100,7 @@ def test_no_timed_worker_reads_or_writes_the_users_jax_compilation_cache(tmp_pat
     users.mkdir()
     env = {"JAX_COMPILATION_CACHE_DIR": str(users), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
-    proc = run_cli("compare", "--backends", "xla", "--trials", "1", "--bench-time", "0.05", "--out", tmp_path / "out",
+    proc = run_cli("compare", "--backends", "xla", "--trials", "1", "--bench-time", "0.05", "--out-dir", tmp_path / "out",
                    env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())

@@ -185,7 +185,7 @@ def test_printed_command_runs_under_env_i_from_the_artifact_directory(exported, 
            for r in manifest["native"]["results"] if r["kind"] == "leaf"}
     save_npz(tmp_path / "ex.npz", sig.example_feed())
     subprocess.run([sys.executable, "-m", "multiexport", "run", str(directory), "--inputs", str(tmp_path / "ex.npz"),
-                    "--out", str(tmp_path / "want.npz")], check=True, capture_output=True, timeout=600)
+                    "--save-outputs", str(tmp_path / "want.npz")], check=True, capture_output=True, timeout=600)
     _assert_same(backend, plugin, got, load_npz(tmp_path / "want.npz"), sig, f"{backend}/{name} printed command")
 
 

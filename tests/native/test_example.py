@@ -188,7 +188,7 @@ def test_the_readme_lines_for_examples_cpp_run_as_written(tmp_path):
         feed = {k: np.take(v, np.arange(n) % v.shape[0], axis=0) if k in batched else v for k, v in example.items()}
         np.savez(tmp_path / f"in{n}.npz", **feed)
         subprocess.run([sys.executable, "-m", "multiexport", "run", str(artifact), "--inputs", str(tmp_path / f"in{n}.npz"),
-                        "--out", str(tmp_path / f"out{n}.npz")], check=True, capture_output=True, timeout=600)
+                        "--save-outputs", str(tmp_path / f"out{n}.npz")], check=True, capture_output=True, timeout=600)
         want = dict(np.load(tmp_path / f"out{n}.npz"))
         assert {name for m, name in printed if m == n} == set(want)
         for name, value in want.items():

@@ -91,7 +91,7 @@ def _all_stopped(pids: Path) -> list[int]:
 
 def test_a_hanging_consumer_is_stopped_by_the_timeout_with_nothing_left_running(xla_artifact, hanging_plugin):
     plugin, pids = hanging_plugin
-    proc = _cli("native", xla_artifact, "--plugin", plugin, "--timeout", "3")
+    proc = _cli("native", xla_artifact, "--pjrt-plugin", plugin, "--timeout", "3")
     assert proc.returncode == 3, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -102,7 +102,7 @@ def test_a_hanging_consumer_is_stopped_by_the_timeout_with_nothing_left_running(
 def test_a_bundle_whose_proving_run_hangs_is_stopped_and_leaves_nothing(xla_artifact, hanging_plugin, tmp_path):
     plugin, pids = hanging_plugin
     out = tmp_path / "bundle"
-    proc = _cli("native", xla_artifact, "--bundle", out, "--plugin", plugin, "--timeout", "3")
+    proc = _cli("native", xla_artifact, "--bundle", out, "--pjrt-plugin", plugin, "--timeout", "3")
     assert proc.returncode == 3, proc.stderr
     assert "Bundle run.sh | ran past 3 s" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not out.exists() and not list(tmp_path.glob(".bundle.partial-*"))

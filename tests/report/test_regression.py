@@ -160,7 +160,7 @@ def test_junit_markdown_and_step_summary(tmp_path, monkeypatch):
 
 def test_cli_diff_and_compare_baseline(tmp_path):
     out = tmp_path / "a"
-    assert run_cli("compare", "--backends", "xla", "--out", out, "--bench-time", "0.05").returncode == 0
+    assert run_cli("compare", "--backends", "xla", "--out-dir", out, "--bench-time", "0.05").returncode == 0
     broken = json.loads((out / "results.json").read_text())
     broken = copy.deepcopy(broken)
     broken["backends"]["xla"]["status"] = "crashed"
@@ -170,7 +170,7 @@ def test_cli_diff_and_compare_baseline(tmp_path):
     assert (tmp_path / "j.xml").is_file()
     proc = run_cli("diff", out / "results.json", out / "results.json")
     assert proc.returncode == 0
-    proc = run_cli("compare", "--backends", "xla", "--out", tmp_path / "c", "--no-bench", "--baseline", tmp_path / "b.json")
+    proc = run_cli("compare", "--backends", "xla", "--out-dir", tmp_path / "c", "--no-bench", "--baseline", tmp_path / "b.json")
     assert proc.returncode == 0, proc.stdout  # the baseline failed, this run passes: an improvement
     assert "improved" in proc.stdout
 

@@ -72,10 +72,10 @@ def test_the_ray_executor_gives_the_local_executor_s_statuses_and_reports_what_n
     (tmp_path / "models.py").write_text(MODELS)
     spec = tmp_path / "sweep.toml"
     spec.write_text(SPEC.format(arch=arch))
-    on_ray = run_cli("sweep", spec, "--out", tmp_path / "ray", "--executor", "ray", "--ray-address", address, env=env)
+    on_ray = run_cli("sweep", spec, "--out-dir", tmp_path / "ray", "--executor", "ray", "--ray-address", address, env=env)
     assert on_ray.returncode == 3, on_ray.stderr[-3000:]  # needs_gpu has no results
     assert f"joined the cluster at {address}" in on_ray.stderr
-    local = run_cli("sweep", spec, "--out", tmp_path / "local", "--only", "seed,double")
+    local = run_cli("sweep", spec, "--out-dir", tmp_path / "local", "--only", "seed,double")
     assert local.returncode == 0, local.stderr[-3000:]
 
     def statuses(out: Path) -> dict:

@@ -41,7 +41,7 @@ timeout = 50
         "nightly", "seed", ("xla", "onnx"), ("--no-bench",), ("quick",), 100.0)
     assert (net.name, net.backends, net.args, net.timeout) == ("net.build", ("litert",), ("--no-bench", "--trials", "1"), 50.0)
     assert (net.resources.cpus, net.resources.gpus, net.resources.memory_gib, net.resources.arch) == (2, 1, 8, "aarch64")
-    assert net.compare_args(Path("/o/net")) == ["compare", "models/net.py:build", "--out", "/o/net", "--backends", "litert",
+    assert net.compare_args(Path("/o/net")) == ["compare", "models/net.py:build", "--out-dir", "/o/net", "--backends", "litert",
                                                 "--no-bench", "--trials", "1"]
     assert seed.fingerprint() != net.fingerprint()
 

@@ -53,7 +53,7 @@ def test_a_sweep_killed_midway_and_resumed_loses_no_finished_row_and_repeats_non
     spec, out = _spec(tmp_path, ["first", "second", "third"]), tmp_path / "out"
     (tmp_path / "hold-second").write_text("")  # `second` waits in its factory while this exists
     with open(tmp_path / "killed.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "multiexport", "sweep", str(spec), "--out", str(out), "--jobs",
+        proc = subprocess.Popen([sys.executable, "-m", "multiexport", "sweep", str(spec), "--out-dir", str(out), "--jobs",
                                  "1"], cwd=REPO, stdout=log, stderr=log)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
@@ -72,7 +72,7 @@ def test_a_sweep_killed_midway_and_resumed_loses_no_finished_row_and_repeats_non
     proc.wait(timeout=30)
     (tmp_path / "hold-second").unlink()
     assert not (out / "rows" / "third").exists()
-    resumed = run_cli("sweep", spec, "--out", out, "--resume")
+    resumed = run_cli("sweep", spec, "--out-dir", out, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "3 task(s), 2 to run, 1 kept from before" in resumed.stderr
     starts = {}
@@ -84,7 +84,7 @@ def test_a_sweep_killed_midway_and_resumed_loses_no_finished_row_and_repeats_non
     summary = json.loads((out / "summary.json").read_text())
     assert {n: (r["state"], r["backends"]["xla"]["status"]) for n, r in summary.items()} == {
         "first": ("done", "ok"), "second": ("done", "ok"), "third": ("done", "ok")}
-    again = run_cli("sweep", spec, "--out", out)
+    again = run_cli("sweep", spec, "--out-dir", out)
     assert again.returncode == 2 and "is a sweep already" in again.stderr and "--resume" in again.stderr
 
 
@@ -95,7 +95,7 @@ def test_a_compare_that_dies_is_run_once_more_then_reported_and_the_others_finis
     spec.write_text('[sweep]\nbackends = ["xla"]\nargs = ["--no-bench", "--trials", "1"]\n\n'
                     '[[target]]\ntarget = "crash.py:crash"\nname = "crash"\n\n[[target]]\ntarget = "fine.py:fine"\nname = "fine"\n')
     out = tmp_path / "out"
-    proc = run_cli("sweep", spec, "--out", out)
+    proc = run_cli("sweep", spec, "--out-dir", out)
     assert proc.returncode == 3, proc.stderr[-3000:]  # a row without results
     summary = json.loads((out / "summary.json").read_text())
     assert summary["crash"]["state"] == "died" and summary["crash"]["attempts"] == 2
@@ -113,11 +113,11 @@ def test_the_history_says_when_a_row_changed_status_and_the_sweep_gate_fails_on_
     history = tmp_path / "history.sqlite"
     _models(tmp_path, {"model": "x * 2"})
     spec = _spec(tmp_path, ["model"], backends=("xla", "onnx"))
-    first = run_cli("sweep", spec, "--out", tmp_path / "a", "--history", history)
+    first = run_cli("sweep", spec, "--out-dir", tmp_path / "a", "--history", history)
     assert first.returncode == 0, first.stderr[-3000:]
     (tmp_path / "model.py").write_text((tmp_path / "model.py").read_text().replace(
         "np.linspace(-2, 2, 12, dtype=np.float32)", "np.linspace(-2, 2, 12).astype(__import__('ml_dtypes').float8_e4m3fn)"))
-    second = run_cli("sweep", spec, "--out", tmp_path / "b", "--history", history, "--baseline-sweep", tmp_path / "a",
+    second = run_cli("sweep", spec, "--out-dir", tmp_path / "b", "--history", history, "--baseline-sweep", tmp_path / "a",
                      "--junit", tmp_path / "junit.xml")
     assert second.returncode == 1, second.stderr[-3000:]  # the sweep ran; the gate found the regression
     assert "model/onnx" in second.stdout and "REGRESSION" in second.stdout
@@ -136,7 +136,7 @@ def test_the_history_says_when_a_row_changed_status_and_the_sweep_gate_fails_on_
     assert same.returncode == 0, same.stdout
     # A third sweep whose target no longer imports: every backend row of the model changed, to `failed`
     (tmp_path / "model.py").write_text("raise ImportError('gone')\n")
-    third = run_cli("sweep", spec, "--out", tmp_path / "c", "--history", history)
+    third = run_cli("sweep", spec, "--out-dir", tmp_path / "c", "--history", history)
     assert third.returncode == 3, third.stderr[-3000:]
     xla = run_cli("history", history, "--changes", "--model", "model", "--backend", "xla", check=True).stdout
     assert xla.strip().splitlines()[-1].startswith("model/xla: ok -> failed in sweep 't'")
@@ -145,7 +145,7 @@ def test_the_history_says_when_a_row_changed_status_and_the_sweep_gate_fails_on_
 
 def _compare_holding(tmp_path: Path, lock: Path, name: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "multiexport", "compare", "--backends", "xla", "--trials", "1",
-                             "--bench-time", "0.2", "--rounds", "2", "--out", str(tmp_path / name)], cwd=REPO,
+                             "--bench-time", "0.2", "--rounds", "2", "--out-dir", str(tmp_path / name)], cwd=REPO,
                             env={**os.environ, "MULTIEXPORT_TIMING_LOCK": str(lock)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -187,11 +187,11 @@ def test_shards_cover_the_spec_once_and_merge_into_one_sweep_the_gate_and_histor
     _models(tmp_path, {"one": "x * 2", "two": "x + 1", "three": "x - 3"})
     spec = _spec(tmp_path, ["one", "two", "three"])
     for i in (1, 2):
-        proc = run_cli("sweep", spec, "--shard", f"{i}/2", "--out", tmp_path / f"s{i}")
+        proc = run_cli("sweep", spec, "--shard", f"{i}/2", "--out-dir", tmp_path / f"s{i}")
         assert proc.returncode == 0, proc.stderr[-3000:]
     shards = [json.loads((tmp_path / f"s{i}" / "summary.json").read_text()) for i in (1, 2)]
     assert [sorted(s) for s in shards] == [["one", "three"], ["two"]]
-    merged = run_cli("sweep", "--merge", tmp_path / "s1", tmp_path / "s2", "--out", tmp_path / "all")
+    merged = run_cli("sweep", "--merge", tmp_path / "s1", tmp_path / "s2", "--out-dir", tmp_path / "all")
     assert merged.returncode == 0, merged.stderr[-3000:]
     summary = json.loads((tmp_path / "all" / "summary.json").read_text())
     assert sorted(summary) == ["one", "three", "two"]
@@ -201,5 +201,5 @@ def test_shards_cover_the_spec_once_and_merge_into_one_sweep_the_gate_and_histor
     assert lost.returncode == 1 and "two" in lost.stdout
     added = run_cli("history", tmp_path / "h.sqlite", "--add", tmp_path / "all", "--model", "two", "--json", check=True)
     assert [(r["model"], r["backend"], r["status"]) for r in json.loads(added.stdout)] == [("two", "xla", "ok")]
-    again = run_cli("sweep", "--merge", tmp_path / "s1", "--out", tmp_path / "all")
+    again = run_cli("sweep", "--merge", tmp_path / "s1", "--out-dir", tmp_path / "all")
     assert again.returncode == 2 and "is a sweep already" in again.stderr

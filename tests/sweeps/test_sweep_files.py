@@ -38,10 +38,10 @@ def test_a_sweep_directory_holding_someone_else_s_files_is_refused_and_untouched
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    proc = run_cli("sweep", spec, "--out", out)
+    proc = run_cli("sweep", spec, "--out-dir", out)
     assert proc.returncode == 2 and "is not empty and not a sweep" in proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
-    resumed = run_cli("sweep", spec, "--out", tmp_path / "never", "--resume")
+    resumed = run_cli("sweep", spec, "--out-dir", tmp_path / "never", "--resume")
     assert resumed.returncode == 2 and "expected the directory of a sweep to resume" in resumed.stderr
     assert not (tmp_path / "never").exists()
 
@@ -56,7 +56,7 @@ def test_a_sqlite_file_that_is_not_a_history_is_refused_before_a_sweep_starts_an
     con.close()
     spec = tmp_path / "sweep.toml"
     spec.write_text('[[target]]\ntarget = "multiexport.examples:seed"\n')
-    for args in (("sweep", spec, "--out", tmp_path / "out", "--history", theirs), ("history", theirs)):
+    for args in (("sweep", spec, "--out-dir", tmp_path / "out", "--history", theirs), ("history", theirs)):
         proc = run_cli(*args)
         assert proc.returncode == 2 and "no multiexport schema" in proc.stderr, proc.stderr
     tables = [r[0] for r in sqlite3.connect(theirs).execute("SELECT name FROM sqlite_master")]
