@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .exporting.contract import usable_cpus
+from .exporting.registry import backend_class, names
 from .versions import dist_version
 
 THREAD_VARS = ("PJRT_NPROC", "OMP_NUM_THREADS", "XLA_FLAGS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
@@ -17,7 +19,6 @@ CORE_DISTRIBUTIONS = ("multiexport", "jax", "jaxlib", "numpy")
 
 def distributions() -> tuple[str, ...]:
     """The core's distributions, then each registered backend's (`Backend.distributions`), once each."""
-    from .exporting.registry import backend_class, names
 
     found = list(CORE_DISTRIBUTIONS)
     for name in names():
@@ -29,8 +30,6 @@ def distributions() -> tuple[str, ...]:
 
 
 def environment() -> dict[str, Any]:
-    from .exporting.contract import usable_cpus
-
     cpu = platform.processor()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

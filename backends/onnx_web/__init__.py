@@ -23,12 +23,16 @@ from multiexport.sdk import (
     FormatResult,
     Manifest,
     Option,
+    RunError,
     RunOptions,
     Runner,
     leaf_message,
 )
 
+from .browser import CHROMIUM_ENV, chromium_path
 from .facts import OnnxWebFacts
+from .page import JS_TYPES, WEB_DIR, open_session, runtime_dist, runtime_version, webgpu_probe
+from .runner import OnnxWebRunner, page_error
 
 EXECUTION_PROVIDERS = {"wasm": "WebAssembly with SIMD and threads (threads need the page cross-origin isolated, "
                                "which the runner's server makes it)",
@@ -60,8 +64,6 @@ class OnnxWebBackend(Backend):
 
     def available(self) -> Availability:
         """Playwright, a Chromium and the npm-installed runtime, each named with what installs it."""
-        from .browser import CHROMIUM_ENV, chromium_path
-        from .page import WEB_DIR, runtime_dist
 
         status = super().available()
         if not status.ok:
@@ -83,7 +85,6 @@ class OnnxWebBackend(Backend):
 
     def _export_files(self, out_dir: Path, resolved: dict[str, Any], frontend) -> FormatResult:
         """Place the ONNX stage's files in `out_dir`, check what the page can take, and say what was made."""
-        from .page import JS_TYPES, runtime_dist, runtime_version, webgpu_probe
 
         front = frontend.manifest
         for kind, leaves in (("Input", [leaf for leaf in front.inputs if leaf.param is not None]),
@@ -141,10 +142,6 @@ class OnnxWebBackend(Backend):
         )
 
     def _load_impl(self, manifest: Manifest, directory: Path, options: RunOptions) -> Runner:
-        from multiexport.sdk import RunError
-
-        from .page import open_session, runtime_dist, runtime_version
-        from .runner import OnnxWebRunner, page_error
 
         if options.device != "cpu":
             raise RunError(f"Device '{options.device}' | onnx-web runs in headless Chromium on this machine (WebGPU is "

@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import ArtifactError, UsageError
-from ..exporting.manifest import MANIFEST_NAME
+from ..exporting.manifest import MANIFEST_NAME, Manifest
+from ..exporting.precision import split_variant
+from ..files.paths import safe_component
+from ..results import Status, load_results
+from ..results.bench import BASELINE_PREFIX
+from ..run.paired import serve_artifact
 
 # Interleaved rounds of a compare against baseline artifacts, at least: with the same --bench-time split into
 # more, shorter slices, a round that another process disturbed weighs less in the ratio's interval. Measured
@@ -78,10 +83,6 @@ def beside_results(results_json: str | os.PathLike, rows: Sequence[str],
 
 
 def _find_impl(base: Path, rows: Sequence[str]) -> BaselineArtifacts:
-    from ..exporting.manifest import Manifest
-    from ..exporting.precision import split_variant
-    from ..files.paths import safe_component
-
     found: dict[str, Path] = {}
     missing: dict[str, str] = {}
     for row in rows:
@@ -109,7 +110,6 @@ def _overlap(a: Path, b: Path) -> bool:
 
 def artifact_bytes(baseline: BaselineArtifacts) -> dict[str, int]:
     """Each baseline runner's artifact size on disk (what the memory plan sizes it by)."""
-    from ..results.bench import BASELINE_PREFIX
 
     return {BASELINE_PREFIX + row: sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
             for row, path in baseline.found.items()}
@@ -118,7 +118,6 @@ def artifact_bytes(baseline: BaselineArtifacts) -> dict[str, int]:
 def spawn_baselines(servers, baseline: BaselineArtifacts, rows: Sequence[str]) -> None:
     """One paired worker per baseline artifact of the rows being timed (`rows`), importing its runtime; it
     loads the artifact as untrusted (no --trust-artifact: a SavedModel's graph is checked first)."""
-    from ..results.bench import BASELINE_PREFIX
 
     for row in rows:
         if row in baseline.found and BASELINE_PREFIX + row not in servers.dirs:
@@ -129,9 +128,6 @@ def prepare_baselines(servers, benches: dict, bench_feeds, bench, progress) -> d
     """Prepare each loaded baseline worker at the sizes its new artifact was timed at; its
     cold start goes into `benches` (under its runner name), so the rounds time it. Returns row -> why its
     baseline is not in the rounds."""
-    from ..results import Status
-    from ..results.bench import BASELINE_PREFIX
-    from ..run.paired import serve_artifact
 
     failures: dict[str, str] = {}
     for name in [n for n in servers.dirs if n.startswith(BASELINE_PREFIX)]:
@@ -171,7 +167,6 @@ def gate_inputs(results_json: str | os.PathLike | None, artifacts: str | os.Path
     """What a compare's gate judges against, from `--baseline RESULTS_JSON` and `--baseline-artifacts DIR`:
     (the baseline's results or None, the artifact directory to time beside the new ones or None, one line
     saying which comparison latency rests on, or "" when there is no baseline)."""
-    from ..results import load_results
 
     if artifacts is not None:
         find_baseline(artifacts, rows, out_dir)  # a user mistake is refused before the target is built

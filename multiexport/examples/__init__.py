@@ -67,7 +67,7 @@ def __getattr__(name: str) -> Any:
     if name not in FLAX_EXAMPLES:
         raise AttributeError(f"module 'multiexport.examples' has no attribute '{name}'")
     try:
-        from . import flax_models
+        import multiexport.examples.flax_models as flax_models  # flax at its top: on first use only
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] != "flax":
             raise

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import ArtifactError
+from .atomic import write_text_atomic
 
 STAMP_PREFIX = b"\n<!-- written by multiexport; sha256="  # hashed: everything before this
 STAMP_SUFFIX = b" -->\n"
@@ -109,7 +110,6 @@ def sha256_file(path: Path) -> str:
 
 def write_owned_text(path: Path, text: str, what: str) -> None:
     """Write `text` with its stamp to `path`, atomically, after `check_overwritable` (see the module docstring)."""
-    from .atomic import write_text_atomic
 
     check_overwritable(path, what)
     write_text_atomic(path, stamped(text))

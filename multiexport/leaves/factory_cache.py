@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..files.temporary import make_temporary
+from .target import load_target
 
 ENV = "MULTIEXPORT_FACTORY_CACHE"  # the directory, for the workers this process starts
 KEPT_ENV = "MULTIEXPORT_BUILD_CACHE"  # the kept cache's directory, or "off"
@@ -69,7 +70,6 @@ class FactoryCache:
 
     def load(self, spec: str | None):
         """`load_target(spec)`, writing what it compiles to the cache."""
-        from .target import load_target
 
         with _writing():
             return load_target(spec)

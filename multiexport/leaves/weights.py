@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..files.safetensors import write_safetensors
+from .naming import join_name
 
 WEIGHTS_FILE = "weights.safetensors"
 POLICIES = ("auto", "always", "never")
@@ -217,7 +218,6 @@ def closed_over_arrays(fn: Callable[..., Any], max_depth: int = 4) -> dict[Any, 
 
     import jax
 
-    from .naming import join_name
 
     found: dict[Any, str] = {}
     seen: set[int] = set()

@@ -15,8 +15,9 @@ it by one rank, not by its size). Rounds are added to an undecided pair (`rounds
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -143,14 +144,8 @@ def new_over_base(r: Ratio, new_name: str) -> tuple[float, float, float]:
 
 
 def with_rounds(r: Ratio, rounds: int) -> Ratio:
-    """`r` with the number of rounds it rests on, where the results record it (a `rounds` field of Ratio;
-    without one, the pairing's `rounds` is what a reader sees)."""
-    import dataclasses
-
-    if "rounds" not in {f.name for f in dataclasses.fields(r)}:
-        return r
-    changes: dict[str, Any] = {"rounds": rounds}
-    return dataclasses.replace(r, **changes)
+    """`r` with the number of rounds it rests on (`Ratio.rounds`)."""
+    return dataclasses.replace(r, rounds=rounds)
 
 
 def planted(call: Callable[[], None]) -> Callable[[], None]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from ..errors import BackendUnavailable
 from ..exporting.native_consumer import NativeConsumer, Recipe
 from ..exporting.native_section import consumer_for
+from ..exporting.registry import names
 from ..system.process import run_command
 
 # Generic helpers every format's runtime lookup uses (runtimes.py); re-exported, since callers build through here.
@@ -58,7 +59,6 @@ def find_compiler(language: str) -> str:
 def consumers() -> dict[str, NativeConsumer]:
     """Program name -> the consumer that declares it, for every registered backend whose consumer we build
     (`builds`), in registry order; a program two backends name is the first's."""
-    from ..exporting.registry import names
 
     found: dict[str, NativeConsumer] = {}
     for backend in names():
@@ -150,7 +150,6 @@ def _compile(command: list[str], program: str) -> None:
 def user_options() -> dict[str, tuple[NativeConsumer, str]]:
     """The options of `main` the registered consumers answer (`NativeConsumer.user_options`): name -> (consumer,
     help), the first backend in registry order keeping a name two offer."""
-    from ..exporting.registry import names
 
     found: dict[str, tuple[NativeConsumer, str]] = {}
     for backend in names():

@@ -55,6 +55,7 @@ from ..files.owned import sha256_file
 from ..system.process import run_command
 from .build import BUNDLE_RPATH, build
 from .loader import LDD_TIMEOUT_S, Elf, in_dirs, ldd, loaded_objects, rewrite_search_path, system_dirs
+from .run import check_artifact, check_timeout
 
 SCHEMA = "multiexport.bundle/1"
 # glibc's own libraries: they must come from the server, matching its loader, whatever directory they came from here.
@@ -95,7 +96,6 @@ def bundle(artifact_dir: str | os.PathLike, out: str | os.PathLike, *, plugin: s
     """Write the relocatable bundle of `artifact_dir` to `out` (a new or empty directory), proven before it appears.
 
     timeout: seconds the proving run of run.sh may take; past them it is stopped with everything it started."""
-    from .run import check_artifact, check_timeout
 
     check_timeout(timeout)
     directory = Path(artifact_dir).resolve()

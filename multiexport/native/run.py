@@ -20,13 +20,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..dtypes import npy_storable
+from ..dtypes import npy_storable, parse_dtype
+from ..environment import tpu_presence
 from ..errors import ArtifactError, InputError, RunError, UsageError, leaf_message
 from ..exporting.feed import check_feed
 from ..exporting.manifest import Manifest
 from ..exporting.native_consumer import Call, NativeConsumer
 from ..exporting.native_section import CONSUMERS, INPUT_DIR, OUTPUT_DIR, check_section, consumer_for, npy_describes
 from ..exporting.options import check_run_device
+from ..exporting.registry import get_backend
+from ..files.npz import load_npz
 from ..files.temporary import make_temporary
 from ..system.process import run_command
 from .build import build
@@ -69,8 +72,6 @@ def _checked(directory: Path, trust_artifact: bool) -> tuple[Manifest, dict[str,
 
 
 def _consumer_checked(directory: Path, trust_artifact: bool) -> tuple[Manifest, dict[str, Any], NativeConsumer]:
-    from ..exporting.registry import get_backend
-
     manifest = Manifest.read(directory)
     consumer = consumer_for(manifest.backend)
     if consumer is None:
@@ -115,7 +116,6 @@ def device_for(consumer: NativeConsumer, requested: str, lowered: Sequence[str] 
     """The device `consumer` runs on: `requested`, which must be one of its devices, or for "auto" the TPU when
     this machine has one (seen without opening it; libtpu installed), the consumer runs there and the artifact was
     lowered for it (`lowered`: its platforms, empty when the manifest does not say), else the CPU."""
-    from ..environment import tpu_presence
 
     if requested == "auto":
         here = tpu_presence()
@@ -215,7 +215,6 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> str
 def read_output(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
     """One file a native program wrote, as the array the `native.results[]` entry describes: a .npy (bfloat16 /
     float8 as opaque bytes, viewed as the manifest's dtype) or raw bytes of a static shape (`"encoding": "raw"`)."""
-    from ..dtypes import parse_dtype
 
     if not path.is_file():
         raise RunError(f"Output '{entry['leaf']}' | the native program wrote no {path.name}")
@@ -238,7 +237,6 @@ def read_output(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
 
 def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """A named input file for `multiexport native --inputs`, read with the hardened reader."""
-    from ..files.npz import load_npz
 
     try:
         return load_npz(Path(path), "Inputs")

@@ -26,8 +26,12 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from ..errors import UsageError
+from ..files.owned import write_owned_text
 from ..files.text import visible
 from ..results import BackendResult, Pairing, Results, Status
+from ..results.bench import BASELINE_PREFIX
+from ..results.legacy import LEGACY_SCALE
 from .text import md, one_line
 
 PAIRED_AB, CROSS_RUN_KIND, HISTORY = "paired A/B", "cross-run", "history"
@@ -89,7 +93,6 @@ class Diff:
 def check_thresholds(max_slowdown: float | None, max_parity_drift: float) -> None:
     """Refuse thresholds that cannot mean anything (validated before any run, from the API too); a
     max_slowdown of None means the calibrated defaults."""
-    from ..errors import UsageError
 
     for name, value in (("max_slowdown", max_slowdown), ("max_parity_drift", max_parity_drift)):
         if name == "max_slowdown" and value is None:
@@ -186,8 +189,6 @@ def _worst_rel(parity, elementwise: bool = False) -> tuple[dict[str, float], dic
 
 
 def _parity_checks(name, b, c, factor, floor) -> list[Check]:
-    from ..results.legacy import LEGACY_SCALE
-
     # A schema-1 baseline has no error relative to scale: both sides are then compared element-wise.
     elementwise = any(v.stats.err_scale == LEGACY_SCALE for v in (b.parity.leaves if b.parity else []))
     (base, _), (cur, rtols) = _worst_rel(b.parity, elementwise), _worst_rel(c.parity, elementwise)
@@ -246,7 +247,6 @@ def _latency_checks(name, b: BackendResult | None, c: BackendResult, given: floa
 def _rounds(pairing: Pairing, batch, name: str) -> int | None:
     """The rounds the ratio of `name` against its baseline at `batch` rests on: its own record (0: the
     pairing's planned rounds), or None where the results have no record of it (a Ratio without `rounds`)."""
-    from ..results.bench import BASELINE_PREFIX
 
     pair = {name, BASELINE_PREFIX + name}
     r = next((r for r in pairing.baseline_ratios if r.batch == batch and {r.faster, r.slower} == pair), None)
@@ -380,8 +380,6 @@ def publish(diff: Diff, junit_path: str | os.PathLike | None = None) -> str:
     terminal lines (what the caller prints)."""
     text = markdown(diff)
     if junit_path:
-        from ..files.owned import write_owned_text
-
         write_owned_text(Path(junit_path), junit(diff), "Option '--junit'")  # never over a file of the user's
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:

@@ -129,6 +129,8 @@ class Ratio:
     ratio: slower's p50 over faster's (>= 1), from the medians of the interleaved rounds.
     ci95_low, ci95_high: a 95% interval of the ratio (bootstrap over rounds, pairs kept together).
     significant: the interval excludes 1: a lead beyond the noise of this machine, else a tie.
+    rounds: the interleaved rounds the ratio rests on when they differ from the pairing's (a new artifact
+        against its baseline gets more rounds until the gate's verdict is decided); 0: the pairing's rounds.
     """
 
     batch: int | None
@@ -138,6 +140,7 @@ class Ratio:
     ci95_low: float
     ci95_high: float
     significant: bool
+    rounds: int = 0
 
     def check_loaded(self, where: str) -> None:
         for name in ("ratio", "ci95_low", "ci95_high"):

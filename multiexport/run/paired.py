@@ -19,10 +19,21 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from ..errors import InputError
-from ..files.npz import save_npz
-from ..measure.pairing import PLANTED_ENV
-from ..results import Pairing
+from ..errors import InputError, MultiexportError
+from ..files.npz import load_npz, save_npz
+from ..measure.bench import summarize
+from ..measure.pairing import (
+    PLANTED_ENV,
+    SEQUENTIAL_CAP,
+    all_ratios,
+    new_over_base,
+    paired_ratio,
+    round_orders,
+    slice_plan,
+    with_rounds,
+)
+from ..report.regression import paired_decided
+from ..results import Pairing, Status
 from ..results.bench import BASELINE_PREFIX
 from ..system.process import Served, ServedExit
 from .messages import (
@@ -37,9 +48,13 @@ from .messages import (
     Prepare,
     Samples,
     TimeSlice,
+    WorkerFailure,
+    decode_answer,
+    encode_request,
 )
+from .runs import ArtifactRun, write_bench_feeds
 from .worker import thread_env
-from .workers import start_work_dir, worker_command, worker_environment
+from .workers import classify_outcome, start_work_dir, worker_command, worker_environment
 
 if TYPE_CHECKING:
     from .runs import ArtifactRun
@@ -106,8 +121,6 @@ class Servers:
     def ask(self, name: str, request: Any, reply: type[M], timeout: float) -> M | None:
         """The runner's answer to `request` (a `messages` request; None: wait for the next answer), read as
         `reply`; None when its worker failed (then `failures[name]` says why)."""
-        from .messages import WorkerFailure, decode_answer, encode_request
-        from .workers import classify_outcome
 
         server = self.alive.get(name)
         if server is None:
@@ -142,8 +155,6 @@ def serve_artifact(servers: Servers, name: str, feeds: Sequence[dict[str, np.nda
                    bench_feeds: Sequence[tuple[int | None, dict | None]], unsupported: dict, bench) -> "ArtifactRun":
     """Parity outputs and cold start from the runner's live worker: what `runs.run_artifact` gives in
     sequential mode, without loading the runner a second time."""
-    from ..files.npz import load_npz
-    from .runs import ArtifactRun, write_bench_feeds
 
     if name not in servers.alive:
         failure = servers.failures.get(name, ("internal-error", "no paired worker was started"))
@@ -185,7 +196,6 @@ def run_rounds(servers: Servers, names: Sequence[str], feeds: Sequence[tuple[int
     is decided or has had SEQUENTIAL_CAP times `rounds`. Returns (per participant what was timed, the peak
     measurement or None); runner failures land in `servers.failures`.
     """
-    from ..measure.pairing import round_orders, slice_plan
 
     natives = dict(natives or {})
     unsupported = {n: set(v) for n, v in unsupported.items()}  # a native's failed sizes join it: the caller's stays
@@ -211,7 +221,6 @@ def _time_slice(servers: Servers, natives: Mapping[str, NativeSlice], timed: dic
                 unsupported: dict[str, set[int]], i: int, name: str, plan: tuple[float, int, int], progress,
                 at: str) -> None:
     """One slice of one participant at size index i, added to what it was timed at."""
-    from ..errors import MultiexportError
 
     seconds, min_calls, max_calls = plan
     if i in unsupported.get(name, set()):  # a native that failed at this size in an earlier round
@@ -243,8 +252,6 @@ def _rounds_until_decided(servers: Servers, timed: dict[str, Timed], unsupported
     """Sequential rounds against a baseline: each new runner whose ratio to its baseline (timed in the same
     rounds) is not yet decided gets one more round with its baseline, in rotating order, until every pair is
     decided or has had SEQUENTIAL_CAP x `rounds` rounds."""
-    from ..measure.pairing import SEQUENTIAL_CAP, new_over_base, paired_ratio, round_orders
-    from ..report.regression import paired_decided
 
     pairs = [(n, BASELINE_PREFIX + n) for n in here if BASELINE_PREFIX + n in here]
 
@@ -276,7 +283,6 @@ def pairing_result(mode: str, reason: str, timed: dict[str, Timed], feeds, round
                    failures: dict[str, tuple[str, str]], peak: PeakFigure | None) -> Pairing:
     """The Pairing record: every ratio at every size (between runners over the `rounds` all had; a new
     runner against its baseline over every round the pair had), the peak, and the failures."""
-    from ..measure.pairing import all_ratios, paired_ratio, slice_plan, with_rounds
 
     ratios, against_baseline = [], []
     for i, (batch, _) in enumerate(feeds):
@@ -306,8 +312,6 @@ def directory_bytes(path: str | os.PathLike) -> int:
 def apply(pairing: Pairing, timed: dict[str, Timed], benches: dict, natives: dict) -> None:
     """Write what the rounds measured into each runner's BenchResult (benches: name -> BenchResult), mark the
     sizes of runners whose worker failed as bench-failed, and set every figure that depends on latency."""
-    from ..measure.bench import summarize
-    from ..results import Status
 
     for name, t in timed.items():
         bench = benches.get(name)

@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 
 from ..errors import UsageError
 from ..files.text import visible
+from ..report.regression import HISTORY, Check, Diff, publish
 from .history import HistoryRow
 
 MIN_SIZE = 2
@@ -139,7 +140,6 @@ def history_checks(found: Sequence[Shift]) -> list:
     point, whose segment runs to the latest sweep; a regression when latency moved slower by at least
     MIN_LATENCY_SHIFT or parity worse by at least MIN_PARITY_SHIFT, judged on the medians of whole segments
     of sweeps (each at least MIN_SIZE), not on two runs."""
-    from ..report.regression import HISTORY, Check
 
     last: dict[tuple[str, str, str], Shift] = {}
     for s in found:
@@ -168,7 +168,6 @@ def describe(rows: Sequence[HistoryRow]) -> str:
 def history_gate(rows: Sequence[HistoryRow], junit_path=None) -> int:
     """`history --gate`: the gate against the history; prints its lines, publishes the Markdown (and JUnit
     when asked); returns 1 when a series' last change made it slower or worse."""
-    from ..report.regression import Diff, publish
 
     diff = Diff(history_checks(shifts(rows)))
     print(publish(diff, junit_path))

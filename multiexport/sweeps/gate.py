@@ -13,8 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..errors import InputError
 from ..report.regression import PAIRED_AB, Check, Diff, aggregate_latency, diff_results
-from ..results import Results
+from ..results import Results, load_results
+from .state import DONE, SweepDir
 
 
 def diff_many(base: Mapping[str, Results], current: Mapping[str, Results], max_slowdown: float = 1.10,
@@ -54,9 +56,6 @@ def _unpaired(res: Results) -> Results:
 
 def sweep_results(directory: Path) -> dict[str, Results]:
     """The results.json of every row of a sweep directory that wrote one (legacy schemas read too)."""
-    from ..errors import InputError
-    from ..results import load_results
-    from .state import DONE, SweepDir
 
     sweep = SweepDir.read(directory)
     out: dict[str, Any] = {}

@@ -22,6 +22,8 @@ from typing import Any, Iterator, Sequence
 from ..errors import InputError
 from ..files.bounded import open_regular
 from ..files.text import visible
+from ..results import load_results
+from . import matrix
 from .history_checks import MAX_BYTES, QUERY_SECONDS, TABLES, check_schema, checked_row, guard
 from .state import DONE, SweepDir
 
@@ -159,7 +161,6 @@ class History:
 
     def add(self, directory: Path) -> int:
         """Record an existing sweep directory (every ended row); returns how many tasks it had."""
-        from . import matrix
 
         sweep = SweepDir.read(directory)
         self.record_sweep(sweep)
@@ -226,7 +227,6 @@ def _records(sweep: SweepDir, row: Any) -> Iterator[tuple]:
     if o.state != DONE:
         yield (TASK_ROW, o.state, o.reason, None, None, None, None, None, "{}", "{}", json.dumps({"host": o.host}), at)
         return
-    from ..results import load_results
 
     results = load_results(sweep.row_file(o.name, "results.json"))
     env = results.environment or {}

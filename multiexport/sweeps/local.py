@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..exporting.contract import usable_cpus
 from .spec import SweepTask
 from .state import DIED, UNSCHEDULABLE, RowOutcome, SweepDir
 from .task import command, run_task
@@ -26,7 +27,6 @@ GIB_PER_COMPARE = 4.0
 def default_jobs() -> int:
     """Compares at once: one per two usable cores (each compare runs its own workers), at most one per
     4 GiB of available memory, at least one."""
-    from ..exporting.contract import usable_cpus
 
     by_memory = int(_available_gib() // GIB_PER_COMPARE)
     return max(1, min(usable_cpus() // 2, by_memory))
@@ -69,7 +69,6 @@ def run_local(tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, jobs: int,
 def cannot_honour(task: SweepTask) -> str:
     """Why this machine cannot give `task` its resources (empty: it can): another architecture, more cores,
     memory or GPUs than it has. The local executor runs each compare here, so it cannot place one elsewhere."""
-    from ..exporting.contract import usable_cpus
 
     r, missing = task.resources, []
     if r.arch and r.arch != platform.machine():

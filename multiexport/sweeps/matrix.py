@@ -13,8 +13,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..errors import MultiexportError
+from ..files import write_text_atomic
+from ..files.confined import under
 from ..report.text import esc, md
-from .state import DONE, RowOutcome
+from ..results import load_results
+from .state import DONE, RowOutcome, SweepDir
 
 ORDER = ("xla", "savedmodel", "onnx", "iree", "litert", "openvino")
 
@@ -42,7 +46,6 @@ def read_row(outcome: RowOutcome, results_path: Path) -> Row:
     """The row of a task, its cells read from its results.json (none when it wrote none)."""
     if outcome.state != DONE:
         return Row(outcome)
-    from ..results import load_results
 
     try:
         results = load_results(results_path)
@@ -130,7 +133,6 @@ def html(rows: Sequence[Row], title: str) -> str:
 
 def write(directory: Path, rows: Sequence[Row], title: str) -> str:
     """Write summary.json, matrix.md and matrix.html into `directory`; returns the Markdown."""
-    from ..files import write_text_atomic
 
     text = markdown(rows, title)
     write_text_atomic(directory / "summary.json", json.dumps(summary(rows), indent=1) + "\n")
@@ -141,8 +143,6 @@ def write(directory: Path, rows: Sequence[Row], title: str) -> str:
 
 def rows_of(directory: Path, outcomes: Mapping[str, RowOutcome], order: Sequence[str]) -> list[Row]:
     """Every ended task's row, in `order`; a results.json reached through a link is no row's (unreadable)."""
-    from ..errors import MultiexportError
-    from ..files.confined import under
 
     rows = []
     for n in (n for n in order if n in outcomes):
@@ -164,7 +164,6 @@ def _first_line(text: str) -> str:
 def merged(directories: Sequence[Path]) -> list[Row]:
     """The rows of several sweep directories (shards of one spec, say) as one list, in their order; a model
     in two of them keeps the later directory's row."""
-    from .state import SweepDir
 
     out: dict[str, Row] = {}
     for directory in directories:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import UsageError
-from ..files import confined, write_bytes_atomic
+from ..files import confined, write_bytes_atomic, write_text_atomic
 from ..files.bounded import read_bytes
 from . import matrix
 from .state import SCHEMA, SWEEP_FILE, RowOutcome, SweepDir, now
@@ -40,7 +40,6 @@ def merge(directories: Sequence[Path], out: Path) -> list[matrix.Row]:
             "fingerprints": {n: o.fingerprint for n, (_, o) in rows.items()},
             "merged_from": [{"directory": str(s.root.resolve()), "uid": s.meta.get("uid"), "shard": s.meta.get("shard")}
                             for s in sweeps]}
-    from ..files import write_text_atomic
 
     write_text_atomic(out / SWEEP_FILE, json.dumps(meta, indent=1) + "\n")
     merged = SweepDir(out, meta)

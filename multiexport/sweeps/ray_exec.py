@@ -21,10 +21,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import EnvironmentProblem, Interrupted
+from ..files import write_bytes_atomic
 from ..files.temporary import make_temporary
+from ..system.process import raise_if_stopped, stop_handlers_kept, stop_signals_polled
+from .local import default_jobs
 from .spec import SweepTask
 from .state import DIED, DONE, FAILED, TIMEOUT, UNSCHEDULABLE, RowOutcome, SweepDir
-from .task import command
+from .task import command, run_task
 
 SHIPPED = ("results.json", "report.md", "report.html")
 
@@ -46,7 +49,6 @@ def run_ray(tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, address: str
     _join(ray, address, tasks, scratch)
     say(f"ray: joined {'the cluster at ' + address if address else 'a local cluster it started'} in "
         f"{time.perf_counter() - started:.1f} s ({_describe(ray.cluster_resources())})")
-    from ..system.process import stop_signals_polled
 
     pending: dict[Any, tuple[SweepTask, int]] = {}
     try:
@@ -64,8 +66,6 @@ def run_ray(tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, address: str
 def _join(ray, address: str | None, tasks: Sequence[SweepTask], scratch: Path | None) -> None:
     """ray.init, keeping multiexport's own signal handlers (Ray's make SIGTERM a sys.exit). A local cluster
     gets the local executor's share of the machine, not every core (each compare uses several)."""
-    from ..system.process import stop_handlers_kept
-    from .local import default_jobs
 
     options: dict[str, Any] = {}
     if address is None:
@@ -116,7 +116,6 @@ def _check_reachable(address: str) -> None:
 
 def _drive(ray, tasks: Sequence[SweepTask], sweep: SweepDir, cwd: Path, pending: dict[Any, tuple[SweepTask, int]],
            on_end: Callable[[RowOutcome], None], say: Callable[[str], None]) -> None:
-    from ..system.process import raise_if_stopped
 
     remote = ray.remote(_on_node)
 
@@ -189,7 +188,6 @@ def _alive(ray) -> list[Mapping[str, float]]:
 
 def _on_node(task: SweepTask, cwd: str) -> dict[str, Any]:
     """On the node that took the task: its compare into a temporary directory, the files to ship back."""
-    from .task import run_task
 
     scratch = make_temporary("sweep")  # marked: removed by the next multiexport command if this worker is killed
     try:
@@ -208,7 +206,6 @@ def _on_node(task: SweepTask, cwd: str) -> dict[str, Any]:
 
 def _store(sweep: SweepDir, name: str, payload: Mapping[str, Any]) -> None:
     """Write what a node shipped back into the row's directory (only the known file names)."""
-    from ..files import write_bytes_atomic
 
     sweep.write_log(name, str(payload.get("log", "")))
     files = payload.get("files") or {}

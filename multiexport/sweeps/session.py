@@ -14,6 +14,9 @@ from ..errors import MultiexportError, UsageError
 from ..files import confined
 from ..files.lock import LockHeld, NotALockFile, exclusive
 from . import matrix
+from .history import History
+from .local import default_jobs, run_local
+from .ray_exec import run_ray
 from .spec import SweepSpec, SweepTask
 from .state import DONE, LOCK, RowOutcome, SweepDir
 
@@ -99,8 +102,6 @@ def run_sweep(spec: SweepSpec, tasks: Sequence[SweepTask], config: SweepConfig,
 
 
 def _run(spec: SweepSpec, tasks: Sequence[SweepTask], config: SweepConfig, say: Callable[[str], None]) -> SweepResult:
-    from .history import History
-
     started = time.perf_counter()
     if config.history is not None:  # someone's file: refused before the sweep directory is made
         History(config.history).check()
@@ -130,12 +131,8 @@ def _run(spec: SweepSpec, tasks: Sequence[SweepTask], config: SweepConfig, say: 
 
     history.record_sweep(sweep)
     if config.executor == "ray":
-        from .ray_exec import run_ray
-
         run_ray(todo, sweep, spec.directory, config.ray_address, on_end, say)
     else:
-        from .local import default_jobs, run_local
-
         jobs = config.jobs or default_jobs()
         say(f"local: {jobs} compare(s) at once, timing phases one at a time")
         run_local(todo, sweep, spec.directory, jobs, on_end, say)

@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import UsageError
+from ..exporting.registry import names
+from ..files.bounded import nesting, read_bytes
 from .names import valid_name
 
 DEFAULT_TIMEOUT = 3600.0
@@ -121,7 +123,6 @@ def load_spec(path: str | Path, check_args: Callable[[Sequence[str]], str | None
     """
     import tomllib
 
-    from ..files.bounded import nesting, read_bytes
 
     path = Path(path)
     # bounded: a FIFO or device refused without blocking, at most SPEC_LIMIT bytes
@@ -325,8 +326,6 @@ def _resources(value: Any, where: str) -> Resources:
 
 
 def _backends(value: Any, where: str) -> tuple[str, ...]:
-    from ..exporting.registry import names
-
     if value == "all":
         return ()
     chosen = _strings(value, where)

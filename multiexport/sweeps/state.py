@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence, TypeVar
 
 from ..errors import InputError, UsageError
-from ..files import confined
+from ..files import confined, write_text_atomic
 from ..files.bounded import TooDeep, loads, read_bytes, read_json
 from ..results.schema import from_data, to_data
 from .records import DIED, DONE, FAILED, SCHEMA, STATES, TIMEOUT, UNSCHEDULABLE, EndEvent, StartEvent, SweepMeta
@@ -91,7 +91,6 @@ class SweepDir:
                 "spec_sha256": spec.sha256, "shard": shard or None, "executor": executor,
                 "commit": _commit(spec.directory), "created": now(), "tasks": [t.name for t in tasks],
                 "fingerprints": {t.name: t.fingerprint() for t in tasks}}
-        from ..files import write_text_atomic
 
         write_text_atomic(confined.under(root, SWEEP_FILE, f"Sweep '{root}'"), json.dumps(meta, indent=1) + "\n")
         return cls(root, meta)

@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import InputError
+from ..files.bounded import read_json
 from ..results.schema import from_data
 from ..system.process import Outcome, run_command
 from ..system.timing_lock import ENV as TIMING_LOCK_ENV, machine_lock_path
@@ -71,8 +73,6 @@ _STOPPED = {128 + signal.SIGINT: "SIGINT", 128 + signal.SIGTERM: "SIGTERM", 128 
 
 def _interrupted(path: Path) -> bool:
     """results.json of a compare that was stopped part-way (its `state`), read without trusting it."""
-    from ..errors import InputError
-    from ..files.bounded import read_json
 
     try:  # bounded, no FIFO, no link: what a target left there is not trusted
         data = read_json(path, "Results", 1 << 26, InputError, "expected a compare's results", follow=False)

@@ -16,6 +16,7 @@ import sys
 from typing import Iterator, NoReturn
 
 from ..errors import TargetError
+from ..telemetry import remove_framework_temporaries
 
 _real_exit = os._exit
 
@@ -49,7 +50,6 @@ def exit_now(code: int) -> NoReturn:
     written and closed: the runtimes' interpreter teardown (TensorFlow's alone ~1.7 s, jax's ~0.7 s) would
     only delay whoever waits for this exit. The teardown's one useful part, removing the files autograph
     wrote to $TMPDIR, is done here."""
-    from ..telemetry import remove_framework_temporaries
 
     remove_framework_temporaries()
     for stream in (sys.stdout, sys.stderr):

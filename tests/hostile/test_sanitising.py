@@ -32,7 +32,7 @@ class ColourfulXla(XlaBackend):
 
     name = "xla_colourful"
 
-    def _export_impl(self, fn, signature, out_dir, options, resolved, frontend):
+    def _export_impl(self, job):
         raise ExportError(COLOURED, backend=self.name, category="unsupported-op")
 
 

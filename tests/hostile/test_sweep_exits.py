@@ -57,7 +57,7 @@ def test_a_full_disk_during_a_sweep_is_exit_2_naming_the_path_and_the_log_keeps_
     spec.write_text('[sweep]\nbackends = ["xla"]\nargs = ["--no-bench", "--trials", "1"]\n'
                     '[[target]]\ntarget = "filler.py:build"\nname = "filler"\n')
     script = (f'mount -t tmpfs -o size=4m tmpfs "{disk}" && cd "{REPO}" && '
-              f'FILL_DIR="{disk}" "{sys.executable}" -m multiexport sweep "{spec}" --out "{disk}/out" --jobs 1 '
+              f'FILL_DIR="{disk}" "{sys.executable}" -m multiexport sweep "{spec}" --out-dir "{disk}/out" --jobs 1 '
               f'>"{tmp_path}/stdout" 2>"{tmp_path}/stderr"; echo $? >"{tmp_path}/rc"; '
               f'cp "{disk}/out/rows/filler.log" "{tmp_path}/log" 2>/dev/null; true')
     subprocess.run(["unshare", "-rm", "sh", "-c", script], check=True, timeout=600)
@@ -66,7 +66,7 @@ def test_a_full_disk_during_a_sweep_is_exit_2_naming_the_path_and_the_log_keeps_
     proc.stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("[sweep] "))
     assert_one_line(proc, 2, f"Path '{disk}/out/", "no space left on the device")
     log = (tmp_path / "log").read_text()
-    assert log.startswith("$ ") and " -m multiexport compare filler.py:build --out " in log
+    assert log.startswith("$ ") and " -m multiexport compare filler.py:build --out-dir " in log
 
 
 def test_an_unreachable_ray_address_is_one_line_within_seconds(tmp_path):

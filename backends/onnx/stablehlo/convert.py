@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from .builder import ELEMENT_TYPES, Builder, Names, TensorType, Unsupported, onnx_type
+from .ops import HANDLERS
+from .ops.control import refuse_custom_call
 
 PRODUCER = "multiexport-stablehlo"
 
@@ -216,8 +218,6 @@ def _refuse_early(cx: Converter, module: Any) -> None:
                 for inner in block.operations:
                     name = inner.operation.name
                     if name == "stablehlo.custom_call":
-                        from .ops.control import refuse_custom_call
-
                         refuse_custom_call(cx, inner)
                     elif name not in found and (name in _REFUSED_FIRST or hasattr(cx.handlers.get(name), "refuses") or (
                             name not in cx.handlers and name not in ("func.func", "func.return", "stablehlo.return"))):
@@ -229,8 +229,6 @@ def _refuse_early(cx: Converter, module: Any) -> None:
     # An op refused with its reason first (an FFT's `real` has no handler either, but the FFT is the cause).
     for name in [*_REFUSED_FIRST, *sorted(found, key=lambda n: (n not in cx.handlers, n))]:
         if name == "stablehlo.custom_call" and name in found:
-            from .ops.control import refuse_custom_call
-
             refuse_custom_call(cx, found[name])
         elif name in found and name in cx.handlers:
             cx.handlers[name](cx, found[name])  # raises with the op's own reason
@@ -247,7 +245,6 @@ def convert_module(module: Any, input_names: Sequence[str], output_names: Sequen
     main, in order) and outputs `output_names` (one per result). Raises Unsupported for what it cannot write."""
     from onnx import helper
 
-    from .ops import HANDLERS
 
     cx = Converter(module, HANDLERS)
     _refuse_early(cx, module)

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..builder import Unsupported
 from ..opcases import Arg, example, f32, jax, jnp, lax
+from .regions import combiner
 
 
 def _index_matrix(cx, indices: str, it, index_vector_dim: int, batching: list[int]) -> tuple[str, list[int]]:
@@ -83,7 +84,6 @@ _SCATTER = {"replace": "none", "stablehlo.add": "add", "stablehlo.multiply": "mu
 def scatter(cx, op) -> list[str]:
     from jax.extend.mlir.dialects import stablehlo as hlo
 
-    from .regions import combiner
 
     if len(op.operands) != 3:
         raise Unsupported("stablehlo.scatter", "a variadic scatter")

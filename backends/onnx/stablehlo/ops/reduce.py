@@ -9,6 +9,7 @@ import numpy as np
 
 from ..builder import Unsupported, op_name
 from ..opcases import Arg, b1, example, f32, i32, jnp, lax
+from .elementwise import dense_value
 from .regions import combiner, sort_direction
 
 _REDUCE = {"stablehlo.add": "ReduceSum", "stablehlo.maximum": "ReduceMax", "stablehlo.minimum": "ReduceMin",
@@ -170,7 +171,6 @@ def _divided_by(cx, op, size: int):
 
 def splat_of(cx, value) -> float | None:
     """The one number a value holds everywhere when it is a broadcast/reshape/convert of a constant, else None."""
-    from .elementwise import dense_value
 
     while op_name(value) in ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert"):
         value = list(value.owner.operands)[0]
