@@ -76,7 +76,7 @@ def find_pjrt_plugin(explicit: str | os.PathLike | None = None, device: str = "c
             return path.resolve()
     raise NativeBuildError(
         "no PJRT CPU plugin: install one (pip install 'multiexport[native]', i.e. xla-cpu-pjrt, or "
-        f"lammps-jax-pjrt-cpu), or name its .so with --plugin or ${PLUGIN_ENV}")
+        f"lammps-jax-pjrt-cpu), or name its .so with --pjrt-plugin or ${PLUGIN_ENV}")
 
 
 def find_cuda_plugin() -> Path:
@@ -91,7 +91,7 @@ def find_cuda_plugin() -> Path:
             return (directory / CUDA_PLUGIN_FILE).resolve()
     raise NativeBuildError(
         "no CUDA PJRT plugin: install JAX's (pip install 'jax[cuda13]', which brings jax-cuda13-pjrt and its "
-        f"jax_plugins/xla_cuda13/{CUDA_PLUGIN_FILE}), or name a .so with --plugin or ${PLUGIN_ENV}"
+        f"jax_plugins/xla_cuda13/{CUDA_PLUGIN_FILE}), or name a .so with --pjrt-plugin or ${PLUGIN_ENV}"
         + (f"; looked in {', '.join(looked)}" if looked else ""))
 
 
@@ -102,7 +102,7 @@ def find_tpu_plugin() -> Path:
     found = tpu_presence()
     if found.libtpu is None:
         raise NativeBuildError(f"no TPU PJRT plugin: libtpu is not installed (pip install 'jax[tpu]' brings the libtpu "
-                               f"package and its {TPU_PLUGIN_FILE}), or name a .so with --plugin or ${PLUGIN_ENV}; "
+                               f"package and its {TPU_PLUGIN_FILE}), or name a .so with --pjrt-plugin or ${PLUGIN_ENV}; "
                                f"{found.describe()}")
     return found.libtpu
 
