@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,12 +88,37 @@ def _stop_driver() -> None:
         shutil.rmtree(profile, ignore_errors=True)
 
 
+PROFILE_PREFIX = "multiexport-chromium-"
+
+
+def reap_stale_profiles(parent: Path | None = None) -> list[Path]:
+    """Remove the profiles that processes now gone left behind (a worker ended by a signal or `os._exit` runs
+    no atexit handler): a profile is named PROFILE_PREFIX + its process id, and only this user's real
+    directories (no link) of a pid that no longer exists are removed. Returns what it removed."""
+    parent = Path(parent or tempfile.gettempdir())
+    removed = []
+    for path in parent.glob(PROFILE_PREFIX + "*"):
+        pid = path.name[len(PROFILE_PREFIX):].split("-")[0]
+        try:
+            info = path.lstat()
+            if not pid.isdigit() or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except OSError:  # gone meanwhile, or a process of another user (alive): leave it
+            continue
+    return removed
+
+
 def launch(webgpu: bool = False, executable: str | None = None) -> Browser:
     """Headless Chromium with the closed-network flags and a fresh profile, one blank page open."""
     executable = executable or chromium_path()
     if executable is None:
         raise FileNotFoundError(f"no Chromium found ({', '.join(CHROMIUM_CANDIDATES)} or ${CHROMIUM_ENV})")
-    profile = Path(tempfile.mkdtemp(prefix="multiexport-chromium-"))
+    reap_stale_profiles()
+    profile = Path(tempfile.mkdtemp(prefix=f"{PROFILE_PREFIX}{os.getpid()}-"))
     flags = [*FLAGS, *(WEBGPU_FLAGS if webgpu else ())]
     if webgpu:
         flags.remove("--disable-gpu")

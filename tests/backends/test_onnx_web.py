@@ -5,6 +5,7 @@ broken said in one typed line. Real Chromium and the npm-installed runtime; skip
 
 from __future__ import annotations
 
+import os
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -166,3 +167,26 @@ def test_no_chromium_or_no_runtime_says_what_to_install(monkeypatch, tmp_path):
     if "Chromium" in status.reason:
         pytest.skip(f"no Chromium here: {status.reason}")
     assert not status.ok and "npm ci --prefix" in status.reason
+
+
+def test_profiles_of_processes_gone_are_removed_and_the_living_ones_kept(tmp_path):
+    """A worker killed mid-run leaves its Chromium profile (no atexit ran); the next launch removes it, never the
+    profile of a process still running, nor a link or a directory that is not a profile."""
+    import subprocess
+    import sys
+
+    from multiexport.backends.onnx_web.browser import PROFILE_PREFIX, reap_stale_profiles
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = tmp_path / f"{PROFILE_PREFIX}{int(gone.stdout)}-abc"
+    (dead / "Default").mkdir(parents=True)
+    alive = tmp_path / f"{PROFILE_PREFIX}{os.getpid()}-def"
+    alive.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / f"{PROFILE_PREFIX}{int(gone.stdout)}-link"
+    link.symlink_to(elsewhere)
+    other = tmp_path / f"{PROFILE_PREFIX}notapid"
+    other.mkdir()
+    assert reap_stale_profiles(tmp_path) == [dead]
+    assert not dead.exists() and alive.is_dir() and link.is_symlink() and elsewhere.is_dir() and other.is_dir()
