@@ -125,8 +125,12 @@ def launch(webgpu: bool = False, executable: str | None = None) -> Browser:
     pw = driver()
     try:
         # Playwright takes the profile directory as user_data_dir (it refuses the flag in `args`).
+        # Chromium's own temporary files (its singleton socket directory) inside the profile: removed with it,
+        # even after a kill, instead of one org.chromium.Chromium.* directory per launch in the temp dir.
+        (profile / "tmp").mkdir()
         context = pw.chromium.launch_persistent_context(str(profile), executable_path=executable, headless=True,
-                                                        args=flags, chromium_sandbox=False)
+                                                        args=flags, chromium_sandbox=False,
+                                                        env={**os.environ, "TMPDIR": str(profile / "tmp")})
         page = context.pages[0] if context.pages else context.new_page()
         version = str(page.evaluate("navigator.userAgent"))
     except Exception:
