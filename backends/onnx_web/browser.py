@@ -91,11 +91,19 @@ def _stop_driver() -> None:
 PROFILE_PREFIX = "multiexport-chromium-"
 
 
+def profile_root() -> Path:
+    """Where profiles go: /tmp itself, not $TMPDIR. Chromium puts its singleton socket under the profile, and a
+    Unix socket's path must fit in 108 bytes: under a compare worker's deep private $TMPDIR it did not, and
+    every launch there failed ("Target page, context or browser has been closed")."""
+    short = Path("/tmp")
+    return short if short.is_dir() and os.access(short, os.W_OK | os.X_OK) else Path(tempfile.gettempdir())
+
+
 def reap_stale_profiles(parent: Path | None = None) -> list[Path]:
     """Remove the profiles that processes now gone left behind (a worker ended by a signal or `os._exit` runs
     no atexit handler): a profile is named PROFILE_PREFIX + its process id, and only this user's real
     directories (no link) of a pid that no longer exists are removed. Returns what it removed."""
-    parent = Path(parent or tempfile.gettempdir())
+    parent = Path(parent or profile_root())
     removed = []
     for path in parent.glob(PROFILE_PREFIX + "*"):
         pid = path.name[len(PROFILE_PREFIX):].split("-")[0]
@@ -118,7 +126,7 @@ def launch(webgpu: bool = False, executable: str | None = None) -> Browser:
     if executable is None:
         raise FileNotFoundError(f"no Chromium found ({', '.join(CHROMIUM_CANDIDATES)} or ${CHROMIUM_ENV})")
     reap_stale_profiles()
-    profile = Path(tempfile.mkdtemp(prefix=f"{PROFILE_PREFIX}{os.getpid()}-"))
+    profile = Path(tempfile.mkdtemp(prefix=f"{PROFILE_PREFIX}{os.getpid()}-", dir=profile_root()))
     flags = [*FLAGS, *(WEBGPU_FLAGS if webgpu else ())]
     if webgpu:
         flags.remove("--disable-gpu")
@@ -127,10 +135,10 @@ def launch(webgpu: bool = False, executable: str | None = None) -> Browser:
         # Playwright takes the profile directory as user_data_dir (it refuses the flag in `args`).
         # Chromium's own temporary files (its singleton socket directory) inside the profile: removed with it,
         # even after a kill, instead of one org.chromium.Chromium.* directory per launch in the temp dir.
-        (profile / "tmp").mkdir()
+        (profile / "t").mkdir()
         context = pw.chromium.launch_persistent_context(str(profile), executable_path=executable, headless=True,
                                                         args=flags, chromium_sandbox=False,
-                                                        env={**os.environ, "TMPDIR": str(profile / "tmp")})
+                                                        env={**os.environ, "TMPDIR": str(profile / "t")})
         page = context.pages[0] if context.pages else context.new_page()
         version = str(page.evaluate("navigator.userAgent"))
     except Exception:

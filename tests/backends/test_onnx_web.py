@@ -190,3 +190,23 @@ def test_profiles_of_processes_gone_are_removed_and_the_living_ones_kept(tmp_pat
     other.mkdir()
     assert reap_stale_profiles(tmp_path) == [dead]
     assert not dead.exists() and alive.is_dir() and link.is_symlink() and elsewhere.is_dir() and other.is_dir()
+
+
+@needs_browser
+def test_a_launch_under_a_deep_tmpdir_still_starts_chromium(tmp_path, monkeypatch):
+    """A compare worker's $TMPDIR is a deep private directory; Chromium's singleton socket under a profile there
+    passed the 108-byte limit of a Unix socket's path and every launch failed. Profiles now live in /tmp."""
+    import tempfile
+
+    from multiexport.backends.onnx_web.browser import launch
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    browser = launch()
+    try:
+        assert "Chrome" in browser.version and len(str(browser.profile)) < 60
+    finally:
+        browser.close()
+    assert not browser.profile.exists()
