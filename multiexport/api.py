@@ -23,6 +23,7 @@ from .comparison import CompareConfig, compare as run_compare
 from .errors import ArtifactError, BackendUnavailable, TargetError, UsageError
 from .exporting.contract import Artifact, ExportOptions, RunOptions, Runner
 from .exporting.manifest import Manifest
+from .exporting.pipeline import export_artifact
 from .exporting.precision import (
     DEFAULT_CALIBRATION_SAMPLES,
     FP32,
@@ -203,7 +204,7 @@ def export(
                                 static_sizes={k: tuple(v) for k, v in (static_sizes or {}).items()},
                                 backend_options=dict(backend_options or {}), check_load=check_load,
                                 precision=precision, calibration=source)
-        artifact = chosen.export(resolved.fn, sig, Path(out_dir), options)
+        artifact = export_artifact(chosen, resolved.fn, sig, Path(out_dir), options)
     given = dict(keep_unused=keep_unused, platforms=tuple(platforms) if platforms else None,
                  external_weights=external_weights, backend_options=dict(backend_options or {}), precision=precision,
                  calibration=os.fspath(calibration) if calibration is not None else None)

@@ -23,6 +23,7 @@ from ..errors import BackendUnavailable, ExportError, MultiexportError, present
 from ..exporting.contract import ExportOptions
 from ..exporting.manifest import Manifest
 from ..exporting.native_section import consumer_for
+from ..exporting.pipeline import export_artifact
 from ..exporting.precision import check_weights_quantizable, needs_calibration, split_variant
 from ..exporting.registry import backend_class, get_backend
 from ..measure.plan import sizes_checked
@@ -166,7 +167,8 @@ def _in_process(ctx: Context, prep: Prepared, name: str, stage_artifact: str | N
     ctx.progress(f"{name}: export")
     t0 = time.perf_counter()
     try:
-        get_backend(name).export(ctx.target.fn, prep.sig, ctx.out / name, _options(ctx, prep, name, stage_artifact))
+        export_artifact(get_backend(name), ctx.target.fn, prep.sig, ctx.out / name,
+                        _options(ctx, prep, name, stage_artifact))
     except MultiexportError as exc:
         return Failure("export", getattr(exc, "category", "export-failed"), str(exc))
     return _record(ctx.out / name, round(time.perf_counter() - t0, 3), None, None)

@@ -27,6 +27,7 @@ from ..environment import tpu_presence, tpu_worker_environment
 from ..errors import MultiexportError
 from ..exporting.manifest import Manifest
 from ..exporting.options import ExportOptions
+from ..exporting.pipeline import export_artifact
 from ..exporting.registry import get_backend
 from ..files.npz import load_npz, save_npz
 from ..files.temporary import make_temporary
@@ -67,8 +68,8 @@ def _stage(ctx: Context, prep: Prepared, work, machine: str) -> dict[str, Any]:
     config = ctx.config
     ctx.progress("TPU: exporting xla for tpu,cpu, then one TPU worker (jax.jit and xla on the chip)")
     artifact = work / "xla"
-    get_backend("xla").export(ctx.target.fn, prep.sig, artifact,
-                              ExportOptions(platforms=("cpu", "tpu"), keep_unused=config.keep_unused))
+    export_artifact(get_backend("xla"), ctx.target.fn, prep.sig, artifact,
+                    ExportOptions(platforms=("cpu", "tpu"), keep_unused=config.keep_unused))
     feed = prep.trials[0].feed
     save_npz(work / "feed.npz", {k: np.asarray(v) for k, v in feed.items()})
     name = ctx.target.name

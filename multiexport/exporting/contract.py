@@ -149,7 +149,6 @@ class Backend:
         """
         driver = EXPORT_DRIVER.get("export_artifact")
         if driver is None:
-
             raise InternalError("exporting.pipeline was not imported: call multiexport.exporting.export_artifact")
         return driver(self, fn, signature, Path(out_dir), options)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..exporting.contract import ExportOptions
+from ..exporting.pipeline import export_artifact
 from ..exporting.registry import get_backend
 from ..files import write_text_atomic
 from ..files.npz import load_npz, save_npz
@@ -218,7 +219,7 @@ def _export_one(target, signature, fingerprint: str, job, made: set[str], loaded
             options = dataclasses.replace(options, stage_artifact=None)
         backend = get_backend(name)
         t0, c0 = time.perf_counter(), time.process_time()
-        backend.export(target.fn, signature, artifact, options)
+        export_artifact(backend, target.fn, signature, artifact, options)
         write_text_atomic(out / "export.json", encode(ExportReply(
             seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0, fingerprint=fingerprint,
             peak_rss_bytes=memory_now()["peak_rss_bytes"], target_load=loaded)))
