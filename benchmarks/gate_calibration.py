@@ -156,14 +156,13 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     t0 = time.perf_counter()
-    specs = dict(MODELS)
+    specs: dict[str, str] = {}  # the models asked, in order: name -> TARGET
     for item in args.models.split(","):
         name, eq, spec = item.partition("=")
-        if eq:
-            specs[name] = spec
-        elif name not in MODELS:
+        if not eq and name not in MODELS:
             parser.error(f"--models: {name!r} is none of {', '.join(MODELS)} and not NAME=MODULE:FUNCTION")
-    for model in [item.partition("=")[0] for item in args.models.split(",")]:
+        specs[name] = spec if eq else MODELS[name]
+    for model in specs:
         base_dir = args.out / model / "base"
         shutil.rmtree(base_dir, ignore_errors=True)
         base = compare(specs[model], base_dir, args.backends, args.bench_time, None, None)
