@@ -33,8 +33,8 @@ and `batch_sizes` are what `--dim-sizes` / `--batch-sizes` get; tags: `quick` (t
 tests/compare/test_real_models.py gates), plus what the model exercises (`linen`, `nnx`, `eqx`,
 `symbolic-batch`, `batchnorm`, `attention`, `mask`, `x64`, `bf16`, `prng-key`, ...).
 
-Modules: linen.py, transformers.py (GPT/ViT/BERT, linen), nnx.py, eqx.py, ops.py (dtypes and ops), and the
-models of other libraries, each an optional extra (`pip install -e .[zoo]`, or zoo-hf / zoo-keras / zoo-haiku):
+Modules: linen.py, transformers.py (GPT/ViT/BERT, linen), nnx.py, eqx.py, ops.py (dtypes and ops), llm.py (a
+Llama-style decoder with its KV cache as leaves, plain JAX; tag `kv-cache`), and the models of other libraries, each an optional extra (`pip install -e .[zoo]`, or zoo-hf / zoo-keras / zoo-haiku):
 hf.py (Hugging Face transformers 4.x Flax), keras3.py (Keras 3 on JAX, keras.applications and keras-hub),
 haiku_nets.py (dm-haiku). Their tags: `hf`, `keras`, `haiku`; `baked` marks weights closed over as constants.
 """
@@ -101,7 +101,7 @@ def _m(name: str, what: str, *tags: str, **kw) -> RealModel:
 # import jax2onnx's equinox plugins, ~14 CPU-s), as a user's own flax file would not.
 # The models of other libraries (each an optional extra, `pip install -e .[zoo]`): hf_* from transformers' Flax
 # classes, keras_* from Keras 3 on JAX (keras_hub_* from keras-hub), haiku_* from dm-haiku.
-_LIBRARY_MODULES = {"hf": "hf", "keras": "keras3", "haiku": "haiku_nets"}
+_LIBRARY_MODULES = {"hf": "hf", "keras": "keras3", "haiku": "haiku_nets", "llm": "llm"}
 _MODULE_OF = {"gpt_gqa": "transformers", "gpt_bf16": "transformers", "vit": "transformers",
               "bert_encoder": "transformers"}
 
@@ -206,6 +206,15 @@ REAL_MODELS: tuple[RealModel, ...] = (
        "attention", "mask", "symbolic-batch", val_ranges={"x": (0, 100)}),
     _m("haiku_batchnorm", "hk.Conv2D + hk.BatchNorm in inference mode with trained statistics, symbolic batch",
        "haiku", "conv", "batchnorm", "symbolic-batch"),
+) + (
+    # The Llama-style decoder of llm.py (plain JAX) at its CI size: the 1 B config is llm.py's llm_1b_* (not here:
+    # a sweep of the zoo must not build 4 GiB of weights per worker; benchmarks/llm.py runs it).
+    _m("llm_tiny_decode", "Llama decode step: token, pos, KV cache leaves in and out, weights as inputs", "llm",
+       "attention", "gqa", "kv-cache", val_ranges={"token": (0, 256), "pos": (0, 48)}),
+    _m("llm_tiny_decode_baked", "the Llama decode step with its weights closed over", "llm", "baked", "attention",
+       "gqa", "kv-cache", val_ranges={"token": (0, 256), "pos": (0, 48)}),
+    _m("llm_tiny_prefill", "Llama prefill: prompt -> next-token logits and the KV cache leaves", "llm", "attention",
+       "gqa", "kv-cache", val_ranges={"tokens": (0, 256)}),
 )
 
 TAGS: frozenset[str] = frozenset(t for m in REAL_MODELS for t in m.tags)
