@@ -28,6 +28,8 @@ from .exporting.backend_facts import BackendFacts, Presentation
 from .exporting.contract import Backend
 from .exporting.facts import ExportSetup, FormatFacts
 from .exporting.format_result import FormatResult
+from .exporting.instrument import Instrumented, describe_location, instrument_module, user_frame
+from .exporting.intermediates import Intermediates, IntermediatesRequest, Site, site_key
 from .exporting.jit_runner import JitRunner
 from .exporting.job import ExportJob
 from .exporting.manifest import LeafBinding, Manifest
@@ -105,4 +107,7 @@ __all__ = [
     # files, dtypes, versions
     "current_umask", "inside", "iter_safetensors", "write_bytes_atomic", "write_text_atomic", "parse_dtype",
     "dist_version",
+    # locate: the intermediates hook's types, and the instrumented StableHLO module (every op result returned)
+    "Intermediates", "IntermediatesRequest", "Site", "site_key", "Instrumented", "instrument_module",
+    "describe_location", "user_frame",
 ]

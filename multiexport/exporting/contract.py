@@ -22,13 +22,16 @@ from ..errors import BackendUnavailable, InternalError, RunError, UsageError
 from .artifact import Artifact, Availability
 from .backend_facts import BackendFacts, Presentation, declare
 from .facts import STATIC_FALLBACK_KEY, FormatFacts, StaticSizesFacts
+from .feed import check_feed
 from .format_result import FormatResult  # noqa: F401  (re-exported: what _export_impl returns)
+from .intermediates import Intermediates
 from .job import ExportJob
 from .runner import Runner
 from .static_runner import StaticSizesRunner, models_of
 
 if TYPE_CHECKING:
     from ..leaves import Signature
+    from .intermediates import IntermediatesRequest
     from .manifest import Manifest
     from .native_consumer import NativeConsumer
 
@@ -233,6 +236,31 @@ class Backend:
         None. `stage` is "export", "load" or "run". The worker and the load check both ask, so one root
         cause gets one category wherever it surfaces."""
         return None
+
+    def intermediates(self, request: "IntermediatesRequest") -> "Intermediates":
+        """The artifact's value for each of `request.sites` (one trial), for `multiexport locate`: what the format
+        can map, and a one-line reason for every site it cannot. Checks the request and the answer; the format's
+        work is `_intermediates_impl` (multiexport/exporting/intermediates.py describes both types)."""
+        self.require()
+        if request.manifest.backend != self.name:
+            raise ArtifactError(f"Artifact '{request.artifact_dir}' | got a '{request.manifest.backend}' artifact, "
+                                f"expected '{self.name}'")
+        check_feed(request.manifest.inputs, request.feed)  # one line naming the leaf, before any runtime
+        got = self._intermediates_impl(request)
+        if not isinstance(got, Intermediates):
+            raise InternalError(f"Backend '{self.name}' | _intermediates_impl returned {type(got).__name__}, "
+                                "expected Intermediates")
+        keys = {s.key for s in (got.own_sites if got.own_sites is not None else request.sites)}
+        stray = sorted(set(got.values) - keys)
+        if stray:
+            raise InternalError(f"Backend '{self.name}' | _intermediates_impl gave values for unknown sites "
+                                f"{', '.join(stray[:5])}")
+        return got
+
+    def _intermediates_impl(self, request: "IntermediatesRequest") -> "Intermediates":
+        """The artifact's intermediate values (see `intermediates`); by default the format maps none."""
+        why = f"cannot map: backend '{self.name}' exposes no intermediate values"
+        return Intermediates(values={}, unmapped={s.key: why for s in request.sites}, how=why)
 
     # -- to implement -------------------------------------------------------------------------
     def _export_impl(self, job: ExportJob[Any]) -> FormatResult:
