@@ -34,13 +34,14 @@ from ..measure.tolerance import parse_tolerances
 from ..native.bundle import bundle
 from ..native.run import print_command, run as run_native
 from ..preflight import check_jax_environment
+from ..report.deploy import consumer_backends, deploy_lines
 from ..report.regression import check_thresholds, diff_results, publish
 from ..report.render import write_reports
 from ..report.screenshot import screenshot
 from ..results import load_results
 from ..run.devices import keep_jax_off_the_tpu
 from ..system.orphans import adopt_orphans, stop_leftovers
-from .output import err_console, plain, print_export, print_outputs, print_results, print_signature
+from .output import console, err_console, plain, print_export, print_outputs, print_results, print_signature
 from .sweep_commands import diff_sweep_dirs
 
 
@@ -228,13 +229,14 @@ def compare_config(args, backends_known: bool = True):
         val_ranges=parse_val_ranges(args.val_range), dim_sizes=parse_dim_sizes(args.dim_sizes),
         tolerances=parse_tolerances(args.tol), inputs=inputs, reference=args.reference,
         keep_unused=args.keep_unused, external_weights=args.external_weights,
-        backend_options=backend_options(args.backend_option, list(backends)) if backends_known else {},
+        backend_options=backend_options(args.backend_option, [*backends, *consumer_backends(args.deploy)])
+        if backends_known else {},
         device=args.device, matmul_precision=args.matmul_precision, platforms=tuple(split(args.platforms or '')) or None,
         threads=args.threads, timeout=args.timeout, bench=bench, batch_sizes=batch_sizes, export_jobs=args.export_jobs,
         native=args.native, native_plugin=str(args.pjrt_plugin) if args.pjrt_plugin else None,
         paired=not args.sequential, rounds=args.rounds, floor=args.floor,
         precisions=tuple(split(args.precisions)), calibration=args.calibration,
-        accuracy=dict(parse_accuracy(a) for a in args.accuracy))
+        accuracy=dict(parse_accuracy(a) for a in args.accuracy), deploy=tuple(args.deploy))
 
 
 def cmd_compare(args) -> int:
@@ -304,6 +306,8 @@ def _compare(args, target, start: float, early_workers, timeline) -> int:
         if status is not None:
             status.stop()
     print_results(results)
+    for line in deploy_lines(results):  # the verdict per deployment target, after today's single one
+        console().print(plain(line))
     code = results.exit_code_allowing(allow)
     if gated:
         code = max(code, _gate(baseline, results, args))
@@ -354,3 +358,4 @@ def cmd_backends(args) -> int:
             print(f"{'':<12} options: {options}")
     return 0
 
+from .load_command import cmd_load  # noqa: E402,F401 - `multiexport load` (cli.load_command)

@@ -76,6 +76,12 @@ def _formats(g) -> None:
                         "jax.jit), 'unsupported-precision' where the format has no such variant. " + PRECISION_HELP)
     g.add_argument("--calibration", type=Path, metavar="FILE.npz", help=CALIBRATION_HELP)
     g.add_argument("--backend-option", action="append", default=[], metavar="BACKEND.NAME=VALUE", help=OPTION_HELP)
+    g.add_argument("--deploy", action="append", default=[], metavar="TARGET",
+                   help="where the model will run (repeatable): cpp-server, python-server, tf-serving, mobile (android), "
+                        "browser, node. The compare adds what each target's consumers need (its backends, e.g. onnx-web "
+                        "for browser, and --native where they are C programs) and the report gives one verdict per target, "
+                        "judged only on the consumers that exist there, each on its own latency (the C program's for a "
+                        "C++ server). Without it the report still shows the table of every target beside the verdict")
 
 
 def _parity(g) -> None:

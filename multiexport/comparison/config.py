@@ -20,6 +20,7 @@ from ..measure.accuracy import check_accuracy
 from ..measure.bench import BenchConfig
 from ..measure.inputs import check_value_ranges
 from ..measure.tolerance import check_tolerances
+from ..report.deploy import NATIVE as NATIVE_CONSUMER, target as deploy_target
 from ..run.devices import CHOICES
 from .baseline import BASELINE_ROUNDS, find_baseline
 
@@ -40,6 +41,9 @@ class CompareConfig:
         default runs float32 matmuls in bf16 passes (`measure.reference.MATMUL_PRECISIONS`).
     platforms: the platforms the XLA artifact is lowered for, as `export --platforms` (None: the device's own);
         the device's platform is always among them, so the compare's rows run what was lowered.
+    deploy: deployment targets to judge (`report.deploy.TARGETS`, e.g. cpp-server, browser; aliases resolved to
+        their names): the compare adds the backends their consumers need (onnx-web for a browser) and turns on
+        `native` where a consumer is a native one; the report then gives a verdict per target.
     keep_unused: every leaf a parameter. external_weights: auto / always / never.
     backend_options: backend -> {option: value}, each validated against the backend's declared options.
     device: cpu / gpu / auto. threads: intra-op threads for every runtime (None: the usable cores).
@@ -94,6 +98,7 @@ class CompareConfig:
     baseline_artifacts: Path | None = None
     matmul_precision: str = "default"
     platforms: tuple[str, ...] | None = None
+    deploy: tuple[str, ...] = ()
 
     def __post_init__(self):
         backends = tuple(self.backends) if not isinstance(self.backends, str) else (self.backends,)
@@ -107,6 +112,8 @@ class CompareConfig:
         if len(set(backends)) != len(backends):
             raise UsageError(f"Option 'backends' | got {', '.join(backends)}, expected each backend once")
         object.__setattr__(self, "backends", backends)
+        _check_deploy(self)  # the deployment targets' consumers join the rows (their options are then valid too)
+        backends = self.backends
         _int("trials", self.trials, 1)
         _int("rounds", self.rounds, 2)
         if not isinstance(self.floor, bool) or (self.floor and self.bench is None):
@@ -209,6 +216,7 @@ class CompareOptions(TypedDict, total=False):
     baseline_artifacts: Path | None
     matmul_precision: str
     platforms: tuple[str, ...] | None
+    deploy: tuple[str, ...]
 
 
 def _with_precisions(backends: tuple[str, ...], precisions: Any) -> tuple[str, ...]:
@@ -244,6 +252,25 @@ def _check_calibration(config: "CompareConfig", backends: tuple[str, ...]) -> No
 def _int(name: str, value: Any, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise UsageError(f"Option '{name}' | got {value!r}, expected an integer >= {low}")
+
+
+def _check_deploy(config: "CompareConfig") -> None:
+    """Resolve `deploy`'s target names and add what their consumers need: each consumer's backend (an fp32 row)
+    and `native` where one is a native consumer (a C++ server is judged on the C programs, not on Python)."""
+    given = (config.deploy,) if isinstance(config.deploy, str) else tuple(config.deploy)
+    if not all(isinstance(name, str) for name in given):
+        raise UsageError(f"Option 'deploy' | got {list(given)!r}, expected target names such as cpp-server, browser")
+    try:
+        chosen = [deploy_target(name) for name in given]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    names_ = tuple(dict.fromkeys(t.name for t in chosen))
+    object.__setattr__(config, "deploy", names_)
+    needed = [c.backend for t in chosen for c in t.consumers if c.backend not in config.backends]
+    if needed:
+        object.__setattr__(config, "backends", config.backends + tuple(dict.fromkeys(needed)))
+    if any(c.kind == NATIVE_CONSUMER for t in chosen for c in t.consumers) and not config.native:
+        object.__setattr__(config, "native", True)
 
 
 __all__ = ["CompareConfig", "CompareOptions"]

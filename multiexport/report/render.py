@@ -12,6 +12,7 @@ from ..errors import InputError, MultiexportError, present
 from ..files.owned import check_overwritable, write_owned_text
 from ..results import MEANING, LatencyStats, Results, SizeResult, Status, load_results
 from . import plots
+from .deploy import DEPLOY_HEADER, DEPLOY_NOTE, deploy_section
 from .precision import PRECISION_HEADER, precision_rows
 from .recommend import recommend
 from .summary import COLUMNS, capped_note, summary_rows
@@ -125,6 +126,7 @@ def render_markdown(results: Results) -> str:
                        f"{md(p.runner_up or '-')} | {'-' if p.ratio_to_runner_up is None else f'{p.ratio_to_runner_up:.2f}x'}{ci} | "
                        f"{'-' if p.significant is None else ('yes' if p.significant else 'no (within noise)')} |")
         out.append("")
+    out += _deploy_markdown(results)
     if rec.caveats:
         out += ["## Caveats", ""] + [f"- {md(c)}" for c in rec.caveats] + [""]
     out += ["## Summary", "", _md_table(COLUMNS, [[r[c] for c in COLUMNS] for r in rows]), ""]
@@ -170,6 +172,29 @@ def render_markdown(results: Results) -> str:
         out += ["## Where the time went", "", _md_table(TIMELINE_HEADER, timeline_rows(results)), ""]
     out += ["## Environment", ""] + [f"- {md(line)}" for line in setup_lines(results) + environment_lines(results)] + [""]
     return "\n".join(out)
+
+
+def _deploy_markdown(results: Results) -> list[str]:
+    """The deployment targets' section: the asked targets' verdicts in bold, then the table (report.deploy)."""
+    section = deploy_section(results)
+    if section is None:
+        return []
+    out = [f"## {md(section.title)}", ""]
+    if section.asked:
+        for sentence in section.sentences:
+            out += [f"**{md(sentence)}**", ""]
+    out += [md(DEPLOY_NOTE), "", _md_table(DEPLOY_HEADER, section.rows), ""]
+    return out + [f"- {md(n)}" for n in section.notes] + ([""] if section.notes else [])
+
+
+def _deploy_html(results: Results) -> str:
+    section = deploy_section(results)
+    if section is None:
+        return ""
+    verdicts = "".join(f"<p class='verdict'>{esc(s)}</p>" for s in section.sentences) if section.asked else ""
+    notes = "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in section.notes) + "</ul>" if section.notes else ""
+    return (f"<h2>{esc(section.title)}</h2>{verdicts}<p class='note'>{esc(DEPLOY_NOTE)}</p>"
+            + _html_table(DEPLOY_HEADER, section.rows) + notes)
 
 
 CSS = """
@@ -246,6 +271,7 @@ def render_html(results: Results) -> str:
         f"<p class='verdict'>{esc(rec.precision)}</p>" if rec.precision else "",
         f"<p>{esc(weights_line(results))}</p>",
     ]
+    parts.append(_deploy_html(results))
     if rec.caveats:
         parts.append("<h2>Caveats</h2><ul>" + "".join(f"<li>{esc(c)}</li>" for c in rec.caveats) + "</ul>")
     parts.append("<h2>Summary</h2>" + _html_table(COLUMNS, [[r[c] for c in COLUMNS] for r in rows], 1))

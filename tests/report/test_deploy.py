@@ -19,12 +19,19 @@ from .builders import latency, results, row
 
 
 @pytest.fixture(scope="module")
-def seed_results(tmp_path_factory):
-    """The seed through xla and onnx, their native consumers included: a real results.json read back."""
+def seed_run(tmp_path_factory):
+    """The seed through xla and onnx with `--deploy node`: the compare adds the node target's consumers (onnx-web's
+    row, and --native for ONNX Runtime's C consumer). The output directory and the command's stdout."""
     out = tmp_path_factory.mktemp("deploy") / "c"
-    proc = run_cli("compare", "--backends", "xla,onnx", "--native", "--out-dir", out, "--bench-time", "0.05")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return load_results(out / "results.json")
+    proc = run_cli("compare", "--backends", "xla,onnx", "--deploy", "node", "--out-dir", out, "--bench-time", "0.05")
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr  # 3: onnx-web unavailable here (no Chromium)
+    return out, proc.stdout
+
+
+@pytest.fixture(scope="module")
+def seed_results(seed_run):
+    """The seed's real results.json, read back: xla and onnx with their native consumers, and onnx-web."""
+    return load_results(seed_run[0] / "results.json")
 
 
 def test_a_cpp_server_is_judged_on_the_native_consumers_figures(seed_results):
@@ -54,7 +61,9 @@ def test_a_python_server_is_judged_on_the_python_runners(seed_results):
 
 
 def test_a_target_whose_consumers_did_not_run_says_what_would_make_one_work(seed_results):
-    browser, tf = deploy_verdicts(seed_results, ["browser", "tf-serving"])
+    no_web = dataclasses.replace(seed_results, backends={
+        name: r for name, r in seed_results.backends.items() if name != "onnx-web"})
+    browser, tf = deploy_verdicts(no_web, ["browser", "tf-serving"])
     assert browser.pick is None
     assert browser.sentence == ("For a web page: no consumer worked. To make one work: onnx-web (not-run): add it: "
                                 "compare --backends ...,onnx-web.")
@@ -124,3 +133,62 @@ def test_targets_and_aliases():
     assert target("android") is TARGETS["mobile"]
     with pytest.raises(ValueError, match="Deploy target 'phone' | unknown, expected one of cpp-server"):
         target("phone")
+
+
+def test_deploy_adds_what_its_targets_need_and_the_report_judges_them(seed_run, seed_results, tmp_path):
+    """`--deploy node` ran onnx-web and the native consumers though neither was asked for; the terminal, report.md
+    and report.html give the node verdict first; `multiexport report` re-renders it from results.json alone."""
+    out, stdout = seed_run
+    assert seed_results.config["deploy"] == ["node"] and seed_results.config["native"] is True
+    assert list(seed_results.backends) == ["xla", "onnx", "onnx-web"]
+    assert seed_results.backends["onnx"].native is not None
+    (v,) = deploy_verdicts(seed_results, ["node"])
+    assert "deploy: " + v.sentence in " ".join(stdout.split())  # the terminal wraps long lines
+    report = (out / "report.md").read_text()
+    assert "## Verdict per deployment target (compare --deploy)" in report
+    assert report.count("| node |") == 1 and "| cpp-server |" not in report  # only the asked target is judged
+    assert v.sentence.split(",")[0].replace("'", "&#x27;") in (out / "report.html").read_text()
+    proc = run_cli("report", out / "results.json", "--out-dir", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "report.md").read_text() == report
+
+
+def test_without_deploy_the_report_shows_every_target_beside_the_single_verdict():
+    from multiexport.report.render import render_html, render_markdown
+
+    lite = dataclasses.replace(row("litert", p50=0.5, lo=0.45, hi=0.55), native=NativeResult(
+        "c", Status.OK, sizes=[NativeSize(8, latency=latency(0.9, 0.85, 0.95))]))
+    onnx = dataclasses.replace(row("onnx", p50=1.0, lo=0.9, hi=1.1), native=NativeResult(
+        "c", Status.OK, sizes=[NativeSize(8, latency=latency(0.3, 0.28, 0.32))]))
+    res = results(lite, onnx)
+    report = render_markdown(res)
+    assert "## Per deployment target, beside the single verdict" in report and "**For " not in report
+    for name in TARGETS:
+        assert f"| {name} |" in report
+    # a C++ server ships onnx (its C API 3x faster than LiteRT's), where the single verdict says litert
+    assert "| cpp-server | onnx | ONNX Runtime's C API (ort_run) | 300 us (280 us-320 us) | 3.00x vs litert" in report
+    assert "| litert (differs) |" in report
+    assert "| browser | none | - | - | - | litert | onnx-web (not-run) |" in report
+    assert "Per deployment target, beside the single verdict" in render_html(res)
+    res.config = {"deploy": ["mobile"]}
+    report = render_markdown(res)
+    assert "**For an Android phone: ship onnx via ONNX Runtime Mobile's C API" in report
+    assert "| cpp-server |" not in report
+
+
+def test_an_unknown_target_is_one_line_and_exit_2():
+    proc = run_cli("compare", "--backends", "xla", "--deploy", "phone", "--no-bench")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "Deploy target 'phone' | unknown, expected one of cpp-server, python-server, tf-serving, mobile, browser, "
+        "node, android, cpp, python, web")
+
+
+def test_the_config_adds_the_consumers_and_native_once():
+    from multiexport.comparison import CompareConfig
+
+    config = CompareConfig(backends=("onnx",), deploy=("web", "browser", "tf-serving"))
+    assert config.deploy == ("browser", "tf-serving")
+    assert config.backends == ("onnx", "onnx-web", "savedmodel") and config.native
+    plain = CompareConfig(backends=("onnx",), deploy=("python",))
+    assert not plain.native and plain.deploy == ("python-server",)
