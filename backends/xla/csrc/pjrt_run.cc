@@ -30,13 +30,20 @@ static const char *USAGE =
     "usage: pjrt_run --plugin PATH/xla_cpu_pjrt.so [--artifact DIR] [--inputs DIR] [--outputs DIR]\n"
     "                [--warmup N] [--iters N] [--times FILE] [--no-outputs] [--info]\n"
     "                [--compile-options FILE] [--program FILE]\n"
+    "                [--steps N --carry OUT=IN ... [--greedy LOGITS=IN] [--count IN] [--tokens FILE]]\n"
     "  Runs the XLA artifact in DIR (default .) through the PJRT C API. Inputs: one .npy per leaf\n"
     "  argument, named as the manifest's native.args[].file, in --inputs (default inputs/); outputs\n"
     "  are written to --outputs (default outputs/, created). --iters N: time N calls (after --warmup\n"
     "  untimed ones) and print min/median/p90 per-call wall time as JSON. --info: print the plugin's\n"
     "  attributes (PJRT API and StableHLO versions) as JSON and exit. --compile-options FILE: a serialized\n"
     "  CompileOptionsProto instead of the manifest's (e.g. the one jax compiles with); --program FILE: a\n"
-    "  StableHLO module taking the same arguments instead of the manifest's (diagnostics).\n";
+    "  StableHLO module taking the same arguments instead of the manifest's (diagnostics).\n"
+    "  Decode loop: --steps N calls the program N times, each call's inputs made from the previous call's\n"
+    "  outputs on the device: --carry OUT=IN (repeatable) passes output leaf OUT as input leaf IN (a KV cache,\n"
+    "  never copied to the host; donated where the module aliases it), --greedy LOGITS=IN feeds the argmax of\n"
+    "  OUT's last axis as the int32 input leaf IN (the next token), --count IN adds 1 to the int32 scalar\n"
+    "  input IN (the position). --tokens FILE writes the greedy tokens as an int32 [N, rows] .npy; the\n"
+    "  per-step wall times print as JSON like --iters; --outputs gets the last call's outputs.\n";
 
 static const PJRT_Api *api = nullptr;
 
@@ -283,12 +290,68 @@ static size_t num_outputs(PJRT_LoadedExecutable *loaded) {
   return n.num_outputs;
 }
 
+// A buffer's contents on the host, row-major whatever the device's layout (a TPU executable may keep an output
+// column-major, {0,1} for a 64x10 result, and without a host layout the copy keeps the device's order); its
+// dimensions in `dims`.
+static std::vector<char> download(PJRT_Buffer *buffer, std::vector<int64_t> *dims_out) {
+  PJRT_Buffer_Dimensions_Args dims{};
+  dims.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
+  dims.buffer = buffer;
+  check(api->PJRT_Buffer_Dimensions(&dims), "PJRT_Buffer_Dimensions");
+  dims_out->assign(dims.dims, dims.dims + dims.num_dims);
+  std::vector<int64_t> minor_to_major(dims.num_dims);
+  for (size_t d = 0; d < dims.num_dims; d++) minor_to_major[d] = (int64_t)(dims.num_dims - 1 - d);
+  PJRT_Buffer_MemoryLayout row_major{};
+  row_major.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE;
+  row_major.type = PJRT_Buffer_MemoryLayout_Type_Tiled;
+  row_major.tiled.struct_size = PJRT_Buffer_MemoryLayout_Tiled_STRUCT_SIZE;
+  row_major.tiled.minor_to_major = minor_to_major.data();
+  row_major.tiled.minor_to_major_size = minor_to_major.size();
+  PJRT_Buffer_ToHostBuffer_Args th{};
+  th.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
+  th.src = buffer;
+  th.host_layout = &row_major;
+  check(api->PJRT_Buffer_ToHostBuffer(&th), "PJRT_Buffer_ToHostBuffer (size)");
+  std::vector<char> host(th.dst_size);
+  th.dst = host.data();
+  check(api->PJRT_Buffer_ToHostBuffer(&th), "PJRT_Buffer_ToHostBuffer");
+  await_event(th.event, "download");
+  return host;
+}
+
+static bool same_shape(const mx_json *a, const mx_json *b) {
+  const mx_json *sa = mx_json_get(a, "shape"), *sb = mx_json_get(b, "shape");
+  if (mx_json_len(sa) != mx_json_len(sb)) return false;
+  for (size_t d = 0; d < mx_json_len(sa); d++)
+    if (mx_json_int(mx_json_at(sa, d), -1) != mx_json_int(mx_json_at(sb, d), -2)) return false;
+  return strcmp(mx_json_str(mx_json_get(a, "dtype"), ""), mx_json_str(mx_json_get(b, "dtype"), "")) == 0;
+}
+
+static int64_t elements(const mx_json *entry) {
+  const mx_json *shape = mx_json_get(entry, "shape");
+  int64_t n = 1;
+  for (size_t d = 0; d < mx_json_len(shape); d++) n *= mx_json_int(mx_json_at(shape, d), 0);
+  return n;
+}
+
 struct Options {
   const char *plugin = nullptr;
   bool info = false;
   const char *compile_options = nullptr;  // replaces the manifest's native.compile_options file
   const char *program = nullptr;          // replaces the chosen module's program file
+  int steps = 0;                          // the decode loop's calls (0: no loop)
+  std::vector<std::pair<std::string, std::string>> carry;  // output leaf -> input leaf, on the device
+  std::pair<std::string, std::string> greedy;               // logits output leaf -> token input leaf
+  std::string count;                                        // int32 scalar input leaf, +1 per step
+  const char *tokens = nullptr;                             // where the greedy tokens go (.npy)
 };
+
+// "OUT=IN" -> (OUT, IN); dies naming the flag otherwise.
+static std::pair<std::string, std::string> leaf_pair(const char *flag, const char *value) {
+  const char *eq = strchr(value, '=');
+  if (!eq || eq == value || !eq[1]) mx_die("%s | got '%s', expected OUTPUT_LEAF=INPUT_LEAF", flag, value);
+  return {std::string(value, (size_t)(eq - value)), std::string(eq + 1)};
+}
 
 static int extra_flag(const char *flag, const char *value, void *user) {
   auto *o = static_cast<Options *>(user);
@@ -296,6 +359,17 @@ static int extra_flag(const char *flag, const char *value, void *user) {
   if (strcmp(flag, "--info") == 0) { o->info = strcmp(value, "0") != 0; return 1; }
   if (strcmp(flag, "--compile-options") == 0) { o->compile_options = value; return 1; }
   if (strcmp(flag, "--program") == 0) { o->program = value; return 1; }
+  if (strcmp(flag, "--steps") == 0) {
+    char *end = nullptr;
+    long n = strtol(value, &end, 10);
+    if (!end || *end || n < 1 || n > 1000000) mx_die("--steps | got '%s', expected an integer >= 1", value);
+    o->steps = (int)n;
+    return 1;
+  }
+  if (strcmp(flag, "--carry") == 0) { o->carry.push_back(leaf_pair(flag, value)); return 1; }
+  if (strcmp(flag, "--greedy") == 0) { o->greedy = leaf_pair(flag, value); return 1; }
+  if (strcmp(flag, "--count") == 0) { o->count = value; return 1; }
+  if (strcmp(flag, "--tokens") == 0) { o->tokens = value; return 1; }
   return 0;
 }
 
@@ -419,6 +493,15 @@ int main(int argc, char **argv) {
       mx_die("manifest.json: argument %zu has unknown kind '%s'", i, kind.c_str());
     }
   }
+  int32_t count_value = 0;  // --count's leaf on the host, incremented per step
+  if (!extra.count.empty()) {
+    auto it = leaves.find(extra.count);
+    if (it == leaves.end()) mx_die("--count | '%s' is no input leaf of the module", extra.count.c_str());
+    if (strcmp(it->second.descr, "<i4") != 0 || mx_num_elements(it->second.ndim, it->second.shape) != 1)
+      mx_die("--count | Input '%s' | got %s of %lld elements, expected an int32 scalar", extra.count.c_str(),
+             it->second.descr, (long long)mx_num_elements(it->second.ndim, it->second.shape));
+    count_value = *static_cast<const int32_t *>(it->second.data);
+  }
   for (auto &kv : leaves) mx_npy_free(&kv.second);
 
   const mx_json *results = mx_require(module, "results", program_path.c_str());
@@ -450,15 +533,116 @@ int main(int argc, char **argv) {
     for (auto &b : outputs) { if (b) destroy_buffer(b); b = nullptr; }
   };
 
-  for (int i = 0; i < opts.warmup; i++) { call(); release_outputs(); }
-  std::vector<int64_t> times;
-  for (int i = 0; i < opts.iters; i++) {
-    int64_t start = mx_now_ns();
-    call();
-    times.push_back(mx_now_ns() - start);
-    release_outputs();
+  // A module that aliases an input to an output (jax's donate_argnums) would donate that input's buffer to the
+  // first call: outside the decode loop every input is reused, so none is donatable; in the loop only the
+  // carried ones (replaced by the call's outputs every step).
+  std::vector<int64_t> keep, times;
+  std::vector<int32_t> generated;  // the greedy tokens, [steps, rows]
+  int64_t rows = 0;
+  if (extra.steps > 0) {
+    std::map<std::string, size_t> in_at, out_at;
+    for (size_t i = 0; i < mx_json_len(margs); i++)
+      if (strcmp(mx_json_str(mx_json_get(mx_json_at(margs, i), "kind"), ""), "leaf") == 0)
+        in_at[mx_json_str(mx_json_get(mx_json_at(margs, i), "leaf"), "")] = i;
+    for (size_t j = 0; j < n_out; j++)
+      if (strcmp(mx_json_str(mx_json_get(mx_json_at(results, j), "kind"), "leaf"), "leaf") == 0)
+        out_at[mx_json_str(mx_json_get(mx_json_at(results, j), "leaf"), "")] = j;
+    auto input_of = [&](const std::string &name, const char *flag) {
+      auto it = in_at.find(name);
+      if (it == in_at.end()) mx_die("%s | '%s' is no input leaf of %s", flag, name.c_str(), program_path.c_str());
+      return it->second;
+    };
+    auto output_of = [&](const std::string &name, const char *flag) {
+      auto it = out_at.find(name);
+      if (it == out_at.end()) mx_die("%s | '%s' is no output leaf of %s", flag, name.c_str(), program_path.c_str());
+      return it->second;
+    };
+    std::vector<std::pair<size_t, size_t>> carried;  // (output, input)
+    std::vector<bool> donatable(inputs.size(), false);
+    for (const auto &c : extra.carry) {
+      size_t j = output_of(c.first, "--carry"), i = input_of(c.second, "--carry");
+      if (!same_shape(mx_json_at(results, j), mx_json_at(margs, i)))
+        mx_die("--carry | Output '%s' and Input '%s' differ in shape or dtype", c.first.c_str(), c.second.c_str());
+      carried.push_back({j, i});
+      donatable[i] = true;
+    }
+    long greedy_out = -1, greedy_in = -1;
+    int64_t vocab = 0;
+    std::vector<int64_t> token_dims;
+    if (!extra.greedy.first.empty()) {
+      greedy_out = (long)output_of(extra.greedy.first, "--greedy");
+      greedy_in = (long)input_of(extra.greedy.second, "--greedy");
+      const mx_json *logits = mx_json_at(results, (size_t)greedy_out), *token = mx_json_at(margs, (size_t)greedy_in);
+      const mx_json *shape = mx_json_get(logits, "shape");
+      if (strcmp(mx_json_str(mx_json_get(logits, "dtype"), ""), "float32") != 0 || mx_json_len(shape) == 0)
+        mx_die("--greedy | Output '%s' | got %s, expected float32 logits of rank >= 1", extra.greedy.first.c_str(),
+               mx_json_str(mx_json_get(logits, "dtype"), "?"));
+      if (strcmp(mx_json_str(mx_json_get(token, "dtype"), ""), "int32") != 0)
+        mx_die("--greedy | Input '%s' | got %s, expected int32 token ids", extra.greedy.second.c_str(),
+               mx_json_str(mx_json_get(token, "dtype"), "?"));
+      vocab = mx_json_int(mx_json_at(shape, mx_json_len(shape) - 1), 0);
+      rows = vocab > 0 ? elements(logits) / vocab : 0;
+      if (vocab <= 0 || elements(token) != rows)
+        mx_die("--greedy | Input '%s' has %lld elements, expected one per row of '%s' (%lld)",
+               extra.greedy.second.c_str(), (long long)elements(token), extra.greedy.first.c_str(), (long long)rows);
+      const mx_json *tshape = mx_json_get(token, "shape");
+      for (size_t d = 0; d < mx_json_len(tshape); d++) token_dims.push_back(mx_json_int(mx_json_at(tshape, d), 0));
+    }
+    long count_in = extra.count.empty() ? -1 : (long)input_of(extra.count, "--count");
+    for (size_t i = 0; i < inputs.size(); i++)
+      if (!donatable[i]) keep.push_back((int64_t)i);
+    eo.non_donatable_input_indices = keep.data();
+    eo.num_non_donatable_input_indices = keep.size();
+    std::vector<int32_t> next((size_t)rows);
+    for (int step = 0; step < extra.steps; step++) {
+      int64_t start = mx_now_ns();
+      call();
+      bool last = step + 1 == extra.steps;  // its outputs stay for --outputs
+      if (greedy_out >= 0) {
+        std::vector<int64_t> dims;
+        std::vector<char> host = download(outputs[(size_t)greedy_out], &dims);
+        const float *l = reinterpret_cast<const float *>(host.data());
+        for (int64_t r = 0; r < rows; r++) {
+          int64_t best = 0;  // the first maximum, as jnp.argmax
+          for (int64_t v = 1; v < vocab; v++)
+            if (l[r * vocab + v] > l[r * vocab + best]) best = v;
+          next[(size_t)r] = (int32_t)best;
+        }
+        generated.insert(generated.end(), next.begin(), next.end());
+      }
+      if (!last) {
+        for (const auto &c : carried) {  // the device buffer itself: no copy, no host round trip
+          destroy_buffer(inputs[c.second]);
+          inputs[c.second] = outputs[c.first];
+          outputs[c.first] = nullptr;
+        }
+        if (greedy_in >= 0) {
+          destroy_buffer(inputs[(size_t)greedy_in]);
+          inputs[(size_t)greedy_in] = upload(p, next.data(), PJRT_Buffer_Type_S32, token_dims.data(),
+                                             (int)token_dims.size());
+        }
+        if (count_in >= 0) {
+          count_value++;
+          destroy_buffer(inputs[(size_t)count_in]);
+          inputs[(size_t)count_in] = upload(p, &count_value, PJRT_Buffer_Type_S32, nullptr, 0);
+        }
+        release_outputs();
+      }
+      times.push_back(mx_now_ns() - start);
+    }
+  } else {
+    for (size_t i = 0; i < inputs.size(); i++) keep.push_back((int64_t)i);
+    eo.non_donatable_input_indices = keep.data();
+    eo.num_non_donatable_input_indices = keep.size();
+    for (int i = 0; i < opts.warmup; i++) { call(); release_outputs(); }
+    for (int i = 0; i < opts.iters; i++) {
+      int64_t start = mx_now_ns();
+      call();
+      times.push_back(mx_now_ns() - start);
+      release_outputs();
+    }
+    call();  // the call whose results are written
   }
-  call();  // the call whose results are written
 
   if (!opts.no_outputs) {
     mx_make_dir(opts.outputs);
@@ -473,35 +657,28 @@ int main(int argc, char **argv) {
       if (et.type != pjrt_type(mx_json_str(mx_json_get(r, "dtype"), ""), name))
         mx_die("Output '%s' | PJRT element type %d differs from the manifest's %s", name, (int)et.type,
                mx_json_str(mx_json_get(r, "dtype"), ""));
-      PJRT_Buffer_Dimensions_Args dims{};
-      dims.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
-      dims.buffer = outputs[i];
-      check(api->PJRT_Buffer_Dimensions(&dims), "PJRT_Buffer_Dimensions");
-      // Row-major on the host whatever the device's layout: a TPU executable may keep an output column-major
-      // ({0,1} for a 64x10 result), and without a host layout the copy keeps the device's order.
-      std::vector<int64_t> minor_to_major(dims.num_dims);
-      for (size_t d = 0; d < dims.num_dims; d++) minor_to_major[d] = (int64_t)(dims.num_dims - 1 - d);
-      PJRT_Buffer_MemoryLayout row_major{};
-      row_major.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE;
-      row_major.type = PJRT_Buffer_MemoryLayout_Type_Tiled;
-      row_major.tiled.struct_size = PJRT_Buffer_MemoryLayout_Tiled_STRUCT_SIZE;
-      row_major.tiled.minor_to_major = minor_to_major.data();
-      row_major.tiled.minor_to_major_size = minor_to_major.size();
-      PJRT_Buffer_ToHostBuffer_Args th{};
-      th.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
-      th.src = outputs[i];
-      th.host_layout = &row_major;
-      check(api->PJRT_Buffer_ToHostBuffer(&th), "PJRT_Buffer_ToHostBuffer (size)");
-      std::vector<char> host(th.dst_size);
-      th.dst = host.data();
-      check(api->PJRT_Buffer_ToHostBuffer(&th), "PJRT_Buffer_ToHostBuffer");
-      await_event(th.event, "download");
-      mx_write_result(opts.outputs, r, (int)dims.num_dims, dims.dims, host.data(), host.size());
+      std::vector<int64_t> dims;
+      std::vector<char> host = download(outputs[i], &dims);
+      mx_write_result(opts.outputs, r, (int)dims.size(), dims.data(), host.data(), host.size());
     }
   }
   release_outputs();
 
-  if (opts.iters > 0) {
+  if (extra.tokens) {
+    int64_t shape[2] = {extra.steps, rows};
+    char err[MX_ERR];
+    if (generated.empty()) mx_die("--tokens needs --steps and --greedy");
+    if (mx_npy_write(extra.tokens, "<i4", 2, shape, generated.data(), generated.size() * sizeof(int32_t), err,
+                     sizeof err) != 0)
+      mx_die("%s", err);
+  }
+  if (extra.steps > 0) {
+    char extra_json[512];
+    snprintf(extra_json, sizeof extra_json, "\"program\": \"%s\", \"platform\": \"%s\", \"compile_ms\": %.3f, "
+             "\"steps\": %d, \"carried\": %zu", program_path.c_str(), p.platform.c_str(), compile_ms, extra.steps,
+             extra.carry.size());
+    mx_print_timing("pjrt_c_api_decode_loop", times.data(), (int)times.size(), 0, extra_json);
+  } else if (opts.iters > 0) {
     char extra_json[512];
     snprintf(extra_json, sizeof extra_json, "\"program\": \"%s\", \"platform\": \"%s\", \"compile_ms\": %.3f", program_path.c_str(),
              p.platform.c_str(), compile_ms);

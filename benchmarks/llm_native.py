@@ -1,0 +1,124 @@
+"""Greedy generation in the native consumers, from the exported prefill and decode-step artifacts, against jax.jit.
+
+    python -m benchmarks.llm_native --size tiny --steps 32 --out /tmp/llm-native [--keep]
+
+Exports (XLA, ONNX) the prefill and the decode step of benchmarks/real_models/llm.py with the weights as input
+leaves, then generates `steps` tokens after the example prompt:
+- PJRT C API: `pjrt_run` runs the prefill artifact once, then the decode artifact with `--steps N`: every
+  `out.cache.layer_i.k/v` output goes back in as `cache.layer_i.k/v` as the device buffer itself (`--carry`),
+  the argmax of `out.logits` becomes the next `token` (`--greedy`) and `pos` counts up (`--count`); weights are
+  uploaded once. Per-token latency is the program's own clock (call + argmax + feeding, per step).
+- jax.jit: `llm.greedy`, the same functions under jax.jit.
+The tokens must be equal (the greedy choices of two programs that agree to a few ulps), and are printed side by
+side with the per-token latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from multiexport.native.run import command
+
+
+def _leaves(prefix: str, tree: Mapping[str, Any]):
+    """(dotted name, array) of a nested dict, as multiexport names them (`params.layer_0.wq`)."""
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            yield from _leaves(f"{prefix}.{key}", value)
+        else:
+            yield f"{prefix}.{key}", np.asarray(value)
+
+
+def _write_inputs(artifact: Path, feed: Mapping[str, Any], inputs: Path) -> None:
+    """One .npy per leaf argument of the artifact's native section, named as the section says."""
+    native = json.loads((artifact / "manifest.json").read_text())["native"]
+    inputs.mkdir(parents=True, exist_ok=True)
+    for entry in native["args"]:
+        if entry.get("kind") == "leaf":
+            np.save(inputs / entry["file"], np.asarray(feed[entry["leaf"]], order="C"), allow_pickle=False)
+
+
+def _read_outputs(artifact: Path, outputs: Path) -> dict[str, np.ndarray]:
+    native = json.loads((artifact / "manifest.json").read_text())["native"]
+    return {e["leaf"]: np.load(outputs / e["file"]) for e in native["results"] if e.get("kind") == "leaf"}
+
+
+def _pjrt(artifact: Path, work: Path, extra: list[str], timeout: float) -> str:
+    argv, env = command(artifact, inputs_dir=str(work / "inputs"), outputs_dir=str(work / "outputs"))
+    (work / "outputs").mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(argv + extra, env=env, cwd=artifact, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{Path(argv[0]).name} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return done.stdout
+
+
+def pjrt_greedy(prefill_dir: Path, decode_dir: Path, params: Mapping[str, Any], prompt: np.ndarray, layers: int,
+                steps: int, work: Path, timeout: float = 600) -> dict[str, Any]:
+    """Prefill once, then `steps` decode steps in one pjrt_run process with the cache kept on the device.
+    Returns {"tokens": int32[B, steps + 1], "prefill_ms": wall time of the prefill program's run (compile included),
+    "decode": the loop's timing JSON (per-step wall times)}."""
+    feed = dict(_leaves("params", params))
+    pre = work / "prefill"
+    _write_inputs(prefill_dir, {**feed, "tokens": prompt}, pre / "inputs")
+    t0 = time.perf_counter()
+    _pjrt(prefill_dir, pre, [], timeout)
+    prefill_ms = (time.perf_counter() - t0) * 1e3
+    out = _read_outputs(prefill_dir, pre / "outputs")
+    first = np.argmax(out["out.logits"], axis=-1).astype(np.int32)
+    dec = work / "decode"
+    cache = {f"cache.layer_{i}.{kv}": out[f"out.cache.layer_{i}.{kv}"] for i in range(layers) for kv in "kv"}
+    _write_inputs(decode_dir, {**feed, **cache, "token": first, "pos": np.int32(prompt.shape[1])}, dec / "inputs")
+    flags = ["--steps", str(steps), "--greedy", "out.logits=token", "--count", "pos", "--tokens",
+             str(dec / "tokens.npy")]
+    for name in cache:
+        flags += ["--carry", f"out.{name}={name}"]
+    stdout = _pjrt(decode_dir, dec, flags, timeout)
+    timing = json.loads(stdout.strip().splitlines()[-1])
+    generated = np.load(dec / "tokens.npy")  # [steps, B]
+    tokens = np.concatenate([first[:, None], generated.T], axis=1)
+    return {"tokens": tokens, "prefill_ms": prefill_ms, "decode": timing}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="tiny", help="llm.py config: tiny or 1b")
+    parser.add_argument("--steps", type=int, default=32, help="tokens generated after the prefill's first one")
+    parser.add_argument("--out", type=Path, default=Path("multiexport-out/llm-native"))
+    parser.add_argument("--keep", action="store_true", help="keep the artifacts (default: removed at the end)")
+    args = parser.parse_args(argv)
+    from benchmarks.real_models import llm
+    from multiexport.api import export
+
+    cfg = llm.CONFIGS[args.size]
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    for step in ("prefill", "decode"):
+        export(f"benchmarks.real_models.llm:llm_{args.size}_{step}", out_dir=args.out / step, backend="xla")
+    export_s = time.perf_counter() - t0
+    params = llm.init_params(cfg)
+    prompt = llm.example_prompt(cfg)
+    ref = llm.greedy(cfg, params, prompt, args.steps - 1)
+    got = pjrt_greedy(args.out / "prefill", args.out / "decode", params, prompt, cfg.layers, args.steps - 1,
+                      args.out / "work")
+    equal = bool(np.array_equal(ref, got["tokens"]))
+    report = {"size": args.size, "parameters": cfg.parameters, "tokens": args.steps, "equal": equal,
+              "jax_jit": ref.tolist(), "pjrt": got["tokens"].tolist(), "export_s": export_s,
+              "prefill_ms": got["prefill_ms"], "decode": got["decode"]}
+    print(json.dumps(report))
+    if not args.keep:
+        shutil.rmtree(args.out, ignore_errors=True)
+    return 0 if equal else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
