@@ -165,3 +165,29 @@ def error_bars(errors: dict[str, dict[str, float]], tolerances: dict[str, float]
                            f'stroke-dasharray="4 3"><title>rtol {tol:g}</title></line>')
     f.legend(names)
     return f.svg()
+
+
+def latency_throughput(series: dict[str, Sequence[tuple[float, float]]], bound_ms: float, title: str) -> str:
+    """Per format: p99 latency against the throughput achieved (Server scenario, one point per target rate), log-log,
+    with the p99 bound as a dashed line; a point whose p99 is not finite (requests dropped) is left out."""
+    kept = {name: [(x, y) for x, y in pts if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)]
+            for name, pts in series.items()}
+    kept = {name: pts for name, pts in kept.items() if pts}
+    pts_all = [p for pts in kept.values() for p in pts]
+    if not pts_all:
+        return ""
+    xs, ys = [p[0] for p in pts_all], [p[1] for p in pts_all] + [bound_ms]
+    f = _Frame(title, "throughput achieved (requests/s, log)", "p99 latency (ms, log)",
+               (min(xs) * 0.8, max(xs) * 1.25), (min(ys) * 0.8, max(ys) * 1.25), True, True)
+    by = f.y(bound_ms)
+    f.parts.append(f'<line x1="{L}" y1="{by:.1f}" x2="{W - R}" y2="{by:.1f}" stroke="#d62728" stroke-dasharray="6 4"/>'
+                   f'<text x="{W - R - 4}" y="{by - 4:.1f}" text-anchor="end" fill="#d62728">p99 bound '
+                   f'{_fmt(bound_ms)} ms</text>')
+    for name, pts in kept.items():
+        c = color(name)
+        coords = " ".join(f"{f.x(x):.1f},{f.y(y):.1f}" for x, y in pts)
+        f.parts.append(f'<polyline fill="none" stroke-width="2" stroke="{c}" points="{coords}"/>')
+        for x, y in pts:
+            f.parts.append(f'<circle cx="{f.x(x):.1f}" cy="{f.y(y):.1f}" r="3" fill="{c}"/>')
+    f.legend(list(kept))
+    return f.svg()

@@ -13,6 +13,7 @@ reads one request per line on stdin and answers one line (the types and their co
     Prepare(bench_feeds, config)   each size prepared on the device, compiled, first call and warm-up
                                    -> ColdStart (the BenchResult of cold start)
     TimeSlice(size, seconds, min_calls, max_calls)   -> Samples (every call's ns in OUT/slice-*.npy)
+    LoadRun(scenario, feeds, size, lanes, ...)    a load scenario (run.load_serve) -> LoadAnswer
     Peak()                    float32 matmul GFLOP/s through XLA here -> PeakFigure
     Quit()
 
@@ -39,6 +40,7 @@ from ..measure.pairing import planted
 from ..results import BenchResult, SizeResult, Status
 from ..results.schema import to_data
 from ..system.exits import exit_now
+from .load_serve import LoadRun, answer_load_run  # importing it adds the load request to the protocol
 from .messages import (
     ColdStart,
     Done,
@@ -107,6 +109,8 @@ def serve_main(argv: list[str]) -> int:
                 _answer(protocol, _prepare(state, request))
             elif isinstance(request, TimeSlice):
                 _answer(protocol, _time(state, request))
+            elif isinstance(request, LoadRun):  # a load measurement (run.load)
+                _answer(protocol, answer_load_run(state, request))
             else:
                 _answer(protocol, peak_gflops())
     except Exception as exc:

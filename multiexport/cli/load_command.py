@@ -1,0 +1,58 @@
+"""`multiexport load`: run the load scenarios over artifact directories and write load.json and its reports."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ..errors import UsageError
+from ..exporting.manifest import Manifest
+from ..measure.load import LoadConfig
+from ..report.load import render_markdown, write_load_reports
+from ..run.load import measure_load
+
+
+def artifact_dirs(paths: list[Path]) -> list[tuple[str, Path]]:
+    """(name, directory) per artifact: a directory with a manifest.json is one; a compare's output directory stands
+    for its artifacts (its subdirectories that have one). The name is the format, suffixed when it repeats."""
+    found: list[Path] = []
+    for path in paths:
+        if (path / "manifest.json").is_file():
+            found.append(path)
+        elif path.is_dir() and any((sub / "manifest.json").is_file() for sub in path.iterdir()):
+            found += sorted(sub for sub in path.iterdir() if (sub / "manifest.json").is_file())
+        else:
+            raise UsageError(f"Artifact '{path}' | has no manifest.json, expected an artifact directory or a compare's "
+                             "output directory holding some")
+    names: dict[str, int] = {}
+    out = []
+    for directory in found:
+        backend = Manifest.read(directory).backend
+        names[backend] = names.get(backend, 0) + 1
+        out.append((backend if names[backend] == 1 else f"{backend}-{names[backend]}", directory))
+    return out
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cmd_load(args) -> int:
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
+    config = LoadConfig(scenario=args.scenario, p99_ms=args.p99_ms, rates=args.rates, batch_sizes=args.batch_sizes,
+                        lanes=args.lanes, seconds=args.seconds, rounds=args.rounds, seed=args.seed,
+                        threads=args.threads or usable_cores())
+    artifacts = artifact_dirs(args.artifacts)
+    out: Path = args.out_dir
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"Option '--out-dir' | got '{out}', a file, expected a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    results = measure_load(artifacts, config, device=args.device, timeout=args.timeout,
+                           progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+    results.write(out / "load.json")
+    md, page = write_load_reports(results, out)
+    print(render_markdown(results))
+    print(f"results: {out / 'load.json'}; reports: {md}, {page}")
+    return 0 if all(row.ok for row in results.rows) else 3

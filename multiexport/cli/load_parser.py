@@ -1,0 +1,71 @@
+"""`multiexport load`'s arguments: the Server and Offline scenarios over artifact directories already written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..measure.load import LADDER, MIN_REQUESTS, SCENARIOS, LoadConfig
+from .flags import DEVICES, OUTPUT, TIMING, WRITE, groups
+
+_DEFAULTS = LoadConfig()
+
+
+def floats(text: str) -> tuple[float, ...]:
+    return tuple(float(t) for t in text.split(",") if t.strip())
+
+
+def ints(text: str) -> tuple[int, ...]:
+    return tuple(int(t) for t in text.split(",") if t.strip())
+
+
+def load_options(g: dict) -> None:
+    """The load flags, shared by `load` and (their meaning) by `compare --load`."""
+    g[TIMING].add_argument("--p99-ms", type=float, default=_DEFAULTS.p99_ms, metavar="MS",
+                           help="the Server scenario's latency bound: the max rate reported is the highest target rate "
+                                f"whose p99 (from each request's scheduled arrival) is at most MS (default {_DEFAULTS.p99_ms:g})")
+    g[TIMING].add_argument("--rates", type=floats, default=(), metavar="R1,R2,...",
+                           help="the Server scenario's target rates in requests/s, the same for every format (default: "
+                                "a ladder per format at " + ", ".join(f"{f:g}" for f in LADDER) + " x its own offline "
+                                "peak on the example input; the ladder stops climbing at the first rate over the bound)")
+    g[TIMING].add_argument("--batch-sizes", type=ints, default=(), metavar="B1,B2,...",
+                           help="the Offline scenario's batch sizes (an artifact with one symbolic batch dimension takes "
+                                "them; a static one gets a 'size-unsupported' row saying why; default: the example only)")
+    g[TIMING].add_argument("--lanes", type=int, default=_DEFAULTS.lanes, metavar="N",
+                           help="requests in flight at once, one thread each (default 0: the runtime's own choice where "
+                                "its throughput configuration has one, e.g. OpenVINO's optimal number of infer "
+                                "requests, else --threads)")
+    g[TIMING].add_argument("--seconds", type=float, default=_DEFAULTS.seconds, metavar="S",
+                           help=f"per target rate (at least {MIN_REQUESTS} requests) and per offline batch size, per "
+                                f"round (default {_DEFAULTS.seconds:g})")
+    g[TIMING].add_argument("--rounds", type=int, default=_DEFAULTS.rounds, metavar="N",
+                           help="repeats, the formats' order rotating each round; every figure is given with the range "
+                                f"over its rounds (default {_DEFAULTS.rounds})")
+    g[TIMING].add_argument("--seed", type=int, default=_DEFAULTS.seed,
+                           help="seed of the Poisson arrival schedule (the same schedule for every format)")
+
+
+def load_parser(sub) -> None:
+    p = sub.add_parser(
+        "load", help="serving load: max requests/s under a p99 bound (Server) and peak samples/s (Offline) per artifact",
+        description=("Measure each artifact directory under load, one format at a time in its own worker process, the "
+                     "same threads for each: the Server scenario (MLPerf LoadGen's: Poisson arrivals at increasing "
+                     "target rates, latency from each request's scheduled arrival so queueing counts, p50/p90/p99 per "
+                     "rate, the highest rate whose p99 meets --p99-ms) and the Offline scenario (every lane calling "
+                     "back to back: samples/s per batch size). Each runtime runs in its throughput configuration "
+                     "(docs/load.md), recorded in load.json. Writes load.json, load.md and load.html."))
+    g = groups(p, WRITE, TIMING, DEVICES, OUTPUT)
+    p.add_argument("artifacts", type=Path, nargs="+", metavar="DIR",
+                   help="artifact directories written by 'multiexport export' or 'compare --out-dir' (a compare's "
+                        "output directory stands for every artifact in it)")
+    g[WRITE].add_argument("--out-dir", type=Path, default=Path("multiexport-load"), metavar="DIR",
+                          help="where load.json, load.md and load.html go (default multiexport-load)")
+    g[TIMING].add_argument("--scenario", choices=SCENARIOS, default=_DEFAULTS.scenario,
+                           help="server, offline or both (default both)")
+    load_options(g)
+    g[TIMING].add_argument("--threads", type=int, default=None, metavar="N",
+                           help="cores given to each format, all its lanes together (default: the usable cores)")
+    g[DEVICES].add_argument("--device", default="cpu", choices=["cpu", "gpu", "tpu"],
+                            help="device the runners run on (default cpu)")
+    g[OUTPUT].add_argument("--timeout", type=float, default=900.0, metavar="S",
+                           help="seconds any one step of a worker may take before it is stopped (default 900)")
+    p.set_defaults(handler="cmd_load")

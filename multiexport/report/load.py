@@ -1,0 +1,187 @@
+"""The load report: the verdicts for a server, the summary table (max rate under the p99 bound, offline peak), the
+per-rate table and the latency-vs-throughput plot (load.md, load.html; the HTML fragment also goes into a compare's
+report.html when it ran `--load`)."""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Sequence
+
+from ..results.load import LoadResults, LoadRow, ServerResult
+from .plots import latency_throughput
+
+
+def _num(value: float | None, unit: str = "") -> str:
+    if value is None or not math.isfinite(value):
+        return "-" if value is None else ("inf" if value > 0 else str(value))
+    text = f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return f"{text}{unit}"
+
+
+def _range(median: float | None, low: float | None, high: float | None) -> str:
+    if median is None:
+        return "-"
+    return f"{_num(median)} [{_num(low)}, {_num(high)}]"
+
+
+def verdicts(rows: Sequence[LoadRow], bound_ms: float) -> tuple[str, str, bool | None]:
+    """(server verdict, single-stream verdict, whether the two rankings differ).
+
+    Server: the format with the highest rate whose pooled p99 meets the bound, and the next best. A lead whose
+    rounds' ranges overlap the next best's is said to be within the noise. Single stream: the lowest p50 with no
+    load. The rankings differ when the order by max rate is not the order by single-stream p50 (only formats with
+    both figures; None with fewer than two)."""
+    served = sorted([r for r in rows if r.ok and r.server is not None and r.server.max_rate_per_s],
+                    key=lambda r: -(r.server.max_rate_per_s or 0.0))  # type: ignore[union-attr]
+    if served:
+        best = served[0].server or ServerResult(bound_ms, "")
+        text = f"at p99 <= {bound_ms:g} ms, ship {served[0].name}: {_num(best.max_rate_per_s)} req/s"
+        if len(served) > 1:
+            nxt = served[1].server or ServerResult(bound_ms, "")
+            text += f", the next best {served[1].name}: {_num(nxt.max_rate_per_s)} req/s"
+            if (best.max_rate_low or 0.0) <= (nxt.max_rate_high or 0.0):
+                text += " (the rounds' ranges overlap: within the noise on this machine)"
+    elif any(r.server is not None for r in rows):
+        text = f"at p99 <= {bound_ms:g} ms no format held any rate measured (raise --p99-ms or lower --rates)"
+    else:
+        text = ""
+    timed = sorted([r for r in rows if r.ok and r.single_stream_p50_ms is not None],
+                   key=lambda r: r.single_stream_p50_ms or 0.0)
+    single = ""
+    if timed:
+        single = f"single stream (one call at a time): {timed[0].name} at p50 {_num(timed[0].single_stream_p50_ms)} ms"
+        if len(timed) > 1:
+            single += f", the next best {timed[1].name}: {_num(timed[1].single_stream_p50_ms)} ms"
+    both = [r for r in served if r.single_stream_p50_ms is not None]
+    if len(both) < 2:
+        return text, single, None
+    by_rate = [r.name for r in both]
+    by_latency = [r.name for r in sorted(both, key=lambda r: r.single_stream_p50_ms or 0.0)]
+    return text, single, by_rate != by_latency
+
+
+def summary_rows(results: LoadResults) -> list[list[str]]:
+    """Per format: max rate under the bound [rounds' range], offline peak [range] at its batch, single-stream p50."""
+    out = []
+    for row in results.rows:
+        if not row.ok:
+            out.append([row.name, row.status, "-", "-", "-", row.reason[:200]])
+            continue
+        server = row.server
+        rate = _range(server.max_rate_per_s, server.max_rate_low, server.max_rate_high) if server else "-"
+        peak = row.offline_peak()
+        offline = (f"{_range(peak.samples_per_s, peak.low, peak.high)} (batch {peak.batch if peak.batch else '-'})"
+                   if peak else "-")
+        out.append([row.name, "ok", rate, offline, _num(row.single_stream_p50_ms), _config_text(row)])
+    return out
+
+
+SUMMARY_HEADER = ["format", "status", "max req/s at p99 bound [rounds]", "offline peak samples/s [rounds]",
+                  "single-stream p50 ms", "throughput configuration"]
+RATE_HEADER = ["format", "target req/s", "achieved req/s", "requests", "p50 ms", "p90 ms", "p99 ms [rounds]",
+               "meets bound"]
+OFFLINE_HEADER = ["format", "batch", "samples/s [rounds]", "calls", "note"]
+
+
+def _config_text(row: LoadRow) -> str:
+    shown = {k: v for k, v in row.throughput_config.items() if k != "how"}
+    how = row.throughput_config.get("how", "")
+    extra = ", ".join(f"{k}={v}" for k, v in shown.items())
+    return "; ".join(t for t in (str(how), extra) if t)
+
+
+def rate_rows(results: LoadResults) -> list[list[str]]:
+    out = []
+    for row in results.rows:
+        for p in row.server.points if row.server else []:
+            out.append([row.name, _num(p.rate_per_s), _num(p.achieved_per_s), str(p.n), _num(p.p50_ms),
+                        _num(p.p90_ms), f"{_num(p.p99_ms)} [{_num(p.p99_low_ms)}, {_num(p.p99_high_ms)}]",
+                        "yes" if p.meets_bound else "no"])
+    return out
+
+
+def offline_rows(results: LoadResults) -> list[list[str]]:
+    out = []
+    for row in results.rows:
+        for p in row.offline:
+            out.append([row.name, str(p.batch) if p.batch else "example", _range(p.samples_per_s, p.low, p.high),
+                        str(p.calls), p.reason])
+    return out
+
+
+def _md(header: list[str], rows: list[list[str]]) -> str:
+    cells = [[c.replace("|", "\\|") for c in row] for row in rows]
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
+                      *("| " + " | ".join(r) + " |" for r in cells)])
+
+
+def render_markdown(results: LoadResults) -> str:
+    config = results.config
+    parts = ["# Load", "", f"Scenario {config.get('scenario')}, p99 bound {config.get('p99_ms')} ms, "
+             f"{config.get('rounds')} rounds of {config.get('seconds')} s per rate and size, "
+             f"{results.machine.get('threads')} thread(s) per format on {results.machine.get('cpu_count')} cores; "
+             "latency from each request's scheduled (Poisson) arrival to its completion.", ""]
+    for line in (results.server_verdict, results.single_stream_verdict):
+        if line:
+            parts += [f"**{line}**", ""]
+    if results.rankings_differ is not None:
+        parts += ["The server ranking " + ("differs from" if results.rankings_differ else "is the same as")
+                  + " the single-stream one.", ""]
+    parts += [_md(SUMMARY_HEADER, summary_rows(results)), ""]
+    if rate_rows(results):
+        parts += ["## Server: latency per target rate", "", _md(RATE_HEADER, rate_rows(results)), ""]
+    if offline_rows(results):
+        parts += ["## Offline: samples per second", "", _md(OFFLINE_HEADER, offline_rows(results)), ""]
+    return "\n".join(parts)
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def plot(results: LoadResults) -> str:
+    """The latency-vs-throughput chart: per format, each rate's pooled p99 against the rate it achieved."""
+    series: dict[str, Sequence[tuple[float, float]]] = {
+        row.name: [(p.achieved_per_s, p.p99_ms) for p in row.server.points]
+              for row in results.rows if row.server is not None and row.server.points}
+    bound = float(results.config.get("p99_ms") or 0.0) or 1.0
+    return latency_throughput(series, bound, "Server scenario: p99 latency against throughput")
+
+
+def html_section(results: LoadResults) -> str:
+    """The load section of an HTML page: verdicts, tables, the plot."""
+    parts = ["<h2>Load</h2>"]
+    for line in (results.server_verdict, results.single_stream_verdict):
+        if line:
+            parts.append(f"<p><strong>{html.escape(line)}</strong></p>")
+    if results.rankings_differ is not None:
+        parts.append("<p>The server ranking " + ("differs from" if results.rankings_differ else "is the same as")
+                     + " the single-stream one.</p>")
+    parts.append(_html_table(SUMMARY_HEADER, summary_rows(results)))
+    chart = plot(results)
+    if chart:
+        parts.append(f"<figure>{chart}</figure>")
+    if rate_rows(results):
+        parts += ["<h3>Server: latency per target rate</h3>", _html_table(RATE_HEADER, rate_rows(results))]
+    if offline_rows(results):
+        parts += ["<h3>Offline: samples per second</h3>", _html_table(OFFLINE_HEADER, offline_rows(results))]
+    return "\n".join(parts)
+
+
+def render_html(results: LoadResults) -> str:
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:3px 6px;font-size:13px}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>multiexport load</title><style>{style}</style>"
+            f"</head><body>{html_section(results)}</body></html>")
+
+
+def write_load_reports(results: LoadResults, out_dir: Path) -> tuple[Path, Path]:
+    """load.md and load.html in `out_dir`."""
+    md, page = out_dir / "load.md", out_dir / "load.html"
+    md.write_text(render_markdown(results))
+    page.write_text(render_html(results))
+    return md, page

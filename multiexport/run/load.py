@@ -1,0 +1,216 @@
+"""Formats under load: each artifact in its own `serve` worker (run.serve), measured one at a time in rounds.
+
+The parent (`measure_load`) starts one worker per artifact, has each load its runner and warm up (the paired
+protocol's Load and Prepare), times its single-stream latency (TimeSlice), then in every round, the formats' order
+rotating, asks each worker in turn for its Offline figure per batch size and its Server figure per rate
+(`run.load_serve.LoadRun`); only one worker runs at a time, the others block on a read.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import MultiexportError
+from ..exporting.manifest import Manifest
+from ..files.npz import load_npz
+from ..measure.bench import BenchConfig, summarize
+from ..measure.inputs import trial_at
+from ..measure.load import (
+    LADDER,
+    LoadConfig,
+    ServerRun,
+    ladder,
+    server_result,
+    spread,
+)
+from ..report.load import verdicts
+from ..results.load import LoadResults, LoadRow, OfflinePoint
+from .load_serve import LoadAnswer, LoadRun
+from .messages import ColdStart, Prepare, Samples, TimeSlice
+from .paired import Servers
+from .runs import write_bench_feeds
+
+SINGLE_STREAM_SECONDS = 1.0
+
+
+# -- the parent ------------------------------------------------------------------------------------------
+
+@dataclass
+class _Format:
+    """What the rounds gather for one format."""
+
+    name: str
+    artifact: Path
+    sizes: list[tuple[int | None, str]]  # (batch, reason when unsupported: "" when measured)
+    offline: dict[int, list[float]] = field(default_factory=dict)
+    calls: dict[int, int] = field(default_factory=dict)
+    server: dict[float, list[ServerRun]] = field(default_factory=dict)
+    rates: tuple[float, ...] = ()
+    lanes: int = 0
+    config: dict[str, Any] = field(default_factory=dict)
+    single_p50_ms: float | None = None
+
+
+def feeds_for(manifest: Manifest, directory: Path, batch_sizes: Sequence[int], seed: int
+              ) -> list[tuple[int | None, dict | None, str]]:
+    """(batch, feed, reason) per size: first the artifact's own example (what a Server request is), then each of
+    `batch_sizes` the artifact can take (one symbolic dimension, a size it supports), else a reason."""
+    if "example_inputs" not in manifest.files:
+        raise ValueError(f"Artifact '{directory}' | has no example_inputs.npz, expected one to build the requests")
+    example = load_npz(manifest.path(directory, "example_inputs"))
+    symbols = list(manifest.symbolic_dims)
+    fixed = {d: s for d, s in (manifest.supports.get("dims") or {}).items() if isinstance(s, list)}
+    out: list[tuple[int | None, dict | None, str]] = [(_example_batch(manifest, example), example, "")]
+    rng = np.random.default_rng(seed + 1)
+    for size in batch_sizes:
+        if len(symbols) != 1:
+            shapes = ", ".join(f"{leaf.name}{tuple(leaf.shape)}" for leaf in manifest.inputs)
+            out.append((size, None, f"the artifact has {len(symbols)} symbolic dimensions ({shapes}), expected one "
+                                    "batch dimension: re-export the target with a symbolic batch to time other sizes"))
+            continue
+        sym = symbols[0]
+        if sym in fixed and size not in fixed[sym]:
+            out.append((size, None, f"the artifact was built for {sym}={','.join(map(str, fixed[sym]))} only (its "
+                                    "converter could not keep the symbolic dimension)"))
+            continue
+        out.append((size, trial_at(manifest.inputs, example, {sym: size}, rng, f"load {sym}={size}").feed, ""))
+    return out
+
+
+def _example_batch(manifest: Manifest, example: dict) -> int | None:
+    """The example's batch: its size of the one symbolic dimension (None for a static artifact: its figures are
+    calls, not items; which leading axis is a batch is the target's, not the artifact's, to say)."""
+    if len(manifest.symbolic_dims) != 1:
+        return None
+    sym = manifest.symbolic_dims[0]
+    for leaf in manifest.inputs:
+        if sym in leaf.shape and leaf.name in example:
+            return int(np.shape(example[leaf.name])[list(leaf.shape).index(sym)])
+    return None
+
+
+def measure_load(artifacts: Sequence[tuple[str, Path]], config: LoadConfig, device: str = "cpu",
+                 timeout: float = 600.0, progress: Callable[[str], None] = lambda _: None) -> LoadResults:
+    """Every artifact under the scenarios of `config`, one worker each, measured one at a time in rotating rounds.
+    A format whose worker fails is that row's failure only."""
+    servers = Servers(device, config.threads, timeout)
+    formats: dict[str, _Format] = {}
+    failed: dict[str, tuple[str, str]] = {}
+    try:
+        for name, directory in artifacts:
+            try:  # an unreadable artifact is its row's failure, before any worker starts
+                manifest = Manifest.read(directory)
+                sizes = feeds_for(manifest, directory, config.batch_sizes, config.seed)
+            except (MultiexportError, ValueError, OSError) as exc:
+                formats[name] = _Format(name, directory, [])
+                servers.failures[name] = ("load-failed", str(exc))
+                continue
+            servers.spawn(name, ["run", str(directory)], manifest.backend)
+            feeds_dir = Path(tempfile.mkdtemp(prefix="load-feeds-", dir=servers.work))
+            write_bench_feeds(feeds_dir, [(b, f) for b, f, _ in sizes],
+                              {b: r for b, f, r in sizes if f is None})
+            formats[name] = _Format(name, directory, [(b, r) for b, _, r in sizes])
+            formats[name].config = {"feeds": str(feeds_dir)}
+        for name, fmt in formats.items():
+            if name not in servers.alive:
+                continue
+            progress(f"{name}: load and warm up")
+            _start(servers, fmt, config)
+        for i in range(config.rounds):
+            live = [n for n in formats if n in servers.alive]
+            order = live[i % len(live):] + live[:i % len(live)] if live else []
+            for name in order:
+                progress(f"round {i + 1}/{config.rounds}: {name}")
+                _round(servers, formats[name], config, i)
+    finally:
+        failed = dict(servers.failures)
+        servers.close()
+    rows = [_row(fmt, config, failed.get(name)) for name, fmt in formats.items()]
+    server_verdict, single_verdict, differ = verdicts(rows, config.p99_ms)
+    return LoadResults(config=_config_data(config), machine={"cpu_count": os.cpu_count(), "threads": config.threads,
+                                                             "device": device},
+                       rows=rows, server_verdict=server_verdict, single_stream_verdict=single_verdict,
+                       rankings_differ=differ)
+
+
+def _start(servers: Servers, fmt: _Format, config: LoadConfig) -> None:
+    """Load, warm every size up, and time single-stream calls on the example (size 0)."""
+    servers.load(fmt.name)
+    warm = BenchConfig(warmup_iters=3, warmup_time=0.1, min_iters=1, bench_time=0.0, max_iters=3)
+    if servers.ask(fmt.name, Prepare(fmt.config["feeds"], warm), ColdStart, servers.timeout) is None:
+        return
+    samples = servers.ask(fmt.name, TimeSlice(0, SINGLE_STREAM_SECONDS, 20, 100_000), Samples, servers.timeout)
+    if samples is not None:
+        fmt.single_p50_ms = summarize(np.load(samples.file)).p50_ms
+
+
+def _ask(servers: Servers, fmt: _Format, request: LoadRun) -> LoadAnswer | None:
+    answer = servers.ask(fmt.name, request, LoadAnswer, servers.timeout)
+    if answer is not None:
+        fmt.lanes, fmt.config = answer.lanes, {**answer.config, "feeds": fmt.config["feeds"]}
+    return answer
+
+
+def _round(servers: Servers, fmt: _Format, config: LoadConfig, i: int) -> None:
+    """One round of one format: Offline on every size it takes (always the example: the ladder's base), then the
+    Server ladder, climbing until the first rate whose p99 misses the bound."""
+    for index, (batch, reason) in enumerate(fmt.sizes):
+        if reason or (index > 0 and not config.offline):
+            continue
+        answer = _ask(servers, fmt, LoadRun("offline", fmt.config["feeds"], index, config.lanes, config.seconds))
+        if answer is None:
+            return
+        items = batch or 1
+        fmt.offline.setdefault(index, []).append(items * answer.calls / answer.seconds if answer.seconds > 0 else 0.0)
+        fmt.calls[index] = fmt.calls.get(index, 0) + answer.calls
+    if not config.server:
+        return
+    if not fmt.rates:
+        calls_per_s = fmt.offline[0][0] / (fmt.sizes[0][0] or 1)
+        fmt.rates = tuple(config.rates) or ladder(calls_per_s)
+    for rate in sorted(fmt.rates):
+        answer = _ask(servers, fmt, LoadRun("server", fmt.config["feeds"], 0, config.lanes, config.seconds, rate,
+                                            config.seed + 1000 * i + int(rate * 1000) % 997))
+        if answer is None:
+            return
+        run = ServerRun(np.load(answer.file), answer.seconds)
+        os.unlink(answer.file)
+        fmt.server.setdefault(rate, []).append(run)
+        if np.percentile(run.latencies_ns, 99, method="higher") / 1e6 > config.p99_ms:
+            return  # higher rates only queue more
+
+
+def _row(fmt: _Format, config: LoadConfig, failure: tuple[str, str] | None) -> LoadRow:
+    offline = []
+    for index, (batch, reason) in enumerate(fmt.sizes):
+        if reason:
+            offline.append(OfflinePoint(batch, "size-unsupported", reason))
+        elif index in fmt.offline and (config.offline or index == 0):
+            median, low, high = spread(fmt.offline[index])
+            offline.append(OfflinePoint(batch, samples_per_s=median, low=low, high=high,
+                                        per_round=fmt.offline[index], calls=fmt.calls[index]))
+    server = None
+    if config.server and fmt.server:
+        search = "ladder: --rates" if config.rates else (
+            "ladder: " + ", ".join(f"{f:g}" for f in LADDER) + " x the offline peak on the example")
+        server = server_result(fmt.server, config.p99_ms, search)
+    config_out = {k: v for k, v in fmt.config.items() if k != "feeds"}
+    return LoadRow(name=fmt.name, artifact=str(fmt.artifact), status=failure[0] if failure else "ok",
+                   reason=failure[1] if failure else "", lanes=fmt.lanes, throughput_config=config_out,
+                   single_stream_p50_ms=fmt.single_p50_ms, server=server, offline=offline)
+
+
+def _config_data(config: LoadConfig) -> dict[str, Any]:
+    data = asdict(config)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+
+def finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

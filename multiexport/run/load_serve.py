@@ -1,0 +1,101 @@
+"""The serve worker's side of a load measurement: the `load-run` request, its answer, and how a worker runs it.
+
+In the worker (`answer_load_run`) the runner's lanes (`throughput_lanes`: the backend's throughput configuration
+where its runner declares one, else one thread per lane calling the one runner) run a scenario of `measure.load`.
+Importing this module adds the request to the paired protocol (run.messages.REQUESTS).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..files.npz import load_npz
+from ..measure.load import poisson_schedule, run_offline, run_server
+from . import messages
+from .messages import read_bench_index
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """One scenario run in a serve worker, on the size at index `size` of the bench feed directory `feeds`.
+
+    scenario: "offline" (every lane back to back for `seconds`) or "server" (Poisson arrivals at `rate` per second,
+    at least `seconds` of them, drawn from `seed`). lanes: requests in flight (0: the runtime's own choice).
+    """
+
+    scenario: str
+    feeds: str
+    size: int
+    lanes: int
+    seconds: float
+    rate: float = 0.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class LoadAnswer:
+    """A LoadRun's figures. calls: calls completed. seconds: from the start to the last completion. file: the .npy
+    of every request's latency in ns (server; "" for offline). lanes: the lanes used. config: the throughput
+    configuration the runner reports."""
+
+    calls: int
+    seconds: float
+    lanes: int
+    file: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def register_load_request() -> None:
+    """Add `load-run` to the paired protocol's requests (run.messages.REQUESTS) in this process."""
+    messages.REQUESTS.setdefault("load-run", (LoadRun, LoadAnswer))
+    messages._NAMES.setdefault(LoadRun, "load-run")
+
+
+register_load_request()
+
+
+def default_lanes(runner: Any, feed_prepared: Callable[[], Any], lanes: int) -> tuple[list[Callable[[], None]], dict]:
+    """Lanes for a runner that declares no throughput configuration: `lanes` threads (0: the runner's threads)
+    calling the one runner, each on its own prepared inputs (a prepared binding is not shared between threads)."""
+    count = lanes or max(1, int(runner.options.thread_count or 1))
+    calls: list[Callable[[], None]] = []
+    for _ in range(count):
+        calls.append(functools.partial(runner.run_prepared, feed_prepared()))
+    return calls, {"how": f"{count} thread(s) calling one runner concurrently, each with its own prepared inputs",
+                   "lanes": count}
+
+
+def answer_load_run(state: dict, request: LoadRun) -> LoadAnswer:
+    """Run one scenario in a serve worker (its state: the runner, the bench feeds given with Prepare)."""
+    state["stage"] = "bench"
+    runner = state["runner"]
+    index = read_bench_index(Path(request.feeds))
+    if not 0 <= request.size < len(index) or not index[request.size].file:
+        raise ValueError(f"asked to load size {request.size}, which has no feed")
+    key = (request.feeds, request.size, request.lanes)
+    cache = state.setdefault("lanes", {})
+    if key not in cache:
+        feed = load_npz(Path(request.feeds) / str(index[request.size].file))
+        own = getattr(runner, "throughput_lanes", None)
+        made = own(feed, request.lanes) if own is not None else None
+        cache[key] = made or default_lanes(runner, lambda: runner.prepare(feed), request.lanes)
+        for call in cache[key][0]:  # each lane once: its first call pays nothing the scenario times
+            call()
+    calls, config = cache[key]
+    if request.scenario == "offline":
+        count, seconds = run_offline(calls, request.seconds)
+        return LoadAnswer(count, seconds, len(calls), "", config)
+    if request.scenario != "server":
+        raise ValueError(f"asked for scenario {request.scenario!r}, expected offline or server")
+    run = run_server(calls, poisson_schedule(request.rate, request.seconds, request.seed))
+    state["slices"] = state.get("slices", 0) + 1
+    path = state["out"] / f"load-{state['slices']:05d}.npy"
+    np.save(path, run.latencies_ns)
+    return LoadAnswer(int(run.latencies_ns.size), run.span_s, len(calls), str(path), config)
+
+

@@ -1,0 +1,62 @@
+"""report.load: the server verdict and whether its ranking differs from the single-stream one, the tables, and the
+latency-vs-throughput plot."""
+
+from __future__ import annotations
+
+import math
+
+from multiexport.report.load import plot, render_html, render_markdown, verdicts
+from multiexport.results.load import LoadResults, LoadRow, OfflinePoint, RatePoint, ServerResult
+
+
+def _row(name, max_rate, low, high, single_ms, points=()):
+    server = ServerResult(10.0, "ladder", list(points), max_rate, low, high)
+    return LoadRow(name, f"/a/{name}", lanes=2, throughput_config={"how": "test", "streams": 2},
+                   single_stream_p50_ms=single_ms, server=server,
+                   offline=[OfflinePoint(None, samples_per_s=500.0, low=450.0, high=550.0, per_round=[450.0, 550.0],
+                                         calls=100)])
+
+
+def _point(rate, p99, ok=True):
+    return RatePoint(rate, rate * 0.99, 200, 2, p99 / 3, p99 / 2, p99, p99 * 0.9, p99 * 1.1, ok)
+
+
+def test_server_verdict_names_the_best_and_next_and_sees_a_ranking_change():
+    # a is faster one call at a time, b holds the higher rate under the bound
+    rows = [_row("a", 100.0, 90.0, 110.0, 1.0), _row("b", 300.0, 280.0, 320.0, 2.0)]
+    server, single, differ = verdicts(rows, 10.0)
+    assert server == "at p99 <= 10 ms, ship b: 300 req/s, the next best a: 100 req/s"
+    assert single.startswith("single stream (one call at a time): a at p50 1 ms")
+    assert differ is True
+
+
+def test_same_ranking_and_overlapping_rounds():
+    rows = [_row("a", 300.0, 200.0, 320.0, 1.0), _row("b", 250.0, 240.0, 260.0, 2.0)]
+    server, _, differ = verdicts(rows, 10.0)
+    assert "within the noise" in server and differ is False
+
+
+def test_no_rate_under_the_bound():
+    rows = [_row("a", None, 0.0, 0.0, 1.0)]
+    server, _, differ = verdicts(rows, 10.0)
+    assert "no format held any rate" in server and differ is None
+
+
+def test_failed_row_and_tables():
+    results = LoadResults(config={"p99_ms": 10.0, "scenario": "both", "rounds": 2, "seconds": 1.0},
+                          rows=[_row("a", 100.0, 90.0, 110.0, 1.0, [_point(50.0, 4.0), _point(100.0, 9.0)]),
+                                LoadRow("b", "/a/b", status="load-failed", reason="cannot read model")])
+    md = render_markdown(results)
+    assert "| a | ok | 100 [90, 110] | 500 [450, 550] (batch -) | 1 | test; streams=2 |" in md
+    assert "| b | load-failed | - | - | - | cannot read model |" in md
+    assert "| a | 100 | 99 | 200 |" in md
+
+
+def test_plot_has_a_line_per_format_and_the_bound_and_skips_infinite_points():
+    rows = [_row("a", 100.0, 90.0, 110.0, 1.0, [_point(50.0, 4.0), _point(100.0, 9.0), _point(200.0, math.inf, False)]),
+            _row("b", 50.0, 50.0, 50.0, 2.0, [_point(25.0, 3.0), _point(50.0, 8.0)])]
+    svg = plot(LoadResults(config={"p99_ms": 10.0}, rows=rows))
+    assert svg.count("<polyline") == 2 and svg.count("<circle") == 4  # the +inf point left out
+    assert "p99 bound 10 ms" in svg and "stroke-dasharray" in svg
+    assert "<svg" in render_html(LoadResults(config={"p99_ms": 10.0}, rows=rows))
+    assert plot(LoadResults(config={"p99_ms": 10.0}, rows=[_row("a", None, 0, 0, 1.0)])) == ""

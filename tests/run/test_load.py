@@ -1,0 +1,71 @@
+"""run.load: real artifacts measured under load in their own serve workers (the protocol's load-run request), the
+sizes an artifact cannot take refused with a reason, and one broken artifact failing alone."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from multiexport import api
+from multiexport.leaves import load_target
+from multiexport.measure.load import LoadConfig
+from multiexport.results.load import read_load_results
+from multiexport.run.load import measure_load
+
+DYNAMIC = "multiexport.examples:mlp_dynamic"  # a symbolic batch
+STATIC = "multiexport.examples:mlp"
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("load")
+    api.export(load_target(DYNAMIC), out_dir=root / "dynamic", backend="xla")
+    api.export(load_target(STATIC), out_dir=root / "static", backend="xla")
+    return root
+
+
+def test_both_scenarios_on_a_symbolic_and_a_static_artifact(artifacts, tmp_path):
+    config = LoadConfig(scenario="both", p99_ms=1000.0, batch_sizes=(1, 4), seconds=0.2, rounds=2, threads=1)
+    results = measure_load([("dynamic", artifacts / "dynamic"), ("static", artifacts / "static")], config)
+    dynamic, static = results.rows
+    assert dynamic.ok and static.ok, (dynamic.reason, static.reason)
+    # offline: the example, then each size; the static artifact refuses the sizes with a reason, times its example
+    assert [p.batch for p in dynamic.offline][1:] == [1, 4]
+    assert all(p.status == "ok" and p.samples_per_s and p.low <= p.samples_per_s <= p.high and len(p.per_round) == 2
+               for p in dynamic.offline)
+    assert static.offline[0].status == "ok" and static.offline[0].batch is None
+    assert [p.status for p in static.offline[1:]] == ["size-unsupported"] * 2
+    assert "symbolic" in static.offline[1].reason
+    # server: the ladder from each format's own peak, a bound no CPU call misses, every rate measured twice
+    for row in (dynamic, static):
+        assert row.server is not None and row.server.points and row.single_stream_p50_ms > 0
+        assert all(p.rounds == 2 and p.n >= 200 and p.p50_ms <= p.p90_ms <= p.p99_ms for p in row.server.points)
+        assert row.server.max_rate_per_s == max(p.rate_per_s for p in row.server.points if p.meets_bound)
+        assert row.lanes == 1 and "how" in row.throughput_config
+    assert "req/s" in results.server_verdict and results.rankings_differ in (True, False)
+    results.write(tmp_path / "load.json")
+    assert read_load_results(tmp_path / "load.json") == results
+
+
+def test_offline_only_with_a_broken_artifact_failing_alone(artifacts, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(artifacts / "static", broken)
+    model = broken / "model.jax_exported"
+    model.write_bytes(b"\0" * model.stat().st_size)  # the recorded size, so the manifest passes and the load fails
+    config = LoadConfig(scenario="offline", seconds=0.2, rounds=1, threads=1)
+    results = measure_load([("broken", broken), ("static", artifacts / "static")], config)
+    bad, good = results.rows
+    assert not bad.ok and bad.reason and bad.offline == []
+    assert good.ok and good.server is None and good.offline[0].samples_per_s > 0
+    assert results.server_verdict == ""
+
+
+def test_an_unreadable_manifest_is_its_row_only(artifacts, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(artifacts / "static", broken)
+    (broken / "manifest.json").write_text("{")
+    results = measure_load([("broken", broken), ("static", artifacts / "static")],
+                           LoadConfig(scenario="offline", seconds=0.2, rounds=1, threads=1))
+    assert [r.ok for r in results.rows] == [False, True]
+    assert "manifest" in results.rows[0].reason
