@@ -21,6 +21,9 @@ class IreeRunner(Runner):
     # local-sync the calling thread alone (1). One key for both drivers so that threads_reported is true.
     threads_key = "num_threads"
 
+    # Under load (run.load_serve) each lane loads its own runner: an IREE VM context is not for concurrent invocations.
+    shared_across_threads = False
+
     calling_path = ("iree.runtime VmContext.invoke of the module's synchronous main on an argument list packed "
                     "once in prepare (HAL buffer views uploaded there); results stay in device buffers")
 

@@ -41,6 +41,9 @@ class LiteRTRunner(Runner):
 
     threads_key = "num_threads"
 
+    # Under load (run.load_serve) each lane loads its own runner: an Interpreter holds its inputs and runs one invoke at a time.
+    shared_across_threads = False
+
     calling_path = ("ai_edge_litert Interpreter.invoke(), inputs set once with set_tensor at the serving_default "
                     "signature's tensor indices (resize_tensor_input + allocate_tensors when a shape changes); "
                     "outputs copied with get_tensor on fetch")

@@ -111,6 +111,35 @@ class OnnxRunner(Runner):
         except Exception as exc:
             raise _dtype_or_run_error(exc, self.directory, "the outputs") from exc
 
+    def throughput_lanes(self, feed: Any, lanes: int) -> tuple[list[Any], dict[str, Any]]:
+        """ONNX Runtime's throughput configuration (its docs: concurrent Run calls on one session, which is
+        thread-safe, with the intra-op threads divided between them): a second session over the same model with
+        threads // lanes intra-op threads and spinning off (a spinning pool would take the cores the other
+        requests need), one IO binding per lane (lanes 0: one per thread). Returns (one synchronous call per lane,
+        the configuration as the session reports it)."""
+        import onnxruntime as ort
+
+        threads = self.options.thread_count
+        count = lanes or threads
+        options = session_options(ort, max(1, threads // count))
+        for key in SPINNING:
+            options.add_session_config_entry(key, "0")
+        session = ort.InferenceSession(str(self.manifest.path(self.directory, "model")), options,
+                                       providers=self.session.get_providers())
+        calls = []
+        for _ in range(count):
+            prepared = self.prepare(feed)
+            binding = session.io_binding()
+            for name, value in prepared.values.items():
+                binding.bind_ortvalue_input(name, value)
+            for leaf in self.manifest.outputs:
+                binding.bind_output(leaf.param, self._ort_device, 0)
+            calls.append(lambda b=binding: session.run_with_iobinding(b))
+        reported = session.get_session_options()
+        return calls, {"how": f"one session, {count} concurrent run_with_iobinding calls (one IO binding each), "
+                              "spinning off", "lanes": count, "intra_op_threads": reported.intra_op_num_threads,
+                       "inter_op_threads": reported.inter_op_num_threads}
+
     def _describe_impl(self) -> dict[str, Any]:
         options = self.session.get_session_options()
         return {"providers": self.session.get_providers(), "intra_op_threads": options.intra_op_num_threads,

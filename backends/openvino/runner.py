@@ -267,6 +267,30 @@ class OpenVINORunner(Runner):
     def _describe_impl(self) -> dict[str, Any]:
         return dict(self.facts)
 
+    def throughput_lanes(self, feed: Any, lanes: int) -> tuple[list[Any], dict[str, Any]]:
+        """OpenVINO's throughput configuration (its benchmark_app `-hint throughput`): the model compiled again with
+        PERFORMANCE_HINT=THROUGHPUT on the same threads, which chooses its streams, and one infer request per lane
+        (lanes 0: the compiled model's OPTIMAL_NUMBER_OF_INFER_REQUESTS), each with the feed's tensors set once.
+        Returns (one synchronous call per lane, the configuration as the compiled model reports it)."""
+        prepared = self.prepare(feed)
+        threads = self.options.thread_count
+        throughput = {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_NUM_THREADS": threads,
+                      "INFERENCE_PRECISION_HINT": "f32"}
+        cm = self.core.compile_model(self.core.read_model(str(self.manifest.path(self.directory, "model"))), "CPU",
+                                     throughput)
+        count = lanes or max(1, int(cm.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+        calls = []
+        for _ in range(count):
+            request = cm.create_infer_request()
+            for (leaf, _), (_, tensor) in zip(self._inputs, prepared.tensors):
+                request.set_tensor(cm.input(leaf.param), tensor)
+            calls.append(request.infer)
+        reported = properties(cm)
+        return calls, {"how": f"PERFORMANCE_HINT=THROUGHPUT, {count} infer request(s), one thread each calling "
+                              "infer()", "lanes": count, **{k: reported[k] for k in (
+                                  "performance_hint", "num_streams", "inference_num_threads",
+                                  "optimal_number_of_infer_requests")}}
+
 
 def check_ports(model, manifest, directory: Path) -> None:
     """Every parameter the manifest names is an input (output) port name of the model, and nothing more."""

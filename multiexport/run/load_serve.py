@@ -7,6 +7,7 @@ Importing this module adds the request to the paired protocol (run.messages.REQU
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,25 @@ def default_lanes(runner: Any, feed_prepared: Callable[[], Any], lanes: int) -> 
                    "lanes": count}
 
 
+def separate_runners(state: dict, feed: Any, lanes: int) -> tuple[list[Callable[[], None]], dict]:
+    """Lanes for a runner that cannot be called from several threads at once (`shared_across_threads = False`:
+    LiteRT's Interpreter, IREE's VM context): one runner per lane, loaded by the backend from the same directory,
+    the threads divided between them (lanes 0: one per thread)."""
+    runner = state["runner"]
+    threads = max(1, int(runner.options.thread_count or 1))
+    count = lanes or threads
+    options = dataclasses.replace(runner.options, threads=max(1, threads // count))
+    runners = state.setdefault("lane_runners", [])
+    calls: list[Callable[[], None]] = []
+    for _ in range(count):
+        own = state["backend"].load(runner.directory, options)
+        runners.append(own)  # kept alive (and closed with the worker)
+        calls.append(functools.partial(own.run_prepared, own.prepare(feed)))
+    return calls, {"how": f"{count} runner(s) loaded side by side, one thread each (the runtime's calls are not "
+                          f"for concurrent threads), {options.threads} thread(s) per runner", "lanes": count,
+                   "threads_per_runner": options.threads}
+
+
 def answer_load_run(state: dict, request: LoadRun) -> LoadAnswer:
     """Run one scenario in a serve worker (its state: the runner, the bench feeds given with Prepare)."""
     state["stage"] = "bench"
@@ -82,8 +102,12 @@ def answer_load_run(state: dict, request: LoadRun) -> LoadAnswer:
     if key not in cache:
         feed = load_npz(Path(request.feeds) / str(index[request.size].file))
         own = getattr(runner, "throughput_lanes", None)
-        made = own(feed, request.lanes) if own is not None else None
-        cache[key] = made or default_lanes(runner, lambda: runner.prepare(feed), request.lanes)
+        if own is not None:  # the backend's own throughput configuration
+            cache[key] = own(feed, request.lanes)
+        elif getattr(runner, "shared_across_threads", True) or state.get("backend") is None:
+            cache[key] = default_lanes(runner, lambda: runner.prepare(feed), request.lanes)
+        else:
+            cache[key] = separate_runners(state, feed, request.lanes)
         for call in cache[key][0]:  # each lane once: its first call pays nothing the scenario times
             call()
     calls, config = cache[key]

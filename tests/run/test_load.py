@@ -69,3 +69,25 @@ def test_an_unreadable_manifest_is_its_row_only(artifacts, tmp_path):
                            LoadConfig(scenario="offline", seconds=0.2, rounds=1, threads=1))
     assert [r.ok for r in results.rows] == [False, True]
     assert "manifest" in results.rows[0].reason
+
+
+def test_a_runner_not_for_concurrent_threads_gets_a_runner_per_lane(artifacts, tmp_path):
+    from multiexport.exporting.contract import RunOptions
+    from multiexport.exporting.registry import get_backend
+    from multiexport.run.load_serve import LoadRun, answer_load_run
+    from multiexport.run.messages import BenchFeed, write_bench_index
+
+    backend = get_backend("xla")
+    runner = backend.load(artifacts / "static", RunOptions(threads=2))
+    runner.shared_across_threads = False  # as LiteRT's and IREE's runners declare
+    feeds = tmp_path / "feeds"
+    feeds.mkdir()
+    shutil.copy(artifacts / "static" / "example_inputs.npz", feeds / "0000.npz")
+    write_bench_index(feeds, [BenchFeed("0000.npz", None)])
+    state = {"runner": runner, "backend": backend, "out": tmp_path}
+    answer = answer_load_run(state, LoadRun("offline", str(feeds), 0, 0, 0.2))
+    assert answer.lanes == 2 and answer.calls > 0
+    assert len(state["lane_runners"]) == 2 and all(r is not runner for r in state["lane_runners"])
+    assert answer.config["threads_per_runner"] == 1
+    served = answer_load_run(state, LoadRun("server", str(feeds), 0, 0, 0.2, rate=200.0))
+    assert served.calls >= 100 and (tmp_path / served.file.split("/")[-1]).is_file()
