@@ -33,17 +33,19 @@ MODELS = {"mlp": "multiexport.examples:mlp", "cnn": "multiexport.examples:cnn",
           "transformer": "multiexport.examples:transformer"}
 PAIRED_GIVEN = (1.02, 1.05, 1.08, 1.10, 1.15)
 CROSS_GIVEN = (1.10, 1.25, 1.50, 2.00, 2.50, 3.00)
+ONE_PAIR = "paired A/B, first process pair only"
+SLOW_PROCESS = "one slow process"
 BUCKETS = ((0.030, "< 30 us"), (1.0, "30 us - 1 ms"), (float("inf"), ">= 1 ms"))
 
 
 def compare(spec: str, out: Path, backends: str, bench_time: float, baseline: Path | None,
-            planted: float | None, rounds: int | None = None) -> dict | None:
+            planted: str | None, rounds: int | None = None) -> dict | None:
     """One `multiexport compare` as a CI job runs it; its results.json (None when it wrote none)."""
     from multiexport.measure.pairing import PLANTED_ENV
 
     env = {k: v for k, v in os.environ.items() if k != PLANTED_ENV}
     if planted is not None:
-        env[PLANTED_ENV] = str(planted)
+        env[PLANTED_ENV] = planted
     cmd = [sys.executable, "-m", "multiexport", "compare", spec, "--backends", backends, "--out-dir", str(out),
            "--bench-time", str(bench_time), *(["--baseline-artifacts", str(baseline)] if baseline else []),
            *(["--rounds", str(rounds)] if rounds else [])]
@@ -62,25 +64,30 @@ def judge(base: dict, run: dict, condition: str, model: str) -> list[dict]:
     from multiexport.results import Results
 
     base_results, now = Results.from_json(base, "baseline"), Results.from_json(run, "run")
-    crossed = dataclasses.replace(now, pairing=dataclasses.replace(now.pairing, baseline_ratios=[])
-                                  if now.pairing is not None else None)
+
+    def without(**fields):
+        return dataclasses.replace(now, pairing=dataclasses.replace(now.pairing, **fields)
+                                   if now.pairing is not None else None)
+
     size = {(name, s.batch): s.latency.p50_ms for name, r in base_results.backends.items()
             for s in (r.bench.measured() if r.bench else []) if s.latency is not None}
     rows = []
-    for kind, results, given in (("paired A/B", now, PAIRED_GIVEN), ("cross-run", crossed, CROSS_GIVEN)):
+    # "one process pair": the same run judged without its fresh pairs (what the gate said before they existed)
+    for label, kind, results, given in (("paired A/B", "paired A/B", now, PAIRED_GIVEN),
+                                        (ONE_PAIR, "paired A/B", without(confirmations=[]), PAIRED_GIVEN),
+                                        ("cross-run", "cross-run", without(baseline_ratios=[], confirmations=[]),
+                                         CROSS_GIVEN)):
         for threshold in (None, *given):
             for check in diff_results(base_results, results, max_slowdown=threshold).checks:
                 if not check.check.startswith("latency@") or check.kind != kind:
                     continue
                 batch = check.check.split("@", 1)[1]
                 key = (check.backend, None if batch == "as exported" else int(batch))
-                interval = (now.pairing.against_baseline(key[1], check.backend)
-                            if kind == "paired A/B" and now.pairing is not None else None)
-                rows.append({"model": model, "backend": check.backend, "batch": key[1], "kind": kind,
+                rows.append({"model": model, "backend": check.backend, "batch": key[1], "kind": label,
                              "condition": condition, "threshold": threshold, "base_ms": size.get(key),
                              "ratio": check.ratio, "flagged": check.verdict == "regression",
-                             "low": interval[1] if interval else None, "high": interval[2] if interval else None,
-                             "rounds": check.rounds})
+                             "low": check.low, "high": check.high, "rounds": check.rounds, "pairs": check.pairs,
+                             "detail": check.detail if threshold is None else ""})
     return rows
 
 
@@ -108,6 +115,23 @@ def table(rows: list[dict], kind: str, thresholds: tuple) -> str:
         n_slow = sum(1 for r in group if r["threshold"] is None and r["condition"] == "planted")
         lines.append(f"| {backend} | {size} | {n_aa}, {n_slow} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def slow_process(rows: list[dict]) -> str:
+    """Runs with the planted slowdown in the first new worker only, per backend: flagged at the default by the
+    gate (both pairs), and by the first pair alone (what one slow process did before fresh pairs)."""
+    lines = []
+    for backend in sorted({r["backend"] for r in rows if r["condition"] == SLOW_PROCESS}):
+        def flagged(kind):
+            got = [r["flagged"] for r in rows if r["condition"] == SLOW_PROCESS and r["backend"] == backend
+                   and r["kind"] == kind and r["threshold"] is None]
+            return f"{sum(got)}/{len(got)}"
+        lines.append(f"| {backend} | {flagged('paired A/B')} | {flagged(ONE_PAIR)} |")
+    if not lines:
+        return ""
+    return ("One slow process (the planted slowdown in the first new worker only; a fresh pair does not have it), "
+            "runs flagged at the default:\n\n| backend | the gate (both pairs) | first pair only |\n|---|---|---|\n"
+            + "\n".join(lines) + "\n\n")
 
 
 def history_rates(series: int = 200, sweeps: int = 20, noise: float = 0.05, step: float = 1.2) -> str:
@@ -147,9 +171,15 @@ def main(argv=None) -> int:
     parser.add_argument("--bench-time", type=float, default=1.0, help="compare --bench-time (default: 1.0, its own)")
     parser.add_argument("--out", type=Path, default=Path("multiexport-out/gate-calibration"))
     parser.add_argument("--rounds", type=int, help="compare --rounds of the A/A and planted runs (default: its own)")
+    parser.add_argument("--slow-process", action="store_true",
+                        help="a third condition per run: the planted slowdown in the first new worker process only "
+                             "(not in the fresh pair started to confirm a flagged ratio): one process slow for the "
+                             "whole run, as load makes it; the gate should flag none of these runs")
     parser.add_argument("--history", action="store_true",
                         help="only the history gate's rates on seeded series (seconds, no compare)")
     args = parser.parse_args(argv)
+    from multiexport.measure.pairing import FIRST_ONLY
+
     if args.history:
         print(history_rates())
         return 0
@@ -168,8 +198,11 @@ def main(argv=None) -> int:
         base = compare(specs[model], base_dir, args.backends, args.bench_time, None, None)
         if base is None:
             return 3
-        for k in range(args.runs):  # A/A and planted alternate, so a drift of the machine meets both
-            for condition, planted in (("A/A", None), ("planted", args.slowdown)):
+        conditions = [("A/A", None), ("planted", f"{args.slowdown:g}")]
+        if args.slow_process:  # the slowdown in the first new worker only: a process offset, no regression
+            conditions.append((SLOW_PROCESS, f"{args.slowdown:g}{FIRST_ONLY}"))
+        for k in range(args.runs):  # the conditions alternate, so a drift of the machine meets each
+            for condition, planted in conditions:
                 run_dir = args.out / model / f"run-{k}"
                 run = compare(specs[model], run_dir, args.backends, args.bench_time, base_dir, planted, args.rounds)
                 shutil.rmtree(run_dir, ignore_errors=True)
@@ -191,8 +224,13 @@ def write(args, rows: list[dict], t0: float, partial: str | None) -> str:
     runs = {(r["model"], r["condition"]) for r in rows}
     done = {m: sum(1 for r in rows if r["model"] == m and r["kind"] == "paired A/B" and r["threshold"] is None
                    and r["condition"] == "A/A") for m, _ in runs}
-    rounds = sorted(r["rounds"] for r in rows if r.get("rounds") and r["threshold"] is None)
+    rounds = sorted(r["rounds"] for r in rows if r.get("rounds") and r["threshold"] is None
+                    and r["kind"] == "paired A/B")
+    fresh = [r for r in rows if r["kind"] == "paired A/B" and r["threshold"] is None and r.get("pairs") == 2]
+    spent_fresh = (f"; fresh process pairs: {sum(r['condition'] == 'A/A' for r in fresh)} A/A, "
+                   f"{sum(r['condition'] == 'planted' for r in fresh)} planted backend runs")
     spent = (f"; rounds per paired ratio: median {rounds[len(rounds) // 2]}, max {rounds[-1]}" if rounds else "")
+    spent += spent_fresh
     text = ((f"PARTIAL (still running, last done: {partial}; backend A/A runs so far per model: {done})\n\n"
              if partial else "")
             + f"Gate calibration: {args.runs} A/A and {args.runs} planted {args.slowdown:g}x runs per model "
@@ -200,7 +238,11 @@ def write(args, rows: list[dict], t0: float, partial: str | None) -> str:
             f"{f'; --rounds {args.rounds}' if args.rounds else ''}), {time.perf_counter() - t0:.0f} s, "
             f"load average {load[0]:.1f} on {os.cpu_count()} cores{spent}. Each cell: A/A runs flagged / A/A "
             f"runs, planted runs flagged / planted runs.\n\nPaired A/B (default: interval of new/baseline above "
-            f"{PAIRED:g}x, {PAIRED_TINY:g}x under 30 us):\n\n{table(rows, 'paired A/B', PAIRED_GIVEN)}\n\n"
+            f"{PAIRED:g}x, {PAIRED_TINY:g}x under 30 us, in the first process pair and in a fresh pair started to "
+            f"confirm it):\n\n{table(rows, 'paired A/B', PAIRED_GIVEN)}\n\n"
+            f"The same runs judged on the first process pair only (the gate before fresh pairs; the 99% level "
+            f"of the added rounds still applies):\n\n{table(rows, ONE_PAIR, PAIRED_GIVEN)}\n\n"
+            f"{slow_process(rows)}"
             f"Cross-run (default: p50 ratio above {CROSS_RUN:g}x with separated intervals, {CROSS_RUN_TINY:g}x "
             f"under 30 us):\n\n{table(rows, 'cross-run', CROSS_GIVEN)}\n")
     for name, body in (("calibration.json", json.dumps(rows, indent=1) + "\n"), ("calibration.md", text)):

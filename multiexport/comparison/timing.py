@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from ..errors import present
 from ..measure.bench import bench_sizes, memory_now
-from ..measure.pairing import available_memory, fits_in_memory
+from ..measure.pairing import available_memory, fits_in_memory, is_fresh
 from ..results import NATIVE_SUFFIX, BenchResult, Pairing, Status
 from ..results.bench import BASELINE_PREFIX
 from ..run.paired import (
@@ -228,7 +228,7 @@ def paired_rounds(ctx: Context, prep: Prepared, tm: Timing, rows: Rows, referenc
     timed, peak = run_rounds(servers, list(benches), prep.bench_feeds, unsupported, config.bench, planned.rounds,
                              ctx.progress, natives)
     runners = {n: t for n, t in timed.items() if n not in natives}
-    failures = {n: f for n, f in servers.failures.items() if n in benches}
+    failures = {n: f for n, f in servers.failures.items() if n in benches or is_fresh(n)}
     pairing = pairing_result("paired", planned.reason, runners, prep.bench_feeds, planned.rounds, config.bench,
                              failures, peak)
     if tm.baseline is not None:

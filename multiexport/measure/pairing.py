@@ -10,7 +10,9 @@ that resamples whole rounds, the same ones for both runners, keeping each round'
 A new artifact against its baseline (the regression gate's A/B) is judged per round instead: each round
 gives one ratio of the two slices' medians, and the estimate is the Hodges-Lehmann centre of their logs
 with its Wilcoxon signed-rank interval (distribution-free, and one round another process disturbed moves
-it by one rank, not by its size). Rounds are added to an undecided pair (`rounds_to_add`) up to a cap.
+it by one rank, not by its size). Rounds are added to an undecided pair up to a cap, each added look held to
+a stricter level (`level_after`); a pair whose ratio passes the gate's threshold is measured again by a fresh
+pair of processes (`fresh_name`), since one process can run slow for a whole run.
 """
 
 from __future__ import annotations
@@ -28,10 +30,34 @@ SUBSAMPLE = 512
 PER_WORKER_BYTES = 768 << 20  # a runtime's own footprint (TF loaded: ~700 MB RSS measured), besides the artifact
 # A slowdown planted in a paired worker's timed calls, for benchmarks/gate_calibration.py only: FACTOR (> 1)
 # makes each call last FACTOR times as long (a spin after it); the baseline's workers never get it.
+# FACTOR:first plants it in each new runner's first worker only, not in a fresh one started to confirm its
+# ratio: one process slow for the whole run (as seen under load), not a slower artifact.
 PLANTED_ENV = "MULTIEXPORT_PLANTED_SLOWDOWN"
+FIRST_ONLY = ":first"
 # Sequential rounds against a baseline: a pair still undecided after the planned rounds gets more, up to this
 # many times the planned rounds in all (15 planned: 45 at most, about 2 more --bench-time of that pair).
 SEQUENTIAL_CAP = 3
+# The paired ratio's interval level over the planned rounds, and past them: every round added to an undecided
+# pair is one more look at the data, so those looks are held to 99% and do not spend the planned 5%.
+PLANNED_LEVEL, ADDED_LEVEL = 0.95, 0.99
+# A fresh worker started to measure a pair again (the confirming process pair): "onnx" -> "onnx#2", and its
+# baseline "baseline:onnx" -> "baseline:onnx#2", so the pair is still (name, BASELINE_PREFIX + name).
+FRESH_SUFFIX = "#2"
+
+
+def level_after(rounds: int, planned: int) -> float:
+    """The interval level of a ratio against its baseline after `rounds` rounds of `planned`: the planned level
+    at the planned look, the stricter one at every added look."""
+    return PLANNED_LEVEL if rounds <= planned else ADDED_LEVEL
+
+
+def fresh_name(name: str) -> str:
+    """The runner name of a fresh worker of `name` (the confirming process pair)."""
+    return name + FRESH_SUFFIX
+
+
+def is_fresh(name: str) -> bool:
+    return name.endswith(FRESH_SUFFIX)
 
 
 def round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:
@@ -120,20 +146,21 @@ def _signed_rank_critical(n: int, tail: float) -> int:
     return int(np.searchsorted(cdf, tail, side="right")) - 1
 
 
-def paired_ratio(new: Sequence[np.ndarray], base: Sequence[np.ndarray], batch, new_name: str, base_name: str) -> Ratio:
+def paired_ratio(new: Sequence[np.ndarray], base: Sequence[np.ndarray], batch, new_name: str, base_name: str,
+                 level: float = PLANNED_LEVEL) -> Ratio:
     """A new runner against its baseline at one batch size, from the rounds both were timed in (in the same
     order): per round the ratio of the two slices' medians; the Hodges-Lehmann centre of their logs and its
-    95% signed-rank interval, back on the ratio scale. `faster`/`slower` as the estimate says."""
+    signed-rank interval at `level`, back on the ratio scale. `faster`/`slower` as the estimate says."""
     if len(new) != len(base) or not new:
         raise ValueError(f"paired ratio: got {len(new)} and {len(base)} rounds, expected the same number >= 1")
     logs = [math.log(float(np.median(a)) / float(np.median(b))) for a, b in zip(new, base)]
-    centre, low, high = signed_rank_interval(logs)
+    centre, low, high = signed_rank_interval(logs, level)
     if centre >= 0:
         faster, slower, ratio, ci = base_name, new_name, math.exp(centre), (math.exp(low), math.exp(high))
     else:
         faster, slower, ratio, ci = new_name, base_name, math.exp(-centre), (math.exp(-high), math.exp(-low))
     return Ratio(batch=batch, faster=faster, slower=slower, ratio=ratio, ci95_low=ci[0], ci95_high=ci[1],
-                 significant=bool(ci[0] > 1.0))
+                 significant=bool(ci[0] > 1.0), level=level)
 
 
 def new_over_base(r: Ratio, new_name: str) -> tuple[float, float, float]:
@@ -157,9 +184,13 @@ def planted(call: Callable[[], None]) -> Callable[[], None]:
     given = os.environ.get(PLANTED_ENV)
     if not given:
         return call
-    factor = float(given)
+    try:
+        factor = float(given.removesuffix(FIRST_ONLY))
+    except ValueError:
+        factor = math.nan
     if not math.isfinite(factor) or factor < 1:
-        raise ValueError(f"${PLANTED_ENV} | got {given!r}, expected a factor >= 1")
+        raise ValueError(f"${PLANTED_ENV} | got {given!r}, expected a factor >= 1, optionally followed by "
+                         f"{FIRST_ONLY!r}")
     clock, extra = time.perf_counter_ns, factor - 1
 
     def slowed() -> None:

@@ -4,8 +4,11 @@ Latency is judged on the strongest evidence the run has, and each verdict says w
 - **paired A/B**: the baseline's artifacts were timed in the same interleaved rounds as the new ones
   (compare --baseline-artifacts, or a --baseline whose artifacts are still beside it): a slowdown is
   flagged when the 95% interval of the paired ratio new / baseline (measure.pairing: per-round ratios,
-  Hodges-Lehmann with its signed-rank interval) lies entirely above the threshold; rounds are added to
-  a pair until `paired_decided` (run.paired), and the verdict says how many it took;
+  Hodges-Lehmann with its signed-rank interval) lies entirely above the threshold, in the first pair of
+  worker processes and in a fresh pair started to confirm it (one process can run slow for a whole run
+  under load: the verdict needs both pairs, an intersection-union test that keeps the level); rounds are
+  added to a pair until `paired_decided` (run.paired), at 99% past the planned rounds, and the verdict says
+  how many it took;
 - **cross-run**: only the baseline's recorded figures (its artifacts are gone): two separate runs differ
   by more than either run's interval says (another process's cache, the clock, the scheduler), so the
   p50 ratio must pass a wider threshold, calibrated with A/A runs (benchmarks/gate_calibration.py), and
@@ -30,7 +33,7 @@ from ..errors import UsageError
 from ..files.owned import write_owned_text
 from ..files.text import visible
 from ..results import BackendResult, Pairing, Results, Status
-from ..results.bench import BASELINE_PREFIX
+from ..results.bench import Ratio, new_over_baseline
 from ..results.legacy import LEGACY_SCALE
 from .text import md, one_line
 
@@ -53,7 +56,9 @@ class Check:
     kind: what the verdict rests on: "paired A/B" (new and baseline timed in the same rounds of this run),
         "cross-run" (the baseline's recorded figures from another run) or "history" (a sweep history).
     rounds: for a paired A/B latency check, the interleaved rounds its ratio rests on; else None.
-    low, high: for a paired A/B latency check, the 95% interval of the ratio new / baseline; else None.
+    low, high: for a paired A/B latency check, the interval of the ratio new / baseline; with a confirming
+        process pair, the union of both pairs' intervals (a regression when even its low end passes); else None.
+    pairs: for a paired A/B latency check, the process pairs it rests on (2: confirmed by a fresh pair).
     """
 
     backend: str
@@ -67,6 +72,7 @@ class Check:
     rounds: int | None = None
     low: float | None = None
     high: float | None = None
+    pairs: int | None = None
 
 
 @dataclass
@@ -118,6 +124,12 @@ def paired_decided(low: float, high: float, base_ms: float, given: float | None 
     (run.paired's sequential rounds)."""
     limit = slowdown_threshold(PAIRED_AB, base_ms, given)
     return low > limit or high < limit
+
+
+def paired_flagged(low: float, base_ms: float, given: float | None = None) -> bool:
+    """Whether a paired ratio's interval (new / baseline) lies wholly above the gate's threshold: then a fresh
+    pair of processes measures it again (run.paired), and the regression stands only if that pair agrees."""
+    return low > slowdown_threshold(PAIRED_AB, base_ms, given)
 
 
 def diff_results(base: Results | None, current: Results, *, max_slowdown: float | None = None,
@@ -217,10 +229,11 @@ def _latency_checks(name, b: BackendResult | None, c: BackendResult, given: floa
         if now is None:  # measured() keeps only the sizes with a latency
             continue
         batch = "as exported" if s.batch is None else s.batch
-        paired = pairing.against_baseline(s.batch, name) if pairing is not None else None
-        if paired is not None and pairing is not None:
-            checks.append(_paired_check(name, f"latency@{batch}", paired, base.get(s.batch), now, given,
-                                        _rounds(pairing, s.batch, name), pairing.rounds))
+        first = pairing.baseline_ratio(s.batch, name) if pairing is not None else None
+        if first is not None and pairing is not None:
+            fresh = pairing.confirmation(s.batch, name)
+            checks.append(_paired_check(name, f"latency@{batch}", first, fresh, base.get(s.batch), now, given,
+                                        pairing.rounds, pairing.confirmation_failures.get(name)))
             continue
         was = base.get(s.batch)
         if was is None:
@@ -244,29 +257,44 @@ def _latency_checks(name, b: BackendResult | None, c: BackendResult, given: floa
     return checks
 
 
-def _rounds(pairing: Pairing, batch, name: str) -> int | None:
-    """The rounds the ratio of `name` against its baseline at `batch` rests on: its own record (0: the
-    pairing's planned rounds), or None where the results have no record of it (a Ratio without `rounds`)."""
-
-    pair = {name, BASELINE_PREFIX + name}
-    r = next((r for r in pairing.baseline_ratios if r.batch == batch and {r.faster, r.slower} == pair), None)
+def _rounds(r: Ratio, planned: int) -> int | None:
+    """The rounds a ratio against its baseline rests on: its own record (0: the pairing's planned rounds)."""
     own = getattr(r, "rounds", None)
-    return None if own is None else int(own or pairing.rounds)
+    return None if own is None else int(own or planned)
 
 
-def _paired_check(name, check, paired: tuple[float, float, float], was, now, given: float | None,
-                  rounds: int | None, planned: int = 0) -> Check:
-    """Latency judged on the ratio new / baseline measured in the same rounds: a regression when its whole
-    95% interval lies above the threshold, an improvement when it lies below its inverse."""
-    ratio, low, high = paired
+def _pair_text(r: Ratio, name: str, planned: int) -> str:
+    ratio, low, high = new_over_baseline(r, name)
+    rounds = _rounds(r, planned)
+    return (f"over {rounds if rounds is not None else f'at least {planned}'} rounds: new/baseline {ratio:.3f}x, "
+            f"{getattr(r, 'level', 0.95):.0%} interval {low:.3f}-{high:.3f}")
+
+
+def _paired_check(name, check, first: Ratio, fresh: Ratio | None, was, now, given: float | None, planned: int,
+                  fresh_failed: str | None = None) -> Check:
+    """Latency judged on the ratio new / baseline measured in the same rounds: a regression when the whole
+    interval lies above the threshold in the first process pair and, where a fresh pair measured it again,
+    in that one too (the verdict's interval is then the union of both); an improvement when the first pair's
+    lies below the threshold's inverse. The check's ratio is then the less regressed pair's estimate (what a
+    suite's geometric mean takes)."""
+    ratio, low, high = new_over_baseline(first, name)
     base_ms = now.p50_ms / ratio if ratio > 0 else now.p50_ms  # the baseline's p50 in this run
     limit = slowdown_threshold(PAIRED_AB, base_ms, given)
-    verdict = "regression" if low > limit else "improvement" if high < 1 / limit else "ok"
     recorded = f"; recorded baseline p50 {was.p50_ms:.4g} ms" if was is not None else ""
+    text = f"paired A/B {_pair_text(first, name, planned)}"
+    pairs = 1
+    if fresh is not None:
+        again, low2, high2 = new_over_baseline(fresh, name)
+        pairs, agreed = 2, low2 > limit
+        text += (f"; a fresh process pair {_pair_text(fresh, name, planned)}" +
+                 ("" if agreed or low <= limit else ": not confirmed, the first pair's offset was its processes'"))
+        ratio, low, high = min(ratio, again), min(low, low2), max(high, high2)  # the less regressed pair's
+    elif low > limit:
+        text += f"; one process pair ({fresh_failed or 'no fresh pair measured it again'})"
+    verdict = "regression" if low > limit else "improvement" if high < 1 / limit else "ok"
     return Check(name, check, verdict,
-                 f"paired A/B over {rounds if rounds is not None else f'at least {planned}'} rounds: new/baseline {ratio:.3f}x, 95% interval {low:.3f}-{high:.3f} "
-                 f"(threshold {limit:g}x; p50 {base_ms:.4g} -> {now.p50_ms:.4g} ms in this run{recorded})",
-                 base_ms, now.p50_ms, ratio, PAIRED_AB, rounds, low, high)
+                 f"{text} (threshold {limit:g}x; p50 {base_ms:.4g} -> {now.p50_ms:.4g} ms in this run{recorded})",
+                 base_ms, now.p50_ms, ratio, PAIRED_AB, _rounds(first, planned), low, high, pairs)
 
 
 def aggregate_latency(diff: Diff, max_slowdown: float | None, group=lambda backend: backend,
@@ -362,6 +390,7 @@ def junit(diff: Diff, suite: str = "multiexport") -> str:
         detail, backend, check = visible(c.detail), visible(c.backend), visible(c.check)
         # which kind of comparison the verdict rests on: a property, and the failure message's first words
         rounds = f'<property name="rounds" value="{c.rounds}"/>' if c.rounds is not None else ""
+        rounds += f'<property name="process_pairs" value="{c.pairs}"/>' if c.pairs is not None else ""
         body = f'<properties><property name="comparison" value={quoteattr(c.kind)}/>{rounds}</properties>'
         if c.verdict in ("regression", "missing"):
             message = f"[{c.kind}] {detail}"

@@ -127,10 +127,13 @@ class Ratio:
 
     batch: the batch size. faster, slower: the two runners ("jax" is the reference).
     ratio: slower's p50 over faster's (>= 1), from the medians of the interleaved rounds.
-    ci95_low, ci95_high: a 95% interval of the ratio (bootstrap over rounds, pairs kept together).
+    ci95_low, ci95_high: an interval of the ratio at `level` (95% unless said: bootstrap over rounds, pairs kept
+        together; a new artifact against its baseline: the signed-rank interval of the per-round ratios).
     significant: the interval excludes 1: a lead beyond the noise of this machine, else a tie.
     rounds: the interleaved rounds the ratio rests on when they differ from the pairing's (a new artifact
         against its baseline gets more rounds until the gate's verdict is decided); 0: the pairing's rounds.
+    level: the interval's confidence level: 0.95, or 0.99 for a ratio against its baseline that rests on rounds
+        past the planned ones (each added look at the data is held to the stricter level).
     """
 
     batch: int | None
@@ -141,6 +144,7 @@ class Ratio:
     ci95_high: float
     significant: bool
     rounds: int = 0
+    level: float = 0.95
 
     def check_loaded(self, where: str) -> None:
         for name in ("ratio", "ci95_low", "ci95_high"):
@@ -171,6 +175,11 @@ class Pairing:
         (named BASELINE_PREFIX + backend), measured in the same rounds: what a paired A/B gate rests on.
     baseline_failures: backend -> why its baseline was not timed beside it (no artifact there, a manifest
         refused, its worker failed): its gate is then cross-run.
+    confirmations: per backend and batch size whose ratio against its baseline passed the gate's threshold, the
+        same ratio measured again by a fresh pair of processes (a new worker and a baseline worker started for
+        it, named like the first pair): a regression must show in both pairs, so one process that ran slow
+        for the whole run (seen under load) is read as that, not as the artifact's.
+    confirmation_failures: backend -> why its fresh pair gave no ratio (a worker failed).
     """
 
     mode: str
@@ -185,21 +194,39 @@ class Pairing:
     baseline: str = ""
     baseline_ratios: list[Ratio] = field(default_factory=list)
     baseline_failures: dict[str, str] = field(default_factory=dict)
+    confirmations: list[Ratio] = field(default_factory=list)
+    confirmation_failures: dict[str, str] = field(default_factory=dict)
 
     def ratio(self, batch, a: str, b: str) -> Ratio | None:
         """The measured ratio between runners a and b at `batch`, either way round."""
         return next((r for r in self.ratios if r.batch == batch and {r.faster, r.slower} == {a, b}), None)
 
     def against_baseline(self, batch, name: str) -> tuple[float, float, float] | None:
-        """(new / baseline, its 95% interval low, high) for backend `name` at `batch`, when its baseline was
+        """(new / baseline, its interval low, high) for backend `name` at `batch`, when its baseline was
         timed in the same rounds; else None."""
-        base = BASELINE_PREFIX + name
-        r = next((r for r in self.baseline_ratios if r.batch == batch and {r.faster, r.slower} == {name, base}), None)
-        if r is None:
-            return None
-        if r.slower == name:
-            return r.ratio, r.ci95_low, r.ci95_high
-        return 1 / r.ratio, 1 / r.ci95_high, 1 / r.ci95_low
+        r = self.baseline_ratio(batch, name)
+        return None if r is None else new_over_baseline(r, name)
+
+    def baseline_ratio(self, batch, name: str) -> Ratio | None:
+        """The recorded ratio of backend `name` against its baseline at `batch` (first process pair), or None."""
+        return _find_pair(self.baseline_ratios, batch, name)
+
+    def confirmation(self, batch, name: str) -> Ratio | None:
+        """The same ratio from the fresh process pair (`confirmations`), or None when none was measured."""
+        return _find_pair(self.confirmations, batch, name)
+
+
+def new_over_baseline(r: Ratio, name: str) -> tuple[float, float, float]:
+    """(new / baseline, its interval low, high) from a ratio of backend `name` against its baseline, whichever
+    way round it was recorded."""
+    if r.slower == name:
+        return r.ratio, r.ci95_low, r.ci95_high
+    return 1 / r.ratio, 1 / r.ci95_high, 1 / r.ci95_low
+
+
+def _find_pair(ratios: list[Ratio], batch, name: str) -> Ratio | None:
+    pair = {name, BASELINE_PREFIX + name}
+    return next((r for r in ratios if r.batch == batch and {r.faster, r.slower} == pair), None)
 
 
 def _impossible(where: str, value: object, expected: str) -> Exception:

@@ -54,12 +54,31 @@ def test_a_planted_slowdown_is_caught_on_the_paired_ratio_and_the_baseline_is_un
     assert pairing["rounds"] == BASELINE_ROUNDS  # more, shorter slices than a plain compare's 5
     [ratio] = pairing["baseline_ratios"]
     assert (ratio["faster"], ratio["slower"]) == ("baseline:xla", "xla") and ratio["ci95_low"] > 1.5
+    # past the threshold: a fresh pair of workers measured it again, and the slowdown was in both
+    [again] = pairing["confirmations"]
+    assert (again["faster"], again["slower"]) == ("baseline:xla", "xla") and again["ci95_low"] > 1.5
+    assert "a fresh process pair over" in line and "not confirmed" not in line
     # the new-vs-baseline pair is kept apart from the compare's own ratios (the report's)
     assert all("baseline:" not in r["faster"] + r["slower"] for r in pairing["ratios"])
     case = next(c for c in ET.parse(tmp_path / "j.xml").getroot() if c.attrib["name"].startswith("latency@"))
     assert case.find("properties/property").attrib == {"name": "comparison", "value": "paired A/B"}
     assert case.find("failure").attrib["message"].startswith("[paired A/B]")
+    assert {p.attrib["name"]: p.attrib["value"] for p in case.iter("property")}["process_pairs"] == "2"
     assert tree(baseline) == before  # read-only input: nothing written into it, nothing changed
+
+
+def test_one_slow_worker_process_is_not_read_as_a_regression(baseline, tmp_path):
+    """The false alarm seen under load: one worker process of an unchanged artifact slow for the whole run
+    (planted here in the first new worker only, 3x: every round of its pair says so). The fresh pair started to
+    confirm it does not share the offset, and the verdict is no regression, said as such."""
+    proc = run_cli("compare", *FAST, "--out-dir", tmp_path / "new", "--baseline-artifacts", baseline,
+                   env={PLANTED_ENV: "3:first"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    [line] = [x for x in proc.stdout.splitlines() if "latency@" in x]
+    assert "[paired A/B]" in line and "not confirmed, the first pair's offset was its processes'" in line
+    pairing = json.loads((tmp_path / "new" / "results.json").read_text())["pairing"]
+    [first], [again] = pairing["baseline_ratios"], pairing["confirmations"]
+    assert first["slower"] == "xla" and first["ci95_low"] > 1.5 and again["ratio"] < 1.5
 
 
 def test_baseline_artifacts_alone_gate_latency_and_gone_artifacts_are_judged_cross_run(baseline, tmp_path):

@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from multiexport.measure.pairing import all_ratios, fits_in_memory, round_orders, slice_plan
+from multiexport.measure.pairing import (
+    ADDED_LEVEL,
+    PLANNED_LEVEL,
+    PLANTED_ENV,
+    all_ratios,
+    fits_in_memory,
+    level_after,
+    paired_ratio,
+    planted,
+    round_orders,
+    slice_plan,
+)
 
 
 def _rounds(rng, median, noise_by_round, n=2000):
@@ -52,3 +64,29 @@ def test_runners_that_do_not_fit_in_memory_are_timed_one_after_another():
 
 def test_a_slice_spreads_the_configured_time_over_the_rounds():
     assert slice_plan(1.0, 20, 100_000, 5) == (0.2, 4, 20_000)
+
+
+def test_rounds_added_past_the_planned_ones_are_judged_at_the_stricter_level():
+    """Each added round is another look at the data: past the planned rounds the interval is the 99% one,
+    wider than the 95% one on the same rounds, and the ratio records its level."""
+    rng = np.random.default_rng(3)
+    new = [rng.lognormal(np.log(1.06), 0.03, 200) * k for k in rng.lognormal(0, 0.05, 20)]
+    base = [rng.lognormal(0.0, 0.03, 200) * k for k in rng.lognormal(0, 0.05, 20)]
+    assert level_after(15, 15) == PLANNED_LEVEL == 0.95 and level_after(16, 15) == ADDED_LEVEL == 0.99
+    planned = paired_ratio(new, base, 8, "onnx", "baseline:onnx")
+    added = paired_ratio(new, base, 8, "onnx", "baseline:onnx", level_after(20, 15))
+    assert (planned.level, added.level) == (0.95, 0.99) and planned.ratio == added.ratio
+    assert added.ci95_low < planned.ci95_low <= planned.ratio <= planned.ci95_high < added.ci95_high
+
+
+def test_a_planted_slowdown_for_the_first_worker_only_reads_its_factor(monkeypatch):
+    calls = []
+    monkeypatch.setenv(PLANTED_ENV, "1.5:first")
+    def call():
+        calls.append(1)
+
+    slowed = planted(call)
+    assert slowed is not call and slowed() is None and calls == [1]  # the call wrapped in its spin
+    monkeypatch.setenv(PLANTED_ENV, "fast:first")
+    with pytest.raises(ValueError, match="expected a factor >= 1, optionally followed by ':first'"):
+        planted(lambda: None)

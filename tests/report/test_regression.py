@@ -243,3 +243,32 @@ def test_a_suite_gates_paired_entries_per_backend_apart_from_cross_run_ones():
     assert [(c.check, c.kind) for c in caught.regressions] == [("latency (paired A/B, geometric mean of 3)", "paired A/B")]
     # one entry slower beyond its interval of three is not the backend: half of them must be
     assert aggregate_latency(Diff(slow[:1] + noise[1:]), 2.5, paired_slowdown=1.01, **group).exit_code == 0
+
+
+def test_a_paired_regression_needs_the_fresh_process_pair_to_agree():
+    """One process slow for the whole run reads as a regression in its pair's every round; the fresh pair
+    started to confirm it decides: both pairs above the threshold is a regression (the union of their
+    intervals in the verdict), the fresh pair at 1.0 is none, and without a fresh pair the line says so."""
+    alone = diff_results(results_like(), paired(1.15, 1.2, 1.3))
+    [check] = [c for c in alone.checks if c.check.startswith("latency")]
+    assert check.verdict == "regression" and check.pairs == 1 and "one process pair" in check.detail
+
+    def confirmed_by(lo, ratio, hi, level=0.99, rounds=30):
+        now = paired(1.15, 1.2, 1.3)
+        assert now.pairing is not None
+        now.pairing.confirmations = [Ratio(8, "baseline:onnx", "onnx", ratio, lo, hi, lo > 1, rounds, level)]
+        return diff_results(results_like(), now)
+
+    offset = confirmed_by(0.97, 1.01, 1.04)
+    [check] = [c for c in offset.checks if c.check.startswith("latency")]
+    assert offset.exit_code == 0 and check.verdict == "ok" and check.pairs == 2
+    assert "a fresh process pair over 30 rounds: new/baseline 1.010x, 99% interval 0.970-1.040: not confirmed" \
+        in check.detail and (check.low, check.high, check.ratio) == (0.97, 1.3, 1.01)
+    both = confirmed_by(1.1, 1.25, 1.4)
+    [check] = [c for c in both.checks if c.check.startswith("latency")]
+    assert both.exit_code == 1 and (check.low, check.high) == (1.1, 1.4) and "not confirmed" not in check.detail
+    case = next(c for c in ET.fromstring(junit(both)) if c.attrib["name"] == "latency@8")
+    props = {p.attrib["name"]: p.attrib["value"] for p in case.iter("property")}
+    assert props["process_pairs"] == "2" and props["comparison"] == "paired A/B"
+    # the fresh pair's interval just below the threshold: not confirmed (an intersection-union test)
+    assert confirmed_by(PAIRED - 0.001, 1.2, 1.3).exit_code == 0
