@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..results.load import LoadResults, LoadRow, ServerResult
-from .plots import latency_throughput
+from .plots import PALETTE, latency_throughput, set_colors
 
 
 def _num(value: float | None, unit: str = "") -> str:
@@ -149,6 +149,7 @@ def plot(results: LoadResults) -> str:
         row.name: [(p.achieved_per_s, p.p99_ms) for p in row.server.points]
               for row in results.rows if row.server is not None and row.server.points}
     bound = float(results.config.get("p99_ms") or 0.0) or 1.0
+    set_colors({name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)})  # one colour per format here
     return latency_throughput(series, bound, "Server scenario: p99 latency against throughput")
 
 
