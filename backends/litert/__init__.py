@@ -34,6 +34,8 @@ from multiexport.sdk import (
     ExportError,
     ExportJob,
     FormatResult,
+    Intermediates,
+    IntermediatesRequest,
     Manifest,
     PrecisionFacts,
     Presentation,
@@ -70,6 +72,7 @@ from .describe import (
     warnings_of,
 )
 from .facts import LiteRTFacts
+from .intermediates import litert_intermediates
 from .native import LiteConsumer, litert_section
 from .runner import FLEX, LiteRTRunner, open_interpreter, prepare_in_child, signature_of
 
@@ -103,6 +106,11 @@ class LiteRTBackend(Backend):
         """lite_run on LiteRT's C API (`native.LiteConsumer`)."""
 
         return LiteConsumer()
+
+    def _intermediates_impl(self, request: IntermediatesRequest) -> Intermediates:
+        """The shipped model.tflite run with every tensor kept, tensors paired with sites by the converter's names
+        (`intermediates.litert_intermediates`)."""
+        return litert_intermediates(request)
 
     def _export_impl(self, job: ExportJob[LiteRTOptions]) -> FormatResult:
         import tensorflow as tf

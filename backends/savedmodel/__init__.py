@@ -30,6 +30,8 @@ from multiexport.sdk import (
     ExportError,
     ExportJob,
     FormatResult,
+    Intermediates,
+    IntermediatesRequest,
     LiftedWeights,
     Manifest,
     NoOptions,
@@ -53,6 +55,7 @@ from .convert import (
 )
 from .describe import LEAF_FUNCTION, facts_of, requires_of, versions_of
 from .facts import SavedModelFacts
+from .intermediates import savedmodel_intermediates
 from .native import TfConsumer, savedmodel_section
 from .runner import SavedModelRunner
 from .tf import (
@@ -99,6 +102,11 @@ class SavedModelBackend(Backend):
         """tf_run on the TF C API (`native.TfConsumer`)."""
 
         return TfConsumer()
+
+    def _intermediates_impl(self, request: IntermediatesRequest) -> Intermediates:
+        """The SavedModel's own module with every op result returned, run by TF's XlaCallModule
+        (`intermediates.savedmodel_intermediates`)."""
+        return savedmodel_intermediates(request)
 
     def _export_impl(self, job: ExportJob[NoOptions]) -> FormatResult:
         tf = import_tf()

@@ -1,0 +1,111 @@
+"""`multiexport locate` on a LiteRT artifact: the shipped model.tflite run with every tensor kept, read by name.
+
+The interpreter is opened on the artifact's own file with `experimental_preserve_all_tensors=True` (LiteRT's
+debugging mode: no tensor's memory is reused) and the same op resolver as the runner (XNNPACK by default),
+which then delegates op by op so that every tensor is materialized. One trial's feed goes in through the
+serving_default signature, and every tensor an op of the main subgraph produces is read back (a quantized
+one dequantized with its scale and zero point). `tensor_names.pair` pairs them with the reference's sites
+by the names the converter wrote (the ops' MLIR locations); what it cannot pair is said, not guessed.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from multiexport.sdk import ArtifactError, Intermediates, IntermediatesRequest, RunError
+
+from .runner import signature_of
+from .tensor_names import SiteRef, TensorRef, pair, site_names
+
+_QUANTIZED = ("int8", "uint8", "int16")
+
+
+def litert_intermediates(request: IntermediatesRequest) -> Intermediates:
+    """The shipped .tflite's value for every site its tensor names map (see the module docstring)."""
+    manifest, directory = request.manifest, request.artifact_dir
+    model = manifest.path(directory, "model")
+    interpreter = _open(str(model), request.options.thread_count)
+    sig = signature_of(interpreter)
+    if sig is None:
+        raise ArtifactError(f"Artifact '{directory}' | {manifest.files['model']} has no serving_default signature")
+    _feed(interpreter, sig, manifest, request.feed, directory)
+    tensors, values = _read_tensors(interpreter)
+    sites = [SiteRef(key=s.key, names=site_names(s.scope, getattr(s, "name", "")), op=s.op, shape=tuple(s.shape),
+                     dtype=s.dtype, parents=tuple(o for o in s.operands if o.startswith("op")))
+             for s in request.sites]
+    found = pair(sites, tensors)
+    outputs = {leaf.name: np.array(interpreter.get_tensor(sig["outputs"][str(leaf.param)]))
+               for leaf in manifest.outputs}
+    import ai_edge_litert
+
+    how = (f"ai_edge_litert {ai_edge_litert.__version__} Interpreter on the shipped {manifest.files['model']} with "
+           f"experimental_preserve_all_tensors (XNNPACK delegating op by op); {len(found.pairs)} of "
+           f"{len(request.sites)} ops paired with a tensor by the name the converter gave it (the op's location)")
+    return Intermediates(values={key: values[index] for key, index in found.pairs.items()},
+                         unmapped=dict(found.unmapped), how=how, outputs=outputs)
+
+
+def _open(path: str, threads: int) -> Any:
+    from ai_edge_litert.interpreter import Interpreter
+
+    with warnings.catch_warnings():  # "intended for debugging purposes only": that is this use
+        warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors.*")
+        try:
+            return Interpreter(model_path=path, num_threads=threads, experimental_preserve_all_tensors=True)
+        except (RuntimeError, ValueError) as exc:
+            raise ArtifactError(f"Artifact '{path}' | LiteRT cannot load it: {' '.join(str(exc).split())[:600]}") \
+                from exc
+
+
+def _feed(interpreter: Any, sig: dict[str, dict[str, int]], manifest: Any, feed: Any, directory: Any) -> None:
+    """Resize, allocate, set every signature input from the feed, invoke (as the runner does, by index)."""
+    bound = [(leaf, sig["inputs"][leaf.param]) for leaf in manifest.inputs if leaf.param is not None]
+    try:
+        for leaf, index in bound:
+            shape = list(np.shape(feed[leaf.name]))
+            if list(interpreter._get_tensor_details(index, 0)["shape"]) != shape:
+                interpreter.resize_tensor_input(index, shape, strict=True)
+        interpreter.allocate_tensors()
+        for leaf, index in bound:
+            interpreter.set_tensor(index, np.require(feed[leaf.name], requirements="C"))
+        interpreter.invoke()
+    except (RuntimeError, ValueError) as exc:
+        raise RunError(f"Artifact '{directory}' | LiteRT failed running with every tensor kept: "
+                       f"{' '.join(str(exc).split())[:600]}", backend="litert") from exc
+
+
+def _read_tensors(interpreter: Any) -> tuple[list[TensorRef], dict[int, np.ndarray]]:
+    """Every tensor an op of the main subgraph produces (DELEGATE nodes aside), with its value."""
+    refs: list[TensorRef] = []
+    values: dict[int, np.ndarray] = {}
+    for order, op in enumerate(interpreter._get_ops_details()):
+        if op["op_name"] == "DELEGATE":
+            continue
+        inputs = tuple(int(i) for i in op["inputs"] if i >= 0)
+        for index in (int(i) for i in op["outputs"]):
+            if index in values:
+                continue
+            details = interpreter._get_tensor_details(index, 0)
+            try:
+                value = np.array(interpreter.get_tensor(index))
+            except ValueError:  # a tensor without data (none was kept for it)
+                continue
+            value = _dequantized(value, details)
+            refs.append(TensorRef(index=index, name=str(details["name"]), shape=tuple(int(d) for d in value.shape),
+                                  dtype=value.dtype.name, producer=str(op["op_name"]), order=order, inputs=inputs))
+            values[index] = value
+    return refs, values
+
+
+def _dequantized(value: np.ndarray, details: dict[str, Any]) -> np.ndarray:
+    """A per-tensor quantized int8/uint8/int16 value as the float32 it stands for; any other value as it is."""
+    params = details.get("quantization_parameters") or {}
+    scales = np.asarray(params.get("scales", ()), dtype=np.float32)
+    zeros = np.asarray(params.get("zero_points", ()), dtype=np.float32)
+    if value.dtype.name not in _QUANTIZED or scales.size != 1:
+        return value
+    zero = zeros.reshape(-1)[0] if zeros.size else np.float32(0)
+    return (value.astype(np.float32) - zero) * scales.reshape(-1)[0]
