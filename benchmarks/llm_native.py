@@ -62,8 +62,9 @@ def _pjrt(artifact: Path, work: Path, extra: list[str], timeout: float) -> str:
 
 
 def pjrt_greedy(prefill_dir: Path, decode_dir: Path, params: Mapping[str, Any], prompt: np.ndarray, layers: int,
-                steps: int, work: Path, timeout: float = 600) -> dict[str, Any]:
-    """Prefill once, then `steps` decode steps in one pjrt_run process with the cache kept on the device.
+                steps: int, work: Path, timeout: float = 600, carry: bool = True) -> dict[str, Any]:
+    """Prefill once, then `steps` decode steps in one pjrt_run process with the cache kept on the device
+    (`carry=False`: every step reads the prefill's cache again, a planted fault for tests).
     Returns {"tokens": int32[B, steps + 1], "prefill_ms": wall time of the prefill program's run (compile included),
     "decode": the loop's timing JSON (per-step wall times)}."""
     feed = dict(_leaves("params", params))
@@ -79,7 +80,7 @@ def pjrt_greedy(prefill_dir: Path, decode_dir: Path, params: Mapping[str, Any], 
     _write_inputs(decode_dir, {**feed, **cache, "token": first, "pos": np.int32(prompt.shape[1])}, dec / "inputs")
     flags = ["--steps", str(steps), "--greedy", "out.logits=token", "--count", "pos", "--tokens",
              str(dec / "tokens.npy")]
-    for name in cache:
+    for name in cache if carry else ():
         flags += ["--carry", f"out.{name}={name}"]
     stdout = _pjrt(decode_dir, dec, flags, timeout)
     timing = json.loads(stdout.strip().splitlines()[-1])

@@ -1,0 +1,72 @@
+"""The native decode loop: pjrt_run --steps with the KV cache carried on the device generates jax.jit's greedy
+tokens from the exported prefill and decode-step artifacts (tiny config), and its flags fail with one line."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from benchmarks import llm_native
+from benchmarks.real_models import llm
+from multiexport.api import export
+from multiexport.backends.xla.runtime import find_pjrt_plugin
+from multiexport.errors import MultiexportError
+from multiexport.native.run import command
+
+CFG = llm.CONFIGS["tiny"]
+STEPS = 31  # 32 tokens with the prefill's
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    try:
+        find_pjrt_plugin()
+    except MultiexportError as exc:
+        pytest.skip(str(exc))
+    root = tmp_path_factory.mktemp("llm")
+    for step in ("prefill", "decode"):
+        export(f"benchmarks.real_models.llm:llm_tiny_{step}", out_dir=root / step, backend="xla", check_load=False)
+    return root
+
+
+def _generate(artifacts, tmp_path, carry=True):
+    return llm_native.pjrt_greedy(artifacts / "prefill", artifacts / "decode", llm.init_params(CFG),
+                                  llm.example_prompt(CFG), CFG.layers, STEPS, tmp_path, carry=carry)
+
+
+@pytest.fixture(scope="module")
+def want():
+    return llm.greedy(CFG, llm.init_params(CFG), llm.example_prompt(CFG), STEPS)
+
+
+def test_32_native_greedy_tokens_equal_jax_jit(artifacts, want, tmp_path):
+    got = _generate(artifacts, tmp_path)
+    assert got["tokens"].shape == (1, 32)
+    np.testing.assert_array_equal(got["tokens"], want)
+    assert got["decode"]["steps"] == STEPS and got["decode"]["carried"] == 2 * CFG.layers
+    assert got["decode"]["calls"] == STEPS and got["decode"]["median_ms"] > 0
+
+
+def test_a_loop_that_does_not_carry_the_cache_generates_other_tokens(artifacts, want, tmp_path):
+    # The planted fault: every step reads the prefill's cache again (nothing carried), so the positions past
+    # the prompt stay empty; the comparison above must be able to fail.
+    want = llm.greedy(CFG, llm.init_params(CFG), llm.example_prompt(CFG), STEPS)
+    got = _generate(artifacts, tmp_path, carry=False)
+    assert not np.array_equal(got["tokens"], want)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--steps", "2", "--carry", "out.nope=cache.layer_0.k"], "--carry | 'out.nope' is no output leaf"),
+    (["--steps", "2", "--carry", "out.cache.layer_0.k=token"], "differ in shape or dtype"),
+    (["--steps", "2", "--greedy", "out.logits=cache.layer_0.k"], "expected int32 token ids"),
+    (["--steps", "0"], "--steps | got '0'"),
+    (["--steps", "2", "--carry", "novalue"], "expected OUTPUT_LEAF=INPUT_LEAF"),
+])
+def test_bad_loop_flags_fail_with_one_line(artifacts, flags, message):
+    argv, env = command(artifacts / "decode")
+    done = subprocess.run(argv + flags, env=env, cwd=artifacts / "decode", capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
