@@ -29,7 +29,16 @@ from .exporting.contract import Backend
 from .exporting.facts import ExportSetup, FormatFacts
 from .exporting.format_result import FormatResult
 from .exporting.instrument import Instrumented, describe_location, instrument_module, user_frame
-from .exporting.intermediates import Intermediates, IntermediatesRequest, Site, site_key
+from .exporting.intermediates import (
+    SITE_TABLE_KEY,
+    Intermediates,
+    IntermediatesRequest,
+    Site,
+    SiteTable,
+    TensorSite,
+    map_sites,
+    site_key,
+)
 from .exporting.jit_runner import JitRunner
 from .exporting.job import ExportJob
 from .exporting.manifest import LeafBinding, Manifest
@@ -109,5 +118,5 @@ __all__ = [
     "dist_version",
     # locate: the intermediates hook's types, and the instrumented StableHLO module (every op result returned)
     "Intermediates", "IntermediatesRequest", "Site", "site_key", "Instrumented", "instrument_module",
-    "describe_location", "user_frame",
+    "describe_location", "user_frame", "SITE_TABLE_KEY", "SiteTable", "TensorSite", "map_sites",
 ]

@@ -21,6 +21,8 @@ from multiexport.sdk import (
     ExportJob,
     ExportSetup,
     FormatResult,
+    Intermediates,
+    IntermediatesRequest,
     Manifest,
     Presentation,
     RunError,
@@ -49,6 +51,7 @@ from .convert import (
 )
 from .describe import Routed, facts_of, requires_of, versions_of, warnings_of
 from .facts import OnnxFacts
+from .intermediates import onnx_intermediates
 from .native import ONNX_SESSION_OPTIONS, OrtConsumer, onnx_section
 from .options import EXTERNAL_DATA_THRESHOLD_BYTES, OPSET, OnnxOptions  # noqa: F401  (re-exported)
 from .quantize import quantize
@@ -233,6 +236,10 @@ class OnnxBackend(Backend):
             raise ArtifactError(f"Artifact '{directory}' | {MODEL_FILE} has inputs {got_in} and outputs {got_out}, "
                                 f"manifest expects {want_in} and {want_out}")
         return OnnxRunner(manifest, directory, options, session)
+
+    def _intermediates_impl(self, request: IntermediatesRequest) -> Intermediates:
+        """The shipped graph with every mapped tensor as an output, run by ONNX Runtime (intermediates.py)."""
+        return onnx_intermediates(request)
 
 
 BACKEND = OnnxBackend

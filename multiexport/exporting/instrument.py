@@ -233,3 +233,105 @@ def _installed(file: str, roots: Sequence[str] | None) -> bool:
         if root and (Path(root) / path).is_file():
             return any(part in ("site-packages", "dist-packages") for part in Path(root).parts)
     return False
+
+
+@dataclass(frozen=True)
+class Isolated:
+    """One op of a module's flattened `main` as a module of its own: `main` takes the op's operands that are not
+    constants (in `operands` order, each named by its site key or `arg<i>`) and returns the op's results.
+
+    bytecode, portable: as in `Instrumented`. text: the module printed (for a bug report), None when large.
+    """
+
+    bytecode: bytes
+    portable: bytes
+    operands: tuple[str, ...]
+    operand_types: tuple[str, ...]
+    text: str | None
+
+
+def isolate_op(source: str | bytes, index: int, text_limit: int = 1 << 20) -> Isolated:
+    """Op `index` of `source`'s flattened `main` (the numbering of `instrument_module`), alone: the constants it
+    reads cloned in, every other value it reads (an operand, or a value its regions capture) a parameter."""
+    from jax.extend.mlir import ir
+
+    with ir_context() as ctx:
+        module = _parse(source, ctx)
+        with ir.Location.unknown(ctx):
+            functions = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in module.body.operations
+                         if op.operation.name == "func.func"}
+            main = functions["main"]
+            old_block = main.regions[0].blocks[0]
+            scratch = ir.Operation.create("func.func", regions=1, attributes={
+                "sym_name": ir.StringAttr.get("locate_scratch"),
+                "function_type": main.attributes["function_type"]})
+            scratch_block = scratch.regions[0].blocks.append(*[a.type for a in old_block.arguments])
+            module.body.append(scratch)
+            mapping = dict(zip(old_block.arguments, scratch_block.arguments))
+            flat = _Flattener(ir, functions, ir.InsertionPoint(scratch_block))
+            flat.block(old_block, mapping)
+            if not 0 <= index < len(flat.ops):
+                raise ValueError(f"op {index} is not in the module (it has {len(flat.ops)} ops)")
+            keys = {a: f"arg{i}" for i, a in enumerate(scratch_block.arguments)}
+            producers = {}
+            for i, (op, clone, _) in enumerate(flat.ops):
+                outs = list(clone.results)
+                for r, value in enumerate(outs):
+                    keys[value] = site_key(i, r, len(outs))
+                    producers[value] = (op, clone)
+            _, target, _ = flat.ops[index]
+            outside = list(dict.fromkeys([*target.operands, *_captured(target)]))
+            unique = [v for v in outside if not (v in producers and producers[v][0].name in NOT_SITES)]
+            ftype = ir.FunctionType.get([v.type for v in unique], [r.type for r in target.results])
+            new = ir.Operation.create("func.func", regions=1, attributes={
+                "sym_name": ir.StringAttr.get("main"), "function_type": ir.TypeAttr.get(ftype)})
+            body = new.regions[0].blocks.append(*[v.type for v in unique])
+            inner = dict(zip(unique, body.arguments))
+            ip = ir.InsertionPoint(body)
+            for value in outside:
+                if value not in inner:  # a constant: cloned in
+                    inner[value] = producers[value][1].clone(ip=ip).results[0]
+            clone = target.clone(ip=ip)
+            for i, value in enumerate(target.operands):
+                clone.operands[i] = inner[value]
+            for region in clone.regions:
+                _repoint(region, inner)
+            with ip:
+                ir.Operation.create("func.return", operands=list(clone.results))
+            operands = tuple(keys[v] for v in unique)
+            operand_types = tuple(str(v.type) for v in unique)
+            del keys, producers, inner, unique, outside, target, clone, flat, mapping
+            main.operation.erase()
+            scratch.erase()
+            module.body.append(new)
+            text = module.operation.get_asm(large_elements_limit=16) if len(str(new)) < text_limit else None
+            return Isolated(bytecode=_bytecode(module), portable=_portable(module),
+                            operands=operands, operand_types=operand_types, text=text)
+
+
+def _captured(op: Any) -> list[Any]:
+    """The values defined outside `op` that uses inside its regions read, in order of use."""
+    inside: set[Any] = set()
+
+    def collect(region: Any) -> None:
+        for block in region.blocks:
+            inside.update(block.arguments)
+            for inner in block.operations:
+                inside.update(inner.operation.results)
+                for r in inner.operation.regions:
+                    collect(r)
+
+    for region in op.regions:
+        collect(region)
+    found: list[Any] = []
+
+    def reads(region: Any) -> None:
+        for block in region.blocks:
+            for inner in block.operations:
+                found.extend(v for v in inner.operation.operands if v not in inside)
+                for r in inner.operation.regions:
+                    reads(r)
+
+    for region in op.regions:
+        reads(region)
+    return found

@@ -16,9 +16,10 @@ These types import nothing heavy: the report side reads locate.json without JAX.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
     from .manifest import Manifest
@@ -115,3 +116,65 @@ class Intermediates:
     outputs: Mapping[str, Any] = field(default_factory=dict)
     own_sites: tuple[Site, ...] | None = None
     recompiled: bool = False
+
+
+# Where a converter that writes a graph of named tensors (multiexport's StableHLO -> ONNX route) records, in the
+# file it ships (ONNX: the model's metadata_props), which tensor holds each op's result: `SiteTable`.
+SITE_TABLE_KEY = "multiexport.locate.sites"
+SITE_TABLE_VERSION = 1
+_UNLISTED = ("stablehlo.constant",)
+
+
+@dataclass
+class SiteTable:
+    """A converter's record, op by op of the flattened `main` (the numbering of `instrument_module`), of the
+    tensor names its results got. Entry: [op index, op name, [name per result], [broadcast shape or None per
+    result]] (a name with a shape holds a tensor that numpy-broadcasts to the result). Constants are counted in
+    the numbering but not listed."""
+
+    entries: list[list[Any]] = field(default_factory=list)
+    count: int = 0
+
+    def record(self, op: str, names: Sequence[str], lazy: Sequence[Sequence[int] | None]) -> None:
+        if op not in _UNLISTED:
+            self.entries.append([self.count, op, list(names), [list(s) if s is not None else None for s in lazy]])
+        self.count += 1
+
+    def to_text(self) -> str:
+        return json.dumps({"version": SITE_TABLE_VERSION, "ops": self.count, "sites": self.entries},
+                          separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class TensorSite:
+    """Where a site's value is in a graph: the tensor `name`, and `broadcast` (the shape it stands for by
+    numpy broadcasting) when the tensor is smaller than the result."""
+
+    name: str
+    broadcast: tuple[int, ...] | None = None
+
+
+def map_sites(table_text: str, sites: Sequence[Site]) -> tuple[dict[str, TensorSite], dict[str, str]]:
+    """(site key -> its tensor, site key -> why it has none) from a `SiteTable`'s text. A site whose op index
+    holds another op in the table (the graph was converted from another module) is not mapped."""
+    try:
+        data = json.loads(table_text)
+        if not isinstance(data, dict) or data.get("version") != SITE_TABLE_VERSION:
+            raise ValueError(f"not a version-{SITE_TABLE_VERSION} site table")
+        table = {int(e[0]): e for e in data["sites"]}
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        why = f"cannot map: the graph's site table is unreadable ({exc})"
+        return {}, {s.key: why for s in sites}
+    found: dict[str, TensorSite] = {}
+    missing: dict[str, str] = {}
+    for site in sites:
+        entry = table.get(site.index)
+        if entry is None:
+            missing[site.key] = f"cannot map: the converter recorded no tensor for op {site.index}"
+        elif entry[1] != site.op or site.result >= len(entry[2]):
+            missing[site.key] = (f"cannot map: op {site.index} of the converted module was {entry[1]}, not {site.op} "
+                                 "(the graph was converted from another module)")
+        else:
+            shape = entry[3][site.result]
+            found[site.key] = TensorSite(str(entry[2][site.result]), tuple(shape) if shape is not None else None)
+    return found, missing

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from multiexport.sdk import SITE_TABLE_KEY, SiteTable
+
 from .builder import ELEMENT_TYPES, Builder, Names, TensorType, Unsupported, onnx_type
 from .ops import HANDLERS
 from .ops.control import refuse_custom_call
@@ -41,6 +43,11 @@ class Converter:
         # Results a handler already wrote while converting an earlier op (a divide folded into an average pool).
         self.precomputed: dict[Any, str] = {}
         self._depth = 0
+        # The side table `locate` reads (the SDK's SiteTable): per op of `main` flattened (calls inlined, in order: the
+        # numbering of multiexport's instrumented module), the ONNX names holding its results. `top_level` is True
+        # while a block of the flattened `main` is converted (main's, or a function it calls at top level).
+        self.sites = SiteTable()
+        self.top_level = False
 
     # -- reading the module ----------------------------------------------------------------------
     def type_of(self, value: Any) -> TensorType:
@@ -128,6 +135,13 @@ class Converter:
         for arg, name in zip(block.arguments, args):
             self.values[arg] = name
             self.lazy.pop(arg, None)
+        top, self.top_level = self.top_level, False
+        try:
+            return self._run_ops(block, top)
+        finally:
+            self.top_level = top
+
+    def _run_ops(self, block: Any, top: bool) -> list[str]:
         for op in block.operations:
             kind = op.operation.name
             if kind in ("func.return", "stablehlo.return"):
@@ -136,11 +150,18 @@ class Converter:
             if len(results) == 1 and results[0] in self.precomputed:
                 self.values[results[0]] = self.precomputed.pop(results[0])
                 self.lazy.pop(results[0], None)
+                if top:
+                    self.sites.record(kind, [self.values[results[0]]], [None])
                 continue
             handler = self.handlers.get(kind)
             if handler is None:
                 raise Unsupported(kind, "no ONNX form written for this op")
+            self.top_level = top and kind == "func.call"  # a call's body is part of the flattened main
             outs = handler(self, op)
+            self.top_level = False
+            if top and kind != "func.call":
+                self.sites.record(kind, [str(o) for o in outs],
+                                  [list(o.shape) if isinstance(o, Lazy) else None for o in outs])
             if len(outs) != len(results):
                 raise Unsupported(kind, f"wrote {len(outs)} values for {len(results)} results")
             for result, out in zip(results, outs):
@@ -258,6 +279,7 @@ def convert_module(module: Any, input_names: Sequence[str], output_names: Sequen
     arg_types = [cx.type_of(a) for a in block.arguments]
     cx.names.taken.update(input_names)
     cx.names.taken.update(output_names)
+    cx.top_level = True
     results = cx.run_block(block, list(input_names))
     if len(results) != len(output_names):
         raise Unsupported("module", f"main returns {len(results)} values, expected {len(output_names)}")
@@ -270,5 +292,6 @@ def convert_module(module: Any, input_names: Sequence[str], output_names: Sequen
         [helper.make_tensor_value_info(n, onnx_type(t.dtype), list(t.shape)) for n, t in zip(output_names, out_types)],
         initializer=cx.b.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name=PRODUCER)
+    helper.set_model_props(model, {SITE_TABLE_KEY: cx.sites.to_text()})  # for `locate`
     model.ir_version = 10  # what opset 21 was released with; older runtimes read it
     return model
