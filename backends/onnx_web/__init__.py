@@ -109,8 +109,8 @@ class OnnxWebBackend(Backend):
             warnings.append(f"the model's files are {size / 2**30:.2f} GiB: the page holds them twice (the fetched "
                             "bytes and the session's copy) in a 4 GiB wasm heap; a larger model fails with a size-limit row")
         ep = resolved["execution_provider"]
+        probe = _probe_webgpu()  # recorded either way: the report says whether a WebGPU row was possible here
         if ep == "webgpu":
-            probe = webgpu_probe()
             if not probe["ok"]:
                 raise ExportError(f"Backend '{self.name}' | no WebGPU in headless Chromium here: {probe['reason']}",
                                   backend=self.name, category="no-gpu")
@@ -137,7 +137,7 @@ class OnnxWebBackend(Backend):
                 graph_inputs=graph_in, graph_outputs=[str(leaf.param) for leaf in front.outputs],
                 model_bytes=size, wasm_memory_limit_bytes=WASM_MEMORY_LIMIT,
                 dtypes={leaf.name: DTYPES[leaf.dtype] for leaf in (*front.inputs, *front.outputs)
-                        if leaf.dtype in DTYPES}),
+                        if leaf.dtype in DTYPES}, webgpu=probe),
             warnings=warnings, weights=dict(front.weights), platforms=["cpu"],
         )
 
@@ -166,6 +166,28 @@ class OnnxWebBackend(Backend):
                                  "session_create_ms": session.info.get("createMs"),
                                  "hardware_concurrency": session.info.get("hardwareConcurrency")}
         return OnnxWebRunner(manifest, directory, options, session, facts)
+
+
+    def static_bundle(self, directory: Path, manifest: Manifest, root: Path, timeout: float) -> dict[str, Any]:
+        """`multiexport native DIR --bundle OUT`: the page, the pinned runtime files and the example inputs beside
+        the artifact (root/model/, copied by the core), proven by opening it in headless Chromium; returns what
+        bundle.json records (bundle.py)."""
+        from .bundle import prove_bundle, write_bundle
+
+        record = write_bundle(directory, manifest, root)
+        proof = prove_bundle(root, manifest, timeout)
+        how = ("host it with any static server and open index.html (its serve.py sends the COOP/COEP headers wasm "
+               "threads need; without them the page runs on one thread)")
+        return {**record, "proof": proof, "how": how}
+
+
+def _probe_webgpu() -> dict[str, Any]:
+    """Whether headless Chromium here offers a WebGPU adapter ({"ok", "reason"}); a probe that cannot launch the
+    browser is an answer too (its reason), not a failed export: the wasm row does not need WebGPU."""
+    try:
+        return webgpu_probe()
+    except Exception as exc:  # noqa: BLE001  (one line in the facts; the load check that follows says the rest)
+        return {"ok": False, "reason": f"the WebGPU probe could not run: {' '.join(str(exc).split())[:300]}"}
 
 
 def _place(source: Path, target: Path) -> None:

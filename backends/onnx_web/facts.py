@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from multiexport.sdk import FormatFacts
 
@@ -19,6 +20,8 @@ class OnnxWebFacts(FormatFacts):
     model_bytes: model.onnx plus its external data: what the page fetches and copies into wasm memory.
     wasm_memory_limit_bytes: the 32-bit wasm address space the model, its copy and the activations share.
     dtypes: how each leaf dtype crosses into the page (int64 as BigInt64Array, float16 as 16-bit words).
+    webgpu: whether headless Chromium offered a WebGPU adapter when this was exported ({"ok", "reason"}: the
+        adapter, e.g. SwiftShader's software one, or why none), so a report can say why it has no WebGPU row.
     """
 
     model_source: str
@@ -31,3 +34,4 @@ class OnnxWebFacts(FormatFacts):
     model_bytes: int
     wasm_memory_limit_bytes: int
     dtypes: dict[str, str]
+    webgpu: dict[str, Any] | None = None

@@ -102,15 +102,18 @@ class OnnxWebRunner(Runner):
                 "page_ms_p50": float(np.median(page)) if page else None,
                 "round_trip_ms_p50": float(np.median(trips)) if trips.size else None,
                 "calls_timed_both_ways": len(page),
+                "webgpu": self.manifest.format.get("webgpu"),
                 "timed_in_page": True,
                 "timing": "the row's latency is session.run timed inside the page by performance.now() (the "
                           "runtime's own cost, what a deployed page pays); round_trip_ms_p50 is the test rig's "
                           "Python -> DevTools -> page -> Python time of the calls it drove one by one"}
 
 
-# What the page says when wasm memory runs out (Emscripten's abort, the engine's allocation failure).
+# What the page says when wasm memory runs out (Emscripten's abort, the engine's allocation failure, ORT's own
+# std::bad_alloc: measured with a 3 GiB tensor feeding a second one), or when a tensor's byte count passes the
+# 32-bit size_t of wasm32 (ORT's SafeInt overflow: measured with a 5 GiB and a 4 GiB - 64 B tensor).
 OUT_OF_WASM_MEMORY = ("Aborted(OOM)", "Out of memory", "out of memory", "Array buffer allocation failed",
-                      "WebAssembly.Memory", "could not allocate memory")
+                      "WebAssembly.Memory", "could not allocate memory", "std::bad_alloc", "SafeIntOnOverflow")
 
 
 def page_error(exc: Exception, directory, what: str) -> RunError:
@@ -119,7 +122,8 @@ def page_error(exc: Exception, directory, what: str) -> RunError:
     text = text.split("Call log:")[0].strip()[:600]
     if any(s in text for s in OUT_OF_WASM_MEMORY):
         return RunError(f"Artifact '{directory}' | onnxruntime-web ran out of wasm memory during {what} (a 32-bit "
-                        f"wasm heap has at most 4 GiB for the model, its copy and the activations): {text}",
+                        f"wasm heap has at most 4 GiB for the model, its copy and the activations, and no tensor "
+                        f"can pass 4 GiB): {text}",
                         backend="onnx-web", category="size-limit")
     return RunError(f"Artifact '{directory}' | onnxruntime-web failed during {what}: {text}", backend="onnx-web",
                     category="run-failed")

@@ -50,6 +50,7 @@ from ..errors import ArtifactError, RunError, UsageError
 from ..exporting.manifest import Manifest
 from ..exporting.native_consumer import NativeConsumer, Program, Request
 from ..exporting.native_section import CONSUMERS, consumer_for
+from ..exporting.registry import get_backend, names
 from ..files.atomic import current_umask
 from ..files.owned import sha256_file
 from ..system.process import run_command
@@ -66,7 +67,8 @@ GLIBC = re.compile(r"^(ld-linux[^/]*|linux-vdso\.so.*|linux-gate\.so.*|lib(c|m|d
 @dataclass(frozen=True)
 class Bundle:
     """A written bundle. files: path relative to OUT -> bytes; system: library name -> where the loader found it
-    here (the server provides it); requires: symbol family -> newest version needed of the system (GLIBC: 2.34)."""
+    here (the server provides it); requires: symbol family -> newest version needed of the system (GLIBC: 2.34).
+    rewritten: file -> the search path written over. how: a static bundle's instructions (empty for a program's)."""
 
     directory: Path
     backend: str
@@ -74,6 +76,7 @@ class Bundle:
     system: dict[str, str] = field(default_factory=dict)
     requires: dict[str, str] = field(default_factory=dict)
     rewritten: dict[str, str] = field(default_factory=dict)
+    how: str = ""  # a static bundle's (a page's) instructions; empty: a program's, run by run.sh
 
     @property
     def size(self) -> int:
@@ -85,6 +88,9 @@ class Bundle:
     def summary(self) -> str:
         """One line for the command line: where, how big, what dominates, what the server must provide."""
         big = ", ".join(f"{name} {size / 2**20:.1f} MiB" for name, size in self.largest(2))
+        if self.how:
+            return (f"wrote bundle {self.directory}: {self.size / 2**20:.1f} MiB in {len(self.files)} files (largest: "
+                    f"{big}); {self.how}")
         needs = ", ".join(f"{family} >= {version}" for family, version in self.requires.items())
         return (f"wrote bundle {self.directory}: {self.size / 2**20:.1f} MiB in {len(self.files)} files (largest: "
                 f"{big}); run it from anywhere: {self.directory / 'run.sh'}; the server provides "
@@ -101,6 +107,9 @@ def bundle(artifact_dir: str | os.PathLike, out: str | os.PathLike, *, plugin: s
     directory = Path(artifact_dir).resolve()
     target = Path(out).absolute()
     _check_out(target, directory)
+    static = _static_bundler(directory, trust_artifact)
+    if static is not None:
+        return _static_bundle(directory, target, *static, timeout)
     manifest, native = check_artifact(directory, trust_artifact)
     consumer = consumer_for(manifest.backend)
     if consumer is None:  # check_artifact refused it already: kept for a consumer that vanished meanwhile
@@ -126,6 +135,46 @@ def bundle(artifact_dir: str | os.PathLike, out: str | os.PathLike, *, plugin: s
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return Bundle(target, manifest.backend, made["files"], made["system"], made["requires"], made["rewritten"])
+
+
+def _static_bundler(directory: Path, trust_artifact: bool) -> tuple[Manifest, Any] | None:
+    """(manifest, hook) when the artifact's backend bundles as a static folder (`static_bundle`), else None."""
+    manifest = Manifest.read(directory)
+    if manifest.backend not in names():
+        return None
+    backend = get_backend(manifest.backend)
+    hook = getattr(backend, "static_bundle", None)
+    if hook is None:
+        return None
+    if not trust_artifact:
+        backend.check_untrusted(directory, manifest)
+    return manifest, hook
+
+
+def _static_bundle(directory: Path, target: Path, manifest: Manifest, hook: Any, timeout: float) -> Bundle:
+    """The page's bundle: OUT/model/ (the artifact, each file checked), what the backend's hook writes beside it,
+    proven by the hook in a browser, built in a hidden sibling and renamed into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        staging.chmod(0o777 & ~current_umask())
+        _copy_artifact(directory, manifest, staging / "model")
+        record = dict(hook(directory, manifest, staging, timeout))
+        files = {str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*")) if p.is_file()}
+        data = {"schema": SCHEMA, "backend": manifest.backend, "kind": "static", **record,
+                "sha256": {rel: sha256_file(staging / rel) for rel in files}, "bytes": sum(files.values())}
+        (staging / "bundle.json").write_text(json.dumps(data, indent=1) + "\n")
+        files["bundle.json"] = (staging / "bundle.json").stat().st_size
+        _check_out(target, directory)
+        try:
+            os.replace(staging, target)
+        except OSError as exc:
+            raise UsageError(f"Option '--bundle' | '{target}' exists and is not an empty directory ({exc.strerror}), "
+                             "expected a new or empty one; nothing was changed") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Bundle(target, manifest.backend, files, how=str(record.get("how", "")))
 
 
 def _check_out(target: Path, artifact: Path) -> None:

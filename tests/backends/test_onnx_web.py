@@ -210,3 +210,66 @@ def test_a_launch_under_a_deep_tmpdir_still_starts_chromium(tmp_path, monkeypatc
     finally:
         browser.close()
     assert not browser.profile.exists()
+
+
+@needs_browser
+def test_a_tensor_over_the_wasm_heap_is_a_size_limit_row_not_a_crash(tmp_path):
+    """A graph whose activation is 5 GiB: wasm32's size_t overflows in ORT (its SafeInt check). The page's failure is
+    one size-limit line; the session stays usable for a call that fits."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    size = helper.make_tensor("n", TensorProto.INT64, [1], [5 << 28])
+    graph = helper.make_graph([helper.make_node("Expand", ["x", "n"], ["y"]),
+                               helper.make_node("ReduceSum", ["y"], ["out"], keepdims=0)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [])], initializer=[size])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    session = open_session({"m.onnx": tmp_path / "m.onnx"}, "m.onnx", threads=1)
+    try:
+        with pytest.raises(Exception) as info:
+            session.fetch(session.feed([("x", np.ones(1, np.float32))]))
+    finally:
+        session.close()
+    error = page_error(info.value, tmp_path, "session.run")
+    assert isinstance(error, RunError) and error.category == "size-limit", str(error)
+    assert str(error).startswith(f"Artifact '{tmp_path}' | onnxruntime-web ran out of wasm memory during session.run")
+    assert "\n" not in str(error)
+
+
+def test_model_files_over_the_wasm_heap_are_refused_at_export_with_a_size_limit_row(tmp_path):
+    """A real 4 GiB external-data file (sparse: no disk used) beside the ONNX stage's model: the export refuses it
+    with the size-limit category and the sizes, before any browser starts."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from multiexport.backends.onnx import OnnxBackend
+    from multiexport.errors import ExportError
+    from multiexport.exporting.manifest import Manifest
+
+    target = examples.seed()
+    stage = OnnxBackend().export(target.fn, build_signature(target), tmp_path / "onnx", ExportOptions()).directory
+    with open(stage / "model.onnx.data", "wb") as f:
+        f.truncate(4 << 30)
+    manifest = Manifest.read(stage)
+    front = SimpleNamespace(manifest=dataclasses.replace(manifest, files={**manifest.files,
+                                                                          "external_data": "model.onnx.data"}),
+                            directory=stage)
+    (tmp_path / "web").mkdir()
+    with pytest.raises(ExportError) as info:
+        OnnxWebBackend()._export_files(tmp_path / "web", {"execution_provider": "wasm"}, front)
+    assert info.value.category == "size-limit"
+    assert "the model's files are 4.00 GiB, over wasm32's 4 GiB address space" in str(info.value)
+
+
+@needs_browser
+def test_the_export_records_whether_webgpu_was_offered(tmp_path):
+    """The WebGPU probe's answer is in the manifest and in the runner's facts (the report's WebGPU line reads it):
+    an adapter (here SwiftShader's software one) or why none."""
+    _, artifact = export(examples.seed(), tmp_path / "a")
+    probe = artifact.manifest.format["webgpu"]
+    assert set(probe) == {"ok", "reason"} and probe["reason"]
+    with OnnxWebBackend().load(artifact.directory) as runner:
+        assert runner.describe()["webgpu"] == probe

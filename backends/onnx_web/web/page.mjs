@@ -4,9 +4,12 @@
 // a BigInt64Array and float16 as 16-bit words without a per-element conversion.
 
 const params = new URLSearchParams(location.search);
-const ep = params.get('ep') || 'wasm';
-// the wasm-only bundle for the wasm EP; the WebGPU bundle (JSEP build) only when WebGPU is asked for
-const ort = await import(ep === 'webgpu' ? '/ort/ort.webgpu.min.mjs' : '/ort/ort.wasm.min.mjs');
+// the runner asks by ?ep=; a static bundle's index.html sets window.MX_EP from its manifest
+const ep = window.MX_EP || params.get('ep') || 'wasm';
+// The runtime beside this module (./ort/), so the page works at any path a static server puts it under: the
+// wasm-only bundle for the wasm EP; the WebGPU bundle (JSEP build) only when WebGPU is asked for.
+const ORT_DIR = new URL('./ort/', import.meta.url).href;
+const ort = await import(ORT_DIR + (ep === 'webgpu' ? 'ort.webgpu.min.mjs' : 'ort.wasm.min.mjs'));
 
 const ARRAYS = {
   float32: Float32Array, float64: Float64Array, int8: Int8Array, uint8: Uint8Array, int16: Int16Array,
@@ -45,7 +48,7 @@ async function webgpuProbe() {
 }
 
 async function init(options) {
-  ort.env.wasm.wasmPaths = '/ort/';
+  ort.env.wasm.wasmPaths = ORT_DIR;
   ort.env.wasm.numThreads = options.threads;
   ort.env.wasm.proxy = false;
   const model = new Uint8Array(await (await fetch(options.model)).arrayBuffer());
