@@ -37,7 +37,7 @@ BACKEND_MAY_IMPORT = ("multiexport.sdk",)
 # subprocess helper at the bottom; the process machinery (run) above what it runs; the example zoo and the
 # measurement instruments apart; the Python API and the command line on top.
 LAYERS = ("status", "errors", "dtypes", "telemetry", "versions", "preflight", "system", "files", "leaves", "examples",
-          "results", "exporting", "environment", "measure", "native", "sdk", "report", "run", "comparison", "sweeps", "api", "cli",
+          "results", "exporting", "environment", "measure", "native", "sdk", "report", "run", "locate", "comparison", "sweeps", "api", "cli",
           "__main__", "__init__")
 # Words naming a format's runtime or program, none of which the core's native machinery may use outside docstrings.
 FORMAT_WORDS = ("pjrt", "tensorflow", "openvino", "onnxruntime", "litert", "xla", "cuda", "nvidia", "iree", "mx_ort",

@@ -108,6 +108,9 @@ def _instrument(module: Any, ir: Any) -> Instrumented:
             names[value] = site_key(index, r, len(outs))
         if op.name in NOT_SITES:
             continue
+        # The op's own location name, before a call's scope is prefixed: converters that name tensors after
+        # locations (TFLite's GetNameFromLoc) call an op inlined from jit(relu) `max`, not its full scope.
+        own = _NAME.match(str(op.location)) or re.match(r'loc\("((?:[^"\\]|\\.)*)"\)', str(op.location))
         scope, frames = describe_location(str(op.location))
         if not frames and called_at:  # an op of a called function without frames of its own: its call's
             outer_scope, frames = describe_location(called_at)
@@ -122,7 +125,8 @@ def _instrument(module: Any, ir: Any) -> Instrumented:
             sites.append(Site(key=site_key(index, r, len(outs)), index=index, result=r, op=op.name,
                               shape=tuple(int(d) for d in t.shape), dtype=dtype,
                               location=user_frame(frames), scope=scope,
-                              operands=tuple(names.get(v, "?") for v in clone.operands), frames=tuple(frames)))
+                              operands=tuple(names.get(v, "?") for v in clone.operands), frames=tuple(frames),
+                              name=own.group(1) if own else ""))
             values.append(value)
     with ir.InsertionPoint(body):
         ir.Operation.create("func.return", operands=[*results, *values])

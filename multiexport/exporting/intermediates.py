@@ -40,6 +40,8 @@ class Site:
     scope: the name stack of the op (`jit(f)/Conv_0/conv_general_dilated`: flax/haiku/keras module path).
     operands: the site keys this op reads (`arg<i>` for the module's argument i, a constant's key for a constant).
     frames: every source frame of the op's location, innermost first (`flax/linen/linear.py:612`, `model.py:42`).
+    name: the name of the op's own location (`max` for jit(relu)'s op), what converters that name tensors after
+        locations (TFLite) call it; "" if none.
     """
 
     key: str
@@ -52,11 +54,12 @@ class Site:
     scope: str = ""
     operands: tuple[str, ...] = ()
     frames: tuple[str, ...] = ()
+    name: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "index": self.index, "result": self.result, "op": self.op,
                 "shape": list(self.shape), "dtype": self.dtype, "location": self.location, "scope": self.scope,
-                "operands": list(self.operands), "frames": list(self.frames)}
+                "operands": list(self.operands), "frames": list(self.frames), "name": self.name}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Site":
@@ -64,7 +67,8 @@ class Site:
                    shape=tuple(int(d) for d in data["shape"]), dtype=str(data["dtype"]),
                    location=str(data.get("location", "")), scope=str(data.get("scope", "")),
                    operands=tuple(str(o) for o in data.get("operands", ())),
-                   frames=tuple(str(f) for f in data.get("frames", ())))
+                   frames=tuple(str(f) for f in data.get("frames", ())),
+                   name=str(data.get("name", "")))
 
 
 def site_key(index: int, result: int, n_results: int) -> str:
