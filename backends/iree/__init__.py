@@ -20,6 +20,8 @@ from multiexport.sdk import (
     BackendFacts,
     ExportJob,
     FormatResult,
+    Intermediates,
+    IntermediatesRequest,
     Manifest,
     Presentation,
     RunError,
@@ -49,6 +51,7 @@ from .export import (  # noqa: F401  (STABLEHLO, LIFTED_SOURCE: re-exported, the
     write_files,
 )
 from .facts import IreeFacts
+from .intermediates import iree_intermediates
 from .native import IreeConsumer, check_iree_tools
 from .runner import IreeRunner
 from .targets import DEVICE_TARGET, DRIVERS
@@ -143,6 +146,10 @@ class IreeBackend(Backend):
                 f"with --platforms {','.join(['cpu', 'cuda'] if target == 'cuda' else ['cpu'])} on a machine with that "
                 "device", category="unsupported-platform")
         return IreeRunner(manifest, directory, options, _driver(facts, directory, target), facts)
+
+    def _intermediates_impl(self, request: IntermediatesRequest) -> Intermediates:
+        """The shipped StableHLO instrumented and re-compiled with the artifact's flags (intermediates.py)."""
+        return iree_intermediates(request)
 
 
 def _driver(facts: IreeFacts, directory: Path, target: str) -> str:

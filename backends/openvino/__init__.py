@@ -35,6 +35,8 @@ from multiexport.sdk import (
     ExportError,
     ExportJob,
     FormatResult,
+    Intermediates,
+    IntermediatesRequest,
     Manifest,
     PrecisionFacts,
     Presentation,
@@ -60,6 +62,7 @@ from .describe import (  # noqa: F401  (WIDE, ONNX_ROUTES: re-exported, they wer
 )
 from .facts import OpenVINOFacts
 from .int8 import nncf_missing, quantize
+from .intermediates import openvino_intermediates
 from .native import OPENVINO_PROPERTIES, OpenVINOConsumer, openvino_section
 from .runner import (
     OpenVINORunner,
@@ -242,6 +245,10 @@ class OpenVINOBackend(Backend):
                  "device_name": _cpu_facts(core)["name"],
                  "telemetry": telemetry_state()}
         return OpenVINORunner(manifest, directory, options, core, cm, facts)
+
+    def _intermediates_impl(self, request: IntermediatesRequest) -> Intermediates:
+        """The shipped model with every mapped tensor as an output, run on the CPU (intermediates.py)."""
+        return openvino_intermediates(request)
 
 
 def unsigned_node(model_path: Path) -> str | None:

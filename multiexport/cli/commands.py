@@ -359,3 +359,4 @@ def cmd_backends(args) -> int:
     return 0
 
 from .load_command import cmd_load  # noqa: E402,F401 - `multiexport load` (cli.load_command)
+from .locate_command import cmd_locate  # noqa: E402,F401 - `multiexport locate`

@@ -27,6 +27,7 @@ from .flags import (
 )
 from .help_texts import CALIBRATION_HELP, EXTERNAL_WEIGHTS_HELP, OPTION_HELP, PRECISION_HELP, TARGET_HELP
 from .load_parser import load_parser
+from .locate_parser import locate_parser
 from .sweep_parser import sweep_parsers
 
 __all__ = ["CALIBRATION_HELP", "build_parser", "formats"]
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     _diff_parser(sub)
     sweep_parsers(sub)
     load_parser(sub)
+    locate_parser(sub)
     p = sub.add_parser("backends", help="list backends, whether each is installed, and their options")
     p.set_defaults(handler="cmd_backends")
     return parser

@@ -129,6 +129,10 @@ def align(reference: Sequence[Site], own: Sequence[Site]) -> tuple[dict[str, str
     notes: dict[str, str] = {}
     matcher = difflib.SequenceMatcher(a=ref_sig, b=own_sig, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("insert", "replace") and i2 - i1 != j2 - j1 and i1 < len(reference):
+            extra = ", ".join(s.op for s in own[j1:j2][:4]) + (" ..." if j2 - j1 > 4 else "")
+            notes[reference[i1].key] = (f"the artifact's module has {j2 - j1} op(s) the reference has not, at or "
+                                        f"before this one: {extra}")
         if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
             for r, o in zip(reference[i1:i2], own[j1:j2]):
                 keys[r.key] = o.key
