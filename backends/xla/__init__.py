@@ -19,6 +19,8 @@ from multiexport.sdk import (
     BackendFacts,
     ExportJob,
     FormatResult,
+    Intermediates,
+    IntermediatesRequest,
     JitRunner,
     Manifest,
     NoOptions,
@@ -46,6 +48,7 @@ from .export import (  # noqa: F401  (FILES, TEXT_LIMIT_BYTES: re-exported, they
     write_module_files,
 )
 from .facts import XlaFacts
+from .intermediates import xla_intermediates
 from .native import PjrtConsumer
 
 
@@ -130,6 +133,10 @@ class XlaBackend(Backend):
                            category="no-gpu" if options.device == "gpu" else "unavailable") from exc
         weights = load_weights(directory, manifest, jax_device) if tensors else []
         return XlaRunner(manifest, directory, options, exported, jax_device, weights)
+
+    def _intermediates_impl(self, request: IntermediatesRequest) -> Intermediates:
+        """The shipped module instrumented and re-compiled by XLA on the CPU (intermediates.py)."""
+        return xla_intermediates(request)
 
 
 def load_weights(directory: Path, manifest: Manifest, jax_device) -> list[Any]:
