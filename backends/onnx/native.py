@@ -90,7 +90,8 @@ class OrtConsumer(NativeConsumer):
         include, library = find_onnxruntime()
         real = (f"-I{include}", "-DMX_ORT_REAL_HEADER") if include else ()
         headers = (SOURCES / ORT_DECLARATION, *([include / "onnxruntime_c_api.h"] if include else []))
-        return Recipe("c", SOURCES / "ort_run.c", ("-std=c11", *real, f'-D{LIBRARY_DEFINE}="{library}"', "-ldl"),
+        flags = ("-std=c11", *real, f'-D{LIBRARY_DEFINE}="{library}"', "-ldl", "-pthread")  # pthread: the load loop
+        return Recipe("c", SOURCES / "ort_run.c", flags,
                       (*headers, library), dlopened=(LIBRARY_DEFINE,))
 
     def bundle_runtime(self, request: Request) -> list[Path]:

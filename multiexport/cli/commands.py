@@ -308,6 +308,8 @@ def _compare(args, target, start: float, early_workers, timeline) -> int:
     print_results(results)
     for line in deploy_lines(results):  # the verdict per deployment target, after today's single one
         console().print(plain(line))
+    if args.load:  # the load scenarios on this compare's faithful artifacts (cli.load_command)
+        compare_load(results, config.batch_sizes, config.threads, args, progress)
     code = results.exit_code_allowing(allow)
     if gated:
         code = max(code, _gate(baseline, results, args))
@@ -358,5 +360,5 @@ def cmd_backends(args) -> int:
             print(f"{'':<12} options: {options}")
     return 0
 
-from .load_command import cmd_load  # noqa: E402,F401 - `multiexport load` (cli.load_command)
+from .load_command import cmd_load, compare_load  # noqa: E402,F401 - `multiexport load`, `compare --load`
 from .locate_command import cmd_locate  # noqa: E402,F401 - `multiexport locate`

@@ -22,6 +22,7 @@ from .flags import (
     regression_options,
 )
 from .help_texts import CALIBRATION_HELP, EXTERNAL_WEIGHTS_HELP, OPTION_HELP, PRECISION_HELP, TARGET_HELP
+from .load_parser import compare_load_options
 
 
 def compare_parser(sub, formats: str) -> None:
@@ -39,6 +40,7 @@ def compare_parser(sub, formats: str) -> None:
     _formats(g[FORMATS])
     _parity(g[PARITY])
     _timing(g[TIMING])
+    compare_load_options(g[TIMING])  # --load (cli.load_parser)
     g[NATIVE].add_argument("--native", action="store_true",
                            help="also run each artifact in its native, Python-free consumer (XLA: PJRT C API, "
                                 "SavedModel: TF C API, ONNX: ONNX Runtime C API, OpenVINO and LiteRT: their C APIs, "

@@ -10,7 +10,10 @@ from ..errors import UsageError
 from ..exporting.manifest import Manifest
 from ..measure.load import LoadConfig
 from ..report.load import render_markdown, write_load_reports
+from ..report.render import write_reports
+from ..results import Results
 from ..run.load import measure_load
+from ..status import Status
 
 
 def artifact_dirs(paths: list[Path]) -> list[tuple[str, Path]]:
@@ -56,3 +59,25 @@ def cmd_load(args) -> int:
     print(render_markdown(results))
     print(f"results: {out / 'load.json'}; reports: {md}, {page}")
     return 0 if all(row.ok for row in results.rows) else 3
+
+
+def compare_load(results: Results, batch_sizes: tuple[int, ...] | None, threads: int | None, args,
+                 progress=lambda m: None) -> None:
+    """`compare --load`: the load scenarios on the compare's faithful artifacts (its rows with status ok, each in
+    OUT/<name>), load.json beside results.json, the reports rendered again with their Load section."""
+    out = Path(results.out_dir)
+    artifacts = [(name, out / name) for name, row in results.backends.items()
+                 if row.status is Status.OK and (out / name / "manifest.json").is_file()]
+    if not artifacts:
+        print("load: no faithful artifact to measure under load", file=sys.stderr)
+        return
+    config = LoadConfig(scenario=args.load, p99_ms=args.p99_ms, rates=args.load_rates, batch_sizes=batch_sizes or (),
+                        lanes=args.load_lanes, seconds=args.load_seconds, rounds=args.load_rounds,
+                        threads=threads or usable_cores())
+    loaded = measure_load(artifacts, config, device="cpu", timeout=args.timeout, progress=lambda m: progress(f"load: {m}"))
+    loaded.write(out / "load.json")
+    write_load_reports(loaded, out)
+    write_reports(results, out)  # report.md/html again: they add the Load section from load.json
+    for line in (loaded.server_verdict, loaded.single_stream_verdict):
+        if line:
+            print(f"load: {line}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import math
 from pathlib import Path
 
 from ..measure.load import LADDER, MIN_REQUESTS, SCENARIOS, LoadConfig
@@ -16,6 +18,37 @@ def floats(text: str) -> tuple[float, ...]:
 
 def ints(text: str) -> tuple[int, ...]:
     return tuple(int(t) for t in text.split(",") if t.strip())
+
+
+def positive(text: str) -> float:
+    """A number > 0 (argparse refuses anything else with one line, before any work)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a number > 0") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a number > 0")
+    return value
+
+
+def compare_load_options(g) -> None:
+    """`compare --load`: the load scenarios on the compare's faithful artifacts, after its single-stream timing."""
+    g.add_argument("--load", choices=SCENARIOS, metavar="SCENARIO",
+                   help="after the compare, measure its faithful artifacts under load (as 'multiexport load' does): "
+                        "server (max requests/s with p99 under --p99-ms, Poisson arrivals), offline (peak samples/s "
+                        "at the example and --batch-sizes) or both; writes DIR/load.json and adds a Load section to "
+                        "the reports")
+    g.add_argument("--p99-ms", type=positive, default=_DEFAULTS.p99_ms, metavar="MS",
+                   help=f"with --load: the Server scenario's p99 bound in ms (default {_DEFAULTS.p99_ms:g})")
+    g.add_argument("--load-rates", type=floats, default=(), metavar="R1,R2,...",
+                   help="with --load: target rates in requests/s (default: a ladder per format from its own offline "
+                        "peak)")
+    g.add_argument("--load-lanes", type=int, default=_DEFAULTS.lanes, metavar="N",
+                   help="with --load: requests in flight (default 0: the runtime's own choice, else --threads)")
+    g.add_argument("--load-seconds", type=positive, default=_DEFAULTS.seconds, metavar="S",
+                   help=f"with --load: seconds per rate and per offline size, per round (default {_DEFAULTS.seconds:g})")
+    g.add_argument("--load-rounds", type=int, default=_DEFAULTS.rounds, metavar="N",
+                   help=f"with --load: rounds, the formats' order rotating (default {_DEFAULTS.rounds})")
 
 
 def load_options(g: dict) -> None:

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from ..results.load import LoadResults, LoadRow, ServerResult
+from ..results.load import LoadResults, LoadRow, ServerResult, read_load_results
 from .plots import PALETTE, latency_throughput, set_colors
 
 
@@ -186,3 +186,16 @@ def write_load_reports(results: LoadResults, out_dir: Path) -> tuple[Path, Path]
     md.write_text(render_markdown(results))
     page.write_text(render_html(results))
     return md, page
+
+
+def with_load_section(out_dir: Path, markdown: str, page: str) -> tuple[str, str]:
+    """A compare's report.md and report.html with the Load section added when OUT/load.json exists (`compare
+    --load` wrote it); unchanged otherwise."""
+    path = Path(out_dir) / "load.json"
+    if not path.is_file():
+        return markdown, page
+    loaded = read_load_results(path)
+    section = render_markdown(loaded).replace("# Load", "## Load", 1).replace("\n## ", "\n### ")
+    html_part = html_section(loaded)
+    page = page.replace("</body>", html_part + "</body>", 1) if "</body>" in page else page + html_part
+    return markdown.rstrip("\n") + "\n\n" + section + "\n", page

@@ -13,6 +13,7 @@ from ..files.owned import check_overwritable, write_owned_text
 from ..results import MEANING, LatencyStats, Results, SizeResult, Status, load_results
 from . import plots
 from .deploy import DEPLOY_HEADER, DEPLOY_NOTE, deploy_section
+from .load import with_load_section
 from .precision import PRECISION_HEADER, precision_rows
 from .recommend import recommend
 from .summary import COLUMNS, capped_note, summary_rows
@@ -57,6 +58,7 @@ def write_reports(results: Results, out_dir: str | Path, source: str | Path | No
     md_path, page = out_dir / "report.md", out_dir / "report.html"
     try:
         markdown, html = render_markdown(results), render_html(results)
+        markdown, html = with_load_section(out_dir, markdown, html)  # compare --load's section (report.load)
     except MultiexportError:
         raise
     except Exception as exc:

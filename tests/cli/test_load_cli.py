@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+from multiexport.results.load import read_load_results
+
 
 def test_help_explains_the_scenarios(cli):
     proc = cli("load", "--help")
@@ -20,3 +24,22 @@ def test_a_directory_without_artifacts_is_one_line(cli, tmp_path):
 def test_a_bad_bound_is_one_line(cli, tmp_path):
     proc = cli("load", tmp_path, "--p99-ms", "-3")
     assert proc.returncode == 2 and "--p99-ms" in proc.stderr
+
+
+@pytest.mark.slow
+def test_compare_load_adds_load_json_and_the_reports_section(cli, tmp_path):
+    out = tmp_path / "out"
+    proc = cli("compare", "--backends", "xla", "--load", "offline", "--load-seconds", "0.2", "--load-rounds", "1",
+               "--out-dir", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = read_load_results(out / "load.json")
+    assert [r.name for r in loaded.rows] == ["xla"] and loaded.rows[0].offline[0].samples_per_s > 0
+    assert "## Load" in (out / "report.md").read_text() and "<h2>Load</h2>" in (out / "report.html").read_text()
+    # re-rendered from results.json, the section stays
+    assert cli("report", out / "results.json", "--out-dir", out).returncode == 0
+    assert "<h2>Load</h2>" in (out / "report.html").read_text()
+
+
+def test_compare_refuses_a_bad_bound_before_any_work(cli, tmp_path):
+    proc = cli("compare", "--load", "server", "--p99-ms", "0", "--out-dir", tmp_path / "out")
+    assert proc.returncode == 2 and "--p99-ms" in proc.stderr and not (tmp_path / "out").exists()

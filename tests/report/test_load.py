@@ -60,3 +60,16 @@ def test_plot_has_a_line_per_format_and_the_bound_and_skips_infinite_points():
     assert "p99 bound 10 ms" in svg and "stroke-dasharray" in svg
     assert "<svg" in render_html(LoadResults(config={"p99_ms": 10.0}, rows=rows))
     assert plot(LoadResults(config={"p99_ms": 10.0}, rows=[_row("a", None, 0, 0, 1.0)])) == ""
+
+
+def test_a_compare_report_gets_the_load_section_only_when_load_json_is_there(tmp_path):
+    from multiexport.report.load import with_load_section
+
+    page = "<html><body><h1>r</h1></body></html>"
+    assert with_load_section(tmp_path, "# r\n", page) == ("# r\n", page)
+    rows = [_row("a", 100.0, 90.0, 110.0, 1.0, [_point(50.0, 4.0), _point(100.0, 9.0)])]
+    LoadResults(config={"p99_ms": 10.0}, rows=rows, server_verdict="at p99 <= 10 ms, ship a: 100 req/s").write(
+        tmp_path / "load.json")
+    md, html = with_load_section(tmp_path, "# r\n", page)
+    assert md.startswith("# r\n\n## Load") and "ship a: 100 req/s" in md and "\n### Server" in md
+    assert html.index("<h2>Load</h2>") < html.index("</body>") and "<svg" in html

@@ -91,3 +91,37 @@ def test_a_runner_not_for_concurrent_threads_gets_a_runner_per_lane(artifacts, t
     assert answer.config["threads_per_runner"] == 1
     served = answer_load_run(state, LoadRun("server", str(feeds), 0, 0, 0.2, rate=200.0))
     assert served.calls >= 100 and (tmp_path / served.file.split("/")[-1]).is_file()
+
+
+@pytest.fixture(scope="module")
+def onnx_artifact(tmp_path_factory):
+    root = tmp_path_factory.mktemp("load-onnx")
+    api.export(load_target(DYNAMIC), out_dir=root / "onnx", backend="onnx")
+    return root / "onnx"
+
+
+def test_the_bare_c_load_loop_of_ort_run(onnx_artifact):
+    import json
+    import subprocess
+
+    from multiexport.native.build import build
+
+    program = build("ort_run")
+    cmd = [str(program), "--artifact", str(onnx_artifact), "--inputs", str(onnx_artifact / "inputs"), "--threads", "2",
+           "--no-outputs"]
+    proc = subprocess.run([*cmd, "--load-lanes", "2", "--load-seconds", "0.3"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["lanes"] == 2 and figures["intra_op_threads"] == 1 and figures["spinning"] == "0"
+    assert figures["calls"] > 0 and figures["calls_per_s"] == pytest.approx(figures["calls"] / figures["seconds"], 1e-3)
+    bad = subprocess.run([*cmd, "--load-lanes", "0"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--load-lanes" in bad.stderr and bad.stderr.strip().count("\n") == 0
+
+
+def test_onnx_runtime_lanes_share_one_session(onnx_artifact, tmp_path):
+    results = measure_load([("onnx", onnx_artifact)], LoadConfig(scenario="offline", seconds=0.2, rounds=1, threads=2))
+    row = results.rows[0]
+    assert row.ok, row.reason
+    assert row.lanes == 2 and row.throughput_config["intra_op_threads"] == 1  # the threads divided between lanes
+    assert "run_with_iobinding" in row.throughput_config["how"]
