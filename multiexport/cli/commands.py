@@ -308,7 +308,7 @@ def _compare(args, target, start: float, early_workers, timeline) -> int:
     print_results(results)
     for line in deploy_lines(results):  # the verdict per deployment target, after today's single one
         console().print(plain(line))
-    if args.load:  # the load scenarios on this compare's faithful artifacts (cli.load_command)
+    if getattr(args, "load", None):  # the load scenarios on this compare's faithful artifacts (cli.load_command)
         compare_load(results, config.batch_sizes, config.threads, args, progress)
     code = results.exit_code_allowing(allow)
     if gated:
@@ -319,6 +319,7 @@ def _compare(args, target, start: float, early_workers, timeline) -> int:
 def _gate(baseline, current, args) -> int:
     """Diff against a baseline, print and publish it; returns 1 on a regression."""
     d = diff_results(baseline, current, max_slowdown=args.max_slowdown, max_parity_drift=args.max_parity_drift)
+    d = gate_load(d, *load_dirs(args, current))  # throughput, from load.json beside both runs (report.load)
     print(publish(d, args.junit))
     return d.exit_code
 
@@ -360,5 +361,5 @@ def cmd_backends(args) -> int:
             print(f"{'':<12} options: {options}")
     return 0
 
-from .load_command import cmd_load, compare_load  # noqa: E402,F401 - `multiexport load`, `compare --load`
+from .load_command import cmd_load, compare_load, gate_load, load_dirs  # noqa: E402,F401 - load, compare --load, gate
 from .locate_command import cmd_locate  # noqa: E402,F401 - `multiexport locate`

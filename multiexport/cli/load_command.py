@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..exporting.manifest import Manifest
 from ..measure.load import LoadConfig
-from ..report.load import render_markdown, write_load_reports
+from ..report.load import gate_load, render_markdown, write_load_reports
 from ..report.render import write_reports
 from ..results import Results
 from ..run.load import measure_load
@@ -81,3 +81,15 @@ def compare_load(results: Results, batch_sizes: tuple[int, ...] | None, threads:
     for line in (loaded.server_verdict, loaded.single_stream_verdict):
         if line:
             print(f"load: {line}")
+
+
+def load_dirs(args, current: Results) -> tuple[Path | None, Path]:
+    """Where the gate looks for each run's load.json: beside the baseline results.json (`--baseline`, or diff's
+    BASELINE; None without one), and beside diff's CURRENT or in the compare's output directory."""
+    given = getattr(args, "baseline", None)
+    base = None if given is None else (Path(given) if Path(given).is_dir() else Path(given).parent)
+    now = getattr(args, "current", None)
+    return base, (Path(now).parent if now is not None else Path(current.out_dir))
+
+
+__all__ = ["artifact_dirs", "cmd_load", "compare_load", "gate_load", "load_dirs"]

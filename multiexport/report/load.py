@@ -11,6 +11,7 @@ from typing import Sequence
 
 from ..results.load import LoadResults, LoadRow, ServerResult, read_load_results
 from .plots import PALETTE, latency_throughput, set_colors
+from .regression import CROSS_RUN, Check, Diff
 
 
 def _num(value: float | None, unit: str = "") -> str:
@@ -199,3 +200,52 @@ def with_load_section(out_dir: Path, markdown: str, page: str) -> tuple[str, str
     html_part = html_section(loaded)
     page = page.replace("</body>", html_part + "</body>", 1) if "</body>" in page else page + html_part
     return markdown.rstrip("\n") + "\n\n" + section + "\n", page
+
+
+def throughput_checks(base: LoadResults, current: LoadResults, max_slowdown: float | None) -> list[Check]:
+    """The gate's throughput rule (cross-run: two load.json from separate runs): per format in both, the offline
+    peak at each batch size and the max rate under the p99 bound (same bound only) are a regression when the new
+    figure is below base / threshold and the two runs' round ranges do not overlap (new highest round below the
+    baseline's lowest). threshold: --max-slowdown, else the cross-run latency default (regression.CROSS_RUN); no A/A
+    calibration of throughput figures was run, so the default is the latency one's. A format the baseline measured
+    and the new run did not is `missing`."""
+    limit = max_slowdown if max_slowdown is not None else CROSS_RUN
+    now = {row.name: row for row in current.rows}
+    checks: list[Check] = []
+    for old in base.rows:
+        if not old.ok:
+            continue
+        new = now.get(old.name)
+        if new is None or not new.ok:
+            checks.append(Check(old.name, "throughput", "missing", f"measured under load in the baseline, "
+                                f"{'absent' if new is None else new.status} now"))
+            continue
+        pairs = []
+        by_batch = {p.batch: p for p in new.offline if p.samples_per_s is not None}
+        for point in old.offline:
+            other = by_batch.get(point.batch)
+            if point.samples_per_s is not None and other is not None:
+                pairs.append((f"offline samples/s@{point.batch or 'example'}", point.samples_per_s, point.low,
+                              other.samples_per_s, other.high))
+        if (old.server and new.server and old.server.p99_bound_ms == new.server.p99_bound_ms
+                and old.server.max_rate_per_s and new.server.max_rate_per_s is not None):
+            pairs.append((f"max req/s@p99<={old.server.p99_bound_ms:g}ms", old.server.max_rate_per_s,
+                          old.server.max_rate_low, new.server.max_rate_per_s, new.server.max_rate_high))
+        for name, was, was_low, got, got_high in pairs:
+            ratio = was / got if got else math.inf
+            apart = got_high is not None and was_low is not None and got_high < was_low
+            verdict = "regression" if ratio > limit and apart else ("slower" if ratio > 1 else "ok")
+            checks.append(Check(old.name, name, verdict, f"{_num(was)} -> {_num(got)} ({ratio:.2f}x lower; "
+                                f"threshold {limit:g}x, rounds {'apart' if apart else 'overlap'})",
+                                base=was, current=got, ratio=ratio))
+    return checks
+
+
+def gate_load(diff: Diff, base_dir: Path | None, current_dir: Path) -> Diff:
+    """`diff` with the throughput checks added when a load.json is beside both runs' results (else unchanged)."""
+    if base_dir is None:
+        return diff
+    old, new = Path(base_dir) / "load.json", Path(current_dir) / "load.json"
+    if old.is_file() and new.is_file():
+        diff.checks += throughput_checks(read_load_results(old), read_load_results(new), diff.max_slowdown)
+    return diff

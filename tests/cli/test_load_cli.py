@@ -43,3 +43,19 @@ def test_compare_load_adds_load_json_and_the_reports_section(cli, tmp_path):
 def test_compare_refuses_a_bad_bound_before_any_work(cli, tmp_path):
     proc = cli("compare", "--load", "server", "--p99-ms", "0", "--out-dir", tmp_path / "out")
     assert proc.returncode == 2 and "--p99-ms" in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_diff_fails_on_a_throughput_drop_in_load_json_beside_the_results(cli, tmp_path):
+    from multiexport.results.load import LoadResults, LoadRow, OfflinePoint
+
+    from ..report.builders import results, row
+
+    for name in ("base", "new"):
+        (tmp_path / name).mkdir()
+        results(row("onnx")).write(tmp_path / name / "results.json")
+    assert cli("diff", tmp_path / "base" / "results.json", tmp_path / "new" / "results.json").returncode == 0
+    for name, peak, low, high in (("base", 1000.0, 950.0, 1050.0), ("new", 400.0, 380.0, 420.0)):
+        point = OfflinePoint(None, samples_per_s=peak, low=low, high=high, per_round=[low, high], calls=10)
+        LoadResults(rows=[LoadRow("onnx", "/a", offline=[point])]).write(tmp_path / name / "load.json")
+    proc = cli("diff", tmp_path / "base" / "results.json", tmp_path / "new" / "results.json")
+    assert proc.returncode == 1 and "offline samples/s@example" in proc.stdout

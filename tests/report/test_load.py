@@ -73,3 +73,25 @@ def test_a_compare_report_gets_the_load_section_only_when_load_json_is_there(tmp
     md, html = with_load_section(tmp_path, "# r\n", page)
     assert md.startswith("# r\n\n## Load") and "ship a: 100 req/s" in md and "\n### Server" in md
     assert html.index("<h2>Load</h2>") < html.index("</body>") and "<svg" in html
+
+
+def _offline_row(name, peak, low, high, max_rate=None, rate_low=None, rate_high=None):
+    server = ServerResult(10.0, "ladder", [], max_rate, rate_low, rate_high) if max_rate is not None else None
+    return LoadRow(name, f"/a/{name}", server=server,
+                   offline=[OfflinePoint(8, samples_per_s=peak, low=low, high=high, per_round=[low, high], calls=10)])
+
+
+def test_the_gate_fails_a_throughput_drop_past_the_threshold_with_rounds_apart():
+    from multiexport.report.load import throughput_checks
+
+    base = LoadResults(rows=[_offline_row("a", 1000.0, 950.0, 1050.0, 200.0, 190.0, 210.0),
+                             _offline_row("b", 1000.0, 950.0, 1050.0), _offline_row("c", 500.0, 490.0, 510.0)])
+    now = LoadResults(rows=[_offline_row("a", 700.0, 650.0, 720.0, 199.0, 150.0, 205.0),  # 1.43x lower, apart
+                            _offline_row("b", 700.0, 600.0, 960.0)])  # 1.43x lower, but the rounds overlap
+    checks = {(c.backend, c.check): c for c in throughput_checks(base, now, 1.2)}
+    assert checks[("a", "offline samples/s@8")].verdict == "regression"
+    assert checks[("a", "max req/s@p99<=10ms")].verdict == "slower"  # within the threshold
+    assert checks[("b", "offline samples/s@8")].verdict == "slower"
+    assert checks[("c", "throughput")].verdict == "missing"
+    # the default threshold (the cross-run latency one, 1.5x) does not flag a 1.43x drop
+    assert all(c.verdict != "regression" for c in throughput_checks(base, now, None) if c.backend == "a")
