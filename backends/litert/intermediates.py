@@ -33,7 +33,7 @@ def litert_intermediates(request: IntermediatesRequest) -> Intermediates:
         raise ArtifactError(f"Artifact '{directory}' | {manifest.files['model']} has no serving_default signature")
     _feed(interpreter, sig, manifest, request.feed, directory)
     tensors, values = _read_tensors(interpreter)
-    sites = [SiteRef(key=s.key, names=site_names(s.scope, getattr(s, "name", "")), op=s.op, shape=tuple(s.shape),
+    sites = [SiteRef(key=s.key, names=site_names(s.scope, s.name), op=s.op, shape=tuple(s.shape),
                      dtype=s.dtype, parents=tuple(o for o in s.operands if o.startswith("op")))
              for s in request.sites]
     found = pair(sites, tensors)
