@@ -46,7 +46,7 @@ def cmd_load(args) -> int:
         raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
     config = LoadConfig(scenario=args.scenario, p99_ms=args.p99_ms, rates=args.rates, batch_sizes=args.batch_sizes,
                         lanes=args.lanes, seconds=args.seconds, rounds=args.rounds, seed=args.seed,
-                        threads=args.threads or usable_cores())
+                        threads=args.threads or usable_cores(), min_requests=args.min_requests)
     artifacts = artifact_dirs(args.artifacts)
     out: Path = args.out_dir
     if out.exists() and not out.is_dir():

@@ -95,6 +95,9 @@ def load_parser(sub) -> None:
     g[TIMING].add_argument("--scenario", choices=SCENARIOS, default=_DEFAULTS.scenario,
                            help="server, offline or both (default both)")
     load_options(g)
+    g[TIMING].add_argument("--min-requests", type=int, default=MIN_REQUESTS, metavar="N",
+                           help=f"the fewest requests per rate and round (default {MIN_REQUESTS}; fewer make the p99 "
+                                "the maximum of a handful, but let a model of seconds per call finish)")
     g[TIMING].add_argument("--threads", type=int, default=None, metavar="N",
                            help="cores given to each format, all its lanes together (default: the usable cores)")
     g[DEVICES].add_argument("--device", default="cpu", choices=["cpu", "gpu", "tpu"],

@@ -35,8 +35,9 @@ class LoadConfig:
     scenario: "server", "offline" or "both". p99_ms: the Server scenario's latency bound. rates: target rates in
     requests/s (empty: a ladder of fractions of each format's offline batch-1 peak, `LADDER`). batch_sizes: the
     Offline scenario's sizes (empty: the artifact's own example). lanes: requests in flight at once (0: the
-    runtime's own suggestion, else the threads given). seconds: per rate (at least MIN_REQUESTS requests) and per
-    offline size, per round. rounds: repeats, the formats' order rotating each round. seed: the arrival schedule's.
+    runtime's own suggestion, else the threads given). seconds: per rate (at least `min_requests` requests) and per
+    offline size, per round. min_requests: the fewest requests per rate and round (a p99 from fewer is the maximum of
+    a handful). rounds: repeats, the formats' order rotating each round. seed: the arrival schedule's.
     threads: cores given to each format (its runtime's threads, all lanes together).
     """
 
@@ -49,6 +50,7 @@ class LoadConfig:
     rounds: int = 3
     seed: int = 0
     threads: int = 1
+    min_requests: int = MIN_REQUESTS
 
     def __post_init__(self):
         if self.scenario not in SCENARIOS:
@@ -61,10 +63,10 @@ class LoadConfig:
         for size in self.batch_sizes:
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise UsageError(f"Option '--batch-sizes' | got {size!r}, expected integers >= 1")
-        for name, low in (("lanes", 0), ("rounds", 1), ("threads", 1)):
+        for name, low in (("lanes", 0), ("rounds", 1), ("threads", 1), ("min_requests", 10)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise UsageError(f"Option '--{name}' | got {value!r}, expected an integer >= {low}")
+                raise UsageError(f"Option '--{name.replace('_', '-')}' | got {value!r}, expected an integer >= {low}")
         if not (math.isfinite(self.seconds) and self.seconds > 0):
             raise UsageError(f"Option '--seconds' | got {self.seconds!r}, expected seconds > 0")
 

@@ -177,7 +177,7 @@ def _round(servers: Servers, fmt: _Format, config: LoadConfig, i: int) -> None:
         fmt.rates = tuple(config.rates) or ladder(calls_per_s)
     for rate in sorted(fmt.rates):
         answer = _ask(servers, fmt, LoadRun("server", fmt.config["feeds"], 0, config.lanes, config.seconds, rate,
-                                            config.seed + 1000 * i + int(rate * 1000) % 997))
+                                            config.seed + 1000 * i + int(rate * 1000) % 997, config.min_requests))
         if answer is None:
             return
         run = ServerRun(np.load(answer.file), answer.seconds)

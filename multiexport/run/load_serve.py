@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..files.npz import load_npz
-from ..measure.load import poisson_schedule, run_offline, run_server
+from ..measure.load import MIN_REQUESTS, poisson_schedule, run_offline, run_server
 from . import messages
 from .messages import read_bench_index
 
@@ -26,7 +26,7 @@ class LoadRun:
     """One scenario run in a serve worker, on the size at index `size` of the bench feed directory `feeds`.
 
     scenario: "offline" (every lane back to back for `seconds`) or "server" (Poisson arrivals at `rate` per second,
-    at least `seconds` of them, drawn from `seed`). lanes: requests in flight (0: the runtime's own choice).
+    at least `seconds` of them and `min_requests`, drawn from `seed`). lanes: requests in flight (0: the runtime's own choice).
     """
 
     scenario: str
@@ -36,6 +36,7 @@ class LoadRun:
     seconds: float
     rate: float = 0.0
     seed: int = 0
+    min_requests: int = MIN_REQUESTS
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def answer_load_run(state: dict, request: LoadRun) -> LoadAnswer:
         return LoadAnswer(count, seconds, len(calls), "", config)
     if request.scenario != "server":
         raise ValueError(f"asked for scenario {request.scenario!r}, expected offline or server")
-    run = run_server(calls, poisson_schedule(request.rate, request.seconds, request.seed))
+    run = run_server(calls, poisson_schedule(request.rate, request.seconds, request.seed, request.min_requests))
     state["slices"] = state.get("slices", 0) + 1
     path = state["out"] / f"load-{state['slices']:05d}.npy"
     np.save(path, run.latencies_ns)

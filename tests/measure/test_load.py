@@ -131,6 +131,7 @@ def test_ladder_and_spread():
 @pytest.mark.parametrize("field, value, message", [
     ("scenario", "batch", "--scenario"), ("p99_ms", 0.0, "--p99-ms"), ("rates", (5.0, -1.0), "--rates"),
     ("batch_sizes", (0,), "--batch-sizes"), ("rounds", 0, "--rounds"), ("seconds", math.inf, "--seconds"),
+    ("min_requests", 5, "--min-requests"),
 ])
 def test_config_refuses_bad_values(field, value, message):
     with pytest.raises(UsageError, match=message):
