@@ -30,6 +30,7 @@ from multiexport.sdk import (
 )
 
 from .browser import CHROMIUM_ENV, chromium_path
+from .bundle import prove_bundle, write_bundle
 from .facts import OnnxWebFacts
 from .page import JS_TYPES, WEB_DIR, open_session, runtime_dist, runtime_version, webgpu_probe
 from .runner import OnnxWebRunner, page_error
@@ -172,8 +173,6 @@ class OnnxWebBackend(Backend):
         """`multiexport native DIR --bundle OUT`: the page, the pinned runtime files and the example inputs beside
         the artifact (root/model/, copied by the core), proven by opening it in headless Chromium; returns what
         bundle.json records (bundle.py)."""
-        from .bundle import prove_bundle, write_bundle
-
         record = write_bundle(directory, manifest, root)
         proof = prove_bundle(root, manifest, timeout)
         how = ("host it with any static server and open index.html (its serve.py sends the COOP/COEP headers wasm "

@@ -34,7 +34,7 @@ from ..measure.tolerance import parse_tolerances
 from ..native.bundle import bundle
 from ..native.run import print_command, run as run_native
 from ..preflight import check_jax_environment
-from ..report.deploy import consumer_backends, deploy_lines
+from ..report.deploy_report import consumer_backends, deploy_lines
 from ..report.regression import check_thresholds, diff_results, publish
 from ..report.render import write_reports
 from ..report.screenshot import screenshot

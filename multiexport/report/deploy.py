@@ -79,8 +79,7 @@ TARGETS: dict[str, DeployTarget] = {t.name: t for t in (
         Consumer("onnx-web", PYTHON, "onnxruntime-web in the page"),),
         "every format but ONNX: TF.js's path from JAX is broken upstream, and no other runtime here runs in a page"),
     DeployTarget("node", "a Node.js server", "this machine's CPU", (
-        Consumer("onnx", NATIVE, "onnxruntime-node", proxy="ONNX Runtime's C API: onnxruntime-node binds the same "
-                 "C++ library (not measured through Node itself)"),
+        Consumer("onnx-node", PYTHON, "onnxruntime-node (CPU) in Node.js"),
         Consumer("onnx-web", PYTHON, "onnxruntime-web's wasm build in Node",
                  proxy="the same wasm runtime measured in headless Chromium, not in Node")),
         "every format but ONNX: no Node binding of the other runtimes"),
@@ -156,7 +155,7 @@ def deploy_verdicts(results: Results, names: Sequence[str] | None = None, batch:
     verdict's pick to compare with (default: the fastest faithful Python runner at that size, as `recommend`).
     """
     chosen = [target(n) for n in (names or list(TARGETS))]
-    size = batch if batch is not None else _first_batch(results)
+    size = batch if batch is not None else first_batch(results)
     if today is None:
         today = _today(results, size)
     return [_verdict(results, t, size, today) for t in chosen]
@@ -275,7 +274,7 @@ def _ms(value: float) -> str:
     return f"{value * 1000:.3g} us" if value < 1 else f"{value:.3g} ms"
 
 
-def _first_batch(results: Results) -> int | None:
+def first_batch(results: Results) -> int | None:
     for row in results.backends.values():
         for s in (row.bench.sizes if row.bench else []):
             if s.latency is not None:
@@ -296,18 +295,6 @@ def verdict_table(verdicts: Sequence[TargetVerdict]) -> str:
     """Markdown: one row per target (its pick, p50 and interval, the lead, the single verdict beside it)."""
     lines = ["| " + " | ".join(DEPLOY_HEADER) + " |", "|" + "---|" * len(DEPLOY_HEADER)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in verdict_rows(verdicts)])
-
-
-def consumer_backends(names: Sequence[str]) -> list[str]:
-    """The backends the targets `names` need in a compare (each once, in target order); unknown names are
-    left to the compare's own check, which says them in one line."""
-    out: list[str] = []
-    for name in names:
-        key = ALIASES.get(name, name)
-        for c in TARGETS[key].consumers if key in TARGETS else ():
-            if c.backend not in out:
-                out.append(c.backend)
-    return out
 
 
 DEPLOY_HEADER = ("target", "ship", "consumer", "p50 (95% CI)", "lead over next", "today's single verdict",
@@ -333,92 +320,3 @@ def verdict_rows(verdicts: Sequence[TargetVerdict]) -> list[list[str]]:
         rows.append([v.target.name, v.pick.consumer.backend, api,
                      f"{_ms(lat.p50_ms)} ({_ms(lat.ci95_low_ms)}-{_ms(lat.ci95_high_ms)})", lead, today, failed])
     return rows
-
-
-@dataclass(frozen=True)
-class DeploySection:
-    """What the report says about deployment targets.
-
-    asked: the targets `compare --deploy` named (empty: none; the table then covers every target).
-    verdicts: one per target shown. notes: lines under the table (the browser's WebGPU, what "today" means).
-    """
-
-    asked: tuple[str, ...]
-    verdicts: list[TargetVerdict]
-    notes: list[str]
-
-    @property
-    def sentences(self) -> list[str]:
-        return [v.sentence for v in self.verdicts]
-
-    @property
-    def rows(self) -> list[list[str]]:
-        return verdict_rows(self.verdicts)
-
-    @property
-    def title(self) -> str:
-        return ("Verdict per deployment target (compare --deploy)" if self.asked else
-                "Per deployment target, beside the single verdict")
-
-
-DEPLOY_NOTE = ("Each target is judged only on the consumers that exist there, each on its own latency: the native "
-               "C consumer's (compare --native) for a C++ server, a TF Serving fleet and a phone, the Python runner's "
-               "for a Python server, the page's own clock for the browser. 'today's single verdict' is the fastest "
-               "faithful Python runner, which the headline ranks. A lead's interval is paired when both were timed in "
-               "the same interleaved rounds, else from the two medians' own intervals; one that includes 1 is a tie.")
-
-
-def deploy_section(results: Results) -> DeploySection | None:
-    """The report's deployment section: the targets `compare --deploy` asked for (recorded in the results'
-    config), or every target when none was asked; None when nothing was timed and nothing was asked (no table
-    would say anything)."""
-    asked = tuple(str(n) for n in (results.config or {}).get("deploy") or ())
-    if not asked and _first_batch(results) is None:
-        return None
-    try:
-        verdicts = deploy_verdicts(results, list(asked) or None)
-    except ValueError:  # a results.json naming a target this release does not know: judge the known ones
-        verdicts = deploy_verdicts(results, [n for n in asked if ALIASES.get(n, n) in TARGETS] or None)
-    notes = [line for line in (_webgpu_line(results),) if line] if any(
-        v.target.name == "browser" for v in verdicts) else []
-    return DeploySection(asked, verdicts, notes)
-
-
-def _webgpu_line(results: Results) -> str:
-    """The browser's WebGPU, as the onnx-web row found it: which execution provider its figure is, and whether
-    headless Chromium here offered a WebGPU adapter (the runner's probe), and if not why."""
-    row = results.backends.get("onnx-web")
-    facts = row.bench.runner if row is not None and row.bench else {}
-    ep = facts.get("execution_provider")
-    probe = facts.get("webgpu")
-    if not ep and not isinstance(probe, dict):
-        return ""
-    text = f"browser: the onnx-web figure is onnxruntime-web's {ep or 'wasm'} execution provider"
-    if isinstance(probe, dict):
-        if probe.get("ok"):
-            text += f"; WebGPU is offered here by {probe.get('reason')}"
-            software = "swiftshader" in str(probe.get("reason", "")).lower()
-            text += (" (a software adapter on the CPU: its figures are not a GPU's)" if software else "") + \
-                ("" if ep == "webgpu" else "; time it with --backend-option onnx-web.execution_provider=webgpu")
-        else:
-            text += f"; no WebGPU row: {probe.get('reason')}"
-    return text + "."
-
-
-def deploy_lines(results: Results) -> list[str]:
-    """The terminal's lines: each asked target's verdict sentence (nothing when `--deploy` was not given: the
-    report files carry the table of every target)."""
-    section = deploy_section(results)
-    if section is None:
-        return []
-    if section.asked:
-        return [f"deploy: {s}" for s in section.sentences] + [f"deploy: {n}" for n in section.notes]
-    lines = []
-    for v in section.verdicts:
-        if v.pick is None and all(c.status is Status.NOT_RUN for c in v.candidates):
-            lines.append(f"deploy {v.target.name}: not judged, none of its consumers ran (compare --deploy "
-                         f"{v.target.name} runs what it needs)")
-        else:
-            lines.append(f"deploy {v.target.name}: {v.sentence}" + (" (differs from the single verdict)" if v.differs
-                                                                    else ""))
-    return lines + [f"deploy: {n}" for n in section.notes]

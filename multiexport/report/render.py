@@ -12,7 +12,8 @@ from ..errors import InputError, MultiexportError, present
 from ..files.owned import check_overwritable, write_owned_text
 from ..results import MEANING, LatencyStats, Results, SizeResult, Status, load_results
 from . import plots
-from .deploy import DEPLOY_HEADER, DEPLOY_NOTE, deploy_section
+from .deploy import DEPLOY_HEADER
+from .deploy_report import DEPLOY_NOTE, deploy_section
 from .load import with_load_section
 from .precision import PRECISION_HEADER, precision_rows
 from .recommend import recommend

@@ -20,11 +20,12 @@ from .builders import latency, results, row
 
 @pytest.fixture(scope="module")
 def seed_run(tmp_path_factory):
-    """The seed through xla and onnx with `--deploy node`: the compare adds the node target's consumers (onnx-web's
-    row, and --native for ONNX Runtime's C consumer). The output directory and the command's stdout."""
+    """The seed through xla and onnx (with their native consumers) and `--deploy node`: the compare adds the node
+    target's consumers (onnx-node's and onnx-web's rows). The output directory and the command's stdout."""
     out = tmp_path_factory.mktemp("deploy") / "c"
-    proc = run_cli("compare", "--backends", "xla,onnx", "--deploy", "node", "--out-dir", out, "--bench-time", "0.05")
-    assert proc.returncode in (0, 3), proc.stdout + proc.stderr  # 3: onnx-web unavailable here (no Chromium)
+    proc = run_cli("compare", "--backends", "xla,onnx", "--native", "--deploy", "node", "--out-dir", out,
+                   "--bench-time", "0.05")
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr  # 3: no node or Chromium here (unavailable rows)
     return out, proc.stdout
 
 
@@ -101,10 +102,9 @@ def test_overlapping_intervals_are_a_tie_not_a_lead():
     a = row("onnx-web", p50=1.0, lo=0.8, hi=1.2)
     (v,) = deploy_verdicts(results(a), ["browser"])
     assert v.sentence.endswith("the only consumer there that worked.")
-    b = dataclasses.replace(row("onnx", p50=1.1, lo=0.9, hi=1.3),
-                            native=NativeResult("c", Status.OK, sizes=[NativeSize(8, latency=latency(1.1, 0.9, 1.3))]))
+    b = row("onnx-node", p50=1.1, lo=0.9, hi=1.3)
     (v,) = deploy_verdicts(results(a, b), ["node"])
-    assert v.significant is False and "tied with onnx within noise (1.10x)" in v.sentence
+    assert v.significant is False and "tied with onnx-node within noise (1.10x)" in v.sentence
     assert "[figure: the same wasm runtime measured in headless Chromium, not in Node]" in v.sentence
 
 
@@ -130,17 +130,18 @@ def test_a_failed_consumer_names_its_failure_and_the_fix():
 
 def test_targets_and_aliases():
     assert set(TARGETS) == {"cpp-server", "python-server", "tf-serving", "mobile", "browser", "node"}
+    assert [c.backend for c in TARGETS["node"].consumers] == ["onnx-node", "onnx-web"]
     assert target("android") is TARGETS["mobile"]
     with pytest.raises(ValueError, match="Deploy target 'phone' | unknown, expected one of cpp-server"):
         target("phone")
 
 
 def test_deploy_adds_what_its_targets_need_and_the_report_judges_them(seed_run, seed_results, tmp_path):
-    """`--deploy node` ran onnx-web and the native consumers though neither was asked for; the terminal, report.md
-    and report.html give the node verdict first; `multiexport report` re-renders it from results.json alone."""
+    """`--deploy node` ran onnx-node and onnx-web though neither was asked for (both opt-in); the terminal,
+    report.md and report.html give the node verdict first; `multiexport report` re-renders it from results.json."""
     out, stdout = seed_run
-    assert seed_results.config["deploy"] == ["node"] and seed_results.config["native"] is True
-    assert list(seed_results.backends) == ["xla", "onnx", "onnx-web"]
+    assert seed_results.config["deploy"] == ["node"]
+    assert list(seed_results.backends) == ["xla", "onnx", "onnx-node", "onnx-web"]
     assert seed_results.backends["onnx"].native is not None
     (v,) = deploy_verdicts(seed_results, ["node"])
     assert "deploy: " + v.sentence in " ".join(stdout.split())  # the terminal wraps long lines
@@ -189,6 +190,7 @@ def test_the_config_adds_the_consumers_and_native_once():
 
     config = CompareConfig(backends=("onnx",), deploy=("web", "browser", "tf-serving"))
     assert config.deploy == ("browser", "tf-serving")
-    assert config.backends == ("onnx", "onnx-web", "savedmodel") and config.native
-    plain = CompareConfig(backends=("onnx",), deploy=("python",))
-    assert not plain.native and plain.deploy == ("python-server",)
+    assert config.backends == ("onnx", "onnx-web", "savedmodel") and config.native  # TF Serving: TF's C API
+    plain = CompareConfig(backends=("onnx",), deploy=("node", "python"))
+    assert not plain.native and plain.deploy == ("node", "python-server")
+    assert plain.backends == ("onnx", "onnx-node", "onnx-web", "xla", "openvino", "litert", "savedmodel", "iree")
