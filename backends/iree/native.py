@@ -113,6 +113,10 @@ def _paths(args: list[str], inputs_dir: str, outputs_dir: str) -> list[str]:
     for a in args:
         if a.startswith(f"--input=@{INPUT_DIR}/"):
             a = f"--input=@{inputs_dir}/" + a[len(f"--input=@{INPUT_DIR}/"):]
+        elif a.startswith("--input=") and f"=@{INPUT_DIR}/" in a:  # a raw one, `--input=i32=@inputs/input1.bin`:
+            # its file must move too, or a 0-d leaf would be read from the artifact's example inputs
+            head, _, tail = a.partition(f"=@{INPUT_DIR}/")
+            a = f"{head}=@{inputs_dir}/{tail}"
         elif a.startswith(f"--output=@{OUTPUT_DIR}/"):
             a = f"--output=@{outputs_dir}/" + a[len(f"--output=@{OUTPUT_DIR}/"):]
         out.append(a)

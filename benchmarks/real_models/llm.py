@@ -285,3 +285,13 @@ def llm_1b_decode_baked() -> Target:
 def llm_1b_prefill() -> Target:
     """The 1 B prefill, weights as input leaves."""
     return prefill_target("1b")
+
+
+def llm_tiny_prefill_baked() -> Target:
+    """Tiny Llama prefill, weights closed over."""
+    return prefill_target("tiny", baked=True)
+
+
+def llm_1b_prefill_baked() -> Target:
+    """The 1 B prefill, weights closed over."""
+    return prefill_target("1b", baked=True)

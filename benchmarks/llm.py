@@ -1,0 +1,156 @@
+"""The Llama-style decoder (benchmarks/real_models/llm.py) through every format: one compare per function.
+
+    python -m benchmarks.llm --size 1b --functions decode,prefill --out DIR [--backends all] [--native]
+    python -m benchmarks.llm --table DIR          # the tables of a finished run, nothing run
+
+For each function (`decode`: one token with its KV cache; `prefill`: the prompt) it runs `multiexport compare`
+on `benchmarks.real_models.llm:llm_SIZE_FUNCTION_baked` (weights closed over: each format stores them with its own
+large-weights mechanism, `--external-weights auto`) in a process of its own, with one trial and a short timed run,
+and prints per format: status (the reason when not ok), where the weights are, parity on the logits and the worst
+cache leaf (max error / the leaf's scale), latency (median and 95% interval: per token for decode, time to first
+token for prefill), tokens/s, export time, artifact size, and the peak RSS of the export and run workers as a
+multiple of the weights. The compare's own wall time and timeline are in DIR/FUNCTION/results.json; this script's
+summary is DIR/llm.json. `--native` also runs each native consumer (PJRT C API, ORT C API, ...) on the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+VAL_RANGES = {"decode": ("token", "pos"), "prefill": ("tokens",)}
+
+
+def compare_argv(size: str, function: str, out: Path, backends: str, native: bool, timeout: float) -> list[str]:
+    """The compare command line of one function (value ranges from the config: token ids, positions)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.real_models.llm import CONFIGS
+
+    cfg = CONFIGS[size]
+    ranges = {"token": (0, cfg.vocab), "tokens": (0, cfg.vocab), "pos": (cfg.prompt, cfg.max_len)}
+    argv = [sys.executable, "-m", "multiexport", "compare", f"benchmarks.real_models.llm:llm_{size}_{function}_baked",
+            "--backends", backends, "--out-dir", str(out / function), "--trials", "1", "--bench-time", "2",
+            "--min-iters", "5", "--warmup", "2", "--timeout", f"{timeout:g}"]
+    for leaf in VAL_RANGES[function]:
+        lo, hi = ranges[leaf]
+        argv += ["--val-range", f"{leaf}={lo}:{hi}"]
+    return argv + (["--native"] if native else [])
+
+
+def rows_of(results_path: Path, function: str) -> list[dict[str, Any]]:
+    """One row per format (and the jax.jit reference) from a compare's results.json."""
+    from multiexport.report.tables import storage_text
+    from multiexport.results import load_results
+
+    res = load_results(results_path)
+    weights = max(int(res.signature.weights.baked_bytes), int(res.signature.weights.input_bytes))
+    rows = []
+    for name, r in res.backends.items():
+        size = r.first_measured()
+        lat = size.latency if size else None
+        run_peak = r.bench.memory.get("peak_rss_bytes") if r.bench else None
+        logits, cache = _parity(r.parity)
+        native = r.native
+        rows.append({
+            "function": function, "backend": name, "status": r.status.value, "reason": r.reason[:200],
+            "stored": storage_text(r.weights or {}), "weights_bytes": weights,
+            "logits_err": logits, "cache_err": cache,
+            "p50_ms": lat.p50_ms if lat else None, "ci_low_ms": lat.ci95_low_ms if lat else None,
+            "ci_high_ms": lat.ci95_high_ms if lat else None, "n": lat.n if lat else None,
+            "export_s": r.export_seconds, "artifact_bytes": r.artifact_bytes,
+            "export_peak_x": r.export_peak_rss_bytes / weights if r.export_peak_rss_bytes and weights else None,
+            "run_peak_x": run_peak / weights if run_peak and weights else None,
+            "load_s": r.bench.load_s if r.bench else None,
+            "native": _native(native),
+        })
+    ref = res.reference.bench
+    lat = ref.sizes[0].latency if ref and ref.sizes else None
+    peak = ref.memory.get("peak_rss_bytes") if ref else None
+    rows.append({"function": function, "backend": "jax.jit", "status": "reference", "reason": "", "stored": "-",
+                 "weights_bytes": weights, "logits_err": None, "cache_err": None,
+                 "p50_ms": lat.p50_ms if lat else None, "ci_low_ms": lat.ci95_low_ms if lat else None,
+                 "ci_high_ms": lat.ci95_high_ms if lat else None, "n": lat.n if lat else None, "export_s": None,
+                 "artifact_bytes": None, "export_peak_x": None, "run_peak_x": peak / weights if peak else None,
+                 "load_s": ref.load_s if ref else None, "native": None})
+    return rows
+
+
+def _parity(parity) -> tuple[float | None, float | None]:
+    """The worst error / scale on the logits and over the cache leaves (None when not compared)."""
+    if parity is None:
+        return None, None
+    logits = [leaf.stats.err_scale for leaf in parity.leaves if leaf.name == "out.logits" and leaf.stats.compared]
+    cache = [leaf.stats.err_scale for leaf in parity.leaves if leaf.name.startswith("out.cache.")
+             and leaf.stats.compared]
+    return (max(logits) if logits else None), (max(cache) if cache else None)
+
+
+def _native(native) -> dict[str, Any] | None:
+    if native is None:
+        return None
+    data = native.to_json() if hasattr(native, "to_json") else dict(vars(native))
+    keep = ("consumer", "status", "reason", "timing", "passed")
+    return {k: data.get(k) for k in keep if k in data}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    def f(v, fmt):
+        return "-" if v is None else fmt.format(v)
+
+    lines = ["| function | format | status | weights stored | logits err/scale | worst cache err/scale | "
+             "latency ms p50 [95% CI] | tokens/s | export s | artifact | export peak RSS | run peak RSS |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        status = r["status"] if r["status"] in ("ok", "reference") else f"**{r['status']}**: {r['reason']}"
+        latency = "-" if r["p50_ms"] is None else f"{r['p50_ms']:.1f} [{r['ci_low_ms']:.1f}, {r['ci_high_ms']:.1f}]"
+        per_s = "-" if r["p50_ms"] is None or r["function"] != "decode" else f"{1e3 / r['p50_ms']:.1f}"
+        artifact = f(r["artifact_bytes"] and r["artifact_bytes"] / 2**30, "{:.2f} GiB")
+        lines.append(f"| {r['function']} | {r['backend']} | {status} | {r['stored'] or '-'} | "
+                     f"{f(r['logits_err'], '{:.1e}')} | {f(r['cache_err'], '{:.1e}')} | {latency} | {per_s} | "
+                     f"{f(r['export_s'], '{:.0f}')} | {artifact} | {f(r['export_peak_x'], '{:.2f}x')} | "
+                     f"{f(r['run_peak_x'], '{:.2f}x')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="tiny", help="llm.py config: tiny or 1b")
+    parser.add_argument("--functions", default="decode,prefill", help="comma-separated: decode, prefill")
+    parser.add_argument("--backends", default="all")
+    parser.add_argument("--out", type=Path, default=Path("multiexport-out/llm"))
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per worker")
+    parser.add_argument("--native", action="store_true", help="also run each format's native consumer")
+    parser.add_argument("--table", type=Path, help="print the tables of a finished run in this directory")
+    args = parser.parse_args(argv)
+    out = args.table or args.out
+    functions = [f for f in args.functions.split(",") if f]
+    walls: dict[str, float] = {}
+    if not args.table:
+        out.mkdir(parents=True, exist_ok=True)
+        for function in functions:
+            cmd = compare_argv(args.size, function, out, args.backends, args.native, args.timeout)
+            print(f"[llm] {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            with open(out / f"{function}.log", "w") as log:
+                code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+            walls[function] = time.perf_counter() - t0
+            print(f"[llm] {function}: exit {code} in {walls[function]:.0f} s", file=sys.stderr, flush=True)
+    rows = []
+    for function in functions:
+        path = out / function / "results.json"
+        if path.is_file():
+            rows += rows_of(path, function)
+    summary = {"size": args.size, "compare_wall_s": walls, "rows": rows}
+    if not args.table:
+        (out / "llm.json").write_text(json.dumps(summary, indent=1))
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
