@@ -157,7 +157,9 @@ def _native_parser(sub) -> None:
                            help="instead of running, write a relocatable folder to copy to a server: the program, every "
                                 "library it loads from outside the system's directories, the runtime's plugins, the "
                                 "artifact and DIR/run.sh (DIR: a new or empty directory; proven by one run under env -i "
-                                "here)")
+                                "here). For an onnx-web artifact: a static folder for the browser instead (index.html, "
+                                "the pinned onnxruntime-web files, the model, serve.py with the COOP/COEP headers wasm "
+                                "threads need), proven by running its example inputs in headless Chromium")
     g[DEVICES].add_argument("--device", choices=["auto", "cpu", "gpu", "tpu"], default="auto",
                             help="the device the consumer runs on (XLA: which installed PJRT plugin; default auto: the "
                                  "TPU when this machine has one and libtpu is installed, else the CPU)")

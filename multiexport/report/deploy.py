@@ -254,6 +254,11 @@ def _with_sentence(v: TargetVerdict) -> TargetVerdict:
 
     t = v.target
     if v.pick is None:
+        untimed = [c for c in v.candidates if c.status is Status.OK]
+        if untimed:  # faithful but not timed (--no-bench): no ranking, and no failure either
+            said = ", ".join(c.consumer.backend for c in untimed)
+            return replace(v, sentence=f"For {t.title}: {said} passed parity but nothing was timed, so there is no "
+                                       f"ranking ({untimed[0].fix}).")
         broken = "; ".join(f"{c.consumer.backend} ({c.status.value}): {c.fix}" for c in v.candidates)
         return replace(v, sentence=f"For {t.title}: no consumer worked. To make one work: {broken}.")
     lat = present(v.pick.latency, "the pick was timed")

@@ -194,3 +194,13 @@ def test_the_config_adds_the_consumers_and_native_once():
     plain = CompareConfig(backends=("onnx",), deploy=("node", "python"))
     assert not plain.native and plain.deploy == ("node", "python-server")
     assert plain.backends == ("onnx", "onnx-node", "onnx-web", "xla", "openvino", "litert", "savedmodel", "iree")
+
+
+def test_a_faithful_consumer_that_was_not_timed_is_no_failure():
+    web = row("onnx-web")
+    assert web.bench is not None
+    web = dataclasses.replace(web, bench=dataclasses.replace(web.bench, sizes=[]))
+    (v,) = deploy_verdicts(results(web), ["browser"])
+    assert v.pick is None
+    assert v.sentence == ("For a web page: onnx-web passed parity but nothing was timed, so there is no ranking "
+                          "(time it: compare without --no-bench).")
