@@ -60,10 +60,13 @@ def compare_site(site: Site, ref: np.ndarray, got: Any, tol: Tolerance, note: st
                          f"the artifact's value has shape {np.shape(got)}, expected {site.shape}")
     a, b = _wide(value), _wide(np.asarray(ref))
     fa, fb = np.isfinite(a), np.isfinite(b)
-    nonfinite_bad = ~(fa & fb) & ~((a == b) | (np.isnan(a) & np.isnan(b)))
+    with np.errstate(invalid="ignore"):
+        nonfinite_bad = ~(fa & fb) & ~((a == b) | (np.isnan(a) & np.isnan(b)))
     both = fa & fb
     max_ref = float(np.max(np.abs(b[fb]))) if fb.any() else 0.0
-    diff = np.abs(a - b, where=both, out=np.zeros(a.shape))
+    diff = np.zeros(a.shape)
+    np.subtract(a, b, out=diff, where=both)
+    np.abs(diff, out=diff)
     allowed = tol.atol + tol.scale * max_ref + tol.rtol * np.abs(np.where(both, b, 0.0))
     bad = int(np.count_nonzero(nonfinite_bad) + np.count_nonzero(both & (diff > allowed)))
     max_abs = float(diff.max()) if diff.size else 0.0
@@ -122,21 +125,26 @@ def align(reference: Sequence[Site], own: Sequence[Site]) -> tuple[dict[str, str
     """(reference key -> own key, reference key -> note) pairing an artifact's own module's sites with the
     reference's by op sequence (op name, shape, dtype), as a diff aligns lines: equal runs pair one to one; a
     replaced run of equal length pairs one to one too, noted (the artifact's module has another op there);
-    anything else stays unpaired (inserted or dropped ops)."""
+    anything else stays unpaired (inserted or dropped ops), and an op that reads an inserted op is noted."""
     ref_sig = [(s.op, s.shape, s.dtype) for s in reference]
     own_sig = [(s.op, s.shape, s.dtype) for s in own]
     keys: dict[str, str] = {}
     notes: dict[str, str] = {}
+    own_by_key = {o.key: o for o in own}
     matcher = difflib.SequenceMatcher(a=ref_sig, b=own_sig, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag in ("insert", "replace") and i2 - i1 != j2 - j1 and i1 < len(reference):
-            extra = ", ".join(s.op for s in own[j1:j2][:4]) + (" ..." if j2 - j1 > 4 else "")
-            notes[reference[i1].key] = (f"the artifact's module has {j2 - j1} op(s) the reference has not, at or "
-                                        f"before this one: {extra}")
         if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
             for r, o in zip(reference[i1:i2], own[j1:j2]):
                 keys[r.key] = o.key
                 if (r.op, r.shape, r.dtype) != (o.op, o.shape, o.dtype):
                     notes[r.key] = (f"the artifact's module has {o.op} {list(o.shape)} {o.dtype} here, the reference "
                                     f"{r.op} {list(r.shape)} {r.dtype}")
+    paired = set(keys.values())
+    extra = {o.key: o for o in own if o.key not in paired}
+    for r in reference:
+        o = own_by_key.get(keys.get(r.key, ""))
+        reads = [extra[k].op for k in (o.operands if o else ()) if k in extra]
+        if reads:
+            notes[r.key] = (f"in the artifact's module this op reads {', '.join(reads)}, an op the reference has not"
+                            + (f"; {notes[r.key]}" if r.key in notes else ""))
     return keys, notes
