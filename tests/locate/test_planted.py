@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # four exports and nine locates of a real CNN: ~100 s
-
 import multiexport.exporting  # noqa: F401  (installs the export driver)
 from multiexport.examples import flax_models
 from multiexport.leaves import load_target
 from multiexport.locate import LocateConfig, locate
 
 from . import plant
+
+pytestmark = pytest.mark.slow  # four exports and nine locates of a real CNN: ~100 s
 
 CONV0 = plant.source_line(flax_models.cnn, "nn.Conv(8")
 CONV1 = plant.source_line(flax_models.cnn, "nn.Conv(16")
