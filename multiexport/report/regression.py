@@ -287,7 +287,8 @@ def _paired_check(name, check, first: Ratio, fresh: Ratio | None, was, now, give
         again, low2, high2 = new_over_baseline(fresh, name)
         pairs, agreed = 2, low2 > limit
         text += (f"; a fresh process pair {_pair_text(fresh, name, planned)}" +
-                 ("" if agreed or low <= limit else ": not confirmed, the first pair's offset was its processes'"))
+                 ("" if agreed or low <= limit else ": not confirmed (its interval reaches the threshold: the first "
+                                                    "pair's excess can be its processes' own)"))
         ratio, low, high = min(ratio, again), min(low, low2), max(high, high2)  # the less regressed pair's
     elif low > limit:
         text += f"; one process pair ({fresh_failed or 'no fresh pair measured it again'})"
