@@ -75,7 +75,12 @@ def locate(target: Any, config: LocateConfig, say: Any = print) -> LocateResult:
         raise UsageError(f"Option '--leaf' | got {config.leaf!r}, expected one of: "
                          f"{', '.join(leaf.name for leaf in sig.outputs)}")
     config.out_dir.mkdir(parents=True, exist_ok=True)
-    artifacts = {name: _artifact(backend, target, sig, config, say) for name, backend in backends.items()}
+    sizes: dict[str, set[int]] = {}
+    for t in trials:
+        for dim, size in t.dims.items():
+            sizes.setdefault(dim, set()).add(size)
+    static = {dim: tuple(sorted(v)) for dim, v in sizes.items()}
+    artifacts = {name: _artifact(backend, target, sig, config, static, say) for name, backend in backends.items()}
     runs: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     for name, where in artifacts.items():
         if isinstance(where, Path):
@@ -102,15 +107,18 @@ def locate(target: Any, config: LocateConfig, say: Any = print) -> LocateResult:
     return result
 
 
-def _artifact(backend: Any, target: Any, sig: Any, config: LocateConfig, say: Any) -> Path | str:
-    """The artifact directory to examine, or why there is none (one line)."""
+def _artifact(backend: Any, target: Any, sig: Any, config: LocateConfig, static: Mapping[str, tuple[int, ...]],
+              say: Any) -> Path | str:
+    """The artifact directory to examine, or why there is none (one line). A symbolic signature is exported with
+    static modules for every trial size too (`static`), so a format that needs them has the trial's."""
     if backend.name in config.artifacts:
         return Path(config.artifacts[backend.name])
     where = config.out_dir / "artifacts" / backend.name
     say(f"{backend.name}: exporting into {where}")
     try:
         export_artifact(backend, target.fn, sig, where, ExportOptions(
-            keep_unused=True, backend_options=dict(config.backend_options.get(backend.name, {}))))
+            keep_unused=True, static_sizes=dict(static),
+            backend_options=dict(config.backend_options.get(backend.name, {}))))
     except MultiexportError as exc:
         return f"export failed: {exc}"
     return where
@@ -188,7 +196,11 @@ def _locate_one(backend: Any, directory: Path, trial: Trial, reference: Referenc
                 config: LocateConfig, runs: Mapping[str, Any], say: Any) -> BackendLocation:
     manifest = Manifest.read(directory)
     if STATIC_FALLBACK_KEY in manifest.format:  # one model per size: the trial's
-        directory = models_of(manifest, directory)[size_key(trial.dims)]
+        models = models_of(manifest, directory)
+        if size_key(trial.dims) not in models:
+            raise UsageError(f"Artifact '{directory}' | has models for {', '.join(models)}, not for trial "
+                             f"'{trial.name}' ({size_key(trial.dims)}): choose another --trial")
+        directory = models[size_key(trial.dims)]
         manifest = Manifest.read(directory)
     failing, outputs_line = _failing(sig, runs[backend.name][trial.name], reference.jit_outputs, config)
     work = config.out_dir / "work" / backend.name

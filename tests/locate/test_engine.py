@@ -1,0 +1,58 @@
+"""locate's engine and command: a graph it cannot map is said so (never guessed), --leaf keeps one output's
+ops, the command's exit codes and one-line mistakes."""
+
+from __future__ import annotations
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+
+import multiexport.exporting  # noqa: F401  (installs the export driver)
+from multiexport.cli import main
+from multiexport.leaves import Target
+from multiexport.locate import LocateConfig, locate
+
+
+def two_heads(x, w):
+    h = jnp.tanh(x @ w)
+    return {"a": h * 2.0, "b": jnp.exp(x).sum()}
+
+
+def target():
+    rng = np.random.default_rng(0)
+    return Target(two_heads, args=(rng.normal(size=(2, 3)).astype(np.float32),
+                                   rng.normal(size=(3, 4)).astype(np.float32)), name="two_heads")
+
+
+def test_a_jax2onnx_graph_is_not_mapped_and_says_how_to_locate(tmp_path):
+    result = locate(target(), LocateConfig(backends=("onnx",), out_dir=tmp_path, backend_options={
+        "onnx": {"route": "jax2onnx"}}), say=lambda line: None)
+    answer = result.backends[0]
+    assert answer.mapped == 0 and answer.first is None and answer.culprit is None
+    (reason,) = answer.unmapped
+    assert "jax2onnx route" in reason and "onnx.route=stablehlo" in reason
+    assert "no intermediate value could be mapped" in answer.verdict
+    written = json.loads((tmp_path / "locate.json").read_text())
+    assert written["schema"] == "multiexport.locate/1" and written["backends"][0]["mapped"] == 0
+
+
+def test_leaf_keeps_only_the_ops_that_output_depends_on(tmp_path):
+    everything = locate(target(), LocateConfig(backends=("xla",), out_dir=tmp_path / "all"), say=lambda line: None)
+    one = locate(target(), LocateConfig(backends=("xla",), out_dir=tmp_path / "b", leaf="out.b"), say=lambda line: None)
+    assert one.backends[0].total < everything.backends[0].total
+    assert one.backends[0].mapped == one.backends[0].total and everything.backends[0].first is None
+
+
+def test_the_command_reports_and_refuses_mistakes_in_one_line(tmp_path, capsys):
+    assert main(["locate", "multiexport.examples:mlp", "--backend", "xla", "--out-dir", str(tmp_path / "ok")]) == 0
+    out = capsys.readouterr().out
+    assert "locate mlp, trial" in out and "verdict: xla: every mapped op agrees" in out
+    assert (tmp_path / "ok" / "locate.json").is_file()
+    assert main(["locate", "multiexport.examples:mlp", "--backend", "xla", "--trial", "nope",
+                 "--out-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "Option '--trial' | got 'nope', expected one of: example" in err and len(err.strip().splitlines()) == 1
+    assert main(["locate", "multiexport.examples:mlp", "--backend", "xla", "--artifact", str(tmp_path),
+                 "--out-dir", str(tmp_path / "y")]) == 2
+    assert "has no manifest.json" in capsys.readouterr().err
