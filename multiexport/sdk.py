@@ -81,6 +81,7 @@ from .exporting.stablehlo import (
     exported_header,
     ir_context,
     leaf_binding,
+    module_aliases,
     module_attributes,
     module_interface,
     parse_module,
@@ -119,4 +120,6 @@ __all__ = [
     # locate: the intermediates hook's types, and the instrumented StableHLO module (every op result returned)
     "Intermediates", "IntermediatesRequest", "Site", "site_key", "Instrumented", "instrument_module",
     "describe_location", "user_frame", "SITE_TABLE_KEY", "SiteTable", "TensorSite", "map_sites",
+    # StableHLO: the module's input/output aliases (a donated cache)
+    "module_aliases",
 ]

@@ -31,6 +31,7 @@ from multiexport.sdk import (
     export_module,
     iter_safetensors,
     leaf_binding,
+    module_aliases,
     module_attributes,
     module_interface,
     plan,
@@ -40,6 +41,7 @@ from multiexport.sdk import (
 from .export import (  # noqa: F401  (FILES, TEXT_LIMIT_BYTES: re-exported, they were defined here)
     FILES,
     TEXT_LIMIT_BYTES,
+    aliases_of,
     declared_dtypes,
     facts_of,
     native_section,
@@ -76,7 +78,7 @@ class XlaBackend(Backend):
         signature, options = job.signature, job.options
         lifted = plan(job.fn, signature, options.external_weights)
         exported = export_module(job.fn, signature, keep_unused=options.keep_unused, platforms=options.platforms,
-                                 lifted=lifted)
+                                 lifted=lifted, donate=True)
         leaf_names = [leaf.name for leaf in signature.inputs]
         args = module_interface(exported, leaf_names, lifted.names if lifted else ())
         used, params = leaf_binding(args, leaf_names)
@@ -89,7 +91,8 @@ class XlaBackend(Backend):
         return FormatResult(
             files=files, used=used, params=params, output_params=list(range(len(signature.outputs))),
             versions=versions_of(exported, serialized), requires=requires_of(exported, serialized),
-            format=facts_of(exported, args, signature, lifted, weights, attributes), warnings=warnings,
+            format=facts_of(exported, args, signature, lifted, weights, attributes,
+                            aliases_of(module_aliases(exported), args, signature)), warnings=warnings,
             weights=weights, declared=declared_dtypes(exported, signature), platforms=list(exported.platforms),
             native=native)
 

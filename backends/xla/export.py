@@ -108,9 +108,15 @@ def requires_of(exported: Any, serialized: bytes) -> dict[str, Any]:
     }
 
 
+def aliases_of(aliases: dict[int, int], args: list[Any], signature: Signature) -> dict[str, str]:
+    """The module's input/output aliases by leaf: input leaf -> the output leaf it is donated to."""
+    return {args[i].name: signature.outputs[j].name for i, j in sorted(aliases.items())
+            if i < len(args) and args[i].kind == "leaf" and j < len(signature.outputs)}
+
+
 def facts_of(exported: Any, args: list[Any], signature: Signature, lifted: LiftedWeights | None,
-             weights: dict[str, Any], attributes: dict[str, Any]) -> XlaFacts:
-    """The format facts: how `main` is called, and where the weights are."""
+             weights: dict[str, Any], attributes: dict[str, Any], aliases: dict[str, str] | None = None) -> XlaFacts:
+    """The format facts: how `main` is called, where the weights are, which inputs are donated."""
     baked = weights["embedded_bytes"]
     return XlaFacts(
         # The weights' copies on disk: model.jax_exported embeds the same StableHLO as model.mlirbc;
@@ -127,6 +133,7 @@ def facts_of(exported: Any, args: list[Any], signature: Signature, lifted: Lifte
         nr_devices=exported.nr_devices,
         uses_shape_polymorphism=bool(attributes.get("jax.uses_shape_polymorphism", False)),
         module_attributes=attributes,
+        aliases=dict(aliases or {}),
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from multiexport.sdk import FormatFacts, ModuleArg
@@ -21,6 +21,9 @@ class XlaFacts(FormatFacts):
     nr_devices: the devices the module was exported for.
     uses_shape_polymorphism: whether the module has symbolic dims to refine.
     module_attributes: the module's MLIR attributes, as jax.export wrote them.
+    aliases: input leaf -> the output leaf the module aliases it to (a target jitted with donate_argnums /
+        donate_argnames, e.g. a KV cache): PJRT may update that input's buffer in place when the caller donates
+        it (pjrt_run --carry); a caller that reuses the input marks it non-donatable and XLA copies instead.
     """
 
     weight_copies: int
@@ -31,3 +34,4 @@ class XlaFacts(FormatFacts):
     nr_devices: int
     uses_shape_polymorphism: bool
     module_attributes: dict[str, Any]
+    aliases: dict[str, str] = field(default_factory=dict)

@@ -233,7 +233,10 @@ def decode_target(size: str, baked: bool = False) -> Target:
         return decode(cfg, params, token, pos, cache)
 
     decode_step.__name__ = name
-    return Target(decode_step, args=(params, token, pos, cache), name=name,
+    # The cache is donated, as a server jits its decode step: the XLA export keeps it as input/output aliases
+    # (manifest format.aliases), so a PJRT loop updates it in place. (The baked variant stays a plain function:
+    # its weights are found as the closure's arrays, which a jit wrapper would hide.)
+    return Target(jax.jit(decode_step, donate_argnames=("cache",)), args=(params, token, pos, cache), name=name,
                   description=f"Llama-style decode step ({cfg.parameters / 1e6:.1f} M parameters as inputs)")
 
 

@@ -36,27 +36,68 @@ class ModuleArg:
 
 def export_module(fn: Callable[..., Any], signature, *, keep_unused: bool = False,
                   platforms: Sequence[str] | None = None, lifted: LiftedWeights | None = None,
-                  specs: Sequence[Any] | None = None):
+                  specs: Sequence[Any] | None = None, donate: bool = False):
     """`jax.export.Exported` of the signature's flat function (with `lifted` weights as trailing parameters).
 
     specs: the input avals to export at (default: the signature's, symbolic dims included); a list of
         concrete shapes exports a static module for one size.
+    donate: keep the donation a `jax.jit(..., donate_argnums=/donate_argnames=)` target declares
+        (`donated_leaves`): the module then aliases those inputs to outputs (`tf.aliasing_output`), which a
+        PJRT caller may update in place. Off for converters that read the module as a graph.
     """
     import jax
     from jax import export
 
     kwargs: dict[str, Any] = {"platforms": tuple(platforms)} if platforms else {}
     flat, weight_specs = module_function(fn, signature, lifted)
+    donated = donated_leaves(fn, signature) if donate else ()
     # Locations name source files relative to the import root they were found under (`model.py`,
     # `flax/linen/linear.py`): a shipped artifact does not carry the exporting machine's directories, and a
     # reader (locate) resolves the name against its own sys.path. JAX's own canonicalisation does the rewrite.
     previous = jax.config.jax_hlo_source_file_canonicalization_regex  # type: ignore[attr-defined]  # jax reads it so
     jax.config.update("jax_hlo_source_file_canonicalization_regex", source_root_pattern())
     try:
-        return export.export(jax.jit(flat, keep_unused=keep_unused), **kwargs)(
+        return export.export(jax.jit(flat, keep_unused=keep_unused, donate_argnums=donated), **kwargs)(
             *(specs if specs is not None else signature.specs), *weight_specs)
     finally:
         jax.config.update("jax_hlo_source_file_canonicalization_regex", previous)
+
+
+def donated_leaves(fn: Callable[..., Any], signature) -> tuple[int, ...]:
+    """Positions of the input leaves a jitted target donates (`jax.jit(f, donate_argnames="cache")`), read from
+    the jit equation jax traces for it (its `donated_invars`); () for a function that is not a jax.jit one."""
+    if not (callable(getattr(fn, "trace", None)) and callable(getattr(fn, "lower", None))):
+        return ()
+    import jax
+
+    closed = jax.make_jaxpr(signature.flat_function(fn))(*signature.specs)
+    position = {id(var): i for i, var in enumerate(closed.jaxpr.invars)}
+    donated: set[int] = set()
+    for eqn in closed.jaxpr.eqns:
+        for var, flag in zip(eqn.invars, eqn.params.get("donated_invars") or ()):
+            if flag and id(var) in position:
+                donated.add(position[id(var)])
+    return tuple(sorted(donated))
+
+
+def module_aliases(exported) -> dict[int, int]:
+    """The module's input/output aliases: `main` argument position -> result index (`tf.aliasing_output`, what
+    jax writes for a donated input that has an output of its shape and dtype)."""
+    from jax.extend.mlir import ir
+
+    with ir_context() as ctx:
+        module = parse_module(exported, ctx)
+        main = next(op for op in module.body.operations if op.operation.name == "func.func"
+                    and ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        if "arg_attrs" not in main.attributes:
+            return {}
+        attrs = ir.ArrayAttr(main.attributes["arg_attrs"])
+        out = {}
+        for i in range(len(attrs)):
+            a = ir.DictAttr(attrs[i])
+            if "tf.aliasing_output" in a:
+                out[i] = ir.IntegerAttr(a["tf.aliasing_output"]).value
+    return out
 
 
 def source_root_pattern(roots: Sequence[str] | None = None) -> str:

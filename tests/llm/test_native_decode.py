@@ -13,7 +13,7 @@ from benchmarks.real_models import llm
 from multiexport.api import export
 from multiexport.backends.xla.runtime import find_pjrt_plugin
 from multiexport.errors import MultiexportError
-from multiexport.native.run import command
+from multiexport.native.run import command, run as native_run
 
 CFG = llm.CONFIGS["tiny"]
 STEPS = 31  # 32 tokens with the prefill's
@@ -70,3 +70,22 @@ def test_bad_loop_flags_fail_with_one_line(artifacts, flags, message):
                           timeout=120)
     assert done.returncode == 1
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_donated_cache_is_aliased_and_repeated_calls_still_read_it(artifacts):
+    # The decode target is jax.jit(..., donate_argnames="cache"): the module aliases each cache leaf to its
+    # output, and the manifest says so. pjrt_run outside its loop reuses every input for --iters calls, so it
+    # must not donate them (a donated buffer is gone after the first call).
+    import json
+
+    manifest = json.loads((artifacts / "decode" / "manifest.json").read_text())
+    assert manifest["format"]["aliases"] == {f"cache.layer_{i}.{kv}": f"out.cache.layer_{i}.{kv}"
+                                             for i in range(CFG.layers) for kv in "kv"}
+    target = llm.llm_tiny_decode()
+    params, token, pos, cache = target.args
+    feed = dict(llm_native._leaves("params", params))
+    feed.update({"token": token, "pos": pos}, **dict(llm_native._leaves("cache", cache)))
+    got = native_run(artifacts / "decode", feed, iters=3, warmup=2).outputs
+    want = llm.decode(CFG, params, token, pos, cache)
+    np.testing.assert_allclose(got["out.logits"], want["logits"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["out.cache.layer_1.v"], want["cache"]["layer_1"]["v"], rtol=1e-5, atol=1e-6)
