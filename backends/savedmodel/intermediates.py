@@ -31,10 +31,19 @@ def savedmodel_intermediates(request: IntermediatesRequest) -> Intermediates:
     directory, manifest = request.artifact_dir, request.manifest
     tf = import_tf(request.options.thread_count)
     node = call_module_node(directory)
-    instrumented = instrument_module(bytes(node.attr["module"].s))
     args = _arguments(request, node, directory)
-    attrs = _attributes(tf, node, instrumented)
     platforms = [p.decode() for p in node.attr["platforms"].list.s]
+    module = bytes(node.attr["module"].s)
+    refined = ""
+    if manifest.symbolic_dims:
+        if len(platforms) > 1:
+            why = ("cannot map: the shipped module has symbolic dimensions and several platforms; locate refines "
+                   "a one-platform module only")
+            return Intermediates(values={}, unmapped={s.key: why for s in request.sites}, how=why)
+        module = refine_to(module, [a.shape for a in args])
+        refined = f"; its symbolic dimensions refined to this feed's sizes ({_sizes(request)}) by JAX's shape refinement"
+    instrumented = instrument_module(module)
+    attrs = _attributes(tf, node, instrumented)
     expected = len(instrumented.args) - (1 if len(platforms) > 1 else 0)  # XlaCallModule passes the platform index
     if len(args) != expected:
         raise ArtifactError(f"Artifact '{directory}' | its module's main takes {expected} arguments, the artifact "
@@ -52,7 +61,7 @@ def savedmodel_intermediates(request: IntermediatesRequest) -> Intermediates:
     values = {site.key: value for site, value in zip(instrumented.sites, results[n:])}
     how = (f"TensorFlow {tf.__version__}'s XlaCallModule on the SavedModel's own StableHLO module (read from "
            f"saved_model.pb) with every op result returned, written for StableHLO {tf_stablehlo_version()}: a "
-           "re-compile of the shipped module with outputs added, by TF's XLA")
+           f"re-compile of the shipped module with outputs added, by TF's XLA{refined}")
     return Intermediates(values=values, how=how, outputs=outputs, own_sites=instrumented.sites, recompiled=True)
 
 
@@ -91,6 +100,55 @@ def _weights(directory: Path) -> list[np.ndarray]:
         raise ArtifactError(f"Artifact '{directory}' | its checkpoint's weights are numbered {sorted(found)}, "
                             "expected 0..n-1")
     return [np.asarray(reader.get_tensor(found[i])) for i in range(len(found))]
+
+
+def refine_to(module: bytes, shapes: list[tuple[int, ...]]) -> bytes:
+    """The polymorphic `module` refined to the argument `shapes` of this feed, as jax itself does before it compiles
+    one (its `main` called from a static `main`, then JAX's shape refinement), as a portable artifact. Sites need
+    static shapes, and TF's own refinement would leave them symbolic in the module."""
+    from jax.extend import mlir as jmlir
+    from jax.extend.mlir import ir
+    from jax.extend.mlir.dialects import stablehlo as jhlo
+
+    try:
+        from jax._src.interpreters import mlir as jax_mlir  # private: JAX's refinement pass has no public API
+    except ImportError as exc:
+        raise ArtifactError("the SavedModel's module has symbolic dimensions and this JAX has no shape refinement "
+                            "pass to make them the feed's") from exc
+    with ir_context() as ctx, ir.Location.unknown(ctx):
+        parsed = jmlir.deserialize_portable_artifact(module, ctx)
+        main = next(op for op in parsed.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        if len(ftype.inputs) != len(shapes):
+            raise ArtifactError(f"the SavedModel's module takes {len(ftype.inputs)} arguments, the feed binds "
+                                f"{len(shapes)}")
+        static = [ir.RankedTensorType.get(list(shape), ir.RankedTensorType(t).element_type)
+                  for t, shape in zip(ftype.inputs, shapes)]
+        main.attributes["sym_name"] = ir.StringAttr.get("_locate_polymorphic_main")
+        main.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        wrapper = ir.Operation.create("func.func", regions=1, attributes={
+            "sym_name": ir.StringAttr.get("main"),
+            "function_type": ir.TypeAttr.get(ir.FunctionType.get(static, list(ftype.results)))})
+        body = wrapper.regions[0].blocks.append(*static)
+        with ir.InsertionPoint(body):
+            loose = [ir.Operation.create("stablehlo.convert", results=[t], operands=[a]).result
+                     for a, t in zip(body.arguments, ftype.inputs)]
+            call = ir.Operation.create("func.call", results=list(ftype.results), operands=loose,
+                                       attributes={"callee": ir.FlatSymbolRefAttr.get("_locate_polymorphic_main")})
+            ir.Operation.create("func.return", operands=list(call.results))
+        parsed.body.append(wrapper)
+        refined = jax_mlir.refine_polymorphic_shapes(parsed)
+        return bytes(jhlo.serialize_portable_artifact(refined, str(jhlo.get_current_version())))
+
+
+def _sizes(request: IntermediatesRequest) -> str:
+    """The feed's size of each symbolic dimension (`b=11`), read from the leaves that carry one."""
+    found: dict[str, int] = {}
+    for leaf in request.manifest.inputs:
+        for dim, size in zip(leaf.shape, np.shape(request.feed[leaf.name])):
+            if isinstance(dim, str):
+                found.setdefault(dim, int(size))
+    return ", ".join(f"{k}={v}" for k, v in sorted(found.items()))
 
 
 def _attributes(tf: Any, node: Any, instrumented: Any) -> dict[str, Any]:

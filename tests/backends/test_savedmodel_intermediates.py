@@ -1,7 +1,7 @@
 """SavedModel's intermediates for `locate` (#48): the StableHLO module inside the shipped saved_model.pb,
 instrumented and run by TensorFlow's own XlaCallModule. A wrong padding planted in that module (a real edit of
 the artifact's protobuf) is located at the convolution and source line of the example CNN; lifted weights are
-read from the SavedModel's checkpoint."""
+read from the SavedModel's checkpoint; a module with a symbolic batch is refined to the feed's shapes first."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ import pytest
 from multiexport import api
 from multiexport.backends.savedmodel import SavedModelBackend
 from multiexport.backends.savedmodel.convert import tf_stablehlo_version
-from multiexport.examples.flax_models import cnn
+from multiexport.examples.flax_models import cnn, mlp_dynamic
 from multiexport.exporting import Manifest, RunOptions
 from multiexport.exporting.intermediates import IntermediatesRequest
 from multiexport.exporting.stablehlo import ir_context
 from multiexport.leaves import build_signature
 from multiexport.locate.engine import LocateConfig, locate
+from multiexport.locate.pairing import align
 from multiexport.locate.reference import build_reference
 
 from .test_litert_intermediates import cnn_baked
@@ -115,3 +116,24 @@ def test_lifted_weights_are_read_from_the_checkpoint(tmp_path):
     np.testing.assert_allclose(got.outputs["out.logits"], reference.outputs["out.logits"], rtol=1e-5, atol=1e-6)
     convolutions = [k for k, s in zip(got.values, got.own_sites or ()) if s.op == "stablehlo.convolution"]
     assert len(convolutions) == 2
+
+
+def test_a_symbolic_module_is_refined_to_the_feeds_shapes(tmp_path):
+    target = mlp_dynamic()
+    directory = api.export(target, out_dir=tmp_path / "poly", backend="savedmodel").directory
+    sig = build_signature(target)
+    feed = dict(sig.example_feed())
+    feed["batch.x"] = np.concatenate([feed["batch.x"], feed["batch.x"][:3]])
+    rows = feed["batch.x"].shape[0]  # 11: neither the example's batch nor a size the module was traced at
+    reference = build_reference(target.fn, sig, feed, {"b": rows})
+    got = SavedModelBackend().intermediates(IntermediatesRequest(directory, Manifest.read(directory), feed,
+                                                                 reference.sites, tmp_path, RunOptions(threads=1)))
+    assert f"refined to this feed's sizes (b={rows})" in got.how
+    keys, _ = align(reference.sites, got.own_sites or ())
+    computing = [s for s in reference.sites if s.op in ("stablehlo.dot_general", "stablehlo.add", "stablehlo.maximum")]
+    assert computing and all(s.key in keys for s in computing)
+    for site in reference.sites:
+        if site.key in keys:
+            np.testing.assert_allclose(got.values[keys[site.key]], reference.values[site.key], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{site.key} {site.op}")
+    np.testing.assert_allclose(got.outputs["out.logits"], reference.outputs["out.logits"], rtol=1e-5, atol=1e-6)
