@@ -310,6 +310,8 @@ def _compare(args, target, start: float, early_workers, timeline) -> int:
         console().print(plain(line))
     if getattr(args, "load", None):  # the load scenarios on this compare's faithful artifacts (cli.load_command)
         compare_load(results, config.batch_sizes, config.threads, args, progress)
+    if getattr(args, "locate", False):  # the first diverging op of each failing row (cli.locate_command)
+        compare_locate(results, target, config, progress)
     code = results.exit_code_allowing(allow)
     if gated:
         code = max(code, _gate(baseline, results, args))
@@ -362,4 +364,4 @@ def cmd_backends(args) -> int:
     return 0
 
 from .load_command import cmd_load, compare_load, gate_load, load_dirs  # noqa: E402,F401 - load, compare --load, gate
-from .locate_command import cmd_locate  # noqa: E402,F401 - `multiexport locate`
+from .locate_command import cmd_locate, compare_locate  # noqa: E402,F401 - `multiexport locate`, `compare --locate`

@@ -23,6 +23,7 @@ from .flags import (
 )
 from .help_texts import CALIBRATION_HELP, EXTERNAL_WEIGHTS_HELP, OPTION_HELP, PRECISION_HELP, TARGET_HELP
 from .load_parser import compare_load_options
+from .locate_parser import compare_locate_option
 
 
 def compare_parser(sub, formats: str) -> None:
@@ -39,6 +40,7 @@ def compare_parser(sub, formats: str) -> None:
                           help="output directory (default: multiexport-out/<target name>)")
     _formats(g[FORMATS])
     _parity(g[PARITY])
+    compare_locate_option(g[PARITY])  # --locate (cli.locate_parser)
     _timing(g[TIMING])
     compare_load_options(g[TIMING])  # --load (cli.load_parser)
     g[NATIVE].add_argument("--native", action="store_true",

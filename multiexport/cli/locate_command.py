@@ -6,12 +6,17 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import MultiexportError, UsageError
+from ..exporting.precision import split_variant
 from ..exporting.registry import backend_class
+from ..files.paths import safe_component
 from ..leaves import load_target as load_named_target
 from ..locate import LocateConfig, LocateResult, locate
+from ..measure.inputs import parse_dim_sizes, parse_val_ranges
 from ..measure.tolerance import parse_tolerances
 from ..preflight import check_jax_environment
+from ..report.render import write_reports
+from ..results import Results
 
 
 def split(text: str) -> list[str]:
@@ -60,7 +65,8 @@ def cmd_locate(args) -> int:
     config = LocateConfig(backends=tuple(backends), out_dir=args.out_dir,
                           artifacts=artifacts_of(args.artifact, backends), leaf=args.leaf, trial=args.trial,
                           trials=args.trials, seed=args.seed, tolerances=parse_tolerances(args.tolerance),
-                          cone=args.cone, reduce=args.reduce, backend_options=options_of(args.backend_option, backends))
+                          cone=args.cone, reduce=args.reduce, backend_options=options_of(args.backend_option, backends),
+                          val_ranges=parse_val_ranges(args.val_range), dim_sizes=parse_dim_sizes(args.dim_sizes))
     check_jax_environment()
     target = load_named_target(args.target)
     result = locate(target, config, say=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
@@ -100,3 +106,29 @@ def summary_lines(result: LocateResult) -> list[str]:
     if result.cross:
         lines.append(result.cross)
     return lines
+
+
+def compare_locate(results: Results, target, config, progress) -> list[LocateResult]:
+    """`compare --locate`: locate on each fp32 row that failed parity, at its first failing trial and leaf, on the
+    artifact the compare wrote; then the reports again, with the 'Where parity breaks' section."""
+    out = Path(results.out_dir)
+    found = []
+    for row in results.backends.values():
+        if row.parity is None or row.parity.passed or not row.artifact or row.precision != "fp32":
+            continue
+        failure = row.parity.failures[0]
+        base = split_variant(row.backend)[0]
+        progress(f"locate: {row.backend} fails on trial '{failure.trial}' ({failure.name}): locating")
+        try:
+            found.append(locate(target, LocateConfig(
+                backends=(base,), out_dir=out / "locate" / safe_component(row.backend),
+                artifacts={base: Path(row.artifact)}, trial=failure.trial, leaf=failure.name, trials=config.trials,
+                seed=config.seed, tolerances=config.tolerances, val_ranges=config.val_ranges,
+                dim_sizes=config.dim_sizes), say=progress))
+        except MultiexportError as exc:
+            progress(f"locate: {row.backend}: {exc}")
+    for result in found:
+        print("\n".join(summary_lines(result)))
+    if found:
+        write_reports(results, out)
+    return found

@@ -37,6 +37,10 @@ def locate_parser(sub) -> None:
     g[PARITY].add_argument("--trials", type=int, default=2, metavar="N",
                            help="seeded random trials per size setting, as compare's --trials (default 2)")
     g[PARITY].add_argument("--seed", type=int, default=0, help="the trials' seed, as compare's --seed (default 0)")
+    g[PARITY].add_argument("--val-range", action="append", default=[], metavar="LEAF=LOW:HIGH",
+                           help="the trials' value range for input leaves, as compare's (the same trials as its run)")
+    g[PARITY].add_argument("--dim-sizes", action="append", default=[], metavar="DIM=N,N",
+                           help="the sizes of symbolic dims the trials use, as compare's")
     g[PARITY].add_argument("--leaf", metavar="OUTPUT",
                            help="look only at the ops this output leaf depends on (default: every output)")
     g[PARITY].add_argument("--tolerance", action="append", default=[], metavar="LEAF=rtol:X,atol:Y",
@@ -49,3 +53,11 @@ def locate_parser(sub) -> None:
                                 "XLA's and the artifact's results, the versions and a README for a bug report")
     g[OUTPUT].add_argument("--json", action="store_true", help="print locate.json to stdout instead of the summary")
     p.set_defaults(handler="cmd_locate")
+
+
+def compare_locate_option(g) -> None:
+    """`compare --locate`: locate runs for every row that fails parity, after the compare."""
+    g.add_argument("--locate", action="store_true",
+                   help="for every backend that fails parity, run 'multiexport locate' on its artifact and failing "
+                        "trial: writes DIR/locate/BACKEND/locate.json and adds a 'Where parity breaks' section to "
+                        "the reports (an ONNX or OpenVINO graph maps to ops when written by the stablehlo route)")

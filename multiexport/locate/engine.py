@@ -47,6 +47,7 @@ class LocateConfig:
     which some backend fails parity, else the example). trials, seed: how compare draws its trials.
     tolerances: output-leaf tolerance overrides (the final outputs' parity). cone: how many downstream
     diverging ops to list. reduce: write the culprit as a standalone repro. backend_options: per backend.
+    val_ranges, dim_sizes: as compare's (--val-range, --dim-sizes), so a compare's trial is drawn the same.
     """
 
     backends: tuple[str, ...]
@@ -60,6 +61,8 @@ class LocateConfig:
     cone: int = 5
     reduce: bool = False
     backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    val_ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    dim_sizes: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
 
 def locate(target: Any, config: LocateConfig, say: Any = print) -> LocateResult:
@@ -68,7 +71,8 @@ def locate(target: Any, config: LocateConfig, say: Any = print) -> LocateResult:
         raise UsageError("Option '--backend' | missing, expected one or more backend names")
     backends = {name: get_backend(name) for name in config.backends}
     sig = build_signature(target)
-    trials = make_trials(sig.inputs, examples=sig.example_feed(), trials=config.trials, seed=config.seed)
+    trials = make_trials(sig.inputs, examples=sig.example_feed(), trials=config.trials, seed=config.seed,
+                         val_ranges=config.val_ranges, dim_sizes=config.dim_sizes)
     if config.trial is not None and config.trial not in [t.name for t in trials]:
         raise UsageError(f"Option '--trial' | got {config.trial!r}, expected one of: {', '.join(t.name for t in trials)}")
     if config.leaf is not None and config.leaf not in [leaf.name for leaf in sig.outputs]:

@@ -15,6 +15,7 @@ from . import plots
 from .deploy import DEPLOY_HEADER
 from .deploy_report import DEPLOY_NOTE, deploy_section
 from .load import with_load_section
+from .locate import with_locate_section
 from .precision import PRECISION_HEADER, precision_rows
 from .recommend import recommend
 from .summary import COLUMNS, capped_note, summary_rows
@@ -60,6 +61,7 @@ def write_reports(results: Results, out_dir: str | Path, source: str | Path | No
     try:
         markdown, html = render_markdown(results), render_html(results)
         markdown, html = with_load_section(out_dir, markdown, html)  # compare --load's section (report.load)
+        markdown, html = with_locate_section(out_dir, markdown, html)  # compare --locate's (report.locate)
     except MultiexportError:
         raise
     except Exception as exc:

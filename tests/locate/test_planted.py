@@ -14,6 +14,7 @@ import multiexport.exporting  # noqa: F401  (installs the export driver)
 from multiexport.examples import flax_models
 from multiexport.leaves import load_target
 from multiexport.locate import LocateConfig, locate
+from multiexport.report.locate import with_locate_section
 
 from . import plant
 
@@ -73,6 +74,13 @@ def test_onnx_a_conv_padding_changed_in_the_shipped_graph(target, exported, tmp_
     assert {"op.mlirbc", "inputs.npz", "expected.npz", "got.npz", "README.md", "versions.json"} <= {
         p.name for p in reduced.iterdir()}
     assert CONV1 in (reduced / "README.md").read_text()
+    # compare --locate's report section reads the locate.json this run wrote
+    report = tmp_path / "report"
+    (report / "locate" / "onnx").mkdir(parents=True)
+    shutil.copy(tmp_path / "out" / "locate.json", report / "locate" / "onnx" / "locate.json")
+    markdown, page = with_locate_section(report, "# Report\n", "<html><body></body></html>")
+    assert "## Where parity breaks" in markdown and CONV1 in markdown and "stablehlo.convolution" in markdown
+    assert "<h2>Where parity breaks</h2>" in page and page.endswith("</body></html>")
 
 
 def test_openvino_a_transposed_weight_in_the_shipped_model(target, exported, tmp_path):
