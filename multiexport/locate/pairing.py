@@ -142,8 +142,8 @@ def align(reference: Sequence[Site], own: Sequence[Site]) -> tuple[dict[str, str
     paired = set(keys.values())
     extra = {o.key: o for o in own if o.key not in paired}
     for r in reference:
-        o = own_by_key.get(keys.get(r.key, ""))
-        reads = [extra[k].op for k in (o.operands if o else ()) if k in extra]
+        counterpart = own_by_key.get(keys.get(r.key, ""))
+        reads = [extra[k].op for k in (counterpart.operands if counterpart else ()) if k in extra]
         if reads:
             notes[r.key] = (f"in the artifact's module this op reads {', '.join(reads)}, an op the reference has not"
                             + (f"; {notes[r.key]}" if r.key in notes else ""))
