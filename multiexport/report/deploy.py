@@ -67,7 +67,7 @@ TARGETS: dict[str, DeployTarget] = {t.name: t for t in (
         Consumer("onnx", PYTHON, "onnxruntime's Python API"), Consumer("litert", PYTHON, "ai_edge_litert"),
         Consumer("savedmodel", PYTHON, "tensorflow's Python API"), Consumer("iree", PYTHON, "iree.runtime"))),
     DeployTarget("tf-serving", "a TF Serving fleet", "this machine's CPU", (
-        Consumer("savedmodel", NATIVE, "TF Serving loads the SavedModel",
+        Consumer("savedmodel", NATIVE, "TF Serving (the SavedModel as exported)",
                  proxy="TF's C API over the same SavedModel and TF runtime TF Serving links (no RPC cost)"),),
         "every format but the SavedModel: TF Serving serves SavedModels only"),
     DeployTarget("mobile", "an Android phone", _PHONE, (

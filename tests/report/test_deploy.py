@@ -204,3 +204,21 @@ def test_a_faithful_consumer_that_was_not_timed_is_no_failure():
     assert v.pick is None
     assert v.sentence == ("For a web page: onnx-web passed parity but nothing was timed, so there is no ranking "
                           "(time it: compare without --no-bench).")
+
+
+def test_the_browser_line_says_whether_webgpu_was_offered_and_why_not():
+    from multiexport.report.deploy_report import deploy_lines, deploy_section
+
+    web = row("onnx-web")
+    assert web.bench is not None
+    web.bench.runner.update(execution_provider="wasm", webgpu={"ok": False, "reason": "navigator.gpu is absent"})
+    res = results(web)
+    res.config = {"deploy": ["browser"]}
+    section = deploy_section(res)
+    assert section is not None and section.notes == [
+        "browser: the onnx-web figure is onnxruntime-web's wasm execution provider; no WebGPU row: navigator.gpu is "
+        "absent."]
+    assert deploy_lines(res)[-1] == "deploy: " + section.notes[0]
+    web.bench.runner.update(webgpu={"ok": True, "reason": "adapter google swiftshader"})
+    assert "(a software adapter on the CPU: its figures are not a GPU's); time it with --backend-option " \
+           "onnx-web.execution_provider=webgpu." in deploy_section(res).notes[0]  # type: ignore[union-attr]

@@ -5,6 +5,19 @@
 import './page.mjs';
 
 const show = (text) => { document.getElementById('status').textContent = text; };
+const ARRAYS = {
+  float32: Float32Array, float64: Float64Array, int8: Int8Array, uint8: Uint8Array, int16: Int16Array,
+  uint16: Uint16Array, int32: Int32Array, uint32: Uint32Array, int64: BigInt64Array, uint64: BigUint64Array,
+  bool: Uint8Array,
+};
+// the first values of an output (float16 stays raw 16-bit words: no Float16Array everywhere yet)
+function head(o) {
+  const Kind = ARRAYS[o.type];
+  if (!Kind) return `(${o.type} words)`;
+  const bytes = Uint8Array.from(atob(o.b64), (c) => c.charCodeAt(0));
+  const values = Array.from(new Kind(bytes.buffer).slice(0, 6), String);
+  return values.join(', ') + (bytes.length / Kind.BYTES_PER_ELEMENT > 6 ? ', ...' : '');
+}
 window.mxBundle = { done: false };
 try {
   const manifest = await (await fetch('./model/manifest.json')).json();
@@ -19,8 +32,13 @@ try {
   const fetched = await window.mx.fetch(1);
   const byParam = Object.fromEntries(fetched.map((o) => [o.name, o]));
   const outputs = manifest.outputs.map((leaf) => ({ leaf: leaf.name, ...byParam[leaf.param] }));
-  const rows = outputs.map((o) => `<tr><td>${o.leaf}</td><td>${o.type}</td><td>[${o.dims.join(', ')}]</td></tr>`);
-  document.getElementById('outputs').innerHTML = `<tr><th>output leaf</th><th>dtype</th><th>shape</th></tr>${rows.join('')}`;
+  const table = document.getElementById('outputs');
+  table.replaceChildren();
+  for (const cells of [['output leaf', 'dtype', 'shape', 'values'],
+                       ...outputs.map((o) => [o.leaf, o.type, `[${o.dims.join(', ')}]`, head(o)])]) {
+    const tr = table.insertRow();
+    for (const text of cells) tr.insertCell().textContent = text;  // text, never markup: leaf names are data
+  }
   show(`ran ${manifest.target} with onnxruntime-web ${info.ortVersion} (${info.ep}, ${info.threads} thread(s), ` +
        `cross-origin isolated: ${info.crossOriginIsolated})`);
   window.mxBundle = { done: true, error: null, info, outputs };
