@@ -112,6 +112,9 @@ class Intermediates:
         shipped module); None when `values` use the request's keys.
     recompiled: True when the values come from a re-compile of the shipped module with outputs added (not
         the shipped compiled file itself): the report says so.
+    notes: site key -> a line shown with that site's finding (e.g. LiteRT: "the .tflite computes this in
+        CONV_2D ..., fused from stablehlo.convolution (op16), stablehlo.add (op19)"), naming what the format
+        did to the op; keyed like `values`.
     """
 
     values: Mapping[str, Any]
@@ -120,6 +123,7 @@ class Intermediates:
     outputs: Mapping[str, Any] = field(default_factory=dict)
     own_sites: tuple[Site, ...] | None = None
     recompiled: bool = False
+    notes: Mapping[str, str] = field(default_factory=dict)
 
 
 # Where a converter that writes a graph of named tensors (multiexport's StableHLO -> ONNX route) records, in the

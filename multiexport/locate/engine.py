@@ -219,6 +219,10 @@ def _locate_one(backend: Any, directory: Path, trial: Trial, reference: Referenc
         unmapped = {s.key: got.unmapped.get(keys[s.key], "cannot map") if s.key in keys else
                     "cannot map: the artifact's module has no op here (inserted or dropped ops)" for s in sites
                     if s.key not in values}
+    # The format's own notes (keyed like its values) first; the alignment's notes about this site win.
+    own_notes = dict(got.notes) if got.own_sites is None else \
+        {r: got.notes[o] for r, o in keys.items() if o in got.notes}
+    notes = {**own_notes, **notes}
     errors = pair(sites, reference.values, values, unmapped, notes)
     mapped = sum(e.status != "unmapped" for e in errors.values())
     say(f"{backend.name}: {mapped} of {len(sites)} op results mapped ({got.how}); {outputs_line}")
