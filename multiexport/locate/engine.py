@@ -35,6 +35,7 @@ from .replay import ILL_CONDITIONED, replay
 from .result import BackendLocation, Finding, LocateResult
 
 REPLAY_LIMIT = 12  # candidates replayed at most, in order, until one is computed differently
+HUGE = 1e6  # a first divergence whose values reach past this is called out as exploding activations
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ def locate(target: Any, config: LocateConfig, say: Any = print) -> LocateResult:
         if isinstance(where, Path):
             runs[name] = _run_trials(backends[name], where, trials, say)
     trial = _choose(trials, config, sig, runs, say)
-    say(f"trial '{trial.name}' ({trial.origin or 'as given'})")
+    origin = trial.origin or "as given"
+    say(f"trial '{trial.name}' ({origin if len(origin) < 160 else origin[:157] + '...'})")
     reference = build_reference(target.fn, sig, trial.feed, trial.dims)
     say(f"reference: {len(reference.sites)} op results; {reference.agreement}")
     sites = _sites_in_cone(reference, sig, config.leaf)
@@ -241,13 +243,22 @@ def _locate_one(backend: Any, directory: Path, trial: Trial, reference: Referenc
             reasons[e.note] = reasons.get(e.note, 0) + 1
     answer = BackendLocation(backend.name, str(directory), got.how, got.recompiled, mapped, len(sites), reasons,
                              outputs_line, failing, first, culprit, downstream,
-                             _verdict(backend.name, first, culprit, failing, mapped))
+                             _verdict(backend.name, first, culprit, failing, mapped, _magnitude(first, errors)))
     if config.reduce and anchor is not None:
         answer = write_reduced(answer, anchor, reference, values, trial, backend, config.out_dir)
     return answer
 
 
-def _verdict(name: str, first: Finding | None, culprit: Finding | None, failing: bool, mapped: int) -> str:
+def _magnitude(first: Finding | None, errors: Mapping[str, SiteError]) -> float:
+    """The largest |value| at the first divergence and its inputs (the reference's)."""
+    if first is None:
+        return 0.0
+    keys = [first.site.key, *first.site.operands]
+    return max((errors[k].max_ref for k in keys if k in errors), default=0.0)
+
+
+def _verdict(name: str, first: Finding | None, culprit: Finding | None, failing: bool, mapped: int,
+             magnitude: float = 0.0) -> str:
     if mapped == 0:
         return f"{name}: no intermediate value could be mapped, so no op can be named"
     if first is None:
@@ -260,9 +271,12 @@ def _verdict(name: str, first: Finding | None, culprit: Finding | None, failing:
                 f"{s.location or 'unknown'}{' in ' + s.scope if s.scope else ''}. The converter or runtime is at fault.")
     s = first.site
     ill = " (an op that can be ill-conditioned)" if s.op in ILL_CONDITIONED else ""
-    return (f"{name}: the first divergence is at {s.op} ({s.key}){ill} at {s.location or 'unknown'}, but the artifact "
-            "computes every replayed op faithfully on its own inputs: rounding-level differences are amplified by "
-            "the model on this input, not an op computed wrongly")
+    huge = (f"; it and its inputs reach {magnitude:.3g} on this input (exploding activations)"
+            if magnitude > HUGE else "")
+    return (f"{name}: the first divergence is at {s.op} ({s.key}){ill} at {s.location or 'unknown'}"
+            f"{' in ' + s.scope if s.scope else ''}{huge}, but the artifact computes every replayed op faithfully "
+            "on its own inputs: rounding-level differences are amplified by the model on this input, not an op "
+            "computed wrongly")
 
 
 def _cross(answers: Sequence[BackendLocation], trial: Trial, runs: Mapping[str, Any], reference: Reference, sig: Any,
