@@ -56,3 +56,37 @@ def test_the_command_reports_and_refuses_mistakes_in_one_line(tmp_path, capsys):
     assert main(["locate", "multiexport.examples:mlp", "--backend", "xla", "--artifact", str(tmp_path),
                  "--out-dir", str(tmp_path / "y")]) == 2
     assert "has no manifest.json" in capsys.readouterr().err
+
+
+def cancels(a, b):
+    return {"d": a * 3.0 - b * 3.0}
+
+
+def test_a_rounding_level_difference_amplified_by_cancellation_is_not_blamed_on_an_op(tmp_path):
+    """One product one ulp off (a real edit of the shipped graph's constant for one Mul): both products agree within
+    tolerance, their difference cancels to 1e-3 of their size and diverges; replayed on the artifact's own inputs the
+    subtraction is exact, so the verdict is amplification, and no op is named as computed differently."""
+    import onnx
+    from onnx import numpy_helper
+
+    from .plant import reseal
+
+    a = np.full((4,), 1000.0, np.float32)
+    t = Target(cancels, args=(a, a - np.float32(0.001) * np.arange(1, 5, dtype=np.float32)), name="cancels")
+    clean = locate(t, LocateConfig(backends=("onnx",), out_dir=tmp_path / "clean",
+                                   backend_options={"onnx": {"route": "stablehlo"}}), say=lambda line: None)
+    artifact = tmp_path / "clean" / "artifacts" / "onnx"
+    assert clean.backends[0].first is None
+    model = onnx.load(str(artifact / "model.onnx"))
+    mul = next(n for n in model.graph.node if n.op_type == "Mul")
+    three = next(i for i in model.graph.initializer if i.name in mul.input)
+    value = numpy_helper.to_array(three)
+    model.graph.initializer.append(numpy_helper.from_array(np.nextafter(value, np.float32(4)), "three_off_by_one_ulp"))
+    mul.input[list(mul.input).index(three.name)] = "three_off_by_one_ulp"
+    onnx.save(model, str(artifact / "model.onnx"))
+    reseal(artifact)
+    answer = locate(t, LocateConfig(backends=("onnx",), out_dir=tmp_path / "planted", artifacts={"onnx": artifact}),
+                    say=lambda line: None).backends[0]
+    assert answer.failing and answer.first is not None and answer.culprit is None
+    assert answer.first.site.op == "stablehlo.subtract" and answer.first.replay.verdict == "faithful"
+    assert "amplified" in answer.verdict and "not an op computed wrongly" in answer.verdict
