@@ -35,6 +35,7 @@ PAIRED_GIVEN = (1.02, 1.05, 1.08, 1.10, 1.15)
 CROSS_GIVEN = (1.10, 1.25, 1.50, 2.00, 2.50, 3.00)
 ONE_PAIR = "paired A/B, first process pair only"
 SLOW_PROCESS = "one slow process"
+WHOLE = "the whole gate"
 BUCKETS = ((0.030, "< 30 us"), (1.0, "30 us - 1 ms"), (float("inf"), ">= 1 ms"))
 
 
@@ -88,6 +89,13 @@ def judge(base: dict, run: dict, condition: str, model: str) -> list[dict]:
                              "ratio": check.ratio, "flagged": check.verdict == "regression",
                              "low": check.low, "high": check.high, "rounds": check.rounds, "pairs": check.pairs,
                              "detail": check.detail if threshold is None else ""})
+    # the whole gate as CI sees it (exit 1 on any regression: a status or parity one too, e.g. a worker that
+    # failed under load), at the defaults: one row per run
+    whole = diff_results(base_results, now)
+    rows.append({"model": model, "backend": "*", "batch": None, "kind": WHOLE, "condition": condition,
+                 "threshold": None, "base_ms": None, "ratio": None, "flagged": whole.exit_code != 0,
+                 "low": None, "high": None, "rounds": None, "pairs": None,
+                 "detail": "; ".join(f"{c.backend} {c.check}: {c.detail}" for c in whole.regressions)})
     return rows
 
 
@@ -132,6 +140,16 @@ def slow_process(rows: list[dict]) -> str:
     return ("One slow process (the planted slowdown in the first new worker only; a fresh pair does not have it), "
             "runs flagged at the default:\n\n| backend | the gate (both pairs) | first pair only |\n|---|---|---|\n"
             + "\n".join(lines) + "\n\n")
+
+
+def whole_gate(rows: list[dict]) -> str:
+    """Runs the whole gate failed (exit 1: any regression, status and parity too), per condition."""
+    cells = []
+    for condition in ("A/A", "planted", SLOW_PROCESS):
+        got = [r for r in rows if r["kind"] == WHOLE and r["condition"] == condition]
+        if got:
+            cells.append(f"{condition} {sum(r['flagged'] for r in got)}/{len(got)}")
+    return f"The whole gate (exit 1 on any regression), runs failed: {', '.join(cells)}.\n\n" if cells else ""
 
 
 def history_rates(series: int = 200, sweeps: int = 20, noise: float = 0.05, step: float = 1.2) -> str:
@@ -242,7 +260,7 @@ def write(args, rows: list[dict], t0: float, partial: str | None) -> str:
             f"confirm it):\n\n{table(rows, 'paired A/B', PAIRED_GIVEN)}\n\n"
             f"The same runs judged on the first process pair only (the gate before fresh pairs; the 99% level "
             f"of the added rounds still applies):\n\n{table(rows, ONE_PAIR, PAIRED_GIVEN)}\n\n"
-            f"{slow_process(rows)}"
+            f"{slow_process(rows)}{whole_gate(rows)}"
             f"Cross-run (default: p50 ratio above {CROSS_RUN:g}x with separated intervals, {CROSS_RUN_TINY:g}x "
             f"under 30 us):\n\n{table(rows, 'cross-run', CROSS_GIVEN)}\n")
     for name, body in (("calibration.json", json.dumps(rows, indent=1) + "\n"), ("calibration.md", text)):

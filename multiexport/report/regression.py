@@ -278,7 +278,9 @@ def _paired_check(name, check, first: Ratio, fresh: Ratio | None, was, now, give
     lies below the threshold's inverse. The check's ratio is then the less regressed pair's estimate (what a
     suite's geometric mean takes)."""
     ratio, low, high = new_over_baseline(first, name)
-    base_ms = now.p50_ms / ratio if ratio > 0 else now.p50_ms  # the baseline's p50 in this run
+    # the baseline's p50 in this run, as the rounds measured it (else as the ratio implies): the call size
+    recorded_ms = getattr(first, "base_ms", None)
+    base_ms = float(recorded_ms) if recorded_ms else now.p50_ms / ratio if ratio > 0 else float(now.p50_ms)
     limit = slowdown_threshold(PAIRED_AB, base_ms, given)
     recorded = f"; recorded baseline p50 {was.p50_ms:.4g} ms" if was is not None else ""
     text = f"paired A/B {_pair_text(first, name, planned)}"

@@ -134,6 +134,8 @@ class Ratio:
         against its baseline gets more rounds until the gate's verdict is decided); 0: the pairing's rounds.
     level: the interval's confidence level: 0.95, or 0.99 for a ratio against its baseline that rests on rounds
         past the planned ones (each added look at the data is held to the stricter level).
+    base_ms: for a ratio against a baseline, the baseline's p50 over these rounds (ms): the call size the gate's
+        threshold is chosen by, as the rounds chose it; None where not recorded.
     """
 
     batch: int | None
@@ -145,6 +147,7 @@ class Ratio:
     significant: bool
     rounds: int = 0
     level: float = 0.95
+    base_ms: float | None = None
 
     def check_loaded(self, where: str) -> None:
         for name in ("ratio", "ci95_low", "ci95_high"):

@@ -11,6 +11,7 @@ baseline passes the gate's threshold is measured again by a fresh pair of worker
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -372,7 +373,8 @@ def pairing_result(mode: str, reason: str, timed: dict[str, Timed], feeds, round
                     shared = min(len(complete[first]), len(complete[second]))
                     r = paired_ratio(complete[first][:shared], complete[second][:shared], batch, name,
                                      BASELINE_PREFIX + name, level_after(shared, rounds))
-                    into.append(with_rounds(r, shared))
+                    base_ms = float(np.median(np.concatenate(complete[second][:shared]))) / 1e6
+                    into.append(dataclasses.replace(with_rounds(r, shared), base_ms=base_ms))
     fresh_failed = {n: f"its fresh pair failed: {c}: {r}" for n, (c, r) in failures.items() if is_fresh(n)}
     return Pairing(mode=mode, reason=reason, rounds=rounds, slice_s=slice_plan(bench.bench_time, bench.min_iters,
                                                                                bench.max_iters, rounds)[0],

@@ -54,6 +54,7 @@ def test_a_planted_slowdown_is_caught_on_the_paired_ratio_and_the_baseline_is_un
     assert pairing["rounds"] == BASELINE_ROUNDS  # more, shorter slices than a plain compare's 5
     [ratio] = pairing["baseline_ratios"]
     assert (ratio["faster"], ratio["slower"]) == ("baseline:xla", "xla") and ratio["ci95_low"] > 1.5
+    assert 0 < ratio["base_ms"] < ratio["ratio"] * ratio["base_ms"] and ratio["level"] in (0.95, 0.99)
     # past the threshold: a fresh pair of workers measured it again, and the slowdown was in both
     [again] = pairing["confirmations"]
     assert (again["faster"], again["slower"]) == ("baseline:xla", "xla") and again["ci95_low"] > 1.5

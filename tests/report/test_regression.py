@@ -272,3 +272,18 @@ def test_a_paired_regression_needs_the_fresh_process_pair_to_agree():
     assert props["process_pairs"] == "2" and props["comparison"] == "paired A/B"
     # the fresh pair's interval just below the threshold: not confirmed (an intersection-union test)
     assert confirmed_by(PAIRED - 0.001, 1.2, 1.3).exit_code == 0
+
+
+def test_a_paired_threshold_is_chosen_by_the_baseline_call_the_rounds_measured():
+    """The call size that picks the threshold (1.05x, or 1.10x under 30 us) is the baseline's p50 in the rounds,
+    as recorded with the ratio: a noisy ratio (5.2x whose interval reaches 1.07) must not shrink the baseline's
+    call under 30 us by dividing the new p50 by it."""
+    now = paired(1.07, 5.2, 12.0, p50=0.116)
+    assert now.pairing is not None
+    [first] = now.pairing.baseline_ratios
+    implied = diff_results(None, now)  # no recorded size: 0.116 / 5.2 = 0.022 ms, a tiny call's 1.10x
+    assert implied.exit_code == 0 and f"threshold {PAIRED_TINY:g}x" in implied.checks[0].detail
+    now.pairing.baseline_ratios = [Ratio(8, first.faster, first.slower, 5.2, 1.07, 12.0, True, 15, 0.95, 0.099)]
+    measured = diff_results(None, now)
+    assert measured.exit_code == 1 and f"threshold {PAIRED:g}x" in measured.checks[0].detail
+    assert "p50 0.099 -> 0.116 ms in this run" in measured.checks[0].detail
