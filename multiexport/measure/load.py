@@ -200,18 +200,30 @@ def rate_point(rate: float, runs: Sequence[ServerRun], bound_ms: float) -> RateP
                      p99_low_ms=min(per_round), p99_high_ms=max(per_round), meets_bound=bool(p99 <= bound_ms))
 
 
+def _held(rates_ok: Sequence[tuple[float, bool]]) -> float | None:
+    """The highest rate such that it and every lower rate measured met the bound (None: the lowest did not)."""
+    best = None
+    for rate, ok in sorted(rates_ok):
+        if not ok:
+            break
+        best = rate
+    return best
+
+
 def server_result(runs: dict[float, list[ServerRun]], bound_ms: float, search: str) -> ServerResult:
-    """The Server scenario's result from every rate's rounds: the highest rate whose pooled p99 meets the bound
-    (on the ladder: no interpolation between rates), and the range of the rounds' own maxima."""
+    """The Server scenario's result from every rate's rounds: the highest rate that, with every lower rate measured,
+    kept its pooled p99 within the bound (on the ladder: no interpolation; a lower rate that missed it, noise or not,
+    caps the figure below it), and the range of the rounds' own such maxima (0 for a round whose lowest rate
+    missed)."""
     points = [rate_point(rate, runs[rate], bound_ms) for rate in sorted(runs)]
-    passing = [p.rate_per_s for p in points if p.meets_bound]
     rounds = max((len(r) for r in runs.values()), default=0)
     per_round = []
     for i in range(rounds):
-        ok = [rate for rate, rs in runs.items() if i < len(rs) and percentile_ms(rs[i].latencies_ns, 99) <= bound_ms]
-        per_round.append(max(ok, default=0.0))
+        measured = [(rate, percentile_ms(rs[i].latencies_ns, 99) <= bound_ms) for rate, rs in runs.items()
+                    if i < len(rs)]
+        per_round.append(_held(measured) or 0.0)
     return ServerResult(p99_bound_ms=bound_ms, search=search, points=points,
-                        max_rate_per_s=max(passing) if passing else None,
+                        max_rate_per_s=_held([(p.rate_per_s, p.meets_bound) for p in points]),
                         max_rate_low=min(per_round) if per_round else None,
                         max_rate_high=max(per_round) if per_round else None)
 

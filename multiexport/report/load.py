@@ -30,19 +30,26 @@ def _range(median: float | None, low: float | None, high: float | None) -> str:
 def verdicts(rows: Sequence[LoadRow], bound_ms: float) -> tuple[str, str, bool | None]:
     """(server verdict, single-stream verdict, whether the two rankings differ).
 
-    Server: the format with the highest rate whose pooled p99 meets the bound, and the next best. A lead whose
+    Server: the format with the highest max rate under the bound (ServerResult.max_rate_per_s; a tie on the ladder
+    broken by the offline peak), and the next best. A lead whose
     rounds' ranges overlap the next best's is said to be within the noise. Single stream: the lowest p50 with no
     load. The rankings differ when the order by max rate is not the order by single-stream p50 (only formats with
     both figures; None with fewer than two)."""
-    served = sorted([r for r in rows if r.ok and r.server is not None and r.server.max_rate_per_s],
-                    key=lambda r: -(r.server.max_rate_per_s or 0.0))  # type: ignore[union-attr]
+    def rank(row: LoadRow) -> tuple[float, float]:  # max rate, then the offline peak breaks a tie on the ladder
+        peak = row.offline_peak()
+        return (-((row.server.max_rate_per_s if row.server else None) or 0.0),
+                -((peak.samples_per_s if peak else None) or 0.0))
+
+    served = sorted([r for r in rows if r.ok and r.server is not None and r.server.max_rate_per_s], key=rank)
     if served:
         best = served[0].server or ServerResult(bound_ms, "")
         text = f"at p99 <= {bound_ms:g} ms, ship {served[0].name}: {_num(best.max_rate_per_s)} req/s"
         if len(served) > 1:
             nxt = served[1].server or ServerResult(bound_ms, "")
             text += f", the next best {served[1].name}: {_num(nxt.max_rate_per_s)} req/s"
-            if (best.max_rate_low or 0.0) <= (nxt.max_rate_high or 0.0):
+            if best.max_rate_per_s == nxt.max_rate_per_s:
+                text += " (the same ladder rate: ranked by the offline peak)"
+            elif (best.max_rate_low or 0.0) <= (nxt.max_rate_high or 0.0):
                 text += " (the rounds' ranges overlap: within the noise on this machine)"
     elif any(r.server is not None for r in rows):
         text = f"at p99 <= {bound_ms:g} ms no format held any rate measured (raise --p99-ms or lower --rates)"

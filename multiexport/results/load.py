@@ -47,9 +47,10 @@ class ServerResult:
     """The Server scenario of one format.
 
     p99_bound_ms: the latency bound. search: how the rates were chosen ("ladder: fractions of the offline batch-1
-    peak" or "ladder: --rates"). points: every rate measured, ascending. max_rate_per_s: the highest rate whose
-    pooled p99 meets the bound (None: none did). max_rate_low, max_rate_high: the lowest and highest of the
-    per-round maxima (each round's own highest passing rate; 0 for a round where none passed).
+    peak" or "ladder: --rates"). points: every rate measured, ascending. max_rate_per_s: the highest rate that,
+    with every lower rate measured, met the bound with its pooled p99 (None: the lowest did not).
+    max_rate_low, max_rate_high: the lowest and highest of the per-round maxima (the same rule on each round's own
+    p99s; 0 for a round whose lowest rate missed).
     """
 
     p99_bound_ms: float

@@ -32,6 +32,7 @@ from ..measure.load import (
 )
 from ..report.load import verdicts
 from ..results.load import LoadResults, LoadRow, OfflinePoint
+from ..system.timing_lock import machine_share
 from .load_serve import LoadAnswer, LoadRun
 from .messages import ColdStart, Prepare, Samples, TimeSlice
 from .paired import Servers
@@ -70,10 +71,11 @@ def feeds_for(manifest: Manifest, directory: Path, batch_sizes: Sequence[int], s
     out: list[tuple[int | None, dict | None, str]] = [(_example_batch(manifest, example), example, "")]
     rng = np.random.default_rng(seed + 1)
     for size in batch_sizes:
+        if size == out[0][0]:
+            continue  # the example is that size already
         if len(symbols) != 1:
-            shapes = ", ".join(f"{leaf.name}{tuple(leaf.shape)}" for leaf in manifest.inputs)
-            out.append((size, None, f"the artifact has {len(symbols)} symbolic dimensions ({shapes}), expected one "
-                                    "batch dimension: re-export the target with a symbolic batch to time other sizes"))
+            out.append((size, None, f"the artifact has {len(symbols)} symbolic dimensions, expected one batch "
+                                    "dimension: re-export the target with a symbolic batch to time other sizes"))
             continue
         sym = symbols[0]
         if sym in fixed and size not in fixed[sym]:
@@ -98,8 +100,15 @@ def _example_batch(manifest: Manifest, example: dict) -> int | None:
 
 def measure_load(artifacts: Sequence[tuple[str, Path]], config: LoadConfig, device: str = "cpu",
                  timeout: float = 600.0, progress: Callable[[str], None] = lambda _: None) -> LoadResults:
-    """Every artifact under the scenarios of `config`, one worker each, measured one at a time in rotating rounds.
-    A format whose worker fails is that row's failure only."""
+    """Every artifact under the scenarios of `config`, one worker each, measured one at a time in rotating rounds,
+    holding the machine's timing lock alone where a sweep set one (system.timing_lock). A format whose worker fails
+    is that row's failure only."""
+    with machine_share(progress) as machine, machine.exclusive(True):  # a sweep's compares do not time beside it
+        return _measure(artifacts, config, device, timeout, progress)
+
+
+def _measure(artifacts: Sequence[tuple[str, Path]], config: LoadConfig, device: str, timeout: float,
+             progress: Callable[[str], None]) -> LoadResults:
     servers = Servers(device, config.threads, timeout)
     formats: dict[str, _Format] = {}
     failed: dict[str, tuple[str, str]] = {}

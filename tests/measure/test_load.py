@@ -115,6 +115,16 @@ def test_server_result_takes_the_highest_rate_under_the_bound_and_the_rounds_ran
     assert result.points[1].p99_low_ms == pytest.approx(2.0) and result.points[1].p99_high_ms == pytest.approx(30.0)
 
 
+def test_a_lower_rate_over_the_bound_caps_the_max_rate():
+    fast, slow = np.full(200, 2e6), np.full(200, 30e6)
+    runs = {10.0: [ServerRun(slow, 20.0)], 20.0: [ServerRun(fast, 10.0)], 40.0: [ServerRun(fast, 5.0)]}
+    result = server_result(runs, 10.0, "ladder")
+    assert [p.meets_bound for p in result.points] == [False, True, True]
+    assert result.max_rate_per_s is None and result.max_rate_high == 0.0  # 20 and 40 passed above a failure
+    runs[5.0] = [ServerRun(fast, 40.0)]
+    assert server_result(runs, 10.0, "ladder").max_rate_per_s == 5.0
+
+
 def test_server_result_with_no_rate_under_the_bound():
     runs = {10.0: [ServerRun(np.full(100, 50e6), 10.0)]}
     result = server_result(runs, 10.0, "ladder")

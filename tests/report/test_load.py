@@ -95,3 +95,14 @@ def test_the_gate_fails_a_throughput_drop_past_the_threshold_with_rounds_apart()
     assert checks[("c", "throughput")].verdict == "missing"
     # the default threshold (the cross-run latency one, 1.5x) does not flag a 1.43x drop
     assert all(c.verdict != "regression" for c in throughput_checks(base, now, None) if c.backend == "a")
+
+
+def test_a_tie_on_the_ladder_is_ranked_by_the_offline_peak_and_said():
+    import dataclasses
+
+    a = _row("a", 100.0, 100.0, 100.0, 1.0)
+    b = dataclasses.replace(_row("b", 100.0, 100.0, 100.0, 2.0),
+                            offline=[OfflinePoint(None, samples_per_s=900.0, low=850.0, high=950.0)])
+    server, _, differ = verdicts([a, b], 10.0)
+    assert server.startswith("at p99 <= 10 ms, ship b: 100 req/s, the next best a: 100 req/s")
+    assert "same ladder rate" in server and differ is True
