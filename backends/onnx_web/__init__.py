@@ -180,13 +180,19 @@ class OnnxWebBackend(Backend):
         return {**record, "proof": proof, "how": how}
 
 
+_PROBED: list[dict[str, Any]] = []  # the probe's answer in this process: the browser and machine do not change
+
+
 def _probe_webgpu() -> dict[str, Any]:
-    """Whether headless Chromium here offers a WebGPU adapter ({"ok", "reason"}); a probe that cannot launch the
-    browser is an answer too (its reason), not a failed export: the wasm row does not need WebGPU."""
-    try:
-        return webgpu_probe()
-    except Exception as exc:  # noqa: BLE001  (one line in the facts; the load check that follows says the rest)
-        return {"ok": False, "reason": f"the WebGPU probe could not run: {' '.join(str(exc).split())[:300]}"}
+    """Whether headless Chromium here offers a WebGPU adapter ({"ok", "reason"}), probed once per process (a
+    launch costs seconds, and an export worker exports many cases); a probe that cannot launch the browser is an
+    answer too (its reason), not a failed export: the wasm row does not need WebGPU."""
+    if not _PROBED:
+        try:
+            _PROBED.append(webgpu_probe())
+        except Exception as exc:  # noqa: BLE001  (one line in the facts; the load check that follows says the rest)
+            return {"ok": False, "reason": f"the WebGPU probe could not run: {' '.join(str(exc).split())[:300]}"}
+    return dict(_PROBED[0])
 
 
 def _place(source: Path, target: Path) -> None:
