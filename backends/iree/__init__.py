@@ -12,6 +12,7 @@ manifest's native section: the argv of IREE's own native tools (example inputs i
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from multiexport.sdk import (
     ArtifactError,
@@ -27,6 +28,7 @@ from multiexport.sdk import (
     RunError,
     RunOptions,
     Runner,
+    Site,
     leaf_binding,
     module_interface,
     tpu_only,
@@ -51,7 +53,7 @@ from .export import (  # noqa: F401  (STABLEHLO, LIFTED_SOURCE: re-exported, the
     write_files,
 )
 from .facts import IreeFacts
-from .intermediates import iree_intermediates
+from .intermediates import iree_intermediates, reduced_iree
 from .native import IreeConsumer, check_iree_tools
 from .runner import IreeRunner
 from .targets import DEVICE_TARGET, DRIVERS
@@ -150,6 +152,11 @@ class IreeBackend(Backend):
     def _intermediates_impl(self, request: IntermediatesRequest) -> Intermediates:
         """The shipped StableHLO instrumented and re-compiled with the artifact's flags (intermediates.py)."""
         return iree_intermediates(request)
+
+    def _reduced_artifact_impl(self, request: IntermediatesRequest, site: Site, operands: Sequence[Site],
+                               op_module: bytes, out_dir: Path) -> str:
+        """The op alone compiled with the artifact's flags (intermediates.py)."""
+        return reduced_iree(request, op_module, out_dir)
 
 
 def _driver(facts: IreeFacts, directory: Path, target: str) -> str:

@@ -58,3 +58,10 @@ def iree_intermediates(request: IntermediatesRequest) -> Intermediates:
     how = (f"re-compile of the shipped {manifest.files['stablehlo_bytecode']} with every op result returned "
            f"(iree-compile {' '.join(targets)} {' '.join(flags)}), run by iree.runtime local-sync")
     return Intermediates(values=values, how=how, outputs=outputs, own_sites=instrumented.sites, recompiled=True)
+
+
+def reduced_iree(request: IntermediatesRequest, op_module: bytes, out_dir: Path) -> str:
+    """`op.vmfb`: the op alone compiled with the artifact's recorded llvm-cpu flags."""
+    flags = [f for f in request.manifest.format.get("compile_flags", []) if not f.startswith("--iree-cuda")]
+    (out_dir / "op.vmfb").write_bytes(compile_vmfb(op_module, ["llvm-cpu"], flags, " (the located op alone)"))
+    return f"op.vmfb: the op alone compiled by iree-compile llvm-cpu {' '.join(flags)} (run: iree-run-module)"

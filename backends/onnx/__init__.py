@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Sequence
 
 from multiexport.sdk import (
     ArtifactError,
@@ -28,6 +29,7 @@ from multiexport.sdk import (
     RunError,
     RunOptions,
     Runner,
+    Site,
     calibration_facts,
     calibration_feeds,
     embedded,
@@ -51,7 +53,7 @@ from .convert import (
 )
 from .describe import Routed, facts_of, requires_of, versions_of, warnings_of
 from .facts import OnnxFacts
-from .intermediates import onnx_intermediates
+from .intermediates import onnx_intermediates, reduced_onnx
 from .native import ONNX_SESSION_OPTIONS, OrtConsumer, onnx_section
 from .options import EXTERNAL_DATA_THRESHOLD_BYTES, OPSET, OnnxOptions  # noqa: F401  (re-exported)
 from .quantize import quantize
@@ -240,6 +242,11 @@ class OnnxBackend(Backend):
     def _intermediates_impl(self, request: IntermediatesRequest) -> Intermediates:
         """The shipped graph with every mapped tensor as an output, run by ONNX Runtime (intermediates.py)."""
         return onnx_intermediates(request)
+
+    def _reduced_artifact_impl(self, request: IntermediatesRequest, site: Site, operands: Sequence[Site],
+                               op_module: bytes, out_dir: Path) -> str:
+        """The shipped graph cut to the op (intermediates.py)."""
+        return reduced_onnx(request, site, operands, out_dir)
 
 
 BACKEND = OnnxBackend

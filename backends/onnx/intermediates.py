@@ -10,12 +10,13 @@ code is unmapped.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
-from multiexport.sdk import SITE_TABLE_KEY, Intermediates, IntermediatesRequest, RunError, map_sites
+from multiexport.sdk import SITE_TABLE_KEY, Intermediates, IntermediatesRequest, RunError, Site, map_sites
 
 from .runner import session_options
 
@@ -94,3 +95,36 @@ def onnx_intermediates(request: IntermediatesRequest) -> Intermediates:
     how = (f"ONNX Runtime on the shipped {path.name} with {len(set(fetch.values()))} tensors added as graph outputs "
            f"({len(known)} more read from its inputs and initializers)")
     return Intermediates(values=values, unmapped=unmapped, how=how, outputs=outputs)
+
+
+def reduced_onnx(request: IntermediatesRequest, site: Site, operands: Sequence[Site], out_dir: Path) -> str:
+    """`op.onnx`: the shipped graph cut to the nodes computing `site`'s tensor from its operands' tensors (what
+    Polygraphy's `debug reduce` would leave), and `op_inputs.json` naming each input's site."""
+    import onnx
+    from onnx.utils import Extractor
+
+    path = request.manifest.path(Path(request.artifact_dir), "model")
+    model = onnx.load(str(path), load_external_data=True)
+    text = site_table(model)
+    if text is None:
+        return ""
+    tensors, _ = map_sites(text, [site, *operands])
+    if site.key not in tensors:
+        return ""
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = {tensors[o.key].name: o.key for o in operands
+              if o.key in tensors and tensors[o.key].name not in initializers}
+    leaves = [request.manifest.inputs[i] for i in range(len(request.manifest.inputs))]
+    for key in site.operands:  # an input leaf the op reads directly ("arg<i>": the module's argument i)
+        if key.startswith("arg") and int(key[3:]) < len(leaves) and leaves[int(key[3:])].param is not None:
+            inputs[str(leaves[int(key[3:])].param)] = leaves[int(key[3:])].name
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+        cut = Extractor(inferred).extract_model(sorted(inputs), [tensors[site.key].name])
+    except Exception as exc:  # an input that does not separate the op from the rest: say so, write nothing
+        return f"no op.onnx: the graph could not be cut at the op's inputs ({type(exc).__name__})"
+    used = {i.name for i in cut.graph.input}
+    onnx.save(cut, str(out_dir / "op.onnx"))
+    (out_dir / "op_inputs.json").write_text(json.dumps({n: k for n, k in inputs.items() if n in used}, indent=1))
+    return (f"op.onnx: the shipped graph cut to {len(cut.graph.node)} nodes computing {tensors[site.key].name} "
+            f"(inputs named in op_inputs.json)")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from ..errors import BackendUnavailable, InternalError, RunError, UsageError
 from .artifact import Artifact, Availability
@@ -31,7 +31,7 @@ from .static_runner import StaticSizesRunner, models_of
 
 if TYPE_CHECKING:
     from ..leaves import Signature
-    from .intermediates import IntermediatesRequest
+    from .intermediates import IntermediatesRequest, Site
     from .manifest import Manifest
     from .native_consumer import NativeConsumer
 
@@ -261,6 +261,20 @@ class Backend:
         """The artifact's intermediate values (see `intermediates`); by default the format maps none."""
         why = f"cannot map: backend '{self.name}' exposes no intermediate values"
         return Intermediates(values={}, unmapped={s.key: why for s in request.sites}, how=why)
+
+    def reduced_artifact(self, request: "IntermediatesRequest", site: "Site", operands: "Sequence[Site]",
+                         op_module: bytes, out_dir: Path) -> str:
+        """For `locate --reduce`: write into `out_dir` the smallest artifact of this format that computes `site`
+        from `operands` (the sites it reads), cut from the artifact in `request` or made from `op_module` (the op
+        alone as a StableHLO portable artifact); one line saying what was written, or "" when the format makes
+        none (`_reduced_artifact_impl`)."""
+        self.require()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return self._reduced_artifact_impl(request, site, operands, op_module, out_dir)
+
+    def _reduced_artifact_impl(self, request: "IntermediatesRequest", site: "Site", operands: "Sequence[Site]",
+                               op_module: bytes, out_dir: Path) -> str:
+        return ""
 
     # -- to implement -------------------------------------------------------------------------
     def _export_impl(self, job: ExportJob[Any]) -> FormatResult:

@@ -212,7 +212,8 @@ def _locate_one(backend: Any, directory: Path, trial: Trial, reference: Referenc
     work = config.out_dir / "work" / backend.name
     work.mkdir(parents=True, exist_ok=True)
     feed = {leaf.name: trial.feed[leaf.name] for leaf in manifest.inputs if leaf.name in trial.feed}
-    got = backend.intermediates(IntermediatesRequest(directory, manifest, feed, sites, work, RunOptions(threads=1)))
+    request = IntermediatesRequest(directory, manifest, feed, sites, work, RunOptions(threads=1))
+    got = backend.intermediates(request)
     values, unmapped = dict(got.values), dict(got.unmapped)
     notes: dict[str, str] = {}
     if got.own_sites is not None:
@@ -245,7 +246,7 @@ def _locate_one(backend: Any, directory: Path, trial: Trial, reference: Referenc
                              outputs_line, failing, first, culprit, downstream,
                              _verdict(backend.name, first, culprit, failing, mapped, _magnitude(first, errors)))
     if config.reduce and anchor is not None:
-        answer = write_reduced(answer, anchor, reference, values, trial, backend, config.out_dir)
+        answer = write_reduced(answer, anchor, reference, values, trial, backend, request, config.out_dir)
     return answer
 
 

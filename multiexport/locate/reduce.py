@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..errors import MultiexportError
 from ..exporting.instrument import isolate_op
 from ..files.npz import save_npz
 from ..files.paths import safe_component
@@ -24,7 +25,7 @@ from .result import BackendLocation, Finding
 
 
 def write_reduced(answer: BackendLocation, finding: Finding, reference: Reference, got: Mapping[str, Any], trial: Any,
-                  backend: Any, out_dir: Path) -> BackendLocation:
+                  backend: Any, request: Any, out_dir: Path) -> BackendLocation:
     """Write the repro of `finding` for `answer`'s backend; the answer with `reduced` set (or a note why not)."""
     site = finding.site
     where = out_dir / "reduced" / safe_component(f"{answer.backend}-{site.key}")
@@ -52,11 +53,22 @@ def write_reduced(answer: BackendLocation, finding: Finding, reference: Referenc
         (where / "op.mlir").write_text(isolated.text)
     versions = {d: dist_version(d) or "" for d in ("jax", "jaxlib", *getattr(backend, "distributions", ()))}
     (where / "versions.json").write_text(json.dumps(versions, indent=1) + "\n")
-    (where / "README.md").write_text(_readme(answer, finding, isolated.operands, versions))
+    values = {key: np.broadcast_to(np.asarray(got[key]), by_key[key].shape)
+              for key in site.operands if key in got and key in by_key}
+    values.update({reference.arg_leaves[int(k[3:])]: np.asarray(trial.feed[reference.arg_leaves[int(k[3:])]])
+                   for k in site.operands if k.startswith("arg")})
+    save_npz(where / "values.npz", values)
+    operands = [by_key[k] for k in site.operands if k in by_key]
+    try:
+        made = backend.reduced_artifact(request, site, operands, isolated.portable, where)
+    except MultiexportError as exc:
+        made = f"no {backend.name} artifact of the op alone: {exc}"
+    (where / "README.md").write_text(_readme(answer, finding, isolated.operands, versions, made))
     return dataclasses.replace(answer, reduced=str(where))
 
 
-def _readme(answer: BackendLocation, finding: Finding, operands: tuple[str, ...], versions: Mapping[str, str]) -> str:
+def _readme(answer: BackendLocation, finding: Finding, operands: tuple[str, ...], versions: Mapping[str, str],
+            made: str) -> str:
     s, e = finding.site, finding.error
     replay = finding.replay.text if finding.replay else "not replayed"
     lines = [
@@ -71,7 +83,10 @@ def _readme(answer: BackendLocation, finding: Finding, operands: tuple[str, ...]
         "",
         "Files: `op.mlir` / `op.mlirbc` hold the op alone (StableHLO; `op.mlirbc` is a portable artifact), its",
         f"parameters `{', '.join(operands) or 'none'}` of the original module are `arg0..` in `inputs.npz` (the",
-        "artifact's own values), `expected.npz` is what XLA computes from them and `got.npz` what the artifact did.",
+        "artifact's own values), `expected.npz` is what XLA computes from them and `got.npz` what the artifact did;",
+        "`values.npz` holds the artifact's value of each input op by its key, and each input leaf by its name.",
+        "",
+        f"The {answer.backend} artifact of the op alone: {made or 'none made for this format'}.",
         "",
     ]
     return "\n".join(lines)

@@ -5,9 +5,11 @@ the same artifacts unplanted locate nothing. Each artifact is exported once, cop
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import multiexport.exporting  # noqa: F401  (installs the export driver)
@@ -74,6 +76,15 @@ def test_onnx_a_conv_padding_changed_in_the_shipped_graph(target, exported, tmp_
     assert {"op.mlirbc", "inputs.npz", "expected.npz", "got.npz", "README.md", "versions.json"} <= {
         p.name for p in reduced.iterdir()}
     assert CONV1 in (reduced / "README.md").read_text()
+    # the shipped graph cut to the op reproduces the fault on its own: ORT on op.onnx gives what the artifact gave
+    import onnxruntime as ort
+
+    names = json.loads((reduced / "op_inputs.json").read_text())
+    values = np.load(reduced / "values.npz")
+    session = ort.InferenceSession(str(reduced / "op.onnx"), providers=["CPUExecutionProvider"])
+    (cut,) = session.run(None, {n: values[k] for n, k in names.items()})
+    np.testing.assert_allclose(cut, np.load(reduced / "got.npz")["result0"], rtol=1e-5, atol=1e-5)
+    assert np.abs(cut - np.load(reduced / "expected.npz")["result0"]).max() > 0.1  # and XLA's differs
     # compare --locate's report section reads the locate.json this run wrote
     report = tmp_path / "report"
     (report / "locate" / "onnx").mkdir(parents=True)
@@ -100,6 +111,7 @@ def test_iree_a_padding_changed_in_the_compiled_stablehlo(target, exported, tmp_
     culprit = answer.culprit
     assert culprit is not None and culprit.site.op == "stablehlo.convolution"
     assert culprit.site.location.endswith(CONV0)
+    assert (Path(answer.reduced) / "op.vmfb").stat().st_size > 0  # the op alone, compiled with the artifact's flags
 
 
 def test_iree_an_integer_rounding_inserted_after_a_conv(target, exported, tmp_path):
