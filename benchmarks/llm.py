@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 VAL_RANGES = {"decode": ("token", "pos"), "prefill": ("tokens",)}
 
 
@@ -117,6 +119,134 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+MIN_AVAILABLE = 3 << 30  # a child is stopped when the machine's available memory falls under this
+
+
+def _available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 1 << 62
+
+
+def child(argv: list[str], log: Path, timeout: float) -> dict[str, Any]:
+    """Run argv to completion (stdout and stderr to `log`); its exit code, wall seconds and peak RSS (wait4's own
+    figure for this child), stopped with a reason past `timeout` or when available memory falls under 3 GiB."""
+    import os
+    import signal
+
+    t0 = time.perf_counter()
+    stopped = ""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if not stopped and time.perf_counter() - t0 > timeout:
+                stopped = f"stopped after {timeout:g} s"
+            elif not stopped and _available() < MIN_AVAILABLE:
+                stopped = f"stopped: the machine's available memory fell under {MIN_AVAILABLE >> 30} GiB"
+            if stopped:
+                os.killpg(proc.pid, signal.SIGKILL)
+            time.sleep(1)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    text = log.read_text(errors="replace")
+    return {"rc": proc.returncode, "seconds": time.perf_counter() - t0, "peak_rss_bytes": usage.ru_maxrss * 1024,
+            "stopped": stopped, "last": [line for line in text.splitlines() if line.strip()][-1:] or [""],
+            "stdout": text}
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _latency(times_ms: list[float]) -> dict[str, float]:
+    """Median and a 95% interval of the median (order statistics of the sorted sample, binomial)."""
+    import math
+
+    t = sorted(times_ms)
+    n = len(t)
+    half = 1.96 * math.sqrt(n) / 2
+    lo, hi = max(0, int(math.floor(n / 2 - half)) - 1), min(n - 1, int(math.ceil(n / 2 + half)))
+    return {"p50_ms": float(np.median(t)), "ci_low_ms": t[lo], "ci_high_ms": t[hi], "n": n}
+
+
+def per_format(size: str, function: str, out: Path, backends: list[str], timeout: float, iters: int
+               ) -> list[dict[str, Any]]:
+    """The memory-light route: one process at a time (the jax.jit reference, then per format its export and its
+    run from disk), each one's own peak RSS, parity of the example's outputs against the reference."""
+    from multiexport.measure.parity import compare_leaf
+    from multiexport.measure.tolerance import default_tolerance
+
+    spec = f"benchmarks.real_models.llm:llm_{size}_{function}_baked"
+    work = out / function
+    work.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    print(f"[llm] {function}: jax.jit reference", file=sys.stderr, flush=True)
+    ref = child([py, "-m", "benchmarks.llm_worker", "reference", spec, str(work), str(iters)], work / "reference.log",
+                timeout)
+    if ref["rc"] != 0:
+        raise SystemExit(f"the reference failed: {ref['stopped'] or ref['last'][0]} (see {work / 'reference.log'})")
+    info = json.loads(ref["stdout"].strip().splitlines()[-1])
+    weights = info["weights_bytes"]
+    expected = dict(np.load(work / "ref.npz"))
+    rows = [{"function": function, "backend": "jax.jit", "status": "reference", "reason": "", "stored": "-",
+             "weights_bytes": weights, "logits_err": None, "cache_err": None, **_latency(info["times_ms"]),
+             "export_s": None, "artifact_bytes": None, "export_peak_x": None,
+             "run_peak_x": ref["peak_rss_bytes"] / weights, "load_s": info["load_s"], "native": None}]
+    for backend in backends:
+        print(f"[llm] {function}: {backend} export", file=sys.stderr, flush=True)
+        artifact = work / backend
+        exp = child([py, "-m", "multiexport", "export", spec, "--backend", backend, "--out-dir", str(artifact)],
+                    work / f"{backend}.export.log", timeout)
+        row: dict[str, Any] = {"function": function, "backend": backend, "status": "ok", "reason": "", "stored": "-",
+                               "weights_bytes": weights, "logits_err": None, "cache_err": None, "p50_ms": None,
+                               "ci_low_ms": None, "ci_high_ms": None, "n": None, "export_s": exp["seconds"],
+                               "artifact_bytes": None, "export_peak_x": exp["peak_rss_bytes"] / weights,
+                               "run_peak_x": None, "load_s": None, "native": None}
+        rows.append(row)
+        if exp["rc"] != 0:
+            row.update(status="export-failed", reason=exp["stopped"] or exp["last"][0][:300])
+            continue
+        row["artifact_bytes"] = _dir_bytes(artifact)
+        manifest = json.loads((artifact / "manifest.json").read_text())
+        row["stored"] = _stored(manifest.get("weights") or {})
+        print(f"[llm] {function}: {backend} run", file=sys.stderr, flush=True)
+        got_path = work / f"{backend}.got.npz"
+        run = child([py, "-m", "benchmarks.llm_worker", "run", str(artifact), str(work / "feed.npz"), str(got_path),
+                     str(iters)], work / f"{backend}.run.log", timeout)
+        row["run_peak_x"] = run["peak_rss_bytes"] / weights
+        if run["rc"] != 0:
+            row.update(status="run-failed", reason=run["stopped"] or run["last"][0][:300])
+            continue
+        result = json.loads(run["stdout"].strip().splitlines()[-1])
+        row.update(_latency(result["times_ms"]), load_s=result["load_s"])
+        got = dict(np.load(got_path))
+        verdicts = [compare_leaf(name, got.get(name), ref_value, ref_value.dtype.name,
+                                 default_tolerance(ref_value.dtype.name)) for name, ref_value in expected.items()]
+        failed = [v for v in verdicts if not v.passed]
+        logits = [v.stats.err_scale for v in verdicts if v.name == "out.logits" and v.stats.compared]
+        cache = [v.stats.err_scale for v in verdicts if v.name.startswith("out.cache.") and v.stats.compared]
+        row.update(logits_err=max(logits) if logits else None, cache_err=max(cache) if cache else None)
+        if failed:
+            row.update(status="parity-failed", reason="; ".join(v.name for v in failed[:3]))
+        if artifact.exists() and not KEEP:
+            import shutil
+
+            shutil.rmtree(artifact, ignore_errors=True)  # GiBs each: one format's files at a time
+    return rows
+
+
+KEEP = False
+
+
+def _stored(weights: dict[str, Any]) -> str:
+    from multiexport.report.tables import storage_text
+
+    return storage_text(weights)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="tiny", help="llm.py config: tiny or 1b")
@@ -126,10 +256,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per worker")
     parser.add_argument("--native", action="store_true", help="also run each format's native consumer")
     parser.add_argument("--table", type=Path, help="print the tables of a finished run in this directory")
+    parser.add_argument("--per-format", action="store_true",
+                        help="no compare: one process at a time (the jax.jit reference, then each format's export and "
+                             "its run from disk), for a model whose compare does not fit in this machine's memory")
+    parser.add_argument("--iters", type=int, default=10, help="timed calls per format (--per-format)")
+    parser.add_argument("--keep", action="store_true", help="keep each format's artifact (--per-format)")
     args = parser.parse_args(argv)
+    global KEEP
+    KEEP = args.keep
     out = args.table or args.out
     functions = [f for f in args.functions.split(",") if f]
     walls: dict[str, float] = {}
+    if args.per_format:
+        from multiexport.exporting.registry import default_names
+
+        backends = default_names() if args.backends == "all" else args.backends.split(",")
+        rows = []
+        for function in functions:
+            t0 = time.perf_counter()
+            rows += per_format(args.size, function, out, backends, args.timeout, args.iters)
+            walls[function] = time.perf_counter() - t0
+            (out / "llm.json").write_text(json.dumps({"size": args.size, "mode": "per-format",
+                                                      "wall_s": walls, "rows": rows}, indent=1))
+        print(table(rows))
+        return 0
     if not args.table:
         out.mkdir(parents=True, exist_ok=True)
         for function in functions:
