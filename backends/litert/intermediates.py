@@ -17,6 +17,7 @@ import numpy as np
 
 from multiexport.sdk import ArtifactError, Intermediates, IntermediatesRequest, RunError
 
+from .dependencies import contradictions
 from .runner import signature_of
 from .tensor_names import SiteRef, TensorRef, pair, site_names
 
@@ -34,18 +35,24 @@ def litert_intermediates(request: IntermediatesRequest) -> Intermediates:
     _feed(interpreter, sig, manifest, request.feed, directory)
     tensors, values = _read_tensors(interpreter)
     sites = [SiteRef(key=s.key, names=site_names(s.scope, s.name), op=s.op, shape=tuple(s.shape),
-                     dtype=s.dtype, parents=tuple(o for o in s.operands if o.startswith("op")))
+                     dtype=s.dtype, parents=tuple(o for o in s.operands if o.startswith(("op", "arg"))))
              for s in request.sites]
     found = pair(sites, tensors)
+    # the reference's argument i is input leaf i (every leaf kept); the .tflite's input tensors by signature alias
+    args = {leaf.param: f"arg{i}" for i, leaf in enumerate(manifest.inputs) if leaf.param is not None}
+    sources = {index: args[alias] for alias, index in sig["inputs"].items() if alias in args}
+    dropped = contradictions(found.pairs, sites, tensors, sources)
+    pairs = {key: index for key, index in found.pairs.items() if key not in dropped}
     outputs = {leaf.name: np.array(interpreter.get_tensor(sig["outputs"][str(leaf.param)]))
                for leaf in manifest.outputs}
     import ai_edge_litert
 
     how = (f"ai_edge_litert {ai_edge_litert.__version__} Interpreter on the shipped {manifest.files['model']} with "
-           f"experimental_preserve_all_tensors (XNNPACK delegating op by op); {len(found.pairs)} of "
-           f"{len(request.sites)} ops paired with a tensor by the name the converter gave it (the op's location)")
-    return Intermediates(values={key: values[index] for key, index in found.pairs.items()},
-                         unmapped=dict(found.unmapped), how=how, outputs=outputs)
+           f"experimental_preserve_all_tensors (XNNPACK delegating op by op); {len(pairs)} of "
+           f"{len(request.sites)} ops paired with a tensor by the name the converter gave it (the op's location) and "
+           "the same inputs and paired ancestors")
+    return Intermediates(values={key: values[index] for key, index in pairs.items()},
+                         unmapped={**found.unmapped, **dropped}, how=how, outputs=outputs)
 
 
 def _open(path: str, threads: int) -> Any:

@@ -115,9 +115,9 @@ def pair(sites: Sequence[SiteRef], tensors: Sequence[TensorRef]) -> Pairing:
     ambiguous: dict[str, str] = {}
     site_parents = {s.key: s.parents for s in sites}
     tensor_parents = _tensor_parents(tensors)
-    for candidates, claimants in groups.values():
+    for (name, _, _), (candidates, claimants) in groups.items():
         for part_sites, part_tensors in _split_by_kind(candidates, claimants):
-            found = _pair_group(part_sites, part_tensors, site_parents, tensor_parents)
+            found = _pair_group(name, part_sites, part_tensors, site_parents, tensor_parents)
             if isinstance(found, str):
                 for site in part_sites:
                     ambiguous[site.key] = found
@@ -153,12 +153,11 @@ def _split_by_kind(sites: list[SiteRef], tensors: list[TensorRef]) -> list[tuple
     return [part for part in (shaping, computing) if part[0]]
 
 
-def _pair_group(sites: list[SiteRef], tensors: list[TensorRef], site_parents: Mapping[str, Sequence[str]],
+def _pair_group(name: str, sites: list[SiteRef], tensors: list[TensorRef], site_parents: Mapping[str, Sequence[str]],
                 tensor_parents: Mapping[int, Sequence[int]]) -> dict[str, int] | str:
     """site key -> tensor index for one group of one name, shape and dtype, or why it cannot be paired."""
     if not tensors:
         return {}
-    name = tensors[0].name.split(";", 1)[0]
     if len(sites) == 1 and len(tensors) == 1:
         return {sites[0].key: tensors[0].index}
     if len(sites) != len(tensors):
@@ -214,7 +213,8 @@ def _why(site: SiteRef, fused: TensorRef | None, tensors: Sequence[TensorRef], h
     if same:
         shapes = sorted({f"{list(t.shape)} {t.dtype}" for t in same})
         return (f"cannot map: the .tflite tensors named after this op have {', '.join(shapes[:3])}, not its "
-                f"{list(site.shape)} {site.dtype} (the converter re-laid it out or computes it in parts)")
+                f"{list(site.shape)} {site.dtype}: they hold another op of the same name (jax names an operand's "
+                "reshape or broadcast after its consumer) or a layout the converter made")
     if not any(site.names):
         return "cannot map: the op has no location name, so no .tflite tensor is named after it"
     return (f"cannot map: no .tflite tensor is named '{site.names[-1]}' (the converter folded the op into a constant "

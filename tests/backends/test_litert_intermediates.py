@@ -3,7 +3,8 @@ with the reference's ops by the names the TFLite converter writes, and faults pl
 transposed conv kernel, a changed constant) located at the op and source line of the example CNN.
 
 The pairing rules are tested on their own too: a chain of same-named ops pairs in dependency order, parallel
-ones or unequal counts do not pair, a fused tensor holds its root op's value only."""
+ones or unequal counts do not pair, a fused tensor holds its root op's value only, and a tensor the converter
+rewrote under an op's name (a folded BatchNorm) is not taken for that op's value."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 
 from multiexport import Target, api
 from multiexport.backends.litert import LiteRTBackend
+from multiexport.backends.litert.dependencies import contradictions
 from multiexport.backends.litert.tensor_names import SiteRef, TensorRef, fused_parts, pair, site_names
 from multiexport.examples.flax_models import CNN, cnn
 from multiexport.exporting import Manifest, RunOptions
@@ -196,3 +198,34 @@ def test_site_names_without_the_cores_name_fall_back_to_the_scope():
     assert site_names("jit(f)/CNN/Conv_0/add", "") == ("jit(f)/CNN/Conv_0/add",)
     assert site_names("jit(f)/CNN/jit(relu)/max", "") == ("jit(f)/CNN/jit(relu)/max", "max")
     assert site_names("jit(f)/CNN/jit(relu)", "max") == ("max",)
+
+
+def test_a_rewritten_tensor_under_an_ops_name_is_dropped():
+    """keras' BatchNorm with its statistics as inputs (arg1 mean, arg2 gamma, arg3 beta): jax broadcasts beta under
+    the name of the add that uses it; the converter folds `(x - mean) * g + beta` into `x * g + (beta - mean * g)` and
+    names the ADD computing `beta - mean * g` after that add too, with beta's broadcast shape (seen in MobileNetV2)."""
+    sites = [_site("op1", "bn/mul", ("arg2",), op="stablehlo.multiply", shape=(1, 4)),
+             _site("op2", "bn/add", ("arg3",), op="stablehlo.broadcast_in_dim", shape=(1, 4)),
+             _site("op3", "bn/sub", ("arg0", "arg1"), op="stablehlo.subtract"),
+             _site("op4", "bn/mul2", ("op3", "op1"), op="stablehlo.multiply"),
+             _site("op5", "bn/add2", ("op4", "op2"), op="stablehlo.add")]
+    tensors = [_tensor(10, "bn/mul", (2,), producer="MUL", shape=(1, 4)),
+               _tensor(11, "bn/neg", (1,), producer="NEG", shape=(1, 4)),
+               _tensor(12, "bn/add;bn/reshape", (11, 10, 3), producer="ADD", shape=(1, 4)),
+               _tensor(13, "bn/mul2", (0, 10), producer="MUL"),
+               _tensor(14, "bn/add2", (13, 12), producer="ADD")]
+    sources = {0: "arg0", 1: "arg1", 2: "arg2", 3: "arg3"}
+    found = pair(sites, tensors)
+    assert found.pairs["op2"] == 12  # by name, shape and dtype alone: the wrong tensor
+    dropped = contradictions(found.pairs, sites, tensors, sources)
+    assert "op2" in dropped and "computed from other inputs (also arg1, arg2)" in dropped["op2"]
+    assert "op1" not in dropped and "op5" not in dropped  # true pairs stand: same inputs, same paired ancestors
+
+
+def test_a_pair_whose_paired_ancestors_disagree_is_dropped():
+    sites = [_site("op1", "a", ("arg0",)), _site("op2", "b", ("arg0",)), _site("op3", "c", ("op1",))]
+    tensors = [_tensor(10, "a", (0,)), _tensor(11, "b", (0,)), _tensor(12, "c", (11,))]  # c computed from b
+    found = pair(sites, tensors)
+    assert found.pairs == {"op1": 10, "op2": 11, "op3": 12}
+    dropped = contradictions(found.pairs, sites, tensors, {0: "arg0"})
+    assert set(dropped) == {"op3"} and "contradicts the pairing of op1, op2" in dropped["op3"]
