@@ -85,15 +85,20 @@ def _feed(interpreter: Any, sig: dict[str, dict[str, int]], manifest: Any, feed:
 
 
 def _read_tensors(interpreter: Any) -> tuple[list[TensorRef], dict[int, np.ndarray]]:
-    """Every tensor an op of the main subgraph produces (DELEGATE nodes aside), with its value."""
+    """Every tensor an op of the main subgraph produces (DELEGATE nodes aside) that this run materialized, with its
+    value. In this mode XNNPACK delegates op by op (measured: the example CNN's 3 partitions become 8, one per op),
+    so each delegated op's output is its partition's output; should a partition hold several ops, the tensors
+    inside it are never written, and only the partitions' outputs are read."""
+    ops = interpreter._get_ops_details()
+    kept = _materialized(ops)
     refs: list[TensorRef] = []
     values: dict[int, np.ndarray] = {}
-    for order, op in enumerate(interpreter._get_ops_details()):
+    for order, op in enumerate(ops):
         if op["op_name"] == "DELEGATE":
             continue
         inputs = tuple(int(i) for i in op["inputs"] if i >= 0)
         for index in (int(i) for i in op["outputs"]):
-            if index in values:
+            if index in values or (kept is not None and index not in kept):
                 continue
             details = interpreter._get_tensor_details(index, 0)
             try:
@@ -105,6 +110,24 @@ def _read_tensors(interpreter: Any) -> tuple[list[TensorRef], dict[int, np.ndarr
                                   dtype=value.dtype.name, producer=str(op["op_name"]), order=order, inputs=inputs))
             values[index] = value
     return refs, values
+
+
+def _materialized(ops: list[dict[str, Any]]) -> set[int] | None:
+    """None when every DELEGATE node runs one op (every op's output is then written), else the tensors known to be
+    written: a partition's outputs, and its inputs that an op outside it made (a partition of several ops writes no
+    tensor inside it)."""
+    producer = {int(o): i for i, op in enumerate(ops) if op["op_name"] != "DELEGATE" for o in op["outputs"]}
+    delegates = [op for op in ops if op["op_name"] == "DELEGATE"]
+    single = True
+    for node in delegates:
+        makers = {producer.get(int(o)) for o in node["outputs"]}
+        maker = next(iter(makers)) if len(makers) == 1 else None
+        if maker is None or not {int(i) for i in node["inputs"] if i >= 0} <= {int(i) for i in ops[maker]["inputs"]}:
+            single = False
+    if single:
+        return None
+    # partitions' outputs, and what TFLite's own kernels wrote for a partition to read
+    return {int(t) for node in delegates for t in (*node["outputs"], *node["inputs"]) if int(t) in producer}
 
 
 def _dequantized(value: np.ndarray, details: dict[str, Any]) -> np.ndarray:

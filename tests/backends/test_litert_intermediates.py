@@ -21,6 +21,7 @@ import pytest
 from multiexport import Target, api
 from multiexport.backends.litert import LiteRTBackend
 from multiexport.backends.litert.dependencies import contradictions
+from multiexport.backends.litert.intermediates import _materialized
 from multiexport.backends.litert.tensor_names import SiteRef, TensorRef, fused_parts, pair, site_names
 from multiexport.examples.flax_models import CNN, cnn
 from multiexport.exporting import Manifest, RunOptions
@@ -229,3 +230,12 @@ def test_a_pair_whose_paired_ancestors_disagree_is_dropped():
     assert found.pairs == {"op1": 10, "op2": 11, "op3": 12}
     dropped = contradictions(found.pairs, sites, tensors, {0: "arg0"})
     assert set(dropped) == {"op3"} and "contradicts the pairing of op1, op2" in dropped["op3"]
+
+
+def test_tensors_inside_a_partition_of_several_ops_are_not_read():
+    add, mul = {"op_name": "ADD", "inputs": [0, 1], "outputs": [2]}, {"op_name": "MUL", "inputs": [2, 1], "outputs": [3]}
+    one_by_one = [add, mul, {"op_name": "DELEGATE", "inputs": [0, 1], "outputs": [2]},
+                  {"op_name": "DELEGATE", "inputs": [2, 1], "outputs": [3]}]
+    assert _materialized(one_by_one) is None  # every op its own partition: all written
+    together = [add, mul, {"op_name": "DELEGATE", "inputs": [0, 1], "outputs": [3]}]
+    assert _materialized(together) == {3}  # the ADD's tensor 2 lives inside the partition: never written
