@@ -90,6 +90,7 @@ def located(target: Target, directory: Path, out: Path):
 
 
 @needs_litert
+@pytest.mark.slow  # two exports of the example CNN and two locates: ~60 s shared
 def test_mapped_tensors_hold_the_reference_values(artifacts, tmp_path):
     target, directory = artifacts["cnn"]
     sig = build_signature(target)
@@ -115,6 +116,7 @@ def test_mapped_tensors_hold_the_reference_values(artifacts, tmp_path):
 
 
 @needs_litert
+@pytest.mark.slow  # two exports of the example CNN and two locates: ~60 s shared
 def test_locate_names_a_transposed_conv_kernel(artifacts, tmp_path):
     target, directory = artifacts["cnn_baked"]
     bad = planted(directory, tmp_path / "bad", "jit(cnn_baked)/CNN/Conv_1/conv_general_dilated",
@@ -131,6 +133,7 @@ def test_locate_names_a_transposed_conv_kernel(artifacts, tmp_path):
 
 
 @needs_litert
+@pytest.mark.slow  # two exports of the example CNN and two locates: ~60 s shared
 def test_locate_names_a_changed_constant(artifacts, tmp_path):
     target, directory = artifacts["cnn"]
     bad = planted(directory, tmp_path / "bad", "jit(cnn)/CNN/div", lambda scale: scale * 64 / 60)  # mean over 60

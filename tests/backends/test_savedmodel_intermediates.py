@@ -29,7 +29,8 @@ from multiexport.locate.reference import build_reference
 from .test_litert_intermediates import cnn_baked
 
 _status = SavedModelBackend().available()
-pytestmark = pytest.mark.skipif(not _status.ok, reason=f"savedmodel backend unavailable: {_status.reason}")
+pytestmark = [pytest.mark.skipif(not _status.ok, reason=f"savedmodel backend unavailable: {_status.reason}"),
+              pytest.mark.slow]  # three exports and a locate: ~60 s
 
 
 @pytest.fixture(scope="module")
