@@ -51,8 +51,13 @@ def litert_intermediates(request: IntermediatesRequest) -> Intermediates:
            f"experimental_preserve_all_tensors (XNNPACK delegating op by op); {len(pairs)} of "
            f"{len(request.sites)} ops paired with a tensor by the name the converter gave it (the op's location) and "
            "the same inputs and paired ancestors")
+    ops = {s.key: s.op for s in request.sites}
+    by_index = {t.index: t for t in tensors}
+    notes = {key: (f"the .tflite computes this in {by_index[pairs[key]].producer} '{by_index[pairs[key]].name}', "
+                   f"fused with {', '.join(f'{ops[k]} ({k})' for k in parts)}")
+             for key, parts in found.fused.items() if key in pairs}
     return Intermediates(values={key: values[index] for key, index in pairs.items()},
-                         unmapped={**found.unmapped, **dropped}, how=how, outputs=outputs)
+                         unmapped={**found.unmapped, **dropped}, how=how, outputs=outputs, notes=notes)
 
 
 def _open(path: str, threads: int) -> Any:

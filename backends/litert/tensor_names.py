@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 _COUNTER = re.compile(r"\d+$")
@@ -69,10 +69,12 @@ class TensorRef:
 
 @dataclass(frozen=True)
 class Pairing:
-    """pairs: site key -> tensor index. unmapped: site key -> "cannot map: why" for every other site."""
+    """pairs: site key -> tensor index. unmapped: site key -> "cannot map: why" for every other site. fused: paired
+    site key -> the unpaired sites the converter fused into its tensor (named in it, and feeding the site)."""
 
     pairs: Mapping[str, int]
     unmapped: Mapping[str, str]
+    fused: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def site_names(scope: str, name: str = "") -> tuple[str, ...]:
@@ -129,7 +131,12 @@ def pair(sites: Sequence[SiteRef], tensors: Sequence[TensorRef]) -> Pairing:
         if site.key in pairs:
             continue
         unmapped[site.key] = ambiguous.get(site.key) or _why(site, fused_into.get(site.key), tensors, holder)
-    return Pairing(pairs, unmapped)
+    fused: dict[str, list[str]] = defaultdict(list)
+    for part, tensor in fused_into.items():
+        root = holder.get(tensor.index)
+        if root is not None and part not in pairs and _reaches(root, part, site_parents):
+            fused[root].append(part)
+    return Pairing(pairs, unmapped, {k: tuple(sorted(v, key=_site_order)) for k, v in fused.items()})
 
 
 def _resolve(tensor_name: str, by_name: Mapping[str, list[SiteRef]]) -> str | None:

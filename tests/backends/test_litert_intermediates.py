@@ -129,6 +129,7 @@ def test_locate_names_a_transposed_conv_kernel(artifacts, tmp_path):
     assert first.location.endswith("flax_models.py:92")
     assert answer.culprit is not None and answer.culprit.site.key == first.key
     assert any("CONV_2D 'max;jit(cnn_baked)/CNN/Conv_1/conv_general_dilated'" in why for why in answer.unmapped)
+    assert "fused with stablehlo.convolution" in answer.first.error.note  # the planted op, named
     assert "flax_models.py:92" in answer.verdict
 
 
@@ -185,7 +186,7 @@ def test_a_fused_tensor_holds_its_root_op_only():
     sites = [_site("op1", "f/conv", op="stablehlo.convolution"), _site("op2", "f/add", ("op1",), op="stablehlo.add"),
              _site("op3", "max", ("op2",))]
     found = pair(sites, [_tensor(10, "max;f/add;f/conv", producer="CONV_2D")])
-    assert found.pairs == {"op3": 10}
+    assert found.pairs == {"op3": 10} and found.fused == {"op3": ("op1", "op2")}
     assert "fused this op into CONV_2D 'max;f/add;f/conv'" in found.unmapped["op1"]
     assert fused_parts("max;f/add;f/reshape2") == ["max", "f/add", "f/reshape"]
 
