@@ -60,12 +60,17 @@ def test_outputs_by_leaf_name_match_jax_jit_in_the_page(make, tmp_path):
 
 @needs_browser
 def test_the_seed_takes_only_the_leaf_it_reads_and_times_in_the_page(tmp_path):
+    """Also: the export records whether headless Chromium offered WebGPU (an adapter, here SwiftShader's software
+    one, or why none) in the manifest and the runner's facts, where the report's browser line reads it."""
     sig, artifact = export(examples.seed(), tmp_path / "a")
     assert artifact.manifest.format["graph_inputs"] == ["foo.baz"]
+    probe = artifact.manifest.format["webgpu"]
+    assert set(probe) == {"ok", "reason"} and probe["reason"]
     with OnnxWebBackend().load(artifact.directory) as runner:
         feed = {"foo.bar": np.zeros(10, np.int32), "foo.baz": np.arange(10, dtype=np.int32)}
         assert int(runner(feed)["out"]) == 45
         samples = runner.time_in_page(runner.prepare(feed), warmup=2, min_calls=7, max_calls=7, seconds=0.0)
+        assert runner.describe()["webgpu"] == probe
     assert samples.dtype == np.int64 and samples.size == 7 and (samples >= 0).all()
 
 
@@ -263,13 +268,3 @@ def test_model_files_over_the_wasm_heap_are_refused_at_export_with_a_size_limit_
     assert info.value.category == "size-limit"
     assert "the model's files are 4.00 GiB, over wasm32's 4 GiB address space" in str(info.value)
 
-
-@needs_browser
-def test_the_export_records_whether_webgpu_was_offered(tmp_path):
-    """The WebGPU probe's answer is in the manifest and in the runner's facts (the report's WebGPU line reads it):
-    an adapter (here SwiftShader's software one) or why none."""
-    _, artifact = export(examples.seed(), tmp_path / "a")
-    probe = artifact.manifest.format["webgpu"]
-    assert set(probe) == {"ok", "reason"} and probe["reason"]
-    with OnnxWebBackend().load(artifact.directory) as runner:
-        assert runner.describe()["webgpu"] == probe
