@@ -222,3 +222,13 @@ def test_the_browser_line_says_whether_webgpu_was_offered_and_why_not():
     web.bench.runner.update(webgpu={"ok": True, "reason": "adapter google swiftshader"})
     assert "(a software adapter on the CPU: its figures are not a GPU's); time it with --backend-option " \
            "onnx-web.execution_provider=webgpu." in deploy_section(res).notes[0]  # type: ignore[union-attr]
+
+
+def test_without_deploy_the_terminal_has_a_line_per_target():
+    from multiexport.report.deploy_report import deploy_lines
+
+    lines = deploy_lines(results(row("litert", p50=0.5, lo=0.45, hi=0.55), row("onnx")))
+    assert len(lines) == len(TARGETS)
+    assert "deploy python-server: For a Python server: ship litert via ai_edge_litert, p50 500 us, 2.00x faster " \
+           "than onnx (from the two medians [1.64-2.44])." in lines
+    assert "deploy browser: not judged, none of its consumers ran (compare --deploy browser runs what it needs)" in lines
