@@ -41,6 +41,7 @@ class Status(str, Enum):
     INTERNAL_ERROR = "internal-error"
     SIZE_UNSUPPORTED = "size-unsupported"
     NOT_RUN = "not-run"
+    INSUFFICIENT_MEMORY = "insufficient-memory"
 
     @property
     def meaning(self) -> str:
@@ -99,6 +100,9 @@ MEANING: dict[Status, str] = {
     Status.SIZE_UNSUPPORTED: "the artifact does not support this size (it was built for other sizes only); not "
                              "checked and not timed there",
     Status.NOT_RUN: "not run, because an earlier step of this row failed",
+    Status.INSUFFICIENT_MEMORY: "not started: the compare's memory plan, before any export, found that this "
+                                "backend's export or runner alone needs more memory than is available (the row "
+                                "says how much each needs)",
 }
 
 EXIT: dict[Status, int] = {

@@ -12,11 +12,10 @@ load compiled (signature/factory_cache.py). Each export returns its outcome (`ou
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..environment import tpu_presence
 from ..errors import BackendUnavailable, ExportError, MultiexportError, present
@@ -26,20 +25,23 @@ from ..exporting.native_section import consumer_for
 from ..exporting.pipeline import export_artifact
 from ..exporting.precision import check_weights_quantizable, needs_calibration, split_variant
 from ..exporting.registry import backend_class, get_backend
+from ..measure.bench import memory_now
 from ..measure.plan import sizes_checked
 from ..results import Binding, Status
 from ..results.schema import to_data
 from ..run.export_pool import ExportJob, WorkerPlan, export_in_workers, plan_workers
 from ..run.messages import encode
+from .memory_plan import MemoryPlan, available_now, footprints, plan_memory
 from .outcomes import Exported, Failure
 from .stages import Context, Prepared
 
-__all__ = ["WorkerPlan", "export_all", "export_groups", "export_jobs", "plan_workers"]
+__all__ = ["WorkerPlan", "export_all", "export_groups", "export_jobs", "plan_for", "plan_workers", "say_plan"]
 
 
-def export_all(ctx: Context, prep: Prepared) -> dict[str, Exported | Failure]:
+def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None) -> dict[str, Exported | Failure]:
     """Every export the compare asks for: {backend: its artifact, or why there is none} (a row the gate
-    stops, before any export, is a `Failure` of stage "gate")."""
+    stops, before any export, is a `Failure` of stage "gate"; one the memory plan refuses, of status
+    insufficient-memory). memory: the plan `plan_for` made (else made here, with no early workers)."""
     done: dict[str, Exported | Failure] = {}
     todo = []
     for name in ctx.config.backends:
@@ -51,15 +53,21 @@ def export_all(ctx: Context, prep: Prepared) -> dict[str, Exported | Failure]:
             todo.append(name)
     if not todo:
         return done
+    memory = memory if memory is not None else plan_for(ctx, prep, {})
+    for name in [n for n in todo if n in memory.refused]:
+        done[name] = Failure("gate", Status.INSUFFICIENT_MEMORY.value, memory.refused[name])
+        todo.remove(name)
+    if not todo:
+        return {name: done[name] for name in ctx.config.backends if name in done}
     groups = export_groups(todo)
-    jobs = export_jobs(ctx, prep, len(groups))
+    jobs = export_jobs(ctx, prep, len(groups), memory)
     if ctx.spec is None:  # no TARGET string: in this process, one after another
         for name in (n for g in groups for n in g):
             stage = _builds_on(name)
             staged = done.get(stage) if stage is not None else None
             done[name] = _in_process(ctx, prep, name, staged.artifact if isinstance(staged, Exported) else None)
         return {name: done[name] for name in ctx.config.backends if name in done}
-    if not ctx.config.export_jobs and _by_memory(prep) < min(len(groups), ctx.threads):
+    if not ctx.config.export_jobs and memory.exports_at_once < min(len(groups), ctx.threads):
         # Memory, not cores, limits the overlap: a pooled worker would hold every framework it exported with
         # at once, so each group gets a fresh worker, queued for a slot.
         plans = [WorkerPlan(tuple(group)) for group in groups]
@@ -93,21 +101,31 @@ def _stage_in(names: list[str], name: str) -> str | None:
     return stage if stage in names[:names.index(name)] else None
 
 
-def export_jobs(ctx: Context, prep: Prepared, count: int) -> int:
-    """How many exports may overlap: the cores, and what memory allows (~3x the weights per export)."""
+def export_jobs(ctx: Context, prep: Prepared, count: int, memory: MemoryPlan | None = None) -> int:
+    """How many exports may overlap: the cores, and what memory allows (the memory plan's
+    `exports_at_once`: ~3x the weights + 1 GiB per export)."""
     if ctx.config.export_jobs:
         return min(ctx.config.export_jobs, max(count, 1))
-    return max(1, min(count, ctx.threads, _by_memory(prep)))
+    memory = memory if memory is not None else plan_for(ctx, prep, {})
+    return max(1, min(count, ctx.threads, memory.exports_at_once))
 
 
-def _by_memory(prep: Prepared) -> int:
-    """How many exports memory allows at once (~3x the weights each, plus 1 GiB for the frameworks)."""
+def plan_for(ctx: Context, prep: Prepared, early: Mapping[str, int]) -> MemoryPlan:
+    """The memory plan of this compare's exports (`memory_plan.plan_memory`), beside the live early workers
+    `early` (name -> resident bytes), from the memory available now and this process's resident size."""
     weights = int(prep.sig.weights.get("baked_bytes", 0)) + int(prep.sig.weights.get("input_bytes", 0))
-    try:
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        available = 8 << 30
-    return max(1, int(available // max(3 * weights + (1 << 30), 1)))
+    names = [n for n in ctx.config.backends if n not in prep.device.excluded]
+    available, source = available_now()
+    return plan_memory(weights, available, int(memory_now()["rss_bytes"]), export_groups(names), early,
+                       footprints(names), source)
+
+
+def say_plan(ctx: Context, memory: MemoryPlan) -> None:
+    """The plan as one progress line, before the exports, when memory changes anything (a backend not
+    started, the early workers closed, fewer exports at once than the cores allow)."""
+    groups = len(export_groups([n for n in memory.export_need if n not in memory.refused]))
+    if memory.refused or memory.close_early or memory.exports_at_once < min(groups, ctx.threads):
+        ctx.progress(memory.summary())
 
 
 def _options(ctx: Context, prep: Prepared, name: str, stage_artifact: str | None) -> ExportOptions:

@@ -26,14 +26,16 @@ from ..run.rundir import claim_run_dir, mark, mark_in_place
 from ..system.process import stop_requested
 from ..system.timing_lock import MachineLock, machine_share
 from .check import check_row
-from .exports import export_all
+from .exports import export_all, plan_for, say_plan
 from .outcomes import Failure, RowOutcomes, exported_artifacts
 from .prepare import plan_devices, prepare
 from .row import build_rows
 from .stages import Context, Prepared, Rows, Timing, Workers
 from .timing import (
     bench_reference,
+    close_early,
     compute_figures,
+    early_rss,
     paired_rounds,
     plan_timing,
     prespawn,
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from ..results import BenchResult, Pairing
     from ..run.devices import DevicePlan
     from .config import CompareConfig
+    from .memory_plan import MemoryPlan
     from .timing import EarlyWorkers
 
 
@@ -79,6 +82,7 @@ class _Run:
         self.prepared: Prepared | None = None
         self.pairing: Pairing | None = None
         self.reference_bench: BenchResult | None = None
+        self.memory: MemoryPlan | None = None
 
     def rows(self, interrupted: bool = False) -> Rows:
         """The rows as the outcomes so far make them."""
@@ -143,7 +147,13 @@ class _Run:
                     outcomes[name] = dataclasses.replace(outcomes[name], failure=failure)
                 return
             workers = recheck_prespawn(workers, prep)
-            for name, export in export_all(ctx, prep).items():
+            # before any export: what cannot fit even alone is refused, the early workers closed if the exports
+            # need their memory
+            self.memory = memory = plan_for(ctx, prep, early_rss(workers))
+            say_plan(ctx, memory)
+            if memory.close_early:
+                workers = close_early(workers)
+            for name, export in export_all(ctx, prep, memory).items():
                 outcomes[name] = dataclasses.replace(outcomes[name], export=export)
             artifacts = exported_artifacts(outcomes, ctx.config.backends)
             tm = plan_timing(ctx, prep, artifacts, workers)
@@ -182,7 +192,8 @@ class _Run:
             backends=self.rows(interrupted), reference=reference, environment=dict(prep.environment) if prep is not None else {},
             out_dir=str(ctx.out), device=self.device.to_json() if self.device is not None else {},
             interrupted=interrupted, state="interrupted" if interrupted else "finished", config=ctx.config.to_json(),
-            pairing=self.pairing, timeline=ctx.timeline.steps())
+            pairing=self.pairing, timeline=ctx.timeline.steps(),
+            memory=self.memory.to_json() if self.memory is not None else {})
         return _write(ctx, results)
 
 

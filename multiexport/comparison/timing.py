@@ -251,3 +251,21 @@ def compute_figures(pairing: Pairing | None, rows: Rows, reference: BenchResult 
         peak = reference.extra.get("peak_gflops")
         pairing.peak_gflops, pairing.peak_how = peak, reference.extra.get("peak_how", "")
     set_compute_figures(benches, reference, peak)
+
+
+def early_rss(workers: Workers) -> dict[str, int]:
+    """The resident size of each live paired worker started early (name -> bytes; "jax": the reference's),
+    what the memory plan frees by closing them."""
+    from .memory_plan import rss_of
+
+    if workers.servers is None:
+        return {}
+    return {name: rss_of(server.proc.pid) for name, server in workers.servers.alive.items()}
+
+
+def close_early(workers: Workers) -> Workers:
+    """Close the paired workers started early (the memory plan needs their memory for the exports); the
+    timing plan starts each again (`plan_timing`, `start_servers`), or times one after another."""
+    if workers.servers is not None:
+        workers.servers.close()
+    return Workers(None, workers.available_before)

@@ -209,6 +209,9 @@ class Results:
     pairing: how latency was measured across runners (paired rounds or sequential), with every ratio.
     timeline: the compare's own steps in order (target build, exports, loads, parity, rounds), so a slow
         compare says where its seconds went.
+    memory: the memory plan made before the exports (comparison.memory_plan.MemoryPlan.to_json: the weights,
+        the memory available, each backend's expected export and runner peak, exports at once, early workers
+        closed, the backends not started and why); empty when no export was planned.
     """
 
     target: str
@@ -224,6 +227,7 @@ class Results:
     config: dict[str, Any] = field(default_factory=dict)
     pairing: Pairing | None = None
     timeline: list[Step] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)
 
     def exit_code_allowing(self, allow_fail: Sequence[str] = ()) -> int:
         """The worst row's exit code: 0 faithful, 1 parity failed, 2 target at fault, 3 backend failed, 70 bug;
