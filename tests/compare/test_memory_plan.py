@@ -32,7 +32,7 @@ def _plan(weights, available, early=None, footprint=None, groups=GROUPS):
 
 
 def test_a_small_model_beside_its_early_workers_overlaps_every_export():
-    plan = _plan(1 * GIB, 16 * GIB, early={"jax": 3 * GIB, "xla": GIB // 2})
+    plan = _plan(1 * GIB, 16 * GIB, early={"jax": 7 * GIB // 2, "xla": GIB // 2})  # the reference grown to its footprint
     assert plan.export_need["xla"] == 4 * GIB  # 3x the weights + 1 GiB
     assert not plan.refused and not plan.close_early
     assert plan.exports_at_once == 4  # 16 GiB / 4 GiB, and there are 4 groups
@@ -45,7 +45,7 @@ def test_fewer_exports_at_once_when_memory_allows_fewer():
 
 
 def test_the_early_workers_close_when_only_their_memory_lets_the_largest_export_fit():
-    # 4 GiB of weights: an export needs 13 GiB; the reference worker (1 GiB now) will still grow to 8.75 GiB
+    # 4 GiB of weights: an export needs 13 GiB; the reference worker (1 GiB now) will still grow to 10.75 GiB
     early = {"jax": 1 * GIB, "xla": GIB // 2}
     plan = _plan(4 * GIB, 12 * GIB, early=early)
     assert plan.close_early and plan.exports_at_once == 1 and not plan.refused
