@@ -75,7 +75,7 @@ def cmd_locate(args) -> int:
     else:
         print("\n".join(summary_lines(result)))
         print(f"locate.json: {args.out_dir / 'locate.json'}")
-    return 1 if any(b.culprit is not None for b in result.backends) else 0
+    return 1 if any(b.culprit is not None and b.failing for b in result.backends) else 0
 
 
 def summary_lines(result: LocateResult) -> list[str]:

@@ -18,7 +18,7 @@ def locate_parser(sub) -> None:
                      "output is beyond tolerance while its inputs agree, whether the artifact computes that op "
                      "differently (it is replayed alone on the artifact's own inputs) or amplifies a rounding-level "
                      "difference, its source file:line and module path, and the diverging ops downstream. Writes "
-                     "DIR/locate.json. Exit 1 when an artifact computes an op differently, 0 otherwise."))
+                     "DIR/locate.json. Exit 1 when an artifact fails parity and computes an op differently, 0 otherwise."))
     g = groups(p, TARGET, WRITE, FORMATS, PARITY, OUTPUT)
     g[TARGET].add_argument("target", nargs="?", help=TARGET_HELP)
     g[WRITE].add_argument("--out-dir", type=Path, metavar="DIR",

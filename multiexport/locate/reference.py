@@ -65,6 +65,11 @@ def build_reference(fn: Callable[..., Any], signature: Any, feed: Mapping[str, n
 
 def run_module(instrumented: Instrumented | Any, args: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Compile `instrumented.bytecode` (an `Instrumented` or `Isolated`) with XLA on the CPU and run it on `args`."""
+    return compiled(instrumented)(args)
+
+
+def compiled(instrumented: Instrumented | Any) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
+    """`instrumented.bytecode` compiled once with XLA on the CPU: a function of the arguments, run as often as asked."""
     import jax
     from jaxlib import xla_client
 
@@ -74,8 +79,12 @@ def run_module(instrumented: Instrumented | Any, args: Sequence[np.ndarray]) -> 
     options.num_replicas = 1
     options.num_partitions = 1
     executable = backend.compile_and_load(instrumented.bytecode, [device], options)
-    buffers = [jax.device_put(np.asarray(a), device) for a in args]
-    return [np.asarray(r) for r in executable.execute(buffers)]
+
+    def call(args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        buffers = [jax.device_put(np.asarray(a), device) for a in args]
+        return [np.asarray(r) for r in executable.execute(buffers)]
+
+    return call
 
 
 def agreement(outputs: Mapping[str, np.ndarray], jit_outputs: Mapping[str, np.ndarray]) -> str:

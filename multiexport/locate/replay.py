@@ -19,9 +19,10 @@ import numpy as np
 from ..exporting.instrument import isolate_op
 from ..exporting.intermediates import Site
 from ..exporting.native_section import MLIR_DTYPES
-from ..measure.tolerance import default_tolerance
+from ..measure.tolerance import SENSITIVITY_MARGIN, default_tolerance
+from ..results.parity import Tolerance
 from .pairing import SiteError, compare_site
-from .reference import Reference, run_module
+from .reference import Reference, compiled
 
 # Ops whose output can move far more than their input on some inputs (the verdict help names them).
 ILL_CONDITIONED = ("stablehlo.exponential", "stablehlo.exponential_minus_one", "stablehlo.power", "stablehlo.log",
@@ -77,25 +78,66 @@ def replay(reference: Reference, site: Site, got: Mapping[str, Any], errors: Map
             return Replay(site.key, "not-replayed", f"not replayed: its input {key} has no value here")
         args.append(np.ascontiguousarray(value.astype(dtype) if dtype else value))
     try:
-        results = run_module(isolated, args)
+        call = compiled(isolated)
+        results = call(args)
+        sensitivity = rounding_sensitivity(call, args, site.result)
     except Exception as exc:  # XLA refusing a hand-built module is a fact to report, not a crash
         return Replay(site.key, "not-replayed", f"not replayed: XLA could not run the op alone: "
                       f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
-    versus = compare_site(site, results[site.result], got[site.key], default_tolerance(site.dtype))
+    # Two faithful computations of one op differ by its rounding (another summation order): the op's own
+    # sensitivity to a rounding step of its inputs widens the tolerance as compare widens a leaf's (x10), without
+    # compare's cap: a wrong op (a padding, a transposed weight, a rounding) moves its result by a fraction of its
+    # values, far past any rounding; an op whose rounding alone moves it that far cannot tell, and says so.
+    base = default_tolerance(site.dtype)
+    tol = Tolerance(base.rtol, base.atol, max(base.scale, SENSITIVITY_MARGIN * (sensitivity or 0.0)))
+    versus = compare_site(site, results[site.result], got[site.key], tol)
     inputs = ("the artifact's own values" if not borrowed else
               f"the artifact's values, the reference's for {', '.join(borrowed)} (unmapped in the artifact)")
     worst_in = max((errors[k].relative for k in isolated.operands if k in errors and errors[k].status != "unmapped"),
                    default=0.0)
     out = errors[site.key].relative if site.key in errors else 0.0
     amplification = out / worst_in if worst_in > 0 else None
+    rounding = f"; a rounding step of its inputs moves it {sensitivity:.2g}" if sensitivity else ""
     if versus.status == "diverge":
         text = (f"the artifact computes this op differently: on its own inputs it is {versus.relative:.3g} of "
-                f"max|ref| from the op's result (XLA, this op alone)")
+                f"max|ref| from the op's result (XLA, this op alone{rounding})")
         return Replay(site.key, "op-differs", text, versus.max_abs, versus.relative, amplification, inputs)
     gain = f", {amplification:.3g}x its inputs' relative error" if amplification is not None else ""
+    if sensitivity is not None and sensitivity > UNDECIDABLE:
+        text = (f"this op is too ill-conditioned on these inputs for a replay to tell a wrong op from rounding: a "
+                f"rounding step of its inputs moves it {sensitivity:.2g} of max|ref|, and the artifact is "
+                f"{versus.relative:.2g} from XLA's result")
+        return Replay(site.key, "faithful", text, versus.max_abs, versus.relative, amplification, inputs)
+    came = (f"the difference came in through its inputs and was amplified here{gain}" if amplification is not None
+            else "the difference is this op's own rounding (another order of operations)")
     text = (f"the artifact computes this op faithfully on its own inputs (within {versus.relative:.2g} of max|ref| "
-            f"of XLA's result): the difference came in through its inputs and was amplified here{gain}")
+            f"of XLA's result{rounding}): {came}")
     return Replay(site.key, "faithful", text, versus.max_abs, versus.relative, amplification, inputs)
+
+
+DRAWS = 2  # perturbed replays per op (measure/rounding.py draws 3 for a whole model)
+UNDECIDABLE = 0.05  # past this sensitivity (of max|ref|) a replay cannot tell a wrong op from rounding
+
+
+def rounding_sensitivity(call: Any, args: list[np.ndarray], result: int) -> float | None:
+    """How far the op's result moves when every float input moves by one rounding step (one ulp, random
+    direction, seeded), as a fraction of the result's max |value|: the op's own share of the
+    difference two faithful implementations show. None for an op with no float input or an all-zero result."""
+    rng = np.random.default_rng(0)
+    exact = np.asarray(call(args)[result], np.float64)
+    scale = float(np.max(np.abs(exact[np.isfinite(exact)]), initial=0.0))
+    floats = [np.issubdtype(a.dtype, np.floating) for a in args]
+    if not any(floats) or scale == 0.0:
+        return None
+    worst = 0.0
+    for _ in range(DRAWS):
+        moved = [np.nextafter(a, np.where(rng.random(a.shape) < 0.5, -np.inf, np.inf).astype(a.dtype)) if f else a
+                 for a, f in zip(args, floats)]
+        out = np.asarray(call(moved)[result], np.float64)
+        both = np.isfinite(out) & np.isfinite(exact)
+        if both.any():
+            worst = max(worst, float(np.max(np.abs(out[both] - exact[both]))))
+    return worst / scale
 
 
 def _dtype(type_text: str) -> np.dtype | None:
