@@ -35,7 +35,9 @@ class Replay:
     """The replay of one site's op on the artifact's inputs.
 
     verdict: "op-differs" (the artifact's output is not the op's on its own inputs), "faithful" (it is: the
-        difference came in through the inputs and was amplified), or "not-replayed" (why in `text`).
+        difference came in through the inputs and was amplified), "undetermined" (it differs, but on inputs
+        borrowed from the reference downstream of an earlier divergence: no evidence either way), or
+        "not-replayed" (why in `text`).
     max_abs, relative: the artifact's output against the replay (absolute, and of max|replay|).
     amplification: the output's relative error over its worst input's (None when the inputs are exact).
     inputs: where the inputs came from. text: one line for the report.
@@ -98,6 +100,14 @@ def replay(reference: Reference, site: Site, got: Mapping[str, Any], errors: Map
     out = errors[site.key].relative if site.key in errors else 0.0
     amplification = out / worst_in if worst_in > 0 else None
     rounding = f"; a rounding step of its inputs moves it {sensitivity:.2g}" if sensitivity else ""
+    tainted = _after_divergence(borrowed, by_key, errors)
+    if versus.status == "diverge" and tainted:
+        # The borrowed values are the reference's, downstream of an op the artifact already computes apart from
+        # it: not what the artifact's op received, so a mismatch here is no evidence against this op.
+        text = (f"undetermined: the replay took the reference's values for {', '.join(tainted)} (unmapped in the "
+                "artifact), which lie downstream of an op that already diverges, so they are not what the "
+                f"artifact's op received ({versus.relative:.3g} of max|ref| from that replay)")
+        return Replay(site.key, "undetermined", text, versus.max_abs, versus.relative, amplification, inputs)
     if versus.status == "diverge":
         text = (f"the artifact computes this op differently: on its own inputs it is {versus.relative:.3g} of "
                 f"max|ref| from the op's result (XLA, this op alone{rounding})")
@@ -113,6 +123,23 @@ def replay(reference: Reference, site: Site, got: Mapping[str, Any], errors: Map
     text = (f"the artifact computes this op faithfully on its own inputs (within {versus.relative:.2g} of max|ref| "
             f"of XLA's result{rounding}): {came}")
     return Replay(site.key, "faithful", text, versus.max_abs, versus.relative, amplification, inputs)
+
+
+def _after_divergence(borrowed: list[str], by_key: Mapping[str, Site], errors: Mapping[str, SiteError]) -> list[str]:
+    """The borrowed inputs with a diverging op among their ancestors (themselves included)."""
+    tainted = []
+    for key in borrowed:
+        seen, todo = set(), [key]
+        while todo:
+            k = todo.pop()
+            if k in seen:
+                continue
+            seen.add(k)
+            if k in errors and errors[k].status == "diverge":
+                tainted.append(key)
+                break
+            todo.extend(o for o in (by_key[k].operands if k in by_key else ()) if o not in seen)
+    return tainted
 
 
 DRAWS = 2  # perturbed replays per op (measure/rounding.py draws 3 for a whole model)

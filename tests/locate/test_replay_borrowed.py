@@ -1,0 +1,56 @@
+"""locate's replay never blames an op on evidence it made up: an input the artifact does not expose is
+borrowed from the reference, and when that input lies downstream of an op the artifact already computes
+differently, the borrowed value is not what the artifact's op received, so a mismatch is "undetermined",
+not "op-differs" (found on EfficientNetB0's LiteRT trial, where such a replay named a faithful divide)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import multiexport.exporting  # noqa: F401  (installs the export driver)
+from multiexport.leaves import Target, build_signature
+from multiexport.locate.pairing import pair
+from multiexport.locate.reference import build_reference
+from multiexport.locate.replay import replay
+
+
+def chain(x):
+    a = x * 2.0       # the artifact computes this one wrongly (planted below)
+    b = a + 1.0       # not exposed by the artifact
+    return b * 3.0    # computed faithfully by the artifact, on its own (wrong) b
+
+
+def _reference():
+    x = np.linspace(-1.0, 1.0, 8, dtype=np.float32)
+    target = Target(chain, args=(x,), name="chain")
+    sig = build_signature(target)
+    return build_reference(target.fn, sig, {sig.inputs[0].name: x}, {}), x
+
+
+def test_a_replay_on_borrowed_values_downstream_of_a_divergence_is_undetermined():
+    ref, x = _reference()
+    muls = [s for s in ref.sites if s.op == "stablehlo.multiply"]
+    (b,) = [s for s in ref.sites if s.op == "stablehlo.add"]
+    a, c = muls[0], muls[-1]
+    assert a.key != c.key
+    wrong_a = ref.values[a.key] * 1.5                 # the planted fault
+    got = {a.key: wrong_a, c.key: (wrong_a + 1.0) * 3.0}  # what that artifact really holds; b unmapped
+    errors = pair(ref.sites, ref.values, got, {b.key: "cannot map: planted"})
+    assert errors[a.key].status == "diverge" and errors[c.key].status == "diverge"
+    assert errors[b.key].status == "unmapped"
+    at_c = replay(ref, c, got, errors, {leaf: x for leaf in ref.arg_leaves})
+    assert at_c.verdict == "undetermined", at_c.text
+    assert b.key in at_c.text and "downstream of an op that already diverges" in at_c.text
+    # The op that is wrong is still named: its inputs are the artifact's own.
+    at_a = replay(ref, a, got, errors, {leaf: x for leaf in ref.arg_leaves})
+    assert at_a.verdict == "op-differs", at_a.text
+
+
+def test_a_borrowed_input_with_no_divergence_above_it_is_still_evidence():
+    ref, x = _reference()
+    (b,) = [s for s in ref.sites if s.op == "stablehlo.add"]
+    c = [s for s in ref.sites if s.op == "stablehlo.multiply"][-1]
+    got = {c.key: ref.values[c.key] * 1.5}            # c wrong, everything above it right; b unmapped
+    errors = pair(ref.sites, ref.values, got, {b.key: "cannot map: planted"})
+    at_c = replay(ref, c, got, errors, {leaf: x for leaf in ref.arg_leaves})
+    assert at_c.verdict == "op-differs", at_c.text
