@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-from ..errors import UsageError
+from ..errors import MultiexportError, UsageError
 from ..measure.pairing import PER_WORKER_BYTES, available_memory
 
 __all__ = ["AVAILABLE_ENV", "EXPORT", "FOOTPRINT_ENV", "REFERENCE", "RUNNER", "Footprint", "Footprints",
@@ -192,18 +192,40 @@ def available_now() -> tuple[int | None, str]:
 
 
 def footprints(names: Sequence[str]) -> dict[str, Footprints]:
-    """Each backend's footprints: the defaults, or what `MULTIEXPORT_MEMORY_FOOTPRINT` says for its export
-    (`openvino=4x+1.5` : 4x the weights + 1.5 GiB)."""
+    """Each backend's footprints: what `MULTIEXPORT_MEMORY_FOOTPRINT` says for its export (`openvino=4x+1.5`:
+    4x the weights + 1.5 GiB), else what its backend declares (`export_memory`, `runner_memory`: (factor,
+    GiB), measured by the backend's owner), else the defaults."""
     given = os.environ.get(FOOTPRINT_ENV, "").strip()
-    result = {n: Footprints() for n in names}
+    result = {n: _declared(n) for n in names}
     for item in filter(None, (part.strip() for part in given.split(","))):
         match = re.fullmatch(r"([\w.@-]+)=([0-9.]+)x\+([0-9.]+)", item)
         factor, fixed = (float(match.group(2)), float(match.group(3))) if match else (math.nan, math.nan)
         if match is None or not (math.isfinite(factor) and math.isfinite(fixed)):
             raise UsageError(f"${FOOTPRINT_ENV} | got {item!r}, expected NAME=FACTORx+GIB (e.g. openvino=4x+1.5)")
         if match.group(1) in result:
-            result[match.group(1)] = Footprints(export=Footprint(factor, int(fixed * GIB)))
+            result[match.group(1)] = replace(result[match.group(1)], export=Footprint(factor, int(fixed * GIB)))
     return result
+
+
+def _declared(name: str) -> Footprints:
+    """The footprints `name`'s backend class declares, each where it does (a (factor, GiB) pair), else the
+    defaults'."""
+    from ..exporting.precision import split_variant
+    from ..exporting.registry import backend_class
+
+    try:
+        cls = backend_class(split_variant(name)[0])
+    except MultiexportError:
+        return Footprints()
+    export, runner = getattr(cls, "export_memory", None), getattr(cls, "runner_memory", None)
+    return Footprints(export=_pair(export) or EXPORT, runner=_pair(runner) or RUNNER)
+
+
+def _pair(value: object) -> Footprint | None:
+    """A declared (factor, GiB) pair as a footprint, else None."""
+    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
+        return Footprint(float(value[0]), int(value[1] * GIB))
+    return None
 
 
 def rss_of(pid: int) -> int:

@@ -107,6 +107,18 @@ def test_the_environment_replaces_the_figures_and_a_bad_value_is_one_line(monkey
         footprints(["openvino"])
 
 
+def test_a_backend_declares_its_own_measured_footprints_and_the_environment_overrides_them(monkeypatch):
+    from multiexport.exporting.registry import backend_class
+
+    monkeypatch.delenv(FOOTPRINT_ENV, raising=False)
+    monkeypatch.setattr(backend_class("iree"), "export_memory", (7.0, 0.75), raising=False)
+    got = footprints(["iree", "iree@fp16", "xla"])
+    assert got["iree"].export == Footprint(7.0, int(0.75 * GIB)) == got["iree@fp16"].export
+    assert got["iree"].runner == Footprints().runner and got["xla"] == Footprints()
+    monkeypatch.setenv(FOOTPRINT_ENV, "iree=2x+1")
+    assert footprints(["iree"])["iree"].export == Footprint(2.0, GIB)
+
+
 def test_a_compare_refuses_what_memory_cannot_hold_closes_its_early_workers_and_runs_the_rest(tmp_path):
     # "available": just over xla's export need (1 GiB + 3x a few KiB): beside the early reference worker (still
     # to grow to its footprint) it does not fit, with the early workers closed it does; onnx, declared at
