@@ -1,7 +1,7 @@
 """Calibrate the regression gate: false alarms on A/A runs, detection of a planted slowdown.
 
     python -m benchmarks.gate_calibration [--runs N] [--models mlp,cnn] [--backends xla,onnx,openvino]
-                                          [--slowdown 1.2] [--bench-time S] [--out DIR]
+                                          [--slowdown 1.2] [--bench-time S] [--out DIR] [--slow-process]
     python -m benchmarks.gate_calibration --history
 
 For each model: one baseline compare (DIR/MODEL/base), then N A/A compares (same code, same artifacts:
@@ -10,9 +10,12 @@ planted slowdown ($MULTIEXPORT_PLANTED_SLOWDOWN: each timed call of the new arti
 (FACTOR - 1) times its duration; the baseline's workers never get it). Every run is judged by the gate
 itself (`report.regression.diff_results`) twice: paired A/B (the ratio new / baseline measured in the
 same rounds) and cross-run (the same run with its paired ratios dropped: this run's p50 against the
-baseline run's recorded one), at the default thresholds and at a range of given ones. Reported per
+baseline run's recorded one), at the default thresholds and at a range of given ones, and a third time on the first process pair alone
+(the paired verdict without the fresh pair that confirms a flagged ratio: the gate before it). Reported per
 backend and call size (the baseline's p50: < 30 us, 30 us - 1 ms, >= 1 ms): the false-alarm rate (A/A
-runs flagged) and the detection rate (planted runs flagged). Writes DIR/calibration.json and
+runs flagged) and the detection rate (planted runs flagged); and per run whether the whole gate failed (exit
+1 on any regression, a status one too). --slow-process adds a third condition: the slowdown planted in the
+first new worker only (FACTOR:first), a process offset the gate must not flag. Writes DIR/calibration.json and
 DIR/calibration.md after every run (a killed calibration keeps what it measured; the Markdown says it is
 partial), printed at the end; each run's directory is removed once read. --backends may be any subset.
 """
