@@ -215,9 +215,12 @@ def _locate_one(backend: Any, directory: Path, trial: Trial, reference: Referenc
     request = IntermediatesRequest(directory, manifest, feed, sites, work, RunOptions(threads=1))
     got = backend.intermediates(request)
     values, unmapped = dict(got.values), dict(got.unmapped)
+    extra: list[str] = []
     notes: dict[str, str] = {}
     if got.own_sites is not None:
         keys, notes = align(sites, got.own_sites)
+        paired = set(keys.values())
+        extra = [o.op for o in got.own_sites if o.key not in paired]
         values = {r: got.values[o] for r, o in keys.items() if o in got.values}
         unmapped = {s.key: got.unmapped.get(keys[s.key], "cannot map") if s.key in keys else
                     "cannot map: the artifact's module has no op here (inserted or dropped ops)" for s in sites
@@ -244,7 +247,7 @@ def _locate_one(backend: Any, directory: Path, trial: Trial, reference: Referenc
             reasons[e.note] = reasons.get(e.note, 0) + 1
     answer = BackendLocation(backend.name, str(directory), got.how, got.recompiled, mapped, len(sites), reasons,
                              outputs_line, failing, first, culprit, downstream,
-                             _verdict(backend.name, first, culprit, failing, mapped, _magnitude(first, errors)))
+                             _verdict(backend.name, first, culprit, failing, mapped, _magnitude(first, errors), extra))
     if config.reduce and anchor is not None:
         answer = write_reduced(answer, anchor, reference, values, trial, backend, request, config.out_dir)
     return answer
@@ -259,12 +262,15 @@ def _magnitude(first: Finding | None, errors: Mapping[str, SiteError]) -> float:
 
 
 def _verdict(name: str, first: Finding | None, culprit: Finding | None, failing: bool, mapped: int,
-             magnitude: float = 0.0) -> str:
+             magnitude: float = 0.0, extra: Sequence[str] = ()) -> str:
     if mapped == 0:
         return f"{name}: no intermediate value could be mapped, so no op can be named"
     if first is None:
+        ops = sorted(set(extra))
+        more = (f"; the artifact's module has {len(extra)} op(s) the reference has not ({', '.join(ops[:4])})"
+                if extra else "")
         return (f"{name}: every mapped op agrees with the reference" +
-                (" although the outputs fail: the divergence is in what could not be mapped" if failing else ""))
+                (f" although the outputs fail: the divergence is in what could not be mapped{more}" if failing else ""))
     if culprit is not None and not failing:
         s = culprit.site
         return (f"{name}: its outputs pass parity; {s.op} ({s.key}) at {s.location or 'unknown'} differs from XLA's "

@@ -24,6 +24,7 @@ def test_compare_locate_examines_the_failing_row_and_adds_the_section(tmp_path, 
     # the perturbation (+1e-3 on every output) is ops the reference has not, after its last op: every op the two
     # modules share agrees, and locate says the divergence is in what it could not pair
     assert answer.first is None and "the divergence is in what could not be mapped" in answer.verdict
+    assert "op(s) the reference has not (stablehlo.add" in answer.verdict
     written = json.loads((Path(tmp_path) / "locate" / "xla_perturbed" / "locate.json").read_text())
     assert written["trial"] == results.backends["xla_perturbed"].parity.failures[0].trial
     report = (Path(tmp_path) / "report.md").read_text()
