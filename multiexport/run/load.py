@@ -33,8 +33,7 @@ from ..measure.load import (
 from ..report.load import verdicts
 from ..results.load import LoadResults, LoadRow, OfflinePoint
 from ..system.timing_lock import machine_share
-from .load_serve import LoadAnswer, LoadRun
-from .messages import ColdStart, Prepare, Samples, TimeSlice
+from .messages import ColdStart, LoadAnswer, LoadRun, Prepare, Samples, TimeSlice
 from .paired import Servers
 from .runs import write_bench_feeds
 

@@ -2,63 +2,21 @@
 
 In the worker (`answer_load_run`) the runner's lanes (`throughput_lanes`: the backend's throughput configuration
 where its runner declares one, else one thread per lane calling the one runner) run a scenario of `measure.load`.
-Importing this module adds the request to the paired protocol (run.messages.REQUESTS).
+The request and its answer are the paired protocol's (run.messages: LoadRun, LoadAnswer).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from ..files.npz import load_npz
-from ..measure.load import MIN_REQUESTS, poisson_schedule, run_offline, run_server
-from . import messages
-from .messages import read_bench_index
-
-
-@dataclass(frozen=True)
-class LoadRun:
-    """One scenario run in a serve worker, on the size at index `size` of the bench feed directory `feeds`.
-
-    scenario: "offline" (every lane back to back for `seconds`) or "server" (Poisson arrivals at `rate` per second,
-    at least `seconds` of them and `min_requests`, drawn from `seed`). lanes: requests in flight (0: the runtime's own choice).
-    """
-
-    scenario: str
-    feeds: str
-    size: int
-    lanes: int
-    seconds: float
-    rate: float = 0.0
-    seed: int = 0
-    min_requests: int = MIN_REQUESTS
-
-
-@dataclass(frozen=True)
-class LoadAnswer:
-    """A LoadRun's figures. calls: calls completed. seconds: from the start to the last completion. file: the .npy
-    of every request's latency in ns (server; "" for offline). lanes: the lanes used. config: the throughput
-    configuration the runner reports."""
-
-    calls: int
-    seconds: float
-    lanes: int
-    file: str = ""
-    config: dict[str, Any] = field(default_factory=dict)
-
-
-def register_load_request() -> None:
-    """Add `load-run` to the paired protocol's requests (run.messages.REQUESTS) in this process."""
-    messages.REQUESTS.setdefault("load-run", (LoadRun, LoadAnswer))
-    messages._NAMES.setdefault(LoadRun, "load-run")
-
-
-register_load_request()
+from ..measure.load import poisson_schedule, run_offline, run_server
+from .messages import LoadAnswer, LoadRun, read_bench_index
 
 
 def default_lanes(runner: Any, feed_prepared: Callable[[], Any], lanes: int) -> tuple[list[Callable[[], None]], dict]:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from ..errors import InputError
 from ..measure.bench import BenchConfig
+from ..measure.load import MIN_REQUESTS as MIN_LOAD_REQUESTS
 from ..results import BenchResult
 from ..results.schema import from_data, to_data
 
@@ -220,10 +221,41 @@ class Quit:
     """End the worker (no answer)."""
 
 
+@dataclass(frozen=True)
+class LoadRun:
+    """One scenario run in a serve worker, on the size at index `size` of the bench feed directory `feeds`.
+
+    scenario: "offline" (every lane back to back for `seconds`) or "server" (Poisson arrivals at `rate` per second,
+    at least `seconds` of them and `min_requests`, drawn from `seed`). lanes: requests in flight (0: the runtime's own choice).
+    """
+
+    scenario: str
+    feeds: str
+    size: int
+    lanes: int
+    seconds: float
+    rate: float = 0.0
+    seed: int = 0
+    min_requests: int = MIN_LOAD_REQUESTS
+
+
+@dataclass(frozen=True)
+class LoadAnswer:
+    """A LoadRun's figures. calls: calls completed. seconds: from the start to the last completion. file: the .npy
+    of every request's latency in ns (server; "" for offline). lanes: the lanes used. config: the throughput
+    configuration the runner reports."""
+
+    calls: int
+    seconds: float
+    lanes: int
+    file: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+
 # request name -> (its type, its reply's type)
 REQUESTS: dict[str, tuple[type, type | None]] = {
     "load": (Load, Loaded), "parity": (Parity, Done), "prepare": (Prepare, ColdStart), "time": (TimeSlice, Samples),
-    "peak": (Peak, PeakFigure), "quit": (Quit, None),
+    "peak": (Peak, PeakFigure), "load-run": (LoadRun, LoadAnswer), "quit": (Quit, None),
 }
 _NAMES = {cls: name for name, (cls, _) in REQUESTS.items()}
 

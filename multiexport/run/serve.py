@@ -40,12 +40,13 @@ from ..measure.pairing import planted
 from ..results import BenchResult, SizeResult, Status
 from ..results.schema import to_data
 from ..system.exits import exit_now
-from .load_serve import LoadRun, answer_load_run  # importing it adds the load request to the protocol
+from .load_serve import answer_load_run
 from .messages import (
     ColdStart,
     Done,
     Imported,
     Load,
+    LoadRun,
     Loaded,
     Parity,
     PeakFigure,
