@@ -162,14 +162,20 @@ def _dir_bytes(path: Path) -> int:
 
 
 def _latency(times_ms: list[float]) -> dict[str, float]:
-    """Median and a 95% interval of the median (order statistics of the sorted sample, binomial)."""
+    """Median and an interval of the median with at least 95% coverage: the order statistics t[j], t[n-1-j] for the
+    largest j with P(Binomial(n, 1/2) < j+1) <= 2.5% (exact; with n <= 5 it is the whole range)."""
     import math
 
     t = sorted(times_ms)
     n = len(t)
-    half = 1.96 * math.sqrt(n) / 2
-    lo, hi = max(0, int(math.floor(n / 2 - half)) - 1), min(n - 1, int(math.ceil(n / 2 + half)))
-    return {"p50_ms": float(np.median(t)), "ci_low_ms": t[lo], "ci_high_ms": t[hi], "n": n}
+    j, tail = 0, 0.0
+    while j < n // 2:
+        tail += math.comb(n, j) / 2**n  # P(X = j): the median lies below t[j] only if at most j samples do
+        if tail > 0.025:
+            break
+        j += 1
+    j = max(0, j - 1)  # the last j whose tail stayed within 2.5%
+    return {"p50_ms": float(np.median(t)), "ci_low_ms": t[j], "ci_high_ms": t[n - 1 - j], "n": n}
 
 
 def per_format(size: str, function: str, out: Path, backends: list[str], timeout: float, iters: int
@@ -183,11 +189,16 @@ def per_format(size: str, function: str, out: Path, backends: list[str], timeout
     work = out / function
     work.mkdir(parents=True, exist_ok=True)
     py = sys.executable
-    print(f"[llm] {function}: jax.jit reference", file=sys.stderr, flush=True)
-    ref = child([py, "-m", "benchmarks.llm_worker", "reference", spec, str(work), str(iters)], work / "reference.log",
-                timeout)
-    if ref["rc"] != 0:
-        raise SystemExit(f"the reference failed: {ref['stopped'] or ref['last'][0]} (see {work / 'reference.log'})")
+    done = work / "reference.json"
+    if done.is_file():  # a finished reference of an earlier run in this directory: its outputs and figures
+        ref = json.loads(done.read_text())
+    else:
+        print(f"[llm] {function}: jax.jit reference", file=sys.stderr, flush=True)
+        ref = child([py, "-m", "benchmarks.llm_worker", "reference", spec, str(work), str(iters)],
+                    work / "reference.log", timeout)
+        if ref["rc"] != 0:
+            raise SystemExit(f"the reference failed: {ref['stopped'] or ref['last'][0]} (see {work / 'reference.log'})")
+        done.write_text(json.dumps(ref))
     info = json.loads(ref["stdout"].strip().splitlines()[-1])
     weights = info["weights_bytes"]
     expected = dict(np.load(work / "ref.npz"))
@@ -198,7 +209,7 @@ def per_format(size: str, function: str, out: Path, backends: list[str], timeout
     for backend in backends:
         print(f"[llm] {function}: {backend} export", file=sys.stderr, flush=True)
         artifact = work / backend
-        exp = child([py, "-m", "multiexport", "export", spec, "--backend", backend, "--out-dir", str(artifact)],
+        exp = child([py, "-m", "benchmarks.llm_worker", "export", spec, backend, str(artifact)],
                     work / f"{backend}.export.log", timeout)
         row: dict[str, Any] = {"function": function, "backend": backend, "status": "ok", "reason": "", "stored": "-",
                                "weights_bytes": weights, "logits_err": None, "cache_err": None, "p50_ms": None,

@@ -2,6 +2,7 @@
 
     python -m benchmarks.llm_worker reference TARGET OUT_DIR ITERS   # jax.jit on the example: ref.npz, feed.npz
     python -m benchmarks.llm_worker run ARTIFACT_DIR FEED.npz OUT.npz ITERS   # multiexport's runner from disk
+    python -m benchmarks.llm_worker export TARGET BACKEND OUT_DIR   # the export, without the load check
 
 Each prints one JSON line: load seconds, per-call latencies (ms), and the process's peak RSS. The reference runs
 the target as compare's reference does for baked weights: the large constants lifted to arguments
@@ -72,8 +73,20 @@ def run(artifact: Path, feed_path: Path, out: Path, iters: int) -> dict:
     return {"load_s": load_s, "times_ms": times, "peak_rss_bytes": _peak_rss()}
 
 
+def export(spec: str, backend: str, out: Path) -> dict:
+    """The export as compare's export worker does it: no load check here (the run step loads it next, in a fresh
+    process), so the export's peak is the converter's, not the converter's plus a loaded runtime's."""
+    from multiexport.api import export as export_artifact
+
+    t0 = time.perf_counter()
+    export_artifact(spec, out_dir=out, backend=backend, check_load=False)
+    return {"seconds": time.perf_counter() - t0, "peak_rss_bytes": _peak_rss()}
+
+
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["reference"] and len(argv) == 4:
+    if argv[:1] == ["export"] and len(argv) == 4:
+        result = export(argv[1], argv[2], Path(argv[3]))
+    elif argv[:1] == ["reference"] and len(argv) == 4:
         result = reference(argv[1], Path(argv[2]), int(argv[3]))
     elif argv[:1] == ["run"] and len(argv) == 5:
         result = run(Path(argv[1]), Path(argv[2]), Path(argv[3]), int(argv[4]))
