@@ -27,6 +27,7 @@ from ..run.paired import (
 )
 from ..run.runs import run_artifact
 from .baseline import artifact_bytes, attach, find_baseline, prepare_baselines, spawn_baselines
+from .memory_plan import rss_of
 from .native_check import apply_paired, native_slices
 from .outcomes import Exported
 from .stages import Context, Prepared, Rows, Timing, Workers
@@ -256,8 +257,6 @@ def compute_figures(pairing: Pairing | None, rows: Rows, reference: BenchResult 
 def early_rss(workers: Workers) -> dict[str, int]:
     """The resident size of each live paired worker started early (name -> bytes; "jax": the reference's),
     what the memory plan frees by closing them."""
-    from .memory_plan import rss_of
-
     if workers.servers is None:
         return {}
     return {name: rss_of(server.proc.pid) for name, server in workers.servers.alive.items()}

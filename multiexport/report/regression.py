@@ -1,23 +1,17 @@
 """Regression gate: compare a run with its baseline per backend, batch size and check.
 
 Latency is judged on the strongest evidence the run has, and each verdict says which (`Check.kind`):
-- **paired A/B**: the baseline's artifacts were timed in the same interleaved rounds as the new ones
-  (compare --baseline-artifacts, or a --baseline whose artifacts are still beside it): a slowdown is
-  flagged when the 95% interval of the paired ratio new / baseline (measure.pairing: per-round ratios,
-  Hodges-Lehmann with its signed-rank interval) lies entirely above the threshold, in the first pair of
-  worker processes and in a fresh pair started to confirm it (one process can run slow for a whole run
-  under load: the verdict needs both pairs, an intersection-union test that keeps the level); rounds are
-  added to a pair until `paired_decided` (run.paired), at 99% past the planned rounds, and the verdict says
-  how many it took;
-- **cross-run**: only the baseline's recorded figures (its artifacts are gone): two separate runs differ
-  by more than either run's interval says (another process's cache, the clock, the scheduler), so the
-  p50 ratio must pass a wider threshold, calibrated with A/A runs (benchmarks/gate_calibration.py), and
-  the two medians' intervals must not overlap.
-The default thresholds (`PAIRED`, `CROSS_RUN`, wider for calls under `TINY_MS`) are the calibrated ones;
-`max_slowdown` given replaces every one of them. Parity regressions: a backend that passed and now
-fails, or a leaf whose worst relative error grew by more than `max_parity_drift` times (ignoring growth
-below `drift_floor` and below a tenth of the leaf's rtol, where a bit-exact 0 becoming 4e-7 against a
-tolerance of 1e-5 is rounding moving around, not drift).
+- **paired A/B**: the baseline's artifacts timed in the same interleaved rounds as the new ones: a slowdown
+  when the interval of new / baseline (measure.pairing: per-round ratios, Hodges-Lehmann, signed-rank
+  interval; 99% on rounds added past the planned ones) lies above the threshold in the first pair of worker
+  processes and in the fresh pair started to confirm it (an intersection-union test: one process slow for a
+  whole run under load does not make a verdict);
+- **cross-run**: only the baseline's recorded figures: two runs differ by more than either's interval says, so
+  the p50 ratio must pass a wider threshold, calibrated with A/A runs, with the two intervals apart.
+The defaults (`PAIRED`, `CROSS_RUN`, wider under `TINY_MS`) are the calibrated ones (benchmarks/gate.md);
+`max_slowdown` given replaces them. Parity: a backend that passed and now fails, or a leaf whose worst error
+grew more than `max_parity_drift` times (ignoring growth below `drift_floor` and below a tenth of the leaf's
+rtol: rounding moving around, not drift).
 """
 
 from __future__ import annotations
@@ -53,12 +47,9 @@ class Check:
     backend: the backend (or model/backend in a zoo). check: "status", "parity LEAF", "latency@BATCH",
     "version NAME". verdict: ok | regression | improvement | new | missing | changed | slower | faster.
     detail: one line saying what changed. base, current, ratio: the figures compared.
-    kind: what the verdict rests on: "paired A/B" (new and baseline timed in the same rounds of this run),
-        "cross-run" (the baseline's recorded figures from another run) or "history" (a sweep history).
-    rounds: for a paired A/B latency check, the interleaved rounds its ratio rests on; else None.
-    low, high: for a paired A/B latency check, the interval of the ratio new / baseline; with a confirming
-        process pair, the union of both pairs' intervals (a regression when even its low end passes); else None.
-    pairs: for a paired A/B latency check, the process pairs it rests on (2: confirmed by a fresh pair).
+    kind: what the verdict rests on: "paired A/B" (timed in the same rounds), "cross-run" or "history".
+    rounds, low, high, pairs: for a paired A/B latency check (else None), the rounds its ratio rests on, the
+        interval of new / baseline (with a fresh process pair, the union of both pairs'), the process pairs.
     """
 
     backend: str
@@ -99,7 +90,6 @@ class Diff:
 def check_thresholds(max_slowdown: float | None, max_parity_drift: float) -> None:
     """Refuse thresholds that cannot mean anything (validated before any run, from the API too); a
     max_slowdown of None means the calibrated defaults."""
-
     for name, value in (("max_slowdown", max_slowdown), ("max_parity_drift", max_parity_drift)):
         if name == "max_slowdown" and value is None:
             continue
@@ -119,16 +109,15 @@ def slowdown_threshold(kind: str, base_ms: float, given: float | None) -> float:
 
 
 def paired_decided(low: float, high: float, base_ms: float, given: float | None = None) -> bool:
-    """Whether a paired ratio's interval (new / baseline) is decisive for the gate: wholly above the
-    threshold (a regression) or wholly below it (none at the threshold); else more rounds can decide it
-    (run.paired's sequential rounds)."""
+    """Whether a paired ratio's interval (new / baseline) is wholly above the threshold or wholly below it;
+    else more rounds can decide it (run.paired's sequential rounds)."""
     limit = slowdown_threshold(PAIRED_AB, base_ms, given)
     return low > limit or high < limit
 
 
 def paired_flagged(low: float, base_ms: float, given: float | None = None) -> bool:
-    """Whether a paired ratio's interval (new / baseline) lies wholly above the gate's threshold: then a fresh
-    pair of processes measures it again (run.paired), and the regression stands only if that pair agrees."""
+    """Whether a paired ratio's interval lies wholly above the threshold: then a fresh process pair measures it
+    again (run.paired.confirm), and the regression stands only if that pair agrees."""
     return low > slowdown_threshold(PAIRED_AB, base_ms, given)
 
 
@@ -259,8 +248,7 @@ def _latency_checks(name, b: BackendResult | None, c: BackendResult, given: floa
 
 def _rounds(r: Ratio, planned: int) -> int | None:
     """The rounds a ratio against its baseline rests on: its own record (0: the pairing's planned rounds)."""
-    own = getattr(r, "rounds", None)
-    return None if own is None else int(own or planned)
+    return None if getattr(r, "rounds", None) is None else int(r.rounds or planned)
 
 
 def _pair_text(r: Ratio, name: str, planned: int) -> str:
@@ -272,19 +260,16 @@ def _pair_text(r: Ratio, name: str, planned: int) -> str:
 
 def _paired_check(name, check, first: Ratio, fresh: Ratio | None, was, now, given: float | None, planned: int,
                   fresh_failed: str | None = None) -> Check:
-    """Latency judged on the ratio new / baseline measured in the same rounds: a regression when the whole
-    interval lies above the threshold in the first process pair and, where a fresh pair measured it again,
-    in that one too (the verdict's interval is then the union of both); an improvement when the first pair's
-    lies below the threshold's inverse. The check's ratio is then the less regressed pair's estimate (what a
-    suite's geometric mean takes)."""
+    """Latency on the ratio new / baseline of the same rounds: a regression when the interval lies above the
+    threshold in the first process pair and in the fresh pair where one measured it (the check then has the
+    union of both intervals and the less regressed pair's ratio); an improvement when the first lies below."""
     ratio, low, high = new_over_baseline(first, name)
     # the baseline's p50 in this run, as the rounds measured it (else as the ratio implies): the call size
     recorded_ms = getattr(first, "base_ms", None)
     base_ms = float(recorded_ms) if recorded_ms else now.p50_ms / ratio if ratio > 0 else float(now.p50_ms)
     limit = slowdown_threshold(PAIRED_AB, base_ms, given)
     recorded = f"; recorded baseline p50 {was.p50_ms:.4g} ms" if was is not None else ""
-    text = f"paired A/B {_pair_text(first, name, planned)}"
-    pairs = 1
+    text, pairs = f"paired A/B {_pair_text(first, name, planned)}", 1
     if fresh is not None:
         again, low2, high2 = new_over_baseline(fresh, name)
         pairs, agreed = 2, low2 > limit
@@ -302,17 +287,12 @@ def _paired_check(name, check, first: Ratio, fresh: Ratio | None, was, now, give
 
 def aggregate_latency(diff: Diff, max_slowdown: float | None, group=lambda backend: backend,
                       paired_slowdown: float | None = None) -> Diff:
-    """Gate latency per backend on the geometric mean of its p50 ratios, not on each entry.
-
-    For a suite of many small models a single tiny call can move 3-5x between runs of the same code
-    (thread wake-ups dominate a 10 us call), while a real regression of a runtime or a runner moves
-    every model. Per entry, latency checks stay in the table as information ("slower"/"faster");
-    the gate is one check per backend group and comparison kind: the geometric mean of the ratios above
-    the threshold, with at least half of the entries slower beyond their intervals. Cross-run entries
-    (intervals of two runs separate) are judged at `max_slowdown` (None: CROSS_RUN); paired A/B entries
-    (the paired ratio's interval above 1) at `paired_slowdown` (None: the calibrated paired default for the
-    entries' median call size).
-    """
+    """Gate latency per backend on the geometric mean of its p50 ratios, not on each entry: one tiny call of a
+    suite can move 3-5x between runs of the same code, a real regression moves every model. Entries stay in
+    the table as information ("slower"/"faster"); the gate is one check per backend group and comparison
+    kind: the geometric mean above the threshold, with at least half of the entries slower beyond their
+    intervals; cross-run at `max_slowdown` (None: CROSS_RUN), paired A/B at `paired_slowdown` (None: the
+    paired default for the entries' median call size)."""
     max_slowdown = max_slowdown if max_slowdown is not None else CROSS_RUN  # a suite's baseline is another run
     groups: dict[tuple[str, str], list[Check]] = {}
     kept = []

@@ -6,27 +6,24 @@ batch size, each round asks every runner in turn (the order rotating) for one sl
 only one worker runs at a time, the others block on a read. Pooled slices give
 each runner's latency; per-round medians give every ratio with its interval (measure.pairing). A worker
 that fails is that runner's bench failure only, and the others go on. A new artifact whose ratio to its
-baseline passes the gate's threshold is measured again by a fresh pair of workers (`confirm`).
+baseline passes the gate's threshold is measured again by a fresh pair of workers (`confirm`). The workers
+themselves are `run.servers.Servers`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InputError, MultiexportError
+from ..errors import MultiexportError
 from ..files.npz import load_npz, save_npz
 from ..measure.bench import summarize
 from ..measure.pairing import (
-    FIRST_ONLY,
-    PLANTED_ENV,
     SEQUENTIAL_CAP,
     all_ratios,
     fresh_name,
@@ -41,31 +38,22 @@ from ..measure.pairing import (
 from ..report.regression import paired_decided, paired_flagged
 from ..results import Pairing, Ratio, Status
 from ..results.bench import BASELINE_PREFIX
-from ..system.process import Served, ServedExit
 from .messages import (
     ColdStart,
     Done,
-    Imported,
-    Load,
-    Loaded,
     Parity,
     Peak,
     PeakFigure,
     Prepare,
     Samples,
     TimeSlice,
-    WorkerFailure,
-    decode_answer,
-    encode_request,
 )
 from .runs import ArtifactRun, write_bench_feeds
-from .worker import thread_env
-from .workers import classify_outcome, start_work_dir, worker_command, worker_environment
+from .servers import Servers
 
 if TYPE_CHECKING:
     from .runs import ArtifactRun
 
-M = TypeVar("M")
 
 @dataclass
 class Timed:
@@ -74,112 +62,6 @@ class Timed:
     samples: dict[int, list[np.ndarray]] = field(default_factory=dict)
     medians: dict[int, list[float]] = field(default_factory=dict)
     capped: dict[int, bool] = field(default_factory=dict)
-
-
-class Servers:
-    """One `serve` worker per runner, all alive for the compare's timed phase (run.serve's protocol).
-
-    A runner whose worker fails (at load, parity, prepare or a slice) is recorded in `failures` with its
-    category and reason, its worker is gone, and every other runner goes on.
-    """
-
-    def __init__(self, device: str, threads: int, timeout: float):
-        self.device, self.threads, self.timeout = device, threads, timeout
-        self.work = start_work_dir("paired")
-        self.alive: dict[str, Served] = {}
-        self.failures: dict[str, tuple[str, str]] = {}
-        self.ready: dict[str, Loaded] = {}
-        self.dirs: dict[str, Path] = {}
-        # how each worker was started, loaded and prepared: what a fresh copy of it repeats (`fresh`)
-        self.started: dict[str, tuple[tuple[str, ...], str | None]] = {}
-        self.loaded_from: dict[str, str | None] = {}
-        self.prepared: dict[str, Prepare] = {}
-
-    def spawn(self, name: str, source: Sequence[str], runtime: str | None) -> None:
-        """Start the runner's worker; it imports its runtime and waits (no timed work until `load`).
-
-        source: ["reference", TARGET], or ["run", ARTIFACT_DIR], or ["run", "-"] when the artifact is not
-        written yet (its directory then comes with `load`)."""
-        out = Path(tempfile.mkdtemp(prefix="runner-", dir=self.work))
-        self.dirs[name] = out
-        self.started[name] = (tuple(source), runtime)
-        cmd = worker_command("serve", *source, str(out), "--device", self.device, "--threads", str(self.threads),
-                             *(["--runtime", runtime] if runtime else []))
-        # its own $TMPDIR inside ours: what its frameworks leave there goes with `close`, even after a crash
-        tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=self.work))
-        env = worker_environment(tmp, thread_env(self.threads))
-        # a benchmark's planted slowdown slows the new runners, never the baseline; FACTOR:first, the first workers only
-        if name.startswith(BASELINE_PREFIX) or (is_fresh(name) and env.get(PLANTED_ENV, "").endswith(FIRST_ONLY)):
-            env.pop(PLANTED_ENV, None)
-        self.alive[name] = Served(cmd, env=env)
-
-    def load(self, name: str, artifact: str | None = None) -> None:
-        """Wait for the spawned worker's import, then have it load its runner (the timed load) from
-        `artifact` (for a worker started before it was written)."""
-        # --timeout for each step, as a sequential worker's whole run
-        if self.ask(name, None, Imported, self.timeout) is None:
-            return
-        self.loaded_from[name] = artifact
-        answer = self.ask(name, Load(artifact), Loaded, self.timeout)
-        if answer is not None:
-            self.ready[name] = answer
-
-    def fresh(self, name: str) -> str | None:
-        """A second worker of runner `name`, started, loaded and prepared as it was (a process of its own: what
-        the first one's process did to its timing, it does not share); its name (`fresh_name`), or None when
-        `name` was never prepared or the fresh worker failed (then `failures` says why)."""
-        copy = fresh_name(name)
-        if copy in self.alive:
-            return copy
-        if name not in self.prepared or name not in self.started or copy in self.failures:
-            return None
-        source, runtime = self.started[name]
-        self.spawn(copy, source, runtime)
-        self.load(copy, self.loaded_from.get(name))
-        if copy not in self.ready or self.ask(copy, self.prepared[name], ColdStart, self.timeout) is None:
-            self.failures.setdefault(copy, ("internal-error", "the fresh worker did not load"))
-            self.discard(copy)
-            return None
-        return copy
-
-    def discard(self, name: str) -> None:
-        """Stop a worker that will not be needed (its export failed), without counting it as a failure."""
-        server = self.alive.pop(name, None)
-        if server is not None:
-            server.close()
-        self.dirs.pop(name, None)
-
-    def ask(self, name: str, request: Any, reply: type[M], timeout: float) -> M | None:
-        """The runner's answer to `request` (a `messages` request; None: wait for the next answer), read as
-        `reply`; None when its worker failed (then `failures[name]` says why)."""
-
-        server = self.alive.get(name)
-        if server is None:
-            return None
-        try:
-            answer = (server.read_answer(timeout) if request is None
-                      else server.request(encode_request(request), timeout))
-            parsed = decode_answer(answer, reply, f"the {name} worker's answer")
-        except ServedExit as exc:
-            self.failures[name] = classify_outcome(exc.outcome, timeout) or (
-                "internal-error", f"the worker exited while a request was open: {exc.outcome.stderr[-500:]}")
-            self.alive.pop(name).close()
-            return None
-        except InputError as exc:  # a worker that answers out of protocol is a bug, and that runner's failure
-            parsed = WorkerFailure("internal-error", str(exc))
-        if isinstance(parsed, WorkerFailure):
-            self.failures[name] = (parsed.category, parsed.message)
-            self.alive.pop(name).close()
-            return None
-        return parsed
-
-    def close(self) -> None:
-        for server in self.alive.values():  # all at once: each one's interpreter shutdown overlaps the others'
-            server.ask_to_quit()
-        for server in self.alive.values():
-            server.close()
-        self.alive.clear()
-        shutil.rmtree(self.work, ignore_errors=True)
 
 
 def serve_artifact(servers: Servers, name: str, feeds: Sequence[dict[str, np.ndarray]],
