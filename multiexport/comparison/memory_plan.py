@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from ..errors import MultiexportError, UsageError
+from ..exporting.precision import split_variant
+from ..exporting.registry import backend_class
 from ..measure.pairing import PER_WORKER_BYTES, available_memory
 
 __all__ = ["AVAILABLE_ENV", "EXPORT", "FOOTPRINT_ENV", "REFERENCE", "RUNNER", "Footprint", "Footprints",
@@ -210,9 +212,6 @@ def footprints(names: Sequence[str]) -> dict[str, Footprints]:
 def _declared(name: str) -> Footprints:
     """The footprints `name`'s backend class declares, each where it does (a (factor, GiB) pair), else the
     defaults'."""
-    from ..exporting.precision import split_variant
-    from ..exporting.registry import backend_class
-
     try:
         cls = backend_class(split_variant(name)[0])
     except MultiexportError:
