@@ -37,6 +37,10 @@ class BackendFacts:
         gets an instance as `ExportJob.backend_options`.
     precisions: the precisions the export hook makes ("fp32" always).
     precision_gaps: precision -> why this backend has no such variant (reports show it).
+    export_memory: the export worker's peak resident memory as (factor, GiB): ~factor x the weights + GiB, what
+        the compare's memory plan (comparison/memory_plan.py) counts before starting it; None: the plan's default.
+        A backend that `builds_on` another counts cumulatively (the stage's worker exports both).
+    runner_memory: the run worker's peak the same way; None: the plan's default.
     """
 
     name: str
@@ -52,6 +56,8 @@ class BackendFacts:
     options_type: type = NoOptions
     precisions: tuple[str, ...] = ("fp32",)
     precision_gaps: Mapping[str, str] = field(default_factory=dict)
+    export_memory: tuple[float, float] | None = None
+    runner_memory: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -89,6 +89,9 @@ class Backend:
     # machines have (onnx-web starts a headless browser); it runs when named.
     opt_in: ClassVar[bool] = False
     weight_storage: ClassVar[tuple[str, ...]] = ("embedded", "external")
+    # Peak resident memory of the export and run workers, (x the weights, + GiB): the memory plan's figures.
+    export_memory: ClassVar[tuple[float, float] | None] = None
+    runner_memory: ClassVar[tuple[float, float] | None] = None
     runtime_modules: ClassVar[tuple[str, ...]] = ()
     static_fallback: ClassVar[bool] = True
     facts_type: ClassVar[type[FormatFacts]] = FormatFacts

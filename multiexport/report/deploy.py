@@ -226,6 +226,9 @@ def _fix(status: Status, reason: str) -> str:
         return "external weights (--external-weights always) or a smaller model"
     if status is Status.VERSION_SKEW:
         return "a consumer release that reads what this JAX writes, or an older JAX"
+    if status is Status.INSUFFICIENT_MEMORY:
+        return ("free the memory the row names, or compare on a machine with more (benchmarks/llm.py --per-format "
+                "runs one process at a time)")
     return f"look into the failure ({status.value})"
 
 

@@ -188,9 +188,8 @@ def test_a_compare_with_nothing_to_export_gives_each_row_its_reason(tmp_path):
 def test_when_memory_limits_the_exports_each_group_gets_a_fresh_worker_queued(tmp_path, monkeypatch):
     """Memory for one export at a time (the figure forced to 1): no pool, whose worker would hold every
     framework it exported with at once; each group waits for the slot in a worker of its own."""
-    from multiexport.comparison import exports
-
-    monkeypatch.setattr(exports, "_by_memory", lambda prep: 1)
+    monkeypatch.setenv("MULTIEXPORT_MEMORY_AVAILABLE", str(3 << 29))  # 1.5 GiB: one export (~1 GiB) at a time
+    monkeypatch.setenv("MULTIEXPORT_MEMORY_FOOTPRINT", "xla=3x+1,iree=3x+1")  # not their measured, smaller ones
     seen: list[str] = []
     results = compare(examples.seed(), backends=["xla", "iree"], out_dir=tmp_path, trials=1, bench=None, threads=2,
                       target_spec="multiexport.examples:seed", progress=seen.append)

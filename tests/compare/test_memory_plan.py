@@ -92,6 +92,10 @@ def test_unknown_available_memory_limits_nothing():
 
 
 def test_the_environment_replaces_the_figures_and_a_bad_value_is_one_line(monkeypatch):
+    from multiexport.exporting.registry import backend_class
+
+    monkeypatch.setattr(backend_class("xla"), "export_memory", None)  # the plan's defaults, not xla's measured ones
+    monkeypatch.setattr(backend_class("xla"), "runner_memory", None)
     monkeypatch.setenv(AVAILABLE_ENV, str(3 * GIB))
     assert available_now() == (3 * GIB, f"${AVAILABLE_ENV}")
     monkeypatch.setenv(AVAILABLE_ENV, "8G")
@@ -112,6 +116,9 @@ def test_a_backend_declares_its_own_measured_footprints_and_the_environment_over
 
     monkeypatch.delenv(FOOTPRINT_ENV, raising=False)
     monkeypatch.setattr(backend_class("iree"), "export_memory", (7.0, 0.75), raising=False)
+    monkeypatch.setattr(backend_class("iree"), "runner_memory", None)
+    monkeypatch.setattr(backend_class("xla"), "export_memory", None)
+    monkeypatch.setattr(backend_class("xla"), "runner_memory", None)
     got = footprints(["iree", "iree@fp16", "xla"])
     assert got["iree"].export == Footprint(7.0, int(0.75 * GIB)) == got["iree@fp16"].export
     assert got["iree"].runner == Footprints().runner and got["xla"] == Footprints()
@@ -122,11 +129,12 @@ def test_a_backend_declares_its_own_measured_footprints_and_the_environment_over
 def test_a_compare_refuses_what_memory_cannot_hold_closes_its_early_workers_and_runs_the_rest(tmp_path):
     # "available": just over xla's export need (1 GiB + 3x a few KiB): beside the early reference worker (still
     # to grow to its footprint) it does not fit, with the early workers closed it does; onnx, declared at
-    # 1x the weights + 8 GiB, cannot fit even alone
+    # 1x the weights + 8 GiB, cannot fit even alone (xla's footprint pinned to the plan's default, 3x + 1 GiB, so
+    # the figures do not move with its measured declaration)
     out = tmp_path / "o"
     available = GIB + (16 << 20)
     proc = run_cli("compare", "multiexport.examples:mlp", "--backends", "xla,onnx", "--out-dir", out, "--trials", "1",
-                   "--bench-time", "0.05", env={AVAILABLE_ENV: str(available), FOOTPRINT_ENV: "onnx=1x+8"})
+                   "--bench-time", "0.05", env={AVAILABLE_ENV: str(available), FOOTPRINT_ENV: "onnx=1x+8,xla=3x+1"})
     assert proc.returncode == 3, proc.stdout + proc.stderr
     data = json.loads((out / "results.json").read_text())
     onnx = data["backends"]["onnx"]
