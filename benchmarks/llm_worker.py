@@ -12,7 +12,6 @@ the target as compare's reference does for baked weights: the large constants li
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,11 @@ import numpy as np
 
 
 def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    """This process's own peak (VmHWM: the address space since exec; getrusage's ru_maxrss also counts the parent's
+    pages the fork copied before the exec)."""
+    from multiexport.measure.bench import memory_now
+
+    return memory_now()["peak_rss_bytes"]
 
 
 def _timed(call, iters: int) -> list[float]:

@@ -16,11 +16,14 @@ def test_a_child_past_its_timeout_is_stopped_with_the_reason(tmp_path):
 
 
 def test_a_childs_peak_rss_is_its_own(tmp_path):
-    small = driver.child([sys.executable, "-c", "pass"], tmp_path / "a", timeout=60)
-    big = driver.child([sys.executable, "-c", "b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096])"],
-                       tmp_path / "b", timeout=60)
+    # this test process is hundreds of MiB: a figure that counted the fork's copy of it (wait4's ru_maxrss)
+    # would give both children about the same peak
+    hold = "import time; b = bytearray({} << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(1)"
+    small = driver.child([sys.executable, "-c", hold.format(1)], tmp_path / "a", timeout=60)
+    big = driver.child([sys.executable, "-c", hold.format(300)], tmp_path / "b", timeout=60)
     assert small["rc"] == 0 and big["rc"] == 0
     assert big["peak_rss_bytes"] - small["peak_rss_bytes"] > 250 << 20
+    assert small["peak_rss_bytes"] < 200 << 20
 
 
 def test_the_latency_interval_brackets_the_median():
