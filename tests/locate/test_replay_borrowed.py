@@ -15,9 +15,10 @@ from multiexport.locate.replay import replay
 
 
 def chain(x):
-    a = x * 2.0       # the artifact computes this one wrongly (planted below)
+    a = x * 2.5       # the artifact computes this one wrongly (planted below); not 2.0, which a canonicalizer
+                      # may rewrite as x + x
     b = a + 1.0       # not exposed by the artifact
-    return b * 3.0    # computed faithfully by the artifact, on its own (wrong) b
+    return b * 3.5    # computed faithfully by the artifact, on its own (wrong) b
 
 
 def _reference():
@@ -27,14 +28,22 @@ def _reference():
     return build_reference(target.fn, sig, {sig.inputs[0].name: x}, {}), x
 
 
+def _chain_sites(ref):
+    """a, b, c of `chain`, found by data flow (b: the add; a: the op it reads; c: the op reading b)."""
+    (b,) = [s for s in ref.sites if s.op == "stablehlo.add"]
+    by_key = {s.key: s for s in ref.sites}
+    (a,) = [by_key[k] for k in b.operands if k in by_key and by_key[k].shape == b.shape and
+            by_key[k].op == "stablehlo.multiply"]
+    (c,) = [s for s in ref.sites if b.key in s.operands]
+    return a, b, c
+
+
 def test_a_replay_on_borrowed_values_downstream_of_a_divergence_is_undetermined():
     ref, x = _reference()
-    muls = [s for s in ref.sites if s.op == "stablehlo.multiply"]
-    (b,) = [s for s in ref.sites if s.op == "stablehlo.add"]
-    a, c = muls[0], muls[-1]
+    a, b, c = _chain_sites(ref)
     assert a.key != c.key
     wrong_a = ref.values[a.key] * 1.5                 # the planted fault
-    got = {a.key: wrong_a, c.key: (wrong_a + 1.0) * 3.0}  # what that artifact really holds; b unmapped
+    got = {a.key: wrong_a, c.key: (wrong_a + 1.0) * 3.5}  # what that artifact really holds; b unmapped
     errors = pair(ref.sites, ref.values, got, {b.key: "cannot map: planted"})
     assert errors[a.key].status == "diverge" and errors[c.key].status == "diverge"
     assert errors[b.key].status == "unmapped"
@@ -48,8 +57,7 @@ def test_a_replay_on_borrowed_values_downstream_of_a_divergence_is_undetermined(
 
 def test_a_borrowed_input_with_no_divergence_above_it_is_still_evidence():
     ref, x = _reference()
-    (b,) = [s for s in ref.sites if s.op == "stablehlo.add"]
-    c = [s for s in ref.sites if s.op == "stablehlo.multiply"][-1]
+    _, b, c = _chain_sites(ref)
     got = {c.key: ref.values[c.key] * 1.5}            # c wrong, everything above it right; b unmapped
     errors = pair(ref.sites, ref.values, got, {b.key: "cannot map: planted"})
     at_c = replay(ref, c, got, errors, {leaf: x for leaf in ref.arg_leaves})
