@@ -132,7 +132,8 @@ def slow_process(rows: list[dict]) -> str:
     """Runs with the planted slowdown in the first new worker only, per backend: flagged at the default by the
     gate (both pairs), and by the first pair alone (what one slow process did before fresh pairs)."""
     lines = []
-    for backend in sorted({r["backend"] for r in rows if r["condition"] == SLOW_PROCESS}):
+    # The whole gate's rows (backend "*") are whole_gate's line, not a backend's row here.
+    for backend in sorted({r["backend"] for r in rows if r["condition"] == SLOW_PROCESS and r["kind"] != WHOLE}):
         def flagged(kind):
             got = [r["flagged"] for r in rows if r["condition"] == SLOW_PROCESS and r["backend"] == backend
                    and r["kind"] == kind and r["threshold"] is None]
