@@ -41,6 +41,7 @@ from ..report.screenshot import screenshot
 from ..results import load_results
 from ..run.devices import keep_jax_off_the_tpu
 from ..system.orphans import adopt_orphans, stop_leftovers
+from .flags import batch_sizes as parse_batch_sizes
 from .output import console, err_console, plain, print_export, print_outputs, print_results, print_signature
 from .sweep_commands import diff_sweep_dirs
 
@@ -205,14 +206,7 @@ def compare_config(args, backends_known: bool = True):
     backends_known=False validates every other option first, before the target is imported (a target file
     may register backends of its own, so names are checked once it is loaded).
     """
-    batch_sizes = None
-    if args.batch_sizes is not None:
-        try:
-            batch_sizes = tuple(int(x) for x in split(args.batch_sizes))
-        except ValueError:
-            batch_sizes = ()
-        if not batch_sizes:
-            raise UsageError(f"Option '--batch-sizes' | got '{args.batch_sizes}', expected sizes >= 1 such as 1,8,64")
+    batch_sizes = parse_batch_sizes(args.batch_sizes)
     bench = None if args.no_bench else BenchConfig(warmup_iters=args.warmup, min_iters=args.min_iters,
                                                     max_iters=args.max_iters, bench_time=args.bench_time,
                                                     include_transfers=args.include_transfers)

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError
+
 # The groups of `--help`, one per concern; every subcommand uses these titles, in this order.
 TARGET = "what to export"
 WRITE = "where to write"
@@ -84,3 +86,17 @@ def regression_options(group: Any) -> None:
                        help="growth factor of a leaf's worst error that counts as drift (default: 10)")
     group.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML, one test case per "
                        "backend x check")
+
+
+def batch_sizes(text: str | None) -> tuple[int, ...] | None:
+    """`--batch-sizes N,N` as compare and load take it (the flag means one thing in every command): sizes >= 1,
+    or None when the flag was not given; anything else is one UsageError line."""
+    if text is None:
+        return None
+    try:
+        sizes = tuple(int(x) for x in text.replace(",", " ").split())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise UsageError(f"Option '--batch-sizes' | got '{text}', expected sizes >= 1 such as 1,8,64")
+    return sizes

@@ -14,6 +14,7 @@ from ..report.render import write_reports
 from ..results import Results
 from ..run.load import measure_load
 from ..status import Status
+from .flags import batch_sizes
 
 
 def artifact_dirs(paths: list[Path]) -> list[tuple[str, Path]]:
@@ -44,7 +45,7 @@ def usable_cores() -> int:
 def cmd_load(args) -> int:
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
-    config = LoadConfig(scenario=args.scenario, p99_ms=args.p99_ms, rates=args.rates, batch_sizes=args.batch_sizes,
+    config = LoadConfig(scenario=args.scenario, p99_ms=args.p99_ms, rates=args.rates, batch_sizes=batch_sizes(args.batch_sizes) or (),
                         lanes=args.lanes, seconds=args.seconds, rounds=args.rounds, seed=args.seed,
                         threads=args.threads or usable_cores(), min_requests=args.min_requests)
     artifacts = artifact_dirs(args.artifacts)

@@ -53,14 +53,14 @@ def compare_load_options(g) -> None:
 
 def load_options(g: dict) -> None:
     """The load flags, shared by `load` and (their meaning) by `compare --load`."""
-    g[TIMING].add_argument("--p99-ms", type=float, default=_DEFAULTS.p99_ms, metavar="MS",
+    g[TIMING].add_argument("--p99-ms", type=positive, default=_DEFAULTS.p99_ms, metavar="MS",
                            help="the Server scenario's latency bound: the max rate reported is the highest target rate "
                                 f"whose p99 (from each request's scheduled arrival) is at most MS (default {_DEFAULTS.p99_ms:g})")
     g[TIMING].add_argument("--rates", type=floats, default=(), metavar="R1,R2,...",
                            help="the Server scenario's target rates in requests/s, the same for every format (default: "
                                 "a ladder per format at " + ", ".join(f"{f:g}" for f in LADDER) + " x its own offline "
                                 "peak on the example input; the ladder stops climbing at the first rate over the bound)")
-    g[TIMING].add_argument("--batch-sizes", type=ints, default=(), metavar="B1,B2,...",
+    g[TIMING].add_argument("--batch-sizes", metavar="N,N",
                            help="the Offline scenario's batch sizes (an artifact with one symbolic batch dimension takes "
                                 "them; a static one gets a 'size-unsupported' row saying why; default: the example only)")
     g[TIMING].add_argument("--lanes", type=int, default=_DEFAULTS.lanes, metavar="N",
