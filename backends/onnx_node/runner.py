@@ -27,6 +27,10 @@ class Prepared:
 class OnnxNodeRunner(Runner):
     """Runs model.onnx through onnxruntime-node (its CPU execution provider) in a Node.js process."""
 
+    # onnxruntime-node has no getter for a session's threads: the value set in its SessionOptions
+    # (intraOpNumThreads, inter-op 1, sequential execution) is what is reported, as LiteRT does.
+    threads_key = "intra_op_threads"
+
     def __init__(self, manifest, directory, options, session: NodeSession, facts: dict[str, Any]):
         super().__init__(manifest, directory, options)
         self.session = session
@@ -83,7 +87,7 @@ class OnnxNodeRunner(Runner):
     def _describe_impl(self) -> dict[str, Any]:
         node = np.asarray(self.node_ns, dtype=np.float64) / 1e6
         trips = np.asarray(self.round_trip_ns, dtype=np.float64) / 1e6
-        return {**self.facts, "node_ms_p50": float(np.median(node)) if node.size else None,
+        return {**self.facts, "intra_op_threads": self.options.thread_count, "node_ms_p50": float(np.median(node)) if node.size else None,
                 "round_trip_ms_p50": float(np.median(trips)) if trips.size else None, "timed_in_node": True,
                 "timing": "the row's latency is session.run timed inside Node by process.hrtime (what a Node.js "
                           "server pays); round_trip_ms_p50 is the test rig's Python -> pipe -> Node -> Python time"}
