@@ -31,10 +31,10 @@ def iree_intermediates(request: IntermediatesRequest) -> Intermediates:
                "not instrumented here")
         return Intermediates(values={}, unmapped={s.key: why for s in request.sites}, how=why)
     facts = manifest.format
-    targets = list(facts.get("target_backends") or ["llvm-cpu"])
+    targets = [str(t) for t in cast(list, facts.get("target_backends") or ["llvm-cpu"])]
     if targets != ["llvm-cpu"]:
         targets = ["llvm-cpu"]  # locate runs on the CPU; the flags of other targets do not apply
-    flags = [f for f in facts.get("compile_flags", []) if not f.startswith("--iree-cuda")]
+    flags = _flags(facts)
     source = manifest.path(directory, "stablehlo_bytecode").read_bytes()
     instrumented = instrument_module(source)
     (request.work_dir / "instrumented.mlirbc").write_bytes(instrumented.portable)
@@ -62,6 +62,11 @@ def iree_intermediates(request: IntermediatesRequest) -> Intermediates:
 
 def reduced_iree(request: IntermediatesRequest, op_module: bytes, out_dir: Path) -> str:
     """`op.vmfb`: the op alone compiled with the artifact's recorded llvm-cpu flags."""
-    flags = [f for f in request.manifest.format.get("compile_flags", []) if not f.startswith("--iree-cuda")]
+    flags = _flags(request.manifest.format)
     (out_dir / "op.vmfb").write_bytes(compile_vmfb(op_module, ["llvm-cpu"], flags, " (the located op alone)"))
     return f"op.vmfb: the op alone compiled by iree-compile llvm-cpu {' '.join(flags)} (run: iree-run-module)"
+
+
+def _flags(facts: Any) -> list[str]:
+    """The artifact's recorded iree-compile flags for the CPU (CUDA's do not apply: locate runs on the CPU)."""
+    return [str(f) for f in cast(list, facts.get("compile_flags") or []) if not str(f).startswith("--iree-cuda")]

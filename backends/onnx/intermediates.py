@@ -62,7 +62,7 @@ def marked_model(model: Any, request: IntermediatesRequest, route: str) -> tuple
 
 def feed_by_param(request: IntermediatesRequest) -> dict[str, Any]:
     """The feed keyed by graph input name (the manifest's `param` of each leaf the graph takes)."""
-    return {leaf.param: request.feed[leaf.name] for leaf in request.manifest.inputs
+    return {str(leaf.param): request.feed[leaf.name] for leaf in request.manifest.inputs
             if leaf.param is not None and leaf.name in request.feed}
 
 

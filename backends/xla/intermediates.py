@@ -10,7 +10,7 @@ executable); the report says so. A module with symbolic dimensions or effect tok
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -42,10 +42,10 @@ def xla_intermediates(request: IntermediatesRequest) -> Intermediates:
     instrumented = instrument_module(bytes(exported.mlir_module_serialized))
     weights = dict(iter_safetensors(manifest.path(directory, "weights"), manifest.external_weights())) \
         if manifest.external_weights() else {}
-    platforms = list(facts.get("platforms") or ["cpu"])
+    platforms = [str(p) for p in cast(list, facts.get("platforms") or ["cpu"])]
     args: list[Any] = []
-    for arg in facts.get("module_args", []):
-        kind, name = arg.get("kind"), arg.get("name")
+    for arg in cast(list[dict[str, Any]], facts.get("module_args") or []):
+        kind, name = str(arg.get("kind")), str(arg.get("name"))
         if kind == "platform_index":
             args.append(np.asarray(platforms.index("cpu") if "cpu" in platforms else 0, np.int32))
         elif kind == "leaf":
