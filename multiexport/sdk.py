@@ -28,7 +28,7 @@ from .exporting.backend_facts import BackendFacts, Presentation
 from .exporting.contract import Backend
 from .exporting.facts import ExportSetup, FormatFacts
 from .exporting.format_result import FormatResult
-from .exporting.instrument import Instrumented, describe_location, instrument_module, user_frame
+from .exporting.instrument import Instrumented, describe_location, instrument_module, run_module, user_frame
 from .exporting.intermediates import (
     SITE_TABLE_KEY,
     Intermediates,
@@ -118,7 +118,7 @@ __all__ = [
     "current_umask", "inside", "iter_safetensors", "write_bytes_atomic", "write_text_atomic", "parse_dtype",
     "dist_version",
     # locate: the intermediates hook's types, and the instrumented StableHLO module (every op result returned)
-    "Intermediates", "IntermediatesRequest", "Site", "site_key", "Instrumented", "instrument_module",
+    "Intermediates", "IntermediatesRequest", "Site", "site_key", "Instrumented", "instrument_module", "run_module",
     "describe_location", "user_frame", "SITE_TABLE_KEY", "SiteTable", "TensorSite", "map_sites",
     # StableHLO: the module's input/output aliases (a donated cache)
     "module_aliases",

@@ -20,6 +20,7 @@ from multiexport.sdk import (
     IntermediatesRequest,
     instrument_module,
     iter_safetensors,
+    run_module,
 )
 
 
@@ -27,7 +28,6 @@ def xla_intermediates(request: IntermediatesRequest) -> Intermediates:
     """Instrument, compile and run the shipped module; values keyed by its own sites (`own_sites`)."""
     import jax
     from jax import export
-    from jaxlib import xla_client
 
     manifest, directory = request.manifest, Path(request.artifact_dir)
     facts = manifest.format
@@ -55,13 +55,7 @@ def xla_intermediates(request: IntermediatesRequest) -> Intermediates:
         else:
             why = f"cannot map: the shipped module takes a {kind} argument, which locate does not pass"
             return Intermediates(values={}, unmapped={s.key: why for s in request.sites}, how=why)
-    backend = jax.extend.backend.get_backend("cpu")
-    device = backend.local_devices()[0]
-    options = xla_client.CompileOptions()
-    options.num_replicas = 1
-    options.num_partitions = 1
-    executable = backend.compile_and_load(instrumented.bytecode, [device], options)
-    results = [np.asarray(r) for r in executable.execute([jax.device_put(a, device) for a in args])]
+    results = run_module(instrumented, args)  # compiled by jax's XLA CPU client, as the reference is
     outputs = {leaf.name: r for leaf, r in zip(manifest.outputs, results[:instrumented.n_results])}
     values = {s.key: r for s, r in zip(instrumented.sites, results[instrumented.n_results:])}
     how = ("re-compile of the shipped module (model.jax_exported) with every op result returned, by jax's XLA CPU "

@@ -16,7 +16,9 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from .intermediates import Site, site_key
 from .native_section import MLIR_DTYPES
@@ -339,3 +341,27 @@ def _captured(op: Any) -> list[Any]:
     for region in op.regions:
         reads(region)
     return found
+
+
+def run_module(instrumented: Instrumented | Any, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Compile `instrumented.bytecode` (an `Instrumented` or `Isolated`) with XLA on the CPU and run it on `args`."""
+    return compiled(instrumented)(args)
+
+
+def compiled(instrumented: Instrumented | Any) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
+    """`instrumented.bytecode` compiled once with XLA on the CPU: a function of the arguments, run as often as asked."""
+    import jax
+    from jaxlib import xla_client
+
+    backend = jax.extend.backend.get_backend("cpu")
+    device = backend.local_devices()[0]
+    options = xla_client.CompileOptions()
+    options.num_replicas = 1
+    options.num_partitions = 1
+    executable = backend.compile_and_load(instrumented.bytecode, [device], options)
+
+    def call(args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        buffers = [jax.device_put(np.asarray(a), device) for a in args]
+        return [np.asarray(r) for r in executable.execute(buffers)]
+
+    return call

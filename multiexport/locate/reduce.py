@@ -16,11 +16,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import MultiexportError
-from ..exporting.instrument import isolate_op
+from ..exporting.instrument import isolate_op, run_module
 from ..files.npz import save_npz
 from ..files.paths import safe_component
 from ..versions import dist_version
-from .reference import Reference, run_module
+from .reference import Reference
 from .result import BackendLocation, Finding
 
 

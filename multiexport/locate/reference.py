@@ -9,11 +9,11 @@ every leaf kept, the trial's sizes made concrete), instrumented so that `main` a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..exporting.instrument import Instrumented, instrument_module
+from ..exporting.instrument import instrument_module, run_module
 from ..exporting.intermediates import Site
 from ..exporting.stablehlo import concrete_specs, export_module
 
@@ -61,30 +61,6 @@ def build_reference(fn: Callable[..., Any], signature: Any, feed: Mapping[str, n
     jit_outputs = dict(zip(out_names, jit))
     return Reference(sites=instrumented.sites, values=values, outputs=outputs, jit_outputs=jit_outputs,
                      agreement=agreement(outputs, jit_outputs), source=source, arg_leaves=leaves)
-
-
-def run_module(instrumented: Instrumented | Any, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Compile `instrumented.bytecode` (an `Instrumented` or `Isolated`) with XLA on the CPU and run it on `args`."""
-    return compiled(instrumented)(args)
-
-
-def compiled(instrumented: Instrumented | Any) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
-    """`instrumented.bytecode` compiled once with XLA on the CPU: a function of the arguments, run as often as asked."""
-    import jax
-    from jaxlib import xla_client
-
-    backend = jax.extend.backend.get_backend("cpu")
-    device = backend.local_devices()[0]
-    options = xla_client.CompileOptions()
-    options.num_replicas = 1
-    options.num_partitions = 1
-    executable = backend.compile_and_load(instrumented.bytecode, [device], options)
-
-    def call(args: Sequence[np.ndarray]) -> list[np.ndarray]:
-        buffers = [jax.device_put(np.asarray(a), device) for a in args]
-        return [np.asarray(r) for r in executable.execute(buffers)]
-
-    return call
 
 
 def agreement(outputs: Mapping[str, np.ndarray], jit_outputs: Mapping[str, np.ndarray]) -> str:

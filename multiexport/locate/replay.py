@@ -16,13 +16,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..exporting.instrument import isolate_op
+from ..exporting.instrument import compiled, isolate_op
 from ..exporting.intermediates import Site
 from ..exporting.native_section import MLIR_DTYPES
 from ..measure.tolerance import SENSITIVITY_MARGIN, default_tolerance
 from ..results.parity import Tolerance
 from .pairing import SiteError, compare_site
-from .reference import Reference, compiled
+from .reference import Reference
 
 # Ops whose output can move far more than their input on some inputs (the verdict help names them).
 ILL_CONDITIONED = ("stablehlo.exponential", "stablehlo.exponential_minus_one", "stablehlo.power", "stablehlo.log",
