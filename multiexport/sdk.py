@@ -72,6 +72,7 @@ from .exporting.options import (
 )
 from .exporting.pipeline import export_stage
 from .exporting.precision import CalibrationFacts, PrecisionFacts, calibration_facts, calibration_feeds
+from .exporting.resident_runner import ResidentFeed, ResidentFeedRunner, ResidentSession
 from .exporting.runner import Runner
 from .exporting.stablehlo import (
     ModuleArg,
@@ -88,6 +89,7 @@ from .exporting.stablehlo import (
     producer_version,
     retarget,
 )
+from .exporting.stage_files import check_stage_dtypes, place_stage_file
 from .exporting.tpu_only import tpu_only
 from .files import current_umask, inside, write_bytes_atomic, write_text_atomic
 from .files.safetensors import iter_safetensors
@@ -109,6 +111,8 @@ __all__ = [
     "WEIGHTS_FILE", "LiftedWeights", "embedded", "externalizes", "module_function", "plan", "JitRunner",
     "CalibrationFacts", "PrecisionFacts", "calibration_facts", "calibration_feeds", "export_stage", "tpu_only",
     "observed_threads", "usable_cpus",
+    # a runtime in another process holding the feeds (a JavaScript engine); a stage's files placed, its dtypes checked
+    "ResidentFeed", "ResidentFeedRunner", "ResidentSession", "check_stage_dtypes", "place_stage_file",
     # native consumers
     "Call", "NativeConsumer", "Program", "Recipe", "Request", "NativeBuildError", "package_dir", "tpu_presence",
     "tpu_variables", "COMPILE_OPTIONS_FILE", "INPUT_DIR", "MLIR_DTYPES", "NATIVE_SCHEMA", "OUTPUT_DIR",

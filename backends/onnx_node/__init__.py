@@ -10,21 +10,19 @@ names, which are the leaf names. Latency is timed inside Node (process.hrtime), 
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from multiexport.sdk import (
     Availability,
     Backend,
-    ExportError,
     FormatResult,
     Manifest,
     RunError,
     RunOptions,
     Runner,
-    leaf_message,
+    check_stage_dtypes,
+    place_stage_file,
 )
 
 from .facts import OnnxNodeFacts
@@ -73,18 +71,12 @@ class OnnxNodeBackend(Backend):
     def _export_files(self, out_dir: Path, frontend) -> FormatResult:
         """Place the ONNX stage's files in `out_dir`, check the dtypes Node can take, and say what was made."""
         front = frontend.manifest
-        for kind, leaves in (("Input", [leaf for leaf in front.inputs if leaf.param is not None]),
-                             ("Output", front.outputs)):
-            for leaf in leaves:
-                if leaf.dtype not in JS_TYPES:
-                    raise ExportError(f"Backend '{self.name}' | " + leaf_message(
-                        kind, leaf.name, leaf.dtype, f"a dtype onnxruntime-node has a tensor type for "
-                        f"({', '.join(JS_TYPES)})"), backend=self.name, category="unsupported-dtype")
+        check_stage_dtypes(self.name, front, tuple(JS_TYPES), "onnxruntime-node")
         files = {"model": front.files["model"]}
         if "external_data" in front.files:
             files["external_data"] = front.files["external_data"]
         for name in files.values():
-            _place(frontend.directory / name, out_dir / name)
+            place_stage_file(frontend.directory / name, out_dir / name)
         modules = modules_dir()
         version = _runtime_version(modules) if modules else None
         node = node_path()
@@ -138,13 +130,6 @@ def _node_version(node: str | None) -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
 
-
-def _place(source: Path, target: Path) -> None:
-    """The stage's file at `target`: a hard link where the filesystem allows (no copy of large weights)."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 BACKEND = OnnxNodeBackend

@@ -11,8 +11,6 @@ caps the model, its copy and the activations at 4 GiB. WebGPU is the `execution_
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,8 @@ from multiexport.sdk import (
     RunError,
     RunOptions,
     Runner,
-    leaf_message,
+    check_stage_dtypes,
+    place_stage_file,
 )
 
 from .browser import CHROMIUM_ENV, chromium_path
@@ -88,18 +87,12 @@ class OnnxWebBackend(Backend):
         """Place the ONNX stage's files in `out_dir`, check what the page can take, and say what was made."""
 
         front = frontend.manifest
-        for kind, leaves in (("Input", [leaf for leaf in front.inputs if leaf.param is not None]),
-                             ("Output", front.outputs)):
-            for leaf in leaves:
-                if leaf.dtype not in JS_TYPES:
-                    raise ExportError(f"Backend '{self.name}' | " + leaf_message(
-                        kind, leaf.name, leaf.dtype, f"a dtype onnxruntime-web has a tensor type for "
-                        f"({', '.join(JS_TYPES)})"), backend=self.name, category="unsupported-dtype")
+        check_stage_dtypes(self.name, front, tuple(JS_TYPES), "onnxruntime-web")
         files = {"model": front.files["model"]}
         if "external_data" in front.files:
             files["external_data"] = front.files["external_data"]
         for name in files.values():
-            _place(frontend.directory / name, out_dir / name)
+            place_stage_file(frontend.directory / name, out_dir / name)
         size = sum((out_dir / name).stat().st_size for name in files.values())
         if size >= WASM_MEMORY_LIMIT:
             raise ExportError(f"Backend '{self.name}' | the model's files are {size / 2**30:.2f} GiB, over wasm32's "
@@ -194,13 +187,6 @@ def _probe_webgpu() -> dict[str, Any]:
             return {"ok": False, "reason": f"the WebGPU probe could not run: {' '.join(str(exc).split())[:300]}"}
     return dict(_PROBED[0])
 
-
-def _place(source: Path, target: Path) -> None:
-    """The stage's file at `target`: a hard link where the filesystem allows (no copy of large weights)."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 BACKEND = OnnxWebBackend

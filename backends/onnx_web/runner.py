@@ -11,96 +11,49 @@ rig's, which no deployed page pays. Both are recorded (`describe`): `page_ms_p50
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
-from multiexport.sdk import RunError, Runner, leaf_message
+from multiexport.sdk import ResidentFeedRunner, RunError
 
 from .page import JS_TYPES, PageSession
 
 
-@dataclass
-class Prepared:
-    """A feed resident in the page: its id there (`PageSession.feed`)."""
+class OnnxWebRunner(ResidentFeedRunner):
+    """Runs model.onnx through onnxruntime-web's wasm (or WebGPU) execution provider in headless Chromium.
 
-    feed_id: int
+    A runner dropped without close (an export's load check) ends its browser at exit (browser.driver), not from a
+    finalizer: a collection inside a Playwright call would re-enter its dispatcher.
+    """
 
-
-class OnnxWebRunner(Runner):
-    """Runs model.onnx through onnxruntime-web's wasm (or WebGPU) execution provider in headless Chromium."""
-
+    runtime: ClassVar[str] = "onnxruntime-web"
+    dtypes: ClassVar[tuple[str, ...]] = tuple(JS_TYPES)
+    place: ClassVar[str] = "the page"
     threads_key = "wasm_threads"
 
     def __init__(self, manifest, directory, options, session: PageSession, facts: dict[str, Any]):
-        super().__init__(manifest, directory, options)
-        self.session = session
-        self.facts = facts
-        # A runner dropped without close (an export's load check) ends its browser at exit (browser.driver),
-        # not from a finalizer: a collection inside a Playwright call would re-enter its dispatcher.
-        self.round_trip_ns: list[int] = []
+        super().__init__(manifest, directory, options, session, facts)
+        self.page = session
         self.calling_path = (f"onnxruntime-web {facts.get('runtime_version')} InferenceSession.run ({session.ep} EP) in "
                              "headless Chromium, feeds resident in the page as ort.Tensors, outputs left in the page; "
                              "driven from Python by Playwright (one DevTools round trip per call)")
 
-    def _prepare_impl(self, arrays: list[np.ndarray]) -> Prepared:
-        tensors = []
-        for leaf, a in zip(self.manifest.inputs, arrays):
-            if leaf.param is None:
-                continue
-            if a.dtype.name not in JS_TYPES:
-                raise RunError(leaf_message("Input", leaf.name, a.dtype.name, "a dtype onnxruntime-web has a tensor "
-                               f"type for ({', '.join(JS_TYPES)})"), backend="onnx-web", category="unsupported-dtype")
-            tensors.append((str(leaf.param), a))
-        try:
-            return Prepared(self.session.feed(tensors))
-        except Exception as exc:
-            raise page_error(exc, self.directory, "moving the inputs into the page") from exc
+    def error(self, exc: Exception, what: str) -> RunError:
+        return page_error(exc, self.directory, what)
 
-    def _run_impl(self, prepared: Prepared) -> None:
-        import time
-
-        t0 = time.perf_counter_ns()
-        try:
-            self.session.run(prepared.feed_id)
-        except Exception as exc:
-            raise page_error(exc, self.directory, "session.run") from exc
-        self.round_trip_ns.append(time.perf_counter_ns() - t0)
-
-    def _fetch_impl(self, prepared: Prepared) -> Sequence[Any]:
-        try:
-            outputs = dict(self.session.fetch(prepared.feed_id))
-        except Exception as exc:
-            raise page_error(exc, self.directory, "session.run") from exc
-        return [outputs[str(leaf.param)] for leaf in self.manifest.outputs]
-
-    def time_in_page(self, prepared: Prepared, warmup: int, min_calls: int, max_calls: int,
-                     seconds: float) -> np.ndarray:
+    def time_in_page(self, prepared, warmup: int, min_calls: int, max_calls: int, seconds: float) -> np.ndarray:
         """Nanoseconds per session.run, timed back to back inside the page (performance.now): the runtime's
         own cost, with the harness's warm-up and stopping rule (at least min_calls, until `seconds`)."""
-        self._check_open()
-        try:
-            return self.session.timed(prepared.feed_id, warmup, min_calls, max_calls, seconds)
-        except Exception as exc:
-            raise page_error(exc, self.directory, "timing session.run in the page") from exc
-
-    def _close_impl(self) -> None:
-        self.session.close()
-
-    def time_own_calls(self, prepared: Prepared, warmup: int, min_calls: int, max_calls: int,
-                       seconds: float) -> np.ndarray:
-        """The harness's timing hook: the calls timed inside the page (the runtime's cost), not the round trip."""
-        return self.time_in_page(prepared, warmup, min_calls, max_calls, seconds)
+        return self.time_own_calls(prepared, warmup, min_calls, max_calls, seconds)
 
     def _describe_impl(self) -> dict[str, Any]:
-        page = self.session.page_ms() if not getattr(self, "_closed", False) else []
-        trips = np.asarray(self.round_trip_ns, dtype=np.float64) / 1e6
-        return {**self.facts, "execution_provider": self.session.ep,
-                "wasm_threads": self.session.info.get("threads"),
-                "cross_origin_isolated": self.session.info.get("crossOriginIsolated"),
+        page = self.page.page_ms() if not getattr(self, "_closed", False) else []
+        return {**self.facts, "execution_provider": self.page.ep,
+                "wasm_threads": self.page.info.get("threads"),
+                "cross_origin_isolated": self.page.info.get("crossOriginIsolated"),
                 "page_ms_p50": float(np.median(page)) if page else None,
-                "round_trip_ms_p50": float(np.median(trips)) if trips.size else None,
+                "round_trip_ms_p50": self.round_trip_ms_p50(),
                 "calls_timed_both_ways": len(page),
                 "webgpu": self.manifest.format.get("webgpu"),
                 "timed_in_page": True,

@@ -22,8 +22,6 @@ Reduced precisions are OpenVINO IR: fp16 by `ov.save_model`, int8 by NNCF (int8.
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,7 @@ from multiexport.sdk import (
     Runner,
     export_stage,
     parse_dtype,
+    place_stage_file,
     present,
     usable_cpus,
 )
@@ -182,7 +181,7 @@ class OpenVINOBackend(Backend):
         if "external_data" in front.files:
             files["external_data"] = front.files["external_data"]
         for name in files.values():
-            _place(stage.directory / name, out_dir / name)
+            place_stage_file(stage.directory / name, out_dir / name)
         unsigned = unsigned_node(out_dir / files["model"])
         if unsigned:
             raise ExportError(f"Backend '{self.name}' | node {unsigned} computes in unsigned 32/64-bit integers, which "
@@ -296,13 +295,6 @@ def _probe_feed(front: Manifest, signature) -> dict[str, Any] | None:
         feed[str(leaf.param)] = np.asarray(example) if fits else np.zeros(shape, parse_dtype(leaf.dtype))
     return feed
 
-
-def _place(source: Path, target: Path) -> None:
-    """The stage's file at `target`: a hard link where the filesystem allows (no copy of large weights)."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 def _cpu_facts(core) -> dict[str, Any]:
