@@ -72,7 +72,7 @@ from .exporting.options import (
 )
 from .exporting.pipeline import export_stage
 from .exporting.precision import CalibrationFacts, PrecisionFacts, calibration_facts, calibration_feeds
-from .exporting.resident_runner import ResidentFeed, ResidentFeedRunner, ResidentSession
+from .exporting.resident_runner import ResidentFeed, ResidentFeedRunner, ResidentSession, check_session_inputs
 from .exporting.runner import Runner
 from .exporting.stablehlo import (
     ModuleArg,
@@ -112,7 +112,7 @@ __all__ = [
     "CalibrationFacts", "PrecisionFacts", "calibration_facts", "calibration_feeds", "export_stage", "tpu_only",
     "observed_threads", "usable_cpus",
     # a runtime in another process holding the feeds (a JavaScript engine); a stage's files placed, its dtypes checked
-    "ResidentFeed", "ResidentFeedRunner", "ResidentSession", "check_stage_dtypes", "place_stage_file",
+    "ResidentFeed", "ResidentFeedRunner", "ResidentSession", "check_session_inputs", "check_stage_dtypes", "place_stage_file",
     # native consumers
     "Call", "NativeConsumer", "Program", "Recipe", "Request", "NativeBuildError", "package_dir", "tpu_presence",
     "tpu_variables", "COMPILE_OPTIONS_FILE", "INPUT_DIR", "MLIR_DTYPES", "NATIVE_SCHEMA", "OUTPUT_DIR",

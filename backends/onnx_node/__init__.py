@@ -21,6 +21,7 @@ from multiexport.sdk import (
     RunError,
     RunOptions,
     Runner,
+    check_session_inputs,
     check_stage_dtypes,
     place_stage_file,
 )
@@ -108,11 +109,7 @@ class OnnxNodeBackend(Backend):
             raise RunError(f"Artifact '{directory}' | {exc}", backend=self.name, category="unavailable") from exc
         except NodeError as exc:
             raise node_error(exc, directory, "creating the session") from exc
-        names = [str(leaf.param) for leaf in manifest.inputs if leaf.param is not None]
-        if sorted(session.info.get("inputNames", [])) != sorted(names):
-            session.close()
-            raise RunError(f"Artifact '{directory}' | the node session takes {session.info.get('inputNames')}, the "
-                           f"manifest binds {names}", backend=self.name, category="load-failed")
+        check_session_inputs(session, session.info.get("inputNames", []), manifest, directory, "the node session")
         versions = session.info.get("versions") or {}
         facts = {"runtime_version": versions.get("node"), "node": session.info.get("node"),
                  "session_create_ms": session.info.get("createMs")}
@@ -129,7 +126,6 @@ def _node_version(node: str | None) -> str:
         return subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
-
 
 
 BACKEND = OnnxNodeBackend

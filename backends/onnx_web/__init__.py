@@ -24,6 +24,7 @@ from multiexport.sdk import (
     RunError,
     RunOptions,
     Runner,
+    check_session_inputs,
     check_stage_dtypes,
     place_stage_file,
 )
@@ -136,7 +137,6 @@ class OnnxWebBackend(Backend):
         )
 
     def _load_impl(self, manifest: Manifest, directory: Path, options: RunOptions) -> Runner:
-
         if options.device != "cpu":
             raise RunError(f"Device '{options.device}' | onnx-web runs in headless Chromium on this machine (WebGPU is "
                            "its execution_provider option)", backend=self.name, category="no-gpu")
@@ -149,18 +149,13 @@ class OnnxWebBackend(Backend):
             raise RunError(f"Artifact '{directory}' | {exc}", backend=self.name, category="unavailable") from exc
         except Exception as exc:
             raise page_error(exc, directory, "creating the session") from exc
-        names = [str(leaf.param) for leaf in manifest.inputs if leaf.param is not None]
-        if sorted(session.info.get("inputNames", [])) != sorted(names):
-            session.close()
-            raise RunError(f"Artifact '{directory}' | the page's session takes {session.info.get('inputNames')}, the "
-                           f"manifest binds {names}", backend=self.name, category="load-failed")
+        check_session_inputs(session, session.info.get("inputNames", []), manifest, directory, "the page's session")
         dist = runtime_dist()
         facts: dict[str, Any] = {"runtime_version": runtime_version(dist) if dist else None,
                                  "browser": session.browser.version, "chromium": session.browser.executable,
                                  "session_create_ms": session.info.get("createMs"),
                                  "hardware_concurrency": session.info.get("hardwareConcurrency")}
         return OnnxWebRunner(manifest, directory, options, session, facts)
-
 
     def static_bundle(self, directory: Path, manifest: Manifest, root: Path, timeout: float) -> dict[str, Any]:
         """`multiexport native DIR --bundle OUT`: the page, the pinned runtime files and the example inputs beside
@@ -186,7 +181,6 @@ def _probe_webgpu() -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001  (one line in the facts; the load check that follows says the rest)
             return {"ok": False, "reason": f"the WebGPU probe could not run: {' '.join(str(exc).split())[:300]}"}
     return dict(_PROBED[0])
-
 
 
 BACKEND = OnnxWebBackend

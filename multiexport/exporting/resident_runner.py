@@ -44,6 +44,17 @@ class ResidentFeed:
     feed_id: int  # its id there (`ResidentSession.feed`)
 
 
+def check_session_inputs(session: ResidentSession, names: Sequence[str], manifest: "Manifest", directory: Path,
+                         who: str) -> None:
+    """Close `session` and refuse the artifact (load-failed) when the graph inputs `names` it says it takes are not
+    the ones the manifest binds; `who` names the session in the message ("the page's session")."""
+    bound = [str(leaf.param) for leaf in manifest.inputs if leaf.param is not None]
+    if sorted(names) != sorted(bound):
+        session.close()
+        raise RunError(f"Artifact '{directory}' | {who} takes {list(names)}, the manifest binds {bound}",
+                       backend=manifest.backend, category="load-failed")
+
+
 class ResidentFeedRunner(Runner):
     """Runs an artifact through a `ResidentSession`; a subclass names its runtime and turns failures into errors.
 
