@@ -68,6 +68,12 @@ def find_onnxruntime() -> tuple[Path | None, Path]:
     return include, library
 
 
+def load_header() -> tuple[Path, ...]:
+    """The shared load loops' header (native/csrc/common/mx_load.h, header-only), hashed into the build's key."""
+    root = package_dir("multiexport")
+    return (root / "native" / "csrc" / "common" / "mx_load.h",) if root else ()
+
+
 @dataclass(frozen=True)
 class OrtConsumer(NativeConsumer):
     """ort_run: the section is recomputed from the manifest (the tamper check); a bundle carries the
@@ -76,6 +82,7 @@ class OrtConsumer(NativeConsumer):
     consumer: str = CONSUMER
     program: str = "ort_run"
     mismatch: str = "model, input and output names and leaves give: refusing to run a session the export did not write"
+    load_loop: bool = True  # ort_run --load-lanes: the scenarios of `multiexport load` in C (common/mx_load.h)
 
     def expected(self, manifest: Any, native: Mapping[str, Any]) -> dict[str, Any]:
         return onnx_section(manifest.inputs, ports(manifest.inputs), manifest.outputs, ports(manifest.outputs),
@@ -92,7 +99,7 @@ class OrtConsumer(NativeConsumer):
         headers = (SOURCES / ORT_DECLARATION, *([include / "onnxruntime_c_api.h"] if include else []))
         flags = ("-std=c11", *real, f'-D{LIBRARY_DEFINE}="{library}"', "-ldl", "-pthread")  # pthread: the load loop
         return Recipe("c", SOURCES / "ort_run.c", flags,
-                      (*headers, library), dlopened=(LIBRARY_DEFINE,))
+                      (*headers, *load_header(), library), dlopened=(LIBRARY_DEFINE,))
 
     def bundle_runtime(self, request: Request) -> list[Path]:
         """The libonnxruntime ort_run dlopens (the bundled build names it by file name: found through

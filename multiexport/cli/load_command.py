@@ -47,7 +47,8 @@ def cmd_load(args) -> int:
         raise UsageError(f"Option '--threads' | got {args.threads}, expected an integer >= 1")
     config = LoadConfig(scenario=args.scenario, p99_ms=args.p99_ms, rates=args.rates, batch_sizes=batch_sizes(args.batch_sizes) or (),
                         lanes=args.lanes, seconds=args.seconds, rounds=args.rounds, seed=args.seed,
-                        threads=args.threads or usable_cores(), min_requests=args.min_requests)
+                        threads=args.threads or usable_cores(), min_requests=args.min_requests,
+                        samples_per_query=args.samples_per_query, driver=args.driver)
     artifacts = artifact_dirs(args.artifacts)
     out: Path = args.out_dir
     if out.exists() and not out.is_dir():
@@ -74,7 +75,7 @@ def compare_load(results: Results, batch_sizes: tuple[int, ...] | None, threads:
         return
     config = LoadConfig(scenario=args.load, p99_ms=args.p99_ms, rates=args.load_rates, batch_sizes=batch_sizes or (),
                         lanes=args.load_lanes, seconds=args.load_seconds, rounds=args.load_rounds,
-                        threads=threads or usable_cores())
+                        threads=threads or usable_cores(), driver=getattr(args, "load_driver", "python"))
     loaded = measure_load(artifacts, config, device="cpu", timeout=args.timeout, progress=lambda m: progress(f"load: {m}"))
     loaded.write(out / "load.json")
     write_load_reports(loaded, out)

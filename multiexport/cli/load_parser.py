@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from ..measure.load import LADDER, MIN_REQUESTS, SCENARIOS, LoadConfig
+from ..measure.load import DRIVERS, LADDER, MIN_REQUESTS, SCENARIOS, LoadConfig
 from .flags import DEVICES, OUTPUT, TIMING, WRITE, groups
 
 _DEFAULTS = LoadConfig()
@@ -36,8 +36,9 @@ def compare_load_options(g) -> None:
     g.add_argument("--load", choices=SCENARIOS, metavar="SCENARIO",
                    help="after the compare, measure its faithful artifacts under load (as 'multiexport load' does): "
                         "server (max requests/s with p99 under --p99-ms, Poisson arrivals), offline (peak samples/s "
-                        "at the example and --batch-sizes) or both; writes DIR/load.json and adds a Load section to "
-                        "the reports")
+                        "at the example and --batch-sizes), multistream (p99 of queries of 8 samples, each issued "
+                        "when the last completed), both (server and offline) or all; writes DIR/load.json and adds a "
+                        "Load section to the reports")
     g.add_argument("--p99-ms", type=positive, default=_DEFAULTS.p99_ms, metavar="MS",
                    help=f"with --load: the Server scenario's p99 bound in ms (default {_DEFAULTS.p99_ms:g})")
     g.add_argument("--load-rates", type=floats, default=(), metavar="R1,R2,...",
@@ -49,6 +50,8 @@ def compare_load_options(g) -> None:
                    help=f"with --load: seconds per rate and per offline size, per round (default {_DEFAULTS.seconds:g})")
     g.add_argument("--load-rounds", type=int, default=_DEFAULTS.rounds, metavar="N",
                    help=f"with --load: rounds, the formats' order rotating (default {_DEFAULTS.rounds})")
+    g.add_argument("--load-driver", choices=DRIVERS, default=_DEFAULTS.driver,
+                   help="with --load: what issues the requests, as 'multiexport load --driver' (default python)")
 
 
 def load_options(g: dict) -> None:
@@ -73,6 +76,15 @@ def load_options(g: dict) -> None:
     g[TIMING].add_argument("--rounds", type=int, default=_DEFAULTS.rounds, metavar="N",
                            help="repeats, the formats' order rotating each round; every figure is given with the range "
                                 f"over its rounds (default {_DEFAULTS.rounds})")
+    g[TIMING].add_argument("--samples-per-query", type=int, default=_DEFAULTS.samples_per_query, metavar="K",
+                           help="the MultiStream scenario's samples per query: a query of K example inputs, spread "
+                                "over the lanes, issued when the previous query completed; its figure is the p99 "
+                                f"of the queries' latencies (default {_DEFAULTS.samples_per_query}, as LoadGen's)")
+    g[TIMING].add_argument("--driver", choices=DRIVERS, default=_DEFAULTS.driver,
+                           help="what issues the requests: python (the format's serve worker, one Python thread per "
+                                "lane; default) or native (a format whose native consumer has the load loops in C, "
+                                "ONNX Runtime's ort_run, runs every scenario there with no Python between requests; "
+                                "the others stay on python; each row of load.json says which)")
     g[TIMING].add_argument("--seed", type=int, default=_DEFAULTS.seed,
                            help="seed of the Poisson arrival schedule (the same schedule for every format)")
 
@@ -93,7 +105,8 @@ def load_parser(sub) -> None:
     g[WRITE].add_argument("--out-dir", type=Path, default=Path("multiexport-load"), metavar="DIR",
                           help="where load.json, load.md and load.html go (default multiexport-load)")
     g[TIMING].add_argument("--scenario", choices=SCENARIOS, default=_DEFAULTS.scenario,
-                           help="server, offline or both (default both)")
+                           help="server, offline, multistream, both (server and offline; the default) or all (the "
+                                "three)")
     load_options(g)
     g[TIMING].add_argument("--min-requests", type=int, default=MIN_REQUESTS, metavar="N",
                            help=f"the fewest requests per rate and round (default {MIN_REQUESTS}; fewer make the p99 "

@@ -5,7 +5,10 @@ Following MLPerf Inference's LoadGen: in the Server scenario requests arrive as 
 (the schedule drawn from a seed, so every format gets the same arrival pattern), a request waits in a queue until a
 lane is free, and its latency is measured from its *scheduled* arrival to its completion, so queueing counts and a
 dispatcher that wakes late cannot hide it. In the Offline scenario every lane calls back to back and the figure is
-items per second. The drivers hold the GIL only between calls: the runtimes release it while they compute.
+items per second. In the MultiStream scenario a query of K samples is issued when the previous one completed, its
+samples spread over the lanes, and the figure is the p99 of the queries' latencies. The drivers hold the GIL only
+between calls: the runtimes release it while they compute. The same loops in C (native/csrc/common/mx_load.h) run
+in a native consumer that has them (`--driver native`, run.load_native).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import UsageError
-from ..results.load import RatePoint, ServerResult
+from ..results.load import MultiStreamResult, RatePoint, ServerResult
 
-SCENARIOS = ("server", "offline", "both")
+SCENARIOS = ("server", "offline", "multistream", "both", "all")  # both: server and offline; all: the three
+DRIVERS = ("python", "native")
+SAMPLES_PER_QUERY = 8  # MultiStream's default K (LoadGen's multi-stream samples per query)
 # The automatic ladder: fractions of the format's own offline batch-1 peak (its lanes busy back to back).
 LADDER = (0.1, 0.25, 0.5, 0.7, 0.85, 1.0, 1.2)
 MIN_REQUESTS = 100  # per rate and round: fewer leave the p99 to one or two requests
@@ -38,7 +43,9 @@ class LoadConfig:
     runtime's own suggestion, else the threads given). seconds: per rate (at least `min_requests` requests) and per
     offline size, per round. min_requests: the fewest requests per rate and round (a p99 from fewer is the maximum of
     a handful). rounds: repeats, the formats' order rotating each round. seed: the arrival schedule's.
-    threads: cores given to each format (its runtime's threads, all lanes together).
+    threads: cores given to each format (its runtime's threads, all lanes together). samples_per_query: the
+    MultiStream scenario's K. driver: "python" (the serve worker's lanes are Python threads) or "native" (a format
+    whose native consumer has the load loops runs them in C, the others in Python; each row says which).
     """
 
     scenario: str = "both"
@@ -51,10 +58,14 @@ class LoadConfig:
     seed: int = 0
     threads: int = 1
     min_requests: int = MIN_REQUESTS
+    samples_per_query: int = SAMPLES_PER_QUERY
+    driver: str = "python"
 
     def __post_init__(self):
         if self.scenario not in SCENARIOS:
             raise UsageError(f"Option '--scenario' | got {self.scenario!r}, expected one of {', '.join(SCENARIOS)}")
+        if self.driver not in DRIVERS:
+            raise UsageError(f"Option '--driver' | got {self.driver!r}, expected one of {', '.join(DRIVERS)}")
         if not (isinstance(self.p99_ms, (int, float)) and math.isfinite(self.p99_ms) and self.p99_ms > 0):
             raise UsageError(f"Option '--p99-ms' | got {self.p99_ms!r}, expected a number of milliseconds > 0")
         for rate in self.rates:
@@ -63,7 +74,8 @@ class LoadConfig:
         for size in self.batch_sizes:
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise UsageError(f"Option '--batch-sizes' | got {size!r}, expected integers >= 1")
-        for name, low in (("lanes", 0), ("rounds", 1), ("threads", 1), ("min_requests", 10)):
+        for name, low in (("lanes", 0), ("rounds", 1), ("threads", 1), ("min_requests", 10),
+                          ("samples_per_query", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise UsageError(f"Option '--{name.replace('_', '-')}' | got {value!r}, expected an integer >= {low}")
@@ -72,11 +84,15 @@ class LoadConfig:
 
     @property
     def server(self) -> bool:
-        return self.scenario in ("server", "both")
+        return self.scenario in ("server", "both", "all")
 
     @property
     def offline(self) -> bool:
-        return self.scenario in ("offline", "both")
+        return self.scenario in ("offline", "both", "all")
+
+    @property
+    def multistream(self) -> bool:
+        return self.scenario in ("multistream", "all")
 
 
 def poisson_schedule(rate: float, seconds: float, seed: int, minimum: int = MIN_REQUESTS) -> np.ndarray:
@@ -176,6 +192,61 @@ def run_offline(lanes: Sequence[Callable[[], None]], seconds: float) -> tuple[in
     if failures:
         raise failures[0]
     return sum(counts), max(last) - start if any(counts) else seconds
+
+
+def run_multistream(lanes: Sequence[Callable[[], None]], samples_per_query: int, seconds: float,
+                    min_queries: int = MIN_REQUESTS) -> tuple[np.ndarray, float]:
+    """Issue queries of `samples_per_query` samples, each when the previous one completed, its samples queued to the
+    lanes (a FIFO in front of them), for `seconds` and at least `min_queries` queries: (each query's latency in ns,
+    from its issue to its last sample's completion; seconds from the first issue to the last completion). A
+    lane's exception ends the run and is raised."""
+    clock = time.perf_counter_ns
+    pending: queue.SimpleQueue = queue.SimpleQueue()
+    finished = threading.Semaphore(0)
+    failures: list[BaseException] = []
+
+    def serve(call: Callable[[], None]) -> None:
+        while pending.get() is not None:
+            if not failures:
+                try:
+                    call()
+                except BaseException as exc:  # noqa: BLE001 - re-raised by the dispatcher below
+                    failures.append(exc)
+            finished.release()
+
+    threads = [threading.Thread(target=serve, args=(call,), daemon=True) for call in lanes]
+    for thread in threads:
+        thread.start()
+    latencies: list[int] = []
+    start = clock()
+    until = start + int(seconds * 1e9)
+    end = start
+    while (end < until or len(latencies) < min_queries) and not failures:
+        issued = clock()
+        for _ in range(samples_per_query):
+            pending.put(True)
+        for _ in range(samples_per_query):
+            finished.acquire()
+        end = clock()
+        latencies.append(end - issued)
+    for _ in threads:
+        pending.put(None)
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    return np.asarray(latencies, dtype=np.float64), (end - start) / 1e9
+
+
+def multistream_result(runs: Sequence[tuple[np.ndarray, float]], samples_per_query: int) -> MultiStreamResult:
+    """The MultiStream figures from every round's query latencies (pooled; the p99's spread from the rounds')."""
+    pooled = np.concatenate([r[0] for r in runs])
+    seconds = sum(r[1] for r in runs)
+    per_round = [percentile_ms(r[0], 99) for r in runs]
+    return MultiStreamResult(samples_per_query=samples_per_query, queries=int(pooled.size), rounds=len(runs),
+                             p50_ms=percentile_ms(pooled, 50), p90_ms=percentile_ms(pooled, 90),
+                             p99_ms=percentile_ms(pooled, 99), p99_low_ms=min(per_round), p99_high_ms=max(per_round),
+                             samples_per_s=pooled.size * samples_per_query / seconds if seconds > 0 else math.inf)
 
 
 def percentile_ms(latencies_ns: np.ndarray, q: float) -> float:

@@ -75,19 +75,23 @@ def summary_rows(results: LoadResults) -> list[list[str]]:
     out = []
     for row in results.rows:
         if not row.ok:
-            out.append([row.name, row.status, "-", "-", "-", row.reason[:200]])
+            out.append([row.name, row.status, "-", "-", "-", "-", row.reason[:200]])
             continue
         server = row.server
         rate = _range(server.max_rate_per_s, server.max_rate_low, server.max_rate_high) if server else "-"
         peak = row.offline_peak()
         offline = (f"{_range(peak.samples_per_s, peak.low, peak.high)} (batch {peak.batch if peak.batch else '-'})"
                    if peak else "-")
-        out.append([row.name, "ok", rate, offline, _num(row.single_stream_p50_ms), _config_text(row)])
+        multi = row.multistream
+        multistream = (f"{_range(multi.p99_ms, multi.p99_low_ms, multi.p99_high_ms)} ({multi.samples_per_query}/query)"
+                       if multi else "-")
+        out.append([row.name, "ok", rate, offline, multistream, _num(row.single_stream_p50_ms), _config_text(row)])
     return out
 
 
 SUMMARY_HEADER = ["format", "status", "max req/s at p99 bound [rounds]", "offline peak samples/s [rounds]",
-                  "single-stream p50 ms", "throughput configuration"]
+                  "multistream p99 ms [rounds]", "single-stream p50 ms", "throughput configuration"]
+MULTISTREAM_HEADER = ["format", "samples/query", "queries", "p50 ms", "p90 ms", "p99 ms [rounds]", "samples/s"]
 RATE_HEADER = ["format", "target req/s", "achieved req/s", "requests", "p50 ms", "p90 ms", "p99 ms [rounds]",
                "meets bound"]
 OFFLINE_HEADER = ["format", "batch", "samples/s [rounds]", "calls", "note"]
@@ -108,6 +112,34 @@ def rate_rows(results: LoadResults) -> list[list[str]]:
                         _num(p.p90_ms), f"{_num(p.p99_ms)} [{_num(p.p99_low_ms)}, {_num(p.p99_high_ms)}]",
                         "yes" if p.meets_bound else "no"])
     return out
+
+
+def multistream_rows(results: LoadResults) -> list[list[str]]:
+    out = []
+    for row in results.rows:
+        m = row.multistream
+        if m is not None:
+            out.append([row.name, str(m.samples_per_query), str(m.queries), _num(m.p50_ms), _num(m.p90_ms),
+                        f"{_num(m.p99_ms)} [{_num(m.p99_low_ms)}, {_num(m.p99_high_ms)}]", _num(m.samples_per_s)])
+    return out
+
+
+def multistream_verdict(results: LoadResults) -> str:
+    """The MultiStream verdict: the format with the lowest p99 query latency, and the next best (within the noise
+    when their rounds' p99 ranges overlap)."""
+    rows = sorted([r for r in results.rows if r.ok and r.multistream is not None],
+                  key=lambda r: r.multistream.p99_ms if r.multistream else math.inf)
+    if not rows or rows[0].multistream is None:
+        return ""
+    best = rows[0].multistream
+    text = (f"multistream ({best.samples_per_query} samples per query): {rows[0].name} at p99 "
+            f"{_num(best.p99_ms)} ms")
+    nxt = rows[1].multistream if len(rows) > 1 else None
+    if nxt is not None:
+        text += f", the next best {rows[1].name}: {_num(nxt.p99_ms)} ms"
+        if best.p99_high_ms >= nxt.p99_low_ms:
+            text += " (the rounds' ranges overlap: within the noise on this machine)"
+    return text
 
 
 def offline_rows(results: LoadResults) -> list[list[str]]:
@@ -131,7 +163,7 @@ def render_markdown(results: LoadResults) -> str:
              f"{config.get('rounds')} rounds of {config.get('seconds')} s per rate and size, "
              f"{results.machine.get('threads')} thread(s) per format on {results.machine.get('cpu_count')} cores; "
              "latency from each request's scheduled (Poisson) arrival to its completion.", ""]
-    for line in (results.server_verdict, results.single_stream_verdict):
+    for line in (results.server_verdict, multistream_verdict(results), results.single_stream_verdict):
         if line:
             parts += [f"**{line}**", ""]
     if results.rankings_differ is not None:
@@ -142,6 +174,8 @@ def render_markdown(results: LoadResults) -> str:
         parts += ["## Server: latency per target rate", "", _md(RATE_HEADER, rate_rows(results)), ""]
     if offline_rows(results):
         parts += ["## Offline: samples per second", "", _md(OFFLINE_HEADER, offline_rows(results)), ""]
+    if multistream_rows(results):
+        parts += ["## MultiStream: query latency", "", _md(MULTISTREAM_HEADER, multistream_rows(results)), ""]
     return "\n".join(parts)
 
 
@@ -164,7 +198,7 @@ def plot(results: LoadResults) -> str:
 def html_section(results: LoadResults) -> str:
     """The load section of an HTML page: verdicts, tables, the plot."""
     parts = ["<h2>Load</h2>"]
-    for line in (results.server_verdict, results.single_stream_verdict):
+    for line in (results.server_verdict, multistream_verdict(results), results.single_stream_verdict):
         if line:
             parts.append(f"<p><strong>{html.escape(line)}</strong></p>")
     if results.rankings_differ is not None:
@@ -178,6 +212,8 @@ def html_section(results: LoadResults) -> str:
         parts += ["<h3>Server: latency per target rate</h3>", _html_table(RATE_HEADER, rate_rows(results))]
     if offline_rows(results):
         parts += ["<h3>Offline: samples per second</h3>", _html_table(OFFLINE_HEADER, offline_rows(results))]
+    if multistream_rows(results):
+        parts += ["<h3>MultiStream: query latency</h3>", _html_table(MULTISTREAM_HEADER, multistream_rows(results))]
     return "\n".join(parts)
 
 

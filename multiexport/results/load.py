@@ -62,6 +62,28 @@ class ServerResult:
 
 
 @dataclass(frozen=True)
+class MultiStreamResult:
+    """The MultiStream scenario of one format (MLPerf LoadGen's): a query of `samples_per_query` samples (the example
+    input each) is issued when the previous query completed, its samples spread over the lanes.
+
+    samples_per_query: K. queries: queries measured, all rounds. rounds: how many rounds ran it.
+    p50_ms, p90_ms, p99_ms: the queries' latency (issue to the last sample's completion), pooled over the rounds;
+    p99 is the scenario's figure. p99_low_ms, p99_high_ms: the lowest and highest per-round p99.
+    samples_per_s: samples completed over the time the queries took.
+    """
+
+    samples_per_query: int
+    queries: int
+    rounds: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    p99_low_ms: float
+    p99_high_ms: float
+    samples_per_s: float
+
+
+@dataclass(frozen=True)
 class OfflinePoint:
     """The Offline scenario at one batch size.
 
@@ -88,8 +110,9 @@ class LoadRow:
     name: the runner's name (the format). artifact: its directory. status: "ok", or the failure's category.
     reason: why it failed. lanes: requests in flight at once (one thread each, each with its own prepared inputs).
     throughput_config: what the runtime was set to for throughput, as the runner reports it (e.g. OpenVINO's
-    PERFORMANCE_HINT and streams). single_stream_p50_ms: one call at a time, no load (the single-stream figure the
-    server ranking is compared against). server, offline: the scenarios' results.
+    PERFORMANCE_HINT and streams; "driver": "native" when the native consumer's C loop ran the scenarios).
+    single_stream_p50_ms: one call at a time, no load (the single-stream figure the server ranking is compared
+    against). server, offline, multistream: the scenarios' results.
     """
 
     name: str
@@ -101,6 +124,7 @@ class LoadRow:
     single_stream_p50_ms: float | None = None
     server: ServerResult | None = None
     offline: list[OfflinePoint] = field(default_factory=list)
+    multistream: MultiStreamResult | None = None
 
     @property
     def ok(self) -> bool:

@@ -2,8 +2,10 @@
 
 The parent (`measure_load`) starts one worker per artifact, has each load its runner and warm up (the paired
 protocol's Load and Prepare), times its single-stream latency (TimeSlice), then in every round, the formats' order
-rotating, asks each worker in turn for its Offline figure per batch size and its Server figure per rate
-(`run.load_serve.LoadRun`); only one worker runs at a time, the others block on a read.
+rotating, asks each worker in turn for its Offline figure per batch size, its Server figure per rate and its
+MultiStream figure (`run.load_serve.LoadRun`); only one worker runs at a time, the others block on a read. Under
+`driver="native"` a format whose native consumer has the load loops runs the scenarios in that program instead
+(`run.load_native`), its worker waiting meanwhile (it still times the single-stream figure).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import MultiexportError
+from ..errors import MultiexportError, RunError
 from ..exporting.manifest import Manifest
 from ..files.npz import load_npz
 from ..measure.bench import BenchConfig, summarize
@@ -27,12 +29,24 @@ from ..measure.load import (
     LoadConfig,
     ServerRun,
     ladder,
+    multistream_result,
+    poisson_schedule,
     server_result,
     spread,
 )
 from ..report.load import verdicts
 from ..results.load import LoadResults, LoadRow, OfflinePoint
 from ..system.timing_lock import machine_share
+from .load_native import (
+    NativeLoop,
+    close,
+    has_load_loop,
+    native_loop,
+    native_multistream,
+    native_offline,
+    native_server,
+)
+from .load_serve import multistream_request
 from .messages import ColdStart, LoadAnswer, LoadRun, Prepare, Samples, TimeSlice
 from .paired import Servers
 from .runs import write_bench_feeds
@@ -56,6 +70,8 @@ class _Format:
     lanes: int = 0
     config: dict[str, Any] = field(default_factory=dict)
     single_p50_ms: float | None = None
+    multistream: list[tuple[np.ndarray, float]] = field(default_factory=list)
+    native: dict[int, NativeLoop] = field(default_factory=dict)  # per size index, under the native driver
 
 
 def feeds_for(manifest: Manifest, directory: Path, batch_sizes: Sequence[int], seed: int
@@ -126,6 +142,12 @@ def _measure(artifacts: Sequence[tuple[str, Path]], config: LoadConfig, device: 
                               {b: r for b, f, r in sizes if f is None})
             formats[name] = _Format(name, directory, [(b, r) for b, _, r in sizes])
             formats[name].config = {"feeds": str(feeds_dir)}
+            if config.driver == "native" and has_load_loop(manifest.backend):
+                try:
+                    formats[name].native = {i: native_loop(directory, f, config.threads, servers.work)
+                                            for i, (_, f, r) in enumerate(sizes) if f is not None}
+                except (MultiexportError, ValueError, OSError) as exc:
+                    _failed(servers, formats[name], exc)
         for name, fmt in formats.items():
             if name not in servers.alive:
                 continue
@@ -139,6 +161,9 @@ def _measure(artifacts: Sequence[tuple[str, Path]], config: LoadConfig, device: 
                 _round(servers, formats[name], config, i)
     finally:
         failed = dict(servers.failures)
+        for fmt in formats.values():
+            for loop in fmt.native.values():
+                close(loop)
         servers.close()
     rows = [_row(fmt, config, failed.get(name)) for name, fmt in formats.items()]
     server_verdict, single_verdict, differ = verdicts(rows, config.p99_ms)
@@ -166,30 +191,88 @@ def _ask(servers: Servers, fmt: _Format, request: LoadRun) -> LoadAnswer | None:
     return answer
 
 
+def _failed(servers: Servers, fmt: _Format, exc: Exception) -> None:
+    """The native driver failed on `fmt`: its row's failure; its worker is stopped."""
+    servers.failures[fmt.name] = (getattr(exc, "category", None) or "run-failed", str(exc))
+    servers.discard(fmt.name)
+
+
+def _native(servers: Servers, fmt: _Format, config: LoadConfig, run: Callable[[int], Any]) -> Any:
+    """`run(lanes)` of the native driver, its configuration recorded; None (the row failed) on a RunError."""
+    lanes = config.lanes or config.threads
+    try:
+        *figures, own = run(lanes)
+    except (RunError, ValueError, OSError) as exc:
+        _failed(servers, fmt, exc)
+        return None
+    fmt.lanes, fmt.config = lanes, {**own, "feeds": fmt.config["feeds"]}
+    return figures[0] if len(figures) == 1 else tuple(figures)
+
+
+def _offline(servers: Servers, fmt: _Format, config: LoadConfig, index: int) -> tuple[int, float] | None:
+    """(calls, seconds) of the Offline scenario at size `index`, from the format's driver."""
+    if fmt.native:
+        return _native(servers, fmt, config, lambda lanes: native_offline(fmt.native[index], lanes, config.seconds,
+                                                                          servers.timeout))
+    answer = _ask(servers, fmt, LoadRun("offline", fmt.config["feeds"], index, config.lanes, config.seconds))
+    return None if answer is None else (answer.calls, answer.seconds)
+
+
+def _server(servers: Servers, fmt: _Format, config: LoadConfig, rate: float, seed: int) -> ServerRun | None:
+    """One rate of the Server scenario on the example, from the format's driver (the same schedule for both)."""
+    if fmt.native:
+        arrivals = poisson_schedule(rate, config.seconds, seed, config.min_requests)
+        return _native(servers, fmt, config, lambda lanes: native_server(fmt.native[0], lanes, arrivals,
+                                                                         servers.timeout))
+    answer = _ask(servers, fmt, LoadRun("server", fmt.config["feeds"], 0, config.lanes, config.seconds, rate, seed,
+                                        config.min_requests))
+    if answer is None:
+        return None
+    run = ServerRun(np.load(answer.file), answer.seconds)
+    os.unlink(answer.file)
+    return run
+
+
+def _multistream(servers: Servers, fmt: _Format, config: LoadConfig) -> tuple[np.ndarray, float] | None:
+    """One round of the MultiStream scenario on the example: (each query's latency in ns, seconds)."""
+    if fmt.native:
+        return _native(servers, fmt, config, lambda lanes: native_multistream(
+            fmt.native[0], lanes, config.samples_per_query, config.seconds, config.min_requests, servers.timeout))
+    answer = _ask(servers, fmt, LoadRun(multistream_request(config.samples_per_query), fmt.config["feeds"], 0,
+                                        config.lanes, config.seconds, min_requests=config.min_requests))
+    if answer is None:
+        return None
+    latencies = np.load(answer.file)
+    os.unlink(answer.file)
+    return latencies, answer.seconds
+
+
 def _round(servers: Servers, fmt: _Format, config: LoadConfig, i: int) -> None:
-    """One round of one format: Offline on every size it takes (always the example: the ladder's base), then the
-    Server ladder, climbing until the first rate whose p99 misses the bound."""
+    """One round of one format: Offline on every size it takes (always the example: the ladder's base), the
+    MultiStream scenario, then the Server ladder, climbing until the first rate whose p99 misses the bound."""
     for index, (batch, reason) in enumerate(fmt.sizes):
         if reason or (index > 0 and not config.offline):
             continue
-        answer = _ask(servers, fmt, LoadRun("offline", fmt.config["feeds"], index, config.lanes, config.seconds))
-        if answer is None:
+        got = _offline(servers, fmt, config, index)
+        if got is None:
             return
-        items = batch or 1
-        fmt.offline.setdefault(index, []).append(items * answer.calls / answer.seconds if answer.seconds > 0 else 0.0)
-        fmt.calls[index] = fmt.calls.get(index, 0) + answer.calls
+        calls, seconds = got
+        fmt.offline.setdefault(index, []).append((batch or 1) * calls / seconds if seconds > 0 else 0.0)
+        fmt.calls[index] = fmt.calls.get(index, 0) + calls
+    if config.multistream:
+        queries = _multistream(servers, fmt, config)
+        if queries is None:
+            return
+        fmt.multistream.append(queries)
     if not config.server:
         return
     if not fmt.rates:
         calls_per_s = fmt.offline[0][0] / (fmt.sizes[0][0] or 1)
         fmt.rates = tuple(config.rates) or ladder(calls_per_s)
     for rate in sorted(fmt.rates):
-        answer = _ask(servers, fmt, LoadRun("server", fmt.config["feeds"], 0, config.lanes, config.seconds, rate,
-                                            config.seed + 1000 * i + int(rate * 1000) % 997, config.min_requests))
-        if answer is None:
+        run = _server(servers, fmt, config, rate, config.seed + 1000 * i + int(rate * 1000) % 997)
+        if run is None:
             return
-        run = ServerRun(np.load(answer.file), answer.seconds)
-        os.unlink(answer.file)
         fmt.server.setdefault(rate, []).append(run)
         if np.percentile(run.latencies_ns, 99, method="higher") / 1e6 > config.p99_ms:
             return  # higher rates only queue more
@@ -210,9 +293,12 @@ def _row(fmt: _Format, config: LoadConfig, failure: tuple[str, str] | None) -> L
             "ladder: " + ", ".join(f"{f:g}" for f in LADDER) + " x the offline peak on the example")
         server = server_result(fmt.server, config.p99_ms, search)
     config_out = {k: v for k, v in fmt.config.items() if k != "feeds"}
+    if fmt.config and not fmt.native:
+        config_out = {"driver": "python", **config_out}
+    multistream = multistream_result(fmt.multistream, config.samples_per_query) if fmt.multistream else None
     return LoadRow(name=fmt.name, artifact=str(fmt.artifact), status=failure[0] if failure else "ok",
                    reason=failure[1] if failure else "", lanes=fmt.lanes, throughput_config=config_out,
-                   single_stream_p50_ms=fmt.single_p50_ms, server=server, offline=offline)
+                   single_stream_p50_ms=fmt.single_p50_ms, server=server, offline=offline, multistream=multistream)
 
 
 def _config_data(config: LoadConfig) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 
 In the worker (`answer_load_run`) the runner's lanes (`throughput_lanes`: the backend's throughput configuration
 where its runner declares one, else one thread per lane calling the one runner) run a scenario of `measure.load`.
-The request and its answer are the paired protocol's (run.messages: LoadRun, LoadAnswer).
+The request and its answer are the paired protocol's (run.messages: LoadRun, LoadAnswer). The MultiStream
+scenario is asked as `multistream:K` (`multistream_request`: K samples per query; its `min_requests` is the fewest
+queries). A benchmark's planted slowdown ($MULTIEXPORT_PLANTED_SLOWDOWN, measure.pairing.planted) slows every lane's
+call, as it slows a compare's timed calls: the throughput gate's calibration plants it (benchmarks/load_calibration.py).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..files.npz import load_npz
-from ..measure.load import poisson_schedule, run_offline, run_server
+from ..measure.load import poisson_schedule, run_multistream, run_offline, run_server
+from ..measure.pairing import planted
 from .messages import LoadAnswer, LoadRun, read_bench_index
 
 
@@ -69,16 +73,37 @@ def answer_load_run(state: dict, request: LoadRun) -> LoadAnswer:
             cache[key] = separate_runners(state, feed, request.lanes)
         for call in cache[key][0]:  # each lane once: its first call pays nothing the scenario times
             call()
+        cache[key] = ([planted(call) for call in cache[key][0]], cache[key][1])
     calls, config = cache[key]
     if request.scenario == "offline":
         count, seconds = run_offline(calls, request.seconds)
         return LoadAnswer(count, seconds, len(calls), "", config)
-    if request.scenario != "server":
-        raise ValueError(f"asked for scenario {request.scenario!r}, expected offline or server")
-    run = run_server(calls, poisson_schedule(request.rate, request.seconds, request.seed, request.min_requests))
     state["slices"] = state.get("slices", 0) + 1
     path = state["out"] / f"load-{state['slices']:05d}.npy"
+    per_query = multistream_samples(request.scenario)
+    if per_query:
+        latencies, seconds = run_multistream(calls, per_query, request.seconds, request.min_requests)
+        np.save(path, latencies)
+        return LoadAnswer(int(latencies.size), seconds, len(calls), str(path), config)
+    if request.scenario != "server":
+        raise ValueError(f"asked for scenario {request.scenario!r}, expected offline, server or multistream:K")
+    run = run_server(calls, poisson_schedule(request.rate, request.seconds, request.seed, request.min_requests))
     np.save(path, run.latencies_ns)
     return LoadAnswer(int(run.latencies_ns.size), run.span_s, len(calls), str(path), config)
+
+
+def multistream_request(samples_per_query: int) -> str:
+    """The LoadRun scenario naming MultiStream with K samples per query."""
+    return f"multistream:{int(samples_per_query)}"
+
+
+def multistream_samples(scenario: str) -> int:
+    """K of a `multistream:K` scenario (0 for any other scenario)."""
+    name, _, k = scenario.partition(":")
+    if name != "multistream":
+        return 0
+    if not k.isdigit() or int(k) < 1:
+        raise ValueError(f"asked for scenario {scenario!r}, expected multistream:K with K >= 1")
+    return int(k)
 
 

@@ -15,8 +15,10 @@ from multiexport.measure.load import (
     LoadConfig,
     ServerRun,
     ladder,
+    multistream_result,
     percentile_ms,
     poisson_schedule,
+    run_multistream,
     run_offline,
     run_server,
     server_result,
@@ -101,6 +103,39 @@ def test_offline_counts_every_lane():
     assert seconds >= 0.2
 
 
+def test_multistream_query_waits_for_all_its_samples_spread_over_the_lanes():
+    # queries of 4 samples on 2 lanes of 10 ms: two waves per query, so each query takes >= 20 ms (one lane alone
+    # would take 40 ms, one sample 10 ms); a query is issued only when the previous one completed
+    active, peak, lock, calls = [0], [0], threading.Lock(), [0]
+
+    def call():
+        with lock:
+            active[0] += 1
+            calls[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.01)
+        with lock:
+            active[0] -= 1
+
+    latencies, seconds = run_multistream([call, call], 4, 0.0, min_queries=5)
+    assert latencies.size == 5 and calls[0] == 20 and peak[0] == 2
+    assert (latencies / 1e6 >= 19).all() and (latencies / 1e6 < 39).all()
+    assert seconds >= latencies.sum() / 1e9 * 0.99
+    result = multistream_result([(latencies, seconds), (latencies * 2, seconds * 2)], 4)
+    assert result.queries == 10 and result.rounds == 2 and result.samples_per_query == 4
+    assert result.p99_low_ms == pytest.approx(percentile_ms(latencies, 99))
+    assert result.p99_high_ms == pytest.approx(2 * result.p99_low_ms)
+    assert result.samples_per_s == pytest.approx(40 / (3 * seconds))
+
+
+def test_multistream_raises_a_lane_failure():
+    def broken():
+        raise RuntimeError("runtime fell over")
+
+    with pytest.raises(RuntimeError, match="fell over"):
+        run_multistream([broken], 3, 0.0, min_queries=2)
+
+
 def test_server_result_takes_the_highest_rate_under_the_bound_and_the_rounds_range():
     fast = np.full(200, 2e6)  # 2 ms
     slow = np.full(200, 30e6)  # 30 ms
@@ -141,7 +176,7 @@ def test_ladder_and_spread():
 @pytest.mark.parametrize("field, value, message", [
     ("scenario", "batch", "--scenario"), ("p99_ms", 0.0, "--p99-ms"), ("rates", (5.0, -1.0), "--rates"),
     ("batch_sizes", (0,), "--batch-sizes"), ("rounds", 0, "--rounds"), ("seconds", math.inf, "--seconds"),
-    ("min_requests", 5, "--min-requests"),
+    ("min_requests", 5, "--min-requests"), ("samples_per_query", 0, "--samples-per-query"), ("driver", "c", "--driver"),
 ])
 def test_config_refuses_bad_values(field, value, message):
     with pytest.raises(UsageError, match=message):

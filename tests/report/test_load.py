@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from multiexport.report.load import plot, render_html, render_markdown, verdicts
-from multiexport.results.load import LoadResults, LoadRow, OfflinePoint, RatePoint, ServerResult
+from multiexport.report.load import multistream_verdict, plot, render_html, render_markdown, verdicts
+from multiexport.results.load import LoadResults, LoadRow, MultiStreamResult, OfflinePoint, RatePoint, ServerResult
 
 
 def _row(name, max_rate, low, high, single_ms, points=()):
@@ -47,8 +47,9 @@ def test_failed_row_and_tables():
                           rows=[_row("a", 100.0, 90.0, 110.0, 1.0, [_point(50.0, 4.0), _point(100.0, 9.0)]),
                                 LoadRow("b", "/a/b", status="load-failed", reason="cannot read model")])
     md = render_markdown(results)
-    assert "| a | ok | 100 [90, 110] | 500 [450, 550] (batch -) | 1 | test; streams=2 |" in md
-    assert "| b | load-failed | - | - | - | cannot read model |" in md
+    assert "| a | ok | 100 [90, 110] | 500 [450, 550] (batch -) | - | 1 | test; streams=2 |" in md
+    assert "| b | load-failed | - | - | - | - | cannot read model |" in md
+    assert "MultiStream" not in md  # no row measured it
     assert "| a | 100 | 99 | 200 |" in md
 
 
@@ -106,3 +107,20 @@ def test_a_tie_on_the_ladder_is_ranked_by_the_offline_peak_and_said():
     server, _, differ = verdicts([a, b], 10.0)
     assert server.startswith("at p99 <= 10 ms, ship b: 100 req/s, the next best a: 100 req/s")
     assert "same ladder rate" in server and differ is True
+
+
+def _multi(name, p99, low, high):
+    return LoadRow(name, f"/a/{name}", multistream=MultiStreamResult(8, 300, 3, p99 / 4, p99 / 2, p99, low, high, 900.0))
+
+
+def test_multistream_verdict_table_and_column():
+    # b has the lower p99 query latency; its rounds' range is apart from a's, then overlapping it
+    apart = LoadResults(config={"p99_ms": 10.0}, rows=[_multi("a", 5.0, 4.5, 5.5), _multi("b", 2.0, 1.8, 2.2)])
+    assert multistream_verdict(apart) == ("multistream (8 samples per query): b at p99 2 ms, the next best a: 5 ms")
+    close = LoadResults(config={"p99_ms": 10.0}, rows=[_multi("a", 5.0, 2.1, 5.5), _multi("b", 2.0, 1.8, 2.2)])
+    assert multistream_verdict(close).endswith("(the rounds' ranges overlap: within the noise on this machine)")
+    md = render_markdown(apart)
+    assert "**multistream (8 samples per query): b at p99 2 ms" in md
+    assert "| b | ok | - | - | 2 [1.8, 2.2] (8/query) | - |" in md
+    assert "| a | 8 | 300 | 1.25 | 2.5 | 5 [4.5, 5.5] | 900 |" in md
+    assert "<h3>MultiStream: query latency</h3>" in render_html(apart)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 
 from multiexport import api
@@ -117,6 +118,58 @@ def test_the_bare_c_load_loop_of_ort_run(onnx_artifact):
     assert figures["calls"] > 0 and figures["calls_per_s"] == pytest.approx(figures["calls"] / figures["seconds"], 1e-3)
     bad = subprocess.run([*cmd, "--load-lanes", "0"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--load-lanes" in bad.stderr and bad.stderr.strip().count("\n") == 0
+
+
+def test_the_c_loop_serves_a_schedule_and_multistream_queries(onnx_artifact, tmp_path):
+    import json
+    import subprocess
+
+    from multiexport.measure.load import poisson_schedule
+    from multiexport.native.build import build
+
+    cmd = [str(build("ort_run")), "--artifact", str(onnx_artifact), "--inputs", str(onnx_artifact / "inputs"),
+           "--threads", "2", "--no-outputs", "--load-lanes", "2"]
+    arrivals = poisson_schedule(500.0, 0.2, seed=1)
+    arrivals[50:] += 0.05  # a gap: the requests after it cannot have been served before their arrival
+    np.save(tmp_path / "schedule.npy", arrivals)
+    proc = subprocess.run([*cmd, "--load-schedule", str(tmp_path / "schedule.npy"), "--load-latencies",
+                           str(tmp_path / "lat.npy")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    latencies = np.load(tmp_path / "lat.npy")
+    assert figures["scenario"] == "server" and figures["requests"] == arrivals.size == latencies.size
+    assert np.isfinite(latencies).all() and (latencies > 0).all()
+    assert figures["seconds"] >= arrivals[-1]  # the span runs to the last completion, after the last arrival
+    proc = subprocess.run([*cmd, "--load-samples-per-query", "4", "--load-min-queries", "30", "--load-seconds", "0.01",
+                           "--load-latencies", str(tmp_path / "queries.npy")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    queries = np.load(tmp_path / "queries.npy")
+    assert figures["scenario"] == "multistream" and figures["queries"] == queries.size >= 30
+    assert figures["samples_per_query"] == 4 and (queries > 0).all()
+    np.save(tmp_path / "bad.npy", arrivals[::-1])  # descending: not a schedule
+    bad = subprocess.run([*cmd, "--load-schedule", str(tmp_path / "bad.npy"), "--load-latencies",
+                          str(tmp_path / "lat.npy")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "ascending" in bad.stderr and bad.stderr.strip().count("\n") == 0
+
+
+def test_the_native_driver_runs_every_scenario_in_the_c_loop(onnx_artifact, artifacts):
+    # ONNX has the loops in its native consumer (ort_run); XLA's serve worker stays on the Python driver
+    config = LoadConfig(scenario="all", p99_ms=1000.0, rates=(100.0, 200.0), batch_sizes=(4,), seconds=0.2, rounds=2,
+                        threads=2, driver="native", samples_per_query=4, min_requests=20)
+    results = measure_load([("onnx", onnx_artifact), ("xla", artifacts / "dynamic")], config)
+    onnx, xla = results.rows
+    assert onnx.ok and xla.ok, (onnx.reason, xla.reason)
+    assert onnx.throughput_config["driver"] == "native" and onnx.throughput_config["consumer"] == "onnxruntime_c_api"
+    assert onnx.throughput_config["intra_op_threads"] == 1 and onnx.lanes == 2
+    assert xla.throughput_config["driver"] == "python"
+    for row in (onnx, xla):
+        assert [p.batch for p in row.offline][1:] == [4] and all(p.samples_per_s for p in row.offline)
+        assert row.server is not None and [p.rate_per_s for p in row.server.points] == [100.0, 200.0]
+        assert all(p.rounds == 2 and p.n >= 40 for p in row.server.points)
+        assert row.multistream is not None and row.multistream.rounds == 2 and row.multistream.queries >= 40
+        assert row.multistream.samples_per_query == 4 and row.multistream.p99_ms > 0
 
 
 def test_onnx_runtime_lanes_share_one_session(onnx_artifact, tmp_path):

@@ -10,10 +10,10 @@
  * OrtIoBinding (the Python runner's calling path: inputs bound once, outputs left in ORT-allocated
  * memory), and writes the outputs as .npy. A symbolic batch stays symbolic: the session takes any size.
  * With --iters N it times N RunWithBinding calls itself. With --load-lanes N it is the bare C loop of
- * `multiexport load`'s Offline scenario (benchmarks/load_overhead.py): N threads, each with its own IO binding,
- * call RunWithBinding back to back on the one session for --load-seconds, the intra-op threads divided between
- * them and the pools' spinning off (the Python runner's throughput_lanes, backends/onnx/runner.py), and it prints
- * the calls per second as JSON.
+ * `multiexport load` (common/mx_load.h: the Offline, Server and MultiStream scenarios; benchmarks/load_overhead.py
+ * and `multiexport load --driver native`): N threads, each with its own IO binding, call RunWithBinding on the one
+ * session, the intra-op threads divided between them and the pools' spinning off (the Python runner's
+ * throughput_lanes, backends/onnx/runner.py), and it prints the figures as JSON.
  */
 #define _GNU_SOURCE /* sched_getaffinity: the default thread count is the Python runner's */
 #include <dlfcn.h>
@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "common/mx_json.h"
+#include "common/mx_load.h"
 #include "common/mx_npy.h"
 #include "common/mx_util.h"
 #include "ort_api.h"
@@ -41,8 +42,8 @@ static const char *USAGE =
     "  process may run on, as the Python runner). --iters N: time N calls (after --warmup untimed ones),\n"
     "  print per-call figures as JSON. --log-level: ONNX Runtime's log severity (default warning, as the Python\n"
     "  binding; info logs the session options ORT applied).\n"
-    "  --load-lanes N --load-seconds S: the Offline load loop: N threads calling back to back for S seconds (default\n"
-    "  2), each with its own IO binding, threads/N intra-op threads, spinning off; prints calls/s as JSON.\n";
+    "  Under load (below) each lane has its own IO binding on the one session, threads/N intra-op threads, spinning\n"
+    "  off (the Python runner's throughput configuration).\n" MX_LOAD_USAGE;
 
 static const OrtApi *ort;
 
@@ -90,26 +91,12 @@ static int named_value(const mx_json *options, const char *key, const char *cons
 typedef struct {
   int threads;
   OrtLoggingLevel log_level;
-  int load_lanes;      /* 0: no load loop */
-  double load_seconds; /* the load loop's length */
+  mx_load_flags load; /* the load loop's (common/mx_load.h); lanes 0: none */
 } flags;
 
 static int parse_flag(const char *flag, const char *value, void *user) {
   flags *f = (flags *)user;
-  if (strcmp(flag, "--load-lanes") == 0) {
-    char *end = NULL;
-    long n = strtol(value, &end, 10);
-    if (!*value || *end || n < 1 || n > 1024) mx_die("--load-lanes | got '%s', expected an integer 1..1024", value);
-    f->load_lanes = (int)n;
-    return 1;
-  }
-  if (strcmp(flag, "--load-seconds") == 0) {
-    char *end = NULL;
-    double v = strtod(value, &end);
-    if (!*value || *end || !(v > 0 && v < 86400)) mx_die("--load-seconds | got '%s', expected seconds > 0", value);
-    f->load_seconds = v;
-    return 1;
-  }
+  if (mx_load_flag(flag, value, &f->load)) return 1;
   if (strcmp(flag, "--log-level") == 0) {
     static const char *const NAMES[] = {"verbose", "info", "warning", "error"};
     for (int i = 0; i < 4; i++)
@@ -151,32 +138,26 @@ static void check_names(OrtSession *session, OrtAllocator *allocator, const mx_j
   }
 }
 
-/* One lane of the load loop: its own binding over the shared (read-only) inputs, calls until the deadline. */
+/* One lane of the load loop: its own binding over the shared (read-only) inputs (common/mx_load.h runs them). */
 typedef struct {
   OrtSession *session;
   OrtIoBinding *binding;
-  int64_t deadline_ns;
-  long calls;
-  int64_t last_ns;
 } lane;
 
-static void *lane_main(void *user) {
+static void lane_call(void *user) {
   lane *l = (lane *)user;
-  while (mx_now_ns() < l->deadline_ns) {
-    check(ort->RunWithBinding(l->session, NULL, l->binding), "RunWithBinding");
-    l->calls++;
-    l->last_ns = mx_now_ns();
-  }
-  return NULL;
+  check(ort->RunWithBinding(l->session, NULL, l->binding), "RunWithBinding");
 }
 
 static void load_loop(OrtSession *session, OrtMemoryInfo *cpu, OrtValue **in_values, const mx_json *args,
-                      const mx_json *results, size_t n_in, size_t n_out, int lanes, double seconds, int intra,
+                      const mx_json *results, size_t n_in, size_t n_out, const mx_load_flags *load, int intra,
                       const char *version) {
+  int lanes = load->lanes;
   lane *ls = (lane *)calloc((size_t)lanes, sizeof *ls);
-  pthread_t *ts = (pthread_t *)calloc((size_t)lanes, sizeof *ts);
+  void **contexts = (void **)calloc((size_t)lanes, sizeof *contexts);
   for (int k = 0; k < lanes; k++) {
     ls[k].session = session;
+    contexts[k] = &ls[k];
     check(ort->CreateIoBinding(session, &ls[k].binding), "CreateIoBinding");
     for (size_t i = 0; i < n_in; i++)
       check(ort->BindInput(ls[k].binding, mx_json_str(mx_json_get(mx_json_at(args, i), "tensor"), ""), in_values[i]),
@@ -184,29 +165,15 @@ static void load_loop(OrtSession *session, OrtMemoryInfo *cpu, OrtValue **in_val
     for (size_t j = 0; j < n_out; j++)
       check(ort->BindOutputToDevice(ls[k].binding, mx_json_str(mx_json_get(mx_json_at(results, j), "tensor"), ""), cpu),
             "BindOutputToDevice");
-    check(ort->RunWithBinding(session, NULL, ls[k].binding), "RunWithBinding"); /* each lane warm */
+    lane_call(&ls[k]); /* each lane warm */
   }
-  int64_t start = mx_now_ns();
-  for (int k = 0; k < lanes; k++) {
-    ls[k].deadline_ns = start + (int64_t)(seconds * 1e9);
-    if (pthread_create(&ts[k], NULL, lane_main, &ls[k]) != 0) mx_die("load loop | cannot start thread %d", k);
-  }
-  long calls = 0;
-  int64_t last = start;
-  for (int k = 0; k < lanes; k++) {
-    pthread_join(ts[k], NULL);
-    calls += ls[k].calls;
-    if (ls[k].last_ns > last) last = ls[k].last_ns;
-    ort->ReleaseIoBinding(ls[k].binding);
-  }
-  double span = (double)(last - start) / 1e9;
-  printf("{\"consumer\": \"onnxruntime_c_api\", \"scenario\": \"offline\", \"lanes\": %d, \"calls\": %ld, "
-         "\"seconds\": %.6f, \"calls_per_s\": %.3f, \"intra_op_threads\": %d, \"spinning\": \"0\", "
-         "\"onnxruntime\": \"%s\"}\n",
-         lanes, calls, span, span > 0 ? (double)calls / span : 0.0, intra, version);
-  fflush(stdout);
+  char extra[256];
+  snprintf(extra, sizeof extra, "\"intra_op_threads\": %d, \"spinning\": \"0\", \"onnxruntime\": \"%s\"", intra,
+           version);
+  mx_load_run(load, contexts, lane_call, "onnxruntime_c_api", extra);
+  for (int k = 0; k < lanes; k++) ort->ReleaseIoBinding(ls[k].binding);
   free(ls);
-  free(ts);
+  free(contexts);
 }
 
 int main(int argc, char **argv) {
@@ -215,7 +182,7 @@ int main(int argc, char **argv) {
   flags f = {0, ORT_LOGGING_LEVEL_WARNING};
   mx_parse_options(argc, argv, &opts, USAGE, parse_flag, &f);
   int threads = f.threads ? f.threads : usable_cpus();
-  int intra = f.load_lanes ? (threads / f.load_lanes > 0 ? threads / f.load_lanes : 1) : threads;
+  int intra = f.load.lanes ? (threads / f.load.lanes > 0 ? threads / f.load.lanes : 1) : threads;
   const mx_json *native;
   mx_json *manifest = mx_load_manifest(opts.artifact, &native, "onnx");
   const mx_json *args = mx_require(native, "args", "native"), *results = mx_require(native, "results", "native");
@@ -273,7 +240,7 @@ int main(int argc, char **argv) {
     snprintf(what, sizeof what, "manifest.json: native.session_options.config_entries.%.180s", key);
     /* under load the pools do not spin: a spinning pool takes the cores the other lanes need */
     int spinning = strstr(key, "allow_spinning") != NULL;
-    check(ort->AddSessionConfigEntry(options, key, f.load_lanes && spinning ? "0" : value->string), what);
+    check(ort->AddSessionConfigEntry(options, key, f.load.lanes && spinning ? "0" : value->string), what);
   }
   check(ort->CreateSession(env, model_path, options, &session), "CreateSession");
   double load_ms = (double)(mx_now_ns() - t0) / 1e6;
@@ -306,8 +273,7 @@ int main(int argc, char **argv) {
   }
 
   for (int i = 0; i < opts.warmup; i++) check(ort->RunWithBinding(session, NULL, binding), "RunWithBinding");
-  if (f.load_lanes) load_loop(session, cpu, in_values, args, results, n_in, n_out, f.load_lanes,
-                              f.load_seconds > 0 ? f.load_seconds : 2.0, intra, version);
+  if (f.load.lanes) load_loop(session, cpu, in_values, args, results, n_in, n_out, &f.load, intra, version);
   int64_t *times = (int64_t *)calloc(opts.iters ? (size_t)opts.iters : 1, sizeof *times);
   for (int i = 0; i < opts.iters; i++) {
     int64_t start = mx_now_ns();
