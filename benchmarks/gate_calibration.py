@@ -44,14 +44,15 @@ BUCKETS = ((0.030, "< 30 us"), (1.0, "30 us - 1 ms"), (float("inf"), ">= 1 ms"))
 
 def compare(spec: str, out: Path, backends: str, bench_time: float, baseline: Path | None,
             planted: str | None, rounds: int | None = None) -> dict | None:
-    """One `multiexport compare` as a CI job runs it; its results.json (None when it wrote none)."""
+    """One `multiexport compare` as a CI job runs it (`--baseline BASE/results.json`, the baseline's artifacts
+    beside it); its results.json with the command's exit code under "exit" (None when it wrote none)."""
     from multiexport.measure.pairing import PLANTED_ENV
 
     env = {k: v for k, v in os.environ.items() if k != PLANTED_ENV}
     if planted is not None:
         env[PLANTED_ENV] = planted
     cmd = [sys.executable, "-m", "multiexport", "compare", spec, "--backends", backends, "--out-dir", str(out),
-           "--bench-time", str(bench_time), *(["--baseline-artifacts", str(baseline)] if baseline else []),
+           "--bench-time", str(bench_time), *(["--baseline", str(baseline / "results.json")] if baseline else []),
            *(["--rounds", str(rounds)] if rounds else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     path = out / "results.json"
@@ -59,7 +60,7 @@ def compare(spec: str, out: Path, backends: str, bench_time: float, baseline: Pa
         print(f"[calibration] {' '.join(cmd)} wrote no results (exit {proc.returncode}): {proc.stderr[-800:]}",
               file=sys.stderr)
         return None
-    return json.loads(path.read_text())
+    return {**json.loads(path.read_text()), "exit": proc.returncode}
 
 
 def judge(base: dict, run: dict, condition: str, model: str) -> list[dict]:
@@ -67,7 +68,8 @@ def judge(base: dict, run: dict, condition: str, model: str) -> list[dict]:
     from multiexport.report.regression import diff_results
     from multiexport.results import Results
 
-    base_results, now = Results.from_json(base, "baseline"), Results.from_json(run, "run")
+    base_results = Results.from_json({k: v for k, v in base.items() if k != "exit"}, "baseline")
+    now = Results.from_json({k: v for k, v in run.items() if k != "exit"}, "run")
 
     def without(**fields):
         return dataclasses.replace(now, pairing=dataclasses.replace(now.pairing, **fields)
@@ -92,12 +94,15 @@ def judge(base: dict, run: dict, condition: str, model: str) -> list[dict]:
                              "ratio": check.ratio, "flagged": check.verdict == "regression",
                              "low": check.low, "high": check.high, "rounds": check.rounds, "pairs": check.pairs,
                              "detail": check.detail if threshold is None else ""})
-    # the whole gate as CI sees it (exit 1 on any regression: a status or parity one too, e.g. a worker that
-    # failed under load), at the defaults: one row per run
+    # the whole gate as CI sees it: the compare's own exit code (1: any regression, a status or parity one too,
+    # e.g. a worker that failed under load; else 0 or another code), at the defaults: one row per run, with how
+    # it was timed (paired, or sequential with each pair alone) and the load then
     whole = diff_results(base_results, now)
+    pairing = run.get("pairing") or {}
     rows.append({"model": model, "backend": "*", "batch": None, "kind": WHOLE, "condition": condition,
-                 "threshold": None, "base_ms": None, "ratio": None, "flagged": whole.exit_code != 0,
-                 "low": None, "high": None, "rounds": None, "pairs": None,
+                 "threshold": None, "base_ms": None, "ratio": None, "flagged": run.get("exit") == 1,
+                 "exit": run.get("exit"), "low": None, "high": None, "rounds": None, "pairs": None,
+                 "mode": pairing.get("mode"), "load": os.getloadavg()[0],
                  "detail": "; ".join(f"{c.backend} {c.check}: {c.detail}" for c in whole.regressions)})
     return rows
 
@@ -147,13 +152,20 @@ def slow_process(rows: list[dict]) -> str:
 
 
 def whole_gate(rows: list[dict]) -> str:
-    """Runs the whole gate failed (exit 1: any regression, status and parity too), per condition."""
+    """Runs the whole gate failed (the compare's exit 1: any regression, status and parity too), per condition
+    and model, with the runs timed sequentially (each pair alone) and the exit codes other than 0 and 1."""
     cells = []
-    for condition in ("A/A", "planted", SLOW_PROCESS):
-        got = [r for r in rows if r["kind"] == WHOLE and r["condition"] == condition]
-        if got:
-            cells.append(f"{condition} {sum(r['flagged'] for r in got)}/{len(got)}")
-    return f"The whole gate (exit 1 on any regression), runs failed: {', '.join(cells)}.\n\n" if cells else ""
+    for model in sorted({r["model"] for r in rows if r["kind"] == WHOLE}):
+        for condition in ("A/A", "planted", SLOW_PROCESS):
+            got = [r for r in rows if r["kind"] == WHOLE and r["condition"] == condition and r["model"] == model]
+            if got:
+                alone = sum(r.get("mode") == "sequential" for r in got)
+                other = sorted({r.get("exit") for r in got} - {0, 1})
+                cells.append(f"{model} {condition} {sum(r['flagged'] for r in got)}/{len(got)}"
+                             + (f" ({alone} timed as pairs alone)" if alone else "")
+                             + (f" (other exit codes: {other})" if other else ""))
+    return (f"The whole gate (the compare's exit code 1 on any regression), runs failed: {'; '.join(cells)}.\n\n"
+            if cells else "")
 
 
 def history_rates(series: int = 200, sweeps: int = 20, noise: float = 0.05, step: float = 1.2) -> str:
@@ -253,6 +265,8 @@ def write(args, rows: list[dict], t0: float, partial: str | None) -> str:
                    f"{sum(r['condition'] == 'planted' for r in fresh)} planted backend runs")
     spent = (f"; rounds per paired ratio: median {rounds[len(rounds) // 2]}, max {rounds[-1]}" if rounds else "")
     spent += spent_fresh
+    loads = sorted(r["load"] for r in rows if r["kind"] == WHOLE and r.get("load") is not None)
+    spent += f"; load average over the runs {loads[0]:.1f}-{loads[-1]:.1f}" if loads else ""
     text = ((f"PARTIAL (still running, last done: {partial}; backend A/A runs so far per model: {done})\n\n"
              if partial else "")
             + f"Gate calibration: {args.runs} A/A and {args.runs} planted {args.slowdown:g}x runs per model "

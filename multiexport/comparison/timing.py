@@ -7,13 +7,14 @@ the workers themselves are `run.paired.Servers`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 from ..errors import present
 from ..measure.bench import bench_sizes, memory_now
-from ..measure.pairing import available_memory, fits_in_memory, is_fresh
+from ..measure.pairing import fits_in_memory, fresh_name, is_fresh
 from ..results import NATIVE_SUFFIX, BenchResult, Pairing, Status
 from ..results.bench import BASELINE_PREFIX
 from ..run.paired import (
@@ -26,8 +27,8 @@ from ..run.paired import (
     set_compute_figures,
 )
 from ..run.runs import run_artifact
-from .baseline import artifact_bytes, attach, find_baseline, prepare_baselines, spawn_baselines
-from .memory_plan import rss_of
+from .baseline import BaselineArtifacts, artifact_bytes, attach, find_baseline, prepare_baselines, spawn_baselines
+from .memory_plan import available_now, rss_of
 from .native_check import apply_paired, native_slices
 from .outcomes import Exported
 from .stages import Context, Prepared, Rows, Timing, Workers
@@ -62,7 +63,7 @@ def start_early(config: CompareConfig, spec: str) -> EarlyWorkers | None:
     is off or on a GPU plan)."""
     if config.device != "cpu":
         return None  # which backends run is known only after the GPU probe
-    available, rss = available_memory(), memory_now()["rss_bytes"]
+    available, rss = available_now()[0], memory_now()["rss_bytes"]
     servers = _start_workers(config, spec, list(config.backends), "cpu")
     return EarlyWorkers(servers, spec, available, rss) if servers is not None else None
 
@@ -83,7 +84,7 @@ def prespawn(ctx: Context, early: EarlyWorkers | None, device: DevicePlan | None
         return Workers(early.servers, None if early.available is None else early.available - grown)
     if early is not None:
         early.close()
-    available = available_memory()
+    available = available_now()[0]
     names = [n for n in config.backends if device is None or n not in device.excluded]
     return Workers(_start_workers(config, ctx.spec, names, device.chosen if device else "cpu"), available)
 
@@ -138,9 +139,11 @@ def plan_timing(ctx: Context, prep: Prepared, artifacts: Mapping[str, Exported],
     if not fits:
         if workers.servers is not None:
             workers.servers.close()
-        if baseline is not None:
-            attach(pairing, baseline, {}, list(artifacts))  # the baseline could not be timed beside: cross-run
-        return Timing(pairing, None)
+        if baseline is not None and pairing is not None:  # each pair timed by itself later (`time_baseline_pairs`)
+            pairing.rounds = config.rounds
+            pairing.reason += ("; each backend's new and baseline artifacts are timed as a pair by themselves (two "
+                               "workers at a time) in paired rounds")
+        return Timing(pairing, None, baseline)
     if ctx.spec is None:
         reason += "; the reference (no TARGET string to load it in a worker) is timed on its own, before the rounds"
     servers = workers.servers or Servers(prep.device.chosen, ctx.threads, config.timeout)
@@ -237,6 +240,84 @@ def paired_rounds(ctx: Context, prep: Prepared, tm: Timing, rows: Rows, referenc
     apply(pairing, runners, benches, {n: r.native for n, r in rows.items() if r.native is not None})
     apply_paired(ctx, prep, rows, timed)
     return pairing
+
+
+def time_baseline_pairs(ctx: Context, prep: Prepared, tm: Timing, rows: Rows) -> Pairing | None:
+    """Sequential mode against baseline artifacts (not every runner fits in memory at once, or --sequential):
+    each timed row's new artifact and its baseline are timed as a pair by themselves, two workers at a time,
+    in the paired rounds as usual (sequential rounds while undecided, a fresh pair of workers to confirm a
+    flagged ratio), so the gate's latency verdict rests on a paired ratio and never on two separate runs while
+    the baseline's artifacts exist. A pair that does not fit in memory even alone is judged cross-run, with
+    that reason. The rows keep their own sequential figures. Returns the pairing with the pairs' ratios (the
+    baseline failures recorded on it); `tm.pairing` unchanged when there is nothing to pair."""
+    pairing, baseline = tm.pairing, tm.baseline
+    if pairing is None or baseline is None or tm.servers is not None:
+        return pairing
+    failures: dict[str, str] = {}
+    for name, row in rows.items():
+        if (row.status not in (Status.OK, Status.ACCURACY_FAILED) or row.bench is None or row.artifact is None
+                or name not in baseline.found):
+            continue  # no latency to pair (attach says why), or no baseline artifact (in `baseline.missing`)
+        sizes = {name: directory_bytes(row.artifact), **artifact_bytes(_only(baseline, name))}
+        fits, reason = fits_in_memory(sizes, available_now()[0])
+        if not fits:
+            failures[name] = f"not timed beside its baseline even as a pair alone ({reason})"
+            continue
+        # the confirming pair needs two more workers: when all four do not fit, the first pair is closed before it
+        # starts, and each size gets a pair of its own (a closed pair cannot time the next size)
+        four = fits_in_memory({**sizes, **{fresh_name(n): b for n, b in sizes.items()}}, available_now()[0])[0]
+        timed_alone = [b for b, _ in prep.bench_feeds
+                       if any(s.batch == b and s.status is Status.OK and s.latency is not None for s in row.bench.sizes)]
+        for batches in ([timed_alone] if four else [[b] for b in timed_alone]):
+            part = _time_pair(ctx, prep, baseline, name, row, batches, keep_first=four)
+            failures.update(part.baseline_failures)
+            pairing.baseline_ratios += part.baseline_ratios
+            pairing.confirmations += part.confirmations
+            pairing.confirmation_failures.update(part.confirmation_failures)
+            pairing.slice_s = part.slice_s
+    attach(pairing, baseline, failures, list(rows))
+    return pairing
+
+
+def _only(baseline: BaselineArtifacts, name: str) -> BaselineArtifacts:
+    """The baseline narrowed to row `name`'s artifact."""
+    return dataclasses.replace(baseline, found={name: baseline.found[name]}, missing={})
+
+
+def _time_pair(ctx: Context, prep: Prepared, baseline: BaselineArtifacts, name: str, row, batches: list,
+               keep_first: bool) -> Pairing:
+    """Row `name`'s new artifact and its baseline, loaded in two workers by themselves and timed at `batches`
+    in the paired rounds (run.paired.run_rounds: the same statistic, sequential rounds and fresh pair as every
+    paired A/B). Returns that pair's Pairing (baseline_failures says why it gave no ratio)."""
+    config = ctx.config
+    servers = Servers(prep.device.chosen, ctx.threads, config.timeout)
+    try:
+        ctx.progress(f"{name}: timed beside its baseline as a pair by themselves")
+        servers.spawn(name, ["run", str(row.artifact)], name)
+        spawn_baselines(servers, _only(baseline, name), [name])
+        servers.load(name)
+        servers.load(BASELINE_PREFIX + name)
+        skip = {b: "not timed in this pair" for b, _ in prep.bench_feeds if b not in batches}
+        outcome = serve_artifact(servers, name, [], prep.bench_feeds, skip, config.bench)
+        failures: dict[str, str] = {}
+        benches = {}
+        if outcome.failure is None and outcome.bench is not None:
+            benches[name] = outcome.bench
+            failures = prepare_baselines(servers, benches, prep.bench_feeds, config.bench, ctx.progress)
+        else:
+            category, reason = outcome.failure or ("bench-failed", "no cold start")
+            failures[name] = f"its new artifact's worker beside the baseline failed: {category}: {reason}"
+        unsupported = {n: {i for i, s in enumerate(b.sizes) if s.status is not Status.OK} for n, b in benches.items()}
+        timed, _ = run_rounds(servers, list(benches), prep.bench_feeds, unsupported, config.bench, config.rounds,
+                              ctx.progress, keep_first=keep_first)
+        part = pairing_result("paired", "", timed, prep.bench_feeds, config.rounds, config.bench,
+                              dict(servers.failures), None)
+        if name in part.failures:
+            failures[name] = f"its new artifact's worker beside the baseline failed: {part.failures[name]}"
+        part.baseline_failures = {**part.baseline_failures, **failures}
+        return part
+    finally:
+        servers.close()
 
 
 def compute_figures(pairing: Pairing | None, rows: Rows, reference: BenchResult | None) -> None:

@@ -8,9 +8,9 @@ time. A ratio between runners is that of the pooled medians; its 95% interval co
 that resamples whole rounds, the same ones for both runners, keeping each round's pair together.
 
 A new artifact against its baseline (the regression gate's A/B) is judged per round instead: each round
-gives one ratio of the two slices' medians, and the estimate is the Hodges-Lehmann centre of their logs
-with its Wilcoxon signed-rank interval (distribution-free, and one round another process disturbed moves
-it by one rank, not by its size). Rounds are added to an undecided pair up to a cap, each added look held to
+gives one ratio of the two slices' 10th percentiles (interference under load only adds time), and the
+estimate is the Hodges-Lehmann centre of their logs with its Wilcoxon signed-rank interval (distribution-
+free, and one round another process disturbed moves it by one rank, not by its size). Rounds are added to an undecided pair up to a cap, each added look held to
 a stricter level (`level_after`); a pair whose ratio passes the gate's threshold is measured again by a fresh
 pair of processes (`fresh_name`), since one process can run slow for a whole run.
 """
@@ -40,6 +40,14 @@ SEQUENTIAL_CAP = 3
 # The paired ratio's interval level over the planned rounds, and past them: every round added to an undecided
 # pair is one more look at the data, so those looks are held to 99% and do not spend the planned 5%.
 PLANNED_LEVEL, ADDED_LEVEL = 0.95, 0.99
+# The per-round statistic of a pair against its baseline: each slice's 10th percentile, not its median. Under
+# load a call is either run through or delayed by the scheduler (XLA's CNN on 2 loaded cores: ~70 us or
+# ~200 us, the mix changing from slice to slice), and interference only adds time: a low quantile reads the
+# calls run through, which a slower artifact slows as much as any. Measured (benchmarks/gate.md, 45 paired
+# rounds, load 5-9): the 99% interval of an A/A pair 0.990-1.036 at the 10th percentile, 0.894-1.075 at the
+# median; a planted 1.2x 1.244-1.406 after 15 rounds, 1.051-1.340 at the median. (Chen and Revels, "Robust
+# benchmarking in noisy environments", 2016: noise on a timing is positive, so low order statistics estimate it.)
+SLICE_QUANTILE = 10
 # A fresh worker started to measure a pair again (the confirming process pair): "onnx" -> "onnx#2", and its
 # baseline "baseline:onnx" -> "baseline:onnx#2", so the pair is still (name, BASELINE_PREFIX + name).
 FRESH_SUFFIX = "#2"
@@ -149,11 +157,11 @@ def _signed_rank_critical(n: int, tail: float) -> int:
 def paired_ratio(new: Sequence[np.ndarray], base: Sequence[np.ndarray], batch, new_name: str, base_name: str,
                  level: float = PLANNED_LEVEL) -> Ratio:
     """A new runner against its baseline at one batch size, from the rounds both were timed in (in the same
-    order): per round the ratio of the two slices' medians; the Hodges-Lehmann centre of their logs and its
+    order): per round the ratio of the two slices' SLICE_QUANTILE percentiles; the Hodges-Lehmann centre of their logs and its
     signed-rank interval at `level`, back on the ratio scale. `faster`/`slower` as the estimate says."""
     if len(new) != len(base) or not new:
         raise ValueError(f"paired ratio: got {len(new)} and {len(base)} rounds, expected the same number >= 1")
-    logs = [math.log(float(np.median(a)) / float(np.median(b))) for a, b in zip(new, base)]
+    logs = [math.log(slice_level(a) / slice_level(b)) for a, b in zip(new, base)]
     centre, low, high = signed_rank_interval(logs, level)
     if centre >= 0:
         faster, slower, ratio, ci = base_name, new_name, math.exp(centre), (math.exp(low), math.exp(high))
@@ -161,6 +169,11 @@ def paired_ratio(new: Sequence[np.ndarray], base: Sequence[np.ndarray], batch, n
         faster, slower, ratio, ci = new_name, base_name, math.exp(-centre), (math.exp(-high), math.exp(-low))
     return Ratio(batch=batch, faster=faster, slower=slower, ratio=ratio, ci95_low=ci[0], ci95_high=ci[1],
                  significant=bool(ci[0] > 1.0), level=level)
+
+
+def slice_level(samples: np.ndarray) -> float:
+    """One slice's level for the per-round ratio against a baseline: its SLICE_QUANTILE percentile."""
+    return float(np.percentile(samples, SLICE_QUANTILE))
 
 
 def new_over_base(r: Ratio, new_name: str) -> tuple[float, float, float]:

@@ -99,7 +99,8 @@ NativeSlice = Callable[[int, float, int, int], np.ndarray]
 
 def run_rounds(servers: Servers, names: Sequence[str], feeds: Sequence[tuple[int | None, dict | None]],
                unsupported: dict[str, set[int]], bench, rounds: int, progress,
-               natives: Mapping[str, NativeSlice] | None = None) -> tuple[dict[str, Timed], PeakFigure | None]:
+               natives: Mapping[str, NativeSlice] | None = None,
+               keep_first: bool = True) -> tuple[dict[str, Timed], PeakFigure | None]:
     """Time every runner in `names` on every size it supports, in interleaved rounds; then the peak.
 
     unsupported: name -> indices of sizes it has no prepared feed for. natives: more participants, each a
@@ -108,7 +109,8 @@ def run_rounds(servers: Servers, names: Sequence[str], feeds: Sequence[tuple[int
     (BASELINE_PREFIX + name) whose paired ratio is still undecided after `rounds` rounds (report.regression:
     its interval neither above the gate's threshold nor below it) gets more rounds, the pair alone, until it
     is decided or has had SEQUENTIAL_CAP times `rounds`; one whose interval then lies above the threshold is
-    timed again by a fresh pair of workers (`confirm`). Returns (per participant what was timed, the fresh
+    timed again by a fresh pair of workers (`confirm`; keep_first False: the first pair's workers are closed
+    before the fresh pair starts, when the four do not fit in memory together). Returns (per participant what was timed, the fresh
     pairs' under `fresh_name`, the peak measurement or None); runner failures land in `servers.failures`.
     """
 
@@ -129,7 +131,7 @@ def run_rounds(servers: Servers, names: Sequence[str], feeds: Sequence[tuple[int
                 _time_slice(servers, natives, timed, unsupported, i, name, plan, progress, at)
         pairs = [(n, BASELINE_PREFIX + n) for n in here if BASELINE_PREFIX + n in here]
         _rounds_until_decided(servers, timed, unsupported, i, pairs, rounds, plan, progress, at)
-        confirm(servers, timed, unsupported, i, pairs, rounds, plan, progress, at)
+        confirm(servers, timed, unsupported, i, pairs, rounds, plan, progress, at, keep_first)
     peak = servers.ask("jax", Peak(), PeakFigure, servers.timeout) if "jax" in servers.alive else None
     return {n: t for n, t in timed.items() if n not in servers.failures}, peak
 
@@ -204,13 +206,16 @@ def _rounds_until_decided(servers: Servers, timed: dict[str, Timed], unsupported
 
 
 def confirm(servers: Servers, timed: dict[str, Timed], unsupported: dict[str, set[int]], i: int,
-            pairs: Sequence[tuple[str, str]], rounds: int, plan: tuple[float, int, int], progress, at: str) -> None:
+            pairs: Sequence[tuple[str, str]], rounds: int, plan: tuple[float, int, int], progress, at: str,
+            keep_first: bool = True) -> None:
     """A fresh pair of processes for each pair whose ratio lies above the gate's threshold at size i: a new
     worker and a baseline worker started again (`Servers.fresh`), timed alone in `rounds` interleaved rounds,
     then sequential rounds as the first pair had. Measured under load, one worker process can run ~1.2x
     slower than another of the same artifact for the whole run, and every round of its pair says so; a
     second, independent pair of processes does not share that offset. The gate's verdict needs both pairs
-    (report.regression). Costs nothing where no ratio passes the threshold."""
+    (report.regression). Costs nothing where no ratio passes the threshold. keep_first False: the first pair's
+    workers are closed before the fresh pair starts (what they timed is kept; a pair timed by itself, at one
+    size, when four workers do not fit in memory)."""
 
     for new, base in pairs:
         if new not in servers.alive or base not in servers.alive:
@@ -220,6 +225,9 @@ def confirm(servers: Servers, timed: dict[str, Timed], unsupported: dict[str, se
             continue
         progress(f"paired benchmark: {new}'s ratio to its baseline passed the threshold{at}: measured again by a "
                  f"fresh pair of workers")
+        if not keep_first:
+            servers.discard(new)
+            servers.discard(base)
         new2, base2 = servers.fresh(new), servers.fresh(base)
         if new2 is None or base2 is None:
             why = servers.failures.get(fresh_name(new)) or servers.failures.get(fresh_name(base))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from multiexport.comparison.baseline import BASELINE_ROUNDS
+from multiexport.comparison.memory_plan import AVAILABLE_ENV as MEMORY_ENV
 from multiexport.measure.pairing import PLANTED_ENV
 
 from ..conftest import run_cli
@@ -98,6 +99,29 @@ def test_baseline_artifacts_alone_gate_latency_and_gone_artifacts_are_judged_cro
     assert "latency is judged cross-run" in said(proc)
     [line] = [x for x in proc.stdout.splitlines() if "latency@" in x]
     assert "[cross-run]" in line and "threshold" in line and "not paired: no baseline artifacts" in line
+
+
+def test_runners_that_do_not_fit_together_are_timed_as_pairs_alone_never_cross_run(baseline, tmp_path):
+    """The whole gate's one A/A false alarm under load: too little memory for every runner at once sent the
+    compare to sequential mode, and its latency was judged across runs. Now each backend's new and baseline
+    artifacts are timed as a pair by themselves. 3 GiB planned: 60% of it holds the pair (two workers) but
+    not the three runners (xla, its baseline, jax.jit), nor the four of a confirming pair (then the first pair
+    goes before the fresh one starts)."""
+    proc = run_cli("compare", *FAST, "--out-dir", tmp_path / "new", "--baseline-artifacts", baseline,
+                   env={PLANTED_ENV: "3", MEMORY_ENV: str(3 << 30)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    pairing = json.loads((tmp_path / "new" / "results.json").read_text())["pairing"]
+    assert pairing["mode"] == "sequential" and "timed as a pair by themselves" in pairing["reason"], pairing
+    [ratio], [again] = pairing["baseline_ratios"], pairing["confirmations"]
+    assert ratio["slower"] == "xla" and ratio["ci95_low"] > 1.5 and again["ci95_low"] > 1.5
+    assert not pairing["baseline_failures"] and pairing["rounds"] == BASELINE_ROUNDS
+    [line] = [x for x in proc.stdout.splitlines() if "latency@" in x]
+    assert "REGRESSION" in line and "[paired A/B]" in line and "a fresh process pair over" in line
+    # too little memory even for the pair: cross-run, and the line says why it was not paired
+    proc = run_cli("compare", *FAST, "--out-dir", tmp_path / "small", "--baseline-artifacts", baseline,
+                   env={MEMORY_ENV: str(1 << 30)})
+    [line] = [x for x in proc.stdout.splitlines() if "latency@" in x]
+    assert "[cross-run]" in line and "not timed beside its baseline even as a pair alone" in line, proc.stdout
 
 
 def test_a_baseline_directory_that_is_not_one_is_one_line_and_exit_2(baseline, tmp_path):
