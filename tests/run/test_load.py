@@ -178,3 +178,25 @@ def test_onnx_runtime_lanes_share_one_session(onnx_artifact, tmp_path):
     assert row.ok, row.reason
     assert row.lanes == 2 and row.throughput_config["intra_op_threads"] == 1  # the threads divided between lanes
     assert "run_with_iobinding" in row.throughput_config["how"]
+
+
+def test_tf_run_has_the_load_loops_too(artifacts, tmp_path):
+    # the SavedModel's native consumer (tf_run) runs the same scenarios: its lanes share one TF session
+    from multiexport.files.npz import load_npz
+    from multiexport.measure.load import poisson_schedule
+    from multiexport.run.load_native import has_load_loop, native_loop, native_multistream, native_offline, native_server
+
+    api.export(load_target(DYNAMIC), out_dir=tmp_path / "savedmodel", backend="savedmodel")
+    assert has_load_loop("savedmodel") and has_load_loop("onnx") and not has_load_loop("xla")
+    directory = tmp_path / "savedmodel"
+    loop = native_loop(directory, load_npz(directory / "example_inputs.npz"), 2, tmp_path)
+    calls, seconds, config = native_offline(loop, 2, 0.2, 120)
+    assert calls > 0 and seconds > 0 and config["driver"] == "native" and config["consumer"] == "tf_c_api"
+    run, _ = native_server(loop, 2, poisson_schedule(200.0, 0.2, seed=0), 120)
+    assert run.latencies_ns.size == 100 and np.isfinite(run.latencies_ns).all()
+    queries, _, _ = native_multistream(loop, 2, 3, 0.01, 20, 120)
+    assert queries.size >= 20 and (queries > 0).all()
+    from multiexport.errors import RunError
+
+    with pytest.raises(RunError, match="no native load loop"):
+        native_loop(artifacts / "static", load_npz(artifacts / "static" / "example_inputs.npz"), 2, tmp_path)

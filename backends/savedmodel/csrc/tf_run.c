@@ -4,15 +4,19 @@
  * "native" section), each leaf is fed to its tensor (`serving_default_<alias>:0`) from a .npy file and
  * each output fetched from its tensor (`StatefulPartitionedCall:<i>`, i in sorted-key order: the
  * section spells out every name, so nothing here depends on that rule), then written as .npy.
- * With --iters N it times N TF_SessionRun calls itself.
+ * With --iters N it times N TF_SessionRun calls itself. With --load-lanes N it runs the load loops of `multiexport
+ * load` (common/mx_load.h: Offline, Server, MultiStream): N threads calling TF_SessionRun on the one session (thread-safe,
+ * as the Python runner's lanes call its one runner), each with its own outputs and status, the inputs shared.
  *
  * Links against libtensorflow_cc.so.2 / libtensorflow_framework.so.2 of the tensorflow wheel.
  */
+#define _GNU_SOURCE /* clock_nanosleep (common/mx_load.h) under -std=c99 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/mx_json.h"
+#include "common/mx_load.h"
 #include "common/mx_npy.h"
 #include "common/mx_util.h"
 #include "tensorflow/c/c_api.h"
@@ -22,7 +26,8 @@ static const char *USAGE =
     "  Runs the SavedModel artifact in DIR (default .) through the TensorFlow C API. Inputs: one .npy per\n"
     "  signature input, named as the manifest's native.args[].file, in --inputs (default inputs/); every\n"
     "  input key must be fed, read by the model or not. Outputs go to --outputs (default outputs/).\n"
-    "  --iters N: time N calls (after --warmup untimed ones), print per-call min/median/p90 as JSON.\n";
+    "  --iters N: time N calls (after --warmup untimed ones), print per-call min/median/p90 as JSON.\n"
+    "  Under load (below) the lanes call TF_SessionRun on the one session, each with its own outputs.\n" MX_LOAD_USAGE;
 
 static void check(TF_Status *status, const char *what) {
   if (TF_GetCode(status) != TF_OK) mx_die("%s: %s", what, TF_Message(status));
@@ -86,10 +91,45 @@ static void release(call_t *c) {
   }
 }
 
+/* One request of the load loop: a call and its outputs released (common/mx_load.h runs the lanes). */
+static void lane_call(void *user) {
+  call_t *c = (call_t *)user;
+  run_once(c);
+  release(c);
+}
+
+static int parse_flag(const char *flag, const char *value, void *user) {
+  return mx_load_flag(flag, value, (mx_load_flags *)user);
+}
+
+/* The lanes: each its own outputs and status over the shared session and inputs. */
+static void load_loop(const call_t *shared, const mx_load_flags *load) {
+  int lanes = load->lanes;
+  call_t *ls = (call_t *)calloc((size_t)lanes, sizeof *ls);
+  void **contexts = (void **)calloc((size_t)lanes, sizeof *contexts);
+  for (int k = 0; k < lanes; k++) {
+    ls[k] = *shared;
+    ls[k].out_values = (TF_Tensor **)calloc(shared->n_out ? (size_t)shared->n_out : 1, sizeof *ls[k].out_values);
+    ls[k].status = TF_NewStatus();
+    contexts[k] = &ls[k];
+    lane_call(&ls[k]); /* each lane warm */
+  }
+  char extra[128];
+  snprintf(extra, sizeof extra, "\"tensorflow\": \"%s\"", TF_Version());
+  mx_load_run(load, contexts, lane_call, "tf_c_api", extra);
+  for (int k = 0; k < lanes; k++) {
+    free(ls[k].out_values);
+    TF_DeleteStatus(ls[k].status);
+  }
+  free(ls);
+  free(contexts);
+}
+
 int main(int argc, char **argv) {
   mx_set_program("tf_run");
   mx_options opts;
-  mx_parse_options(argc, argv, &opts, USAGE, NULL, NULL);
+  mx_load_flags load = {0};
+  mx_parse_options(argc, argv, &opts, USAGE, parse_flag, &load);
   const mx_json *native;
   mx_json *manifest = mx_load_manifest(opts.artifact, &native, "savedmodel");
   const mx_json *args = mx_require(native, "args", "native"), *results = mx_require(native, "results", "native");
@@ -132,6 +172,7 @@ int main(int argc, char **argv) {
 
   call_t c = {session, in_ops, in_values, (int)n_in, out_ops, out_values, (int)n_out, status};
   for (int i = 0; i < opts.warmup; i++) { run_once(&c); release(&c); }
+  if (load.lanes) load_loop(&c, &load);
   int64_t *times = (int64_t *)calloc(opts.iters ? (size_t)opts.iters : 1, sizeof *times);
   for (int i = 0; i < opts.iters; i++) {
     int64_t start = mx_now_ns();
