@@ -9,10 +9,13 @@ import numpy as np
 import pytest
 
 from multiexport import api
+from multiexport.errors import RunError
+from multiexport.files.npz import load_npz
 from multiexport.leaves import load_target
-from multiexport.measure.load import LoadConfig
+from multiexport.measure.load import LoadConfig, poisson_schedule
 from multiexport.results.load import read_load_results
 from multiexport.run.load import measure_load
+from multiexport.run.load_native import has_load_loop, native_loop, native_multistream, native_offline, native_server
 
 DYNAMIC = "multiexport.examples:mlp_dynamic"  # a symbolic batch
 STATIC = "multiexport.examples:mlp"
@@ -124,7 +127,6 @@ def test_the_c_loop_serves_a_schedule_and_multistream_queries(onnx_artifact, tmp
     import json
     import subprocess
 
-    from multiexport.measure.load import poisson_schedule
     from multiexport.native.build import build
 
     cmd = [str(build("ort_run")), "--artifact", str(onnx_artifact), "--inputs", str(onnx_artifact / "inputs"),
@@ -182,10 +184,6 @@ def test_onnx_runtime_lanes_share_one_session(onnx_artifact, tmp_path):
 
 def test_tf_run_has_the_load_loops_too(artifacts, tmp_path):
     # the SavedModel's native consumer (tf_run) runs the same scenarios: its lanes share one TF session
-    from multiexport.files.npz import load_npz
-    from multiexport.measure.load import poisson_schedule
-    from multiexport.run.load_native import has_load_loop, native_loop, native_multistream, native_offline, native_server
-
     api.export(load_target(DYNAMIC), out_dir=tmp_path / "savedmodel", backend="savedmodel")
     assert has_load_loop("savedmodel") and has_load_loop("onnx") and not has_load_loop("xla")
     directory = tmp_path / "savedmodel"
@@ -196,7 +194,5 @@ def test_tf_run_has_the_load_loops_too(artifacts, tmp_path):
     assert run.latencies_ns.size == 100 and np.isfinite(run.latencies_ns).all()
     queries, _, _ = native_multistream(loop, 2, 3, 0.01, 20, 120)
     assert queries.size >= 20 and (queries > 0).all()
-    from multiexport.errors import RunError
-
     with pytest.raises(RunError, match="no native load loop"):
         native_loop(artifacts / "static", load_npz(artifacts / "static" / "example_inputs.npz"), 2, tmp_path)
