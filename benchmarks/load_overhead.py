@@ -1,33 +1,39 @@
-"""The Python harness under load against a bare C loop on the same runtime: ONNX Runtime, Offline scenario.
+"""The harness under load against a bare C loop on the same runtime: ONNX Runtime (or TF), Offline scenario.
 
-For one ONNX artifact, alternate rounds of (a) `multiexport load --scenario offline` on it (the harness: a serve
-worker, one Python thread per lane calling ONNX Runtime's run_with_iobinding, the runner's throughput
-configuration) and (b) `ort_run --load-lanes N` (backends/onnx/csrc/ort_run.c: N pthreads calling RunWithBinding on
-one session, the same configuration: threads/N intra-op threads each, spinning off), both with the same threads,
-lanes and seconds, so the machine's noise hits both alike. Prints each side's calls/s per round and the ratio
-harness / C (median and range over the rounds): how much of the runtime's rate the Python harness keeps.
+For one ONNX (or SavedModel) artifact, each round runs, in an order rotating from round to round, (a) `multiexport
+load --scenario offline --driver python` on it (a serve worker, one Python thread per lane calling the runner: for
+ONNX Runtime run_with_iobinding, the runner's throughput configuration), (b) the same with `--driver native` (the
+harness hands the loop to the native consumer: by construction the C loop, run through the harness's own path, which
+writes the feed, starts the program and reads its figures) and (c) the bare program outside the harness (`ort_run
+--load-lanes N`, backends/onnx/csrc/ort_run.c: N pthreads calling RunWithBinding on one session, the same
+configuration: threads/N intra-op threads each, spinning off; `tf_run` for a SavedModel), all with the same threads,
+lanes and seconds, so the machine's noise hits them alike. Prints each side's calls/s per round and the ratios
+harness / C (median and range over the rounds): how much of the runtime's rate each harness driver keeps.
 
 Run: `.venv/bin/python -m benchmarks.load_overhead ARTIFACT_DIR [--threads 2] [--lanes 2] [--seconds 2] [--rounds 5]`
-(ARTIFACT_DIR: an ONNX artifact, e.g. a compare's OUT/onnx).
+(ARTIFACT_DIR: an ONNX or SavedModel artifact, e.g. a compare's OUT/onnx).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
-import subprocess
+import tempfile
 from pathlib import Path
 
+from multiexport.exporting.manifest import Manifest
+from multiexport.files.npz import load_npz
 from multiexport.measure.load import LoadConfig
-from multiexport.native.build import build
 from multiexport.run.load import measure_load
-from multiexport.run.worker import thread_env
+from multiexport.run.load_native import close, native_loop, native_offline
 
 
-def harness_rate(artifact: Path, threads: int, lanes: int, seconds: float) -> tuple[float, dict]:
-    results = measure_load([("onnx", artifact)], LoadConfig(scenario="offline", lanes=lanes, threads=threads,
-                                                             seconds=seconds, rounds=1))
+def harness_rate(artifact: Path, threads: int, lanes: int, seconds: float, driver: str) -> tuple[float, dict]:
+    results = measure_load([("artifact", artifact)], LoadConfig(scenario="offline", lanes=lanes, threads=threads,
+                                                                 seconds=seconds, rounds=1, driver=driver))
     row = results.rows[0]
     if not row.ok:
         raise SystemExit(f"harness: {row.status}: {row.reason}")
@@ -35,16 +41,14 @@ def harness_rate(artifact: Path, threads: int, lanes: int, seconds: float) -> tu
     return (point.samples_per_s or 0.0) / (point.batch or 1), row.throughput_config
 
 
-def c_rate(program: Path, artifact: Path, threads: int, lanes: int, seconds: float) -> dict:
-    import os
-
-    proc = subprocess.run([str(program), "--artifact", str(artifact), "--inputs", str(artifact / "inputs"),
-                           "--threads", str(threads), "--load-lanes", str(lanes), "--load-seconds", str(seconds),
-                           "--warmup", "3", "--no-outputs"],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, **thread_env(threads)})
-    if proc.returncode != 0:
-        raise SystemExit(f"ort_run: {proc.stderr.strip()[-500:]}")
-    return json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("{")))
+def c_rate(artifact: Path, threads: int, lanes: int, seconds: float, work: Path) -> float:
+    """The bare program's Offline loop, outside the harness (its command as `multiexport native` builds it)."""
+    loop = native_loop(artifact, load_npz(artifact / "example_inputs.npz"), threads, work)
+    try:
+        calls, span, _ = native_offline(loop, lanes, seconds, 600)
+    finally:
+        close(loop)
+    return calls / span
 
 
 def main() -> None:
@@ -55,27 +59,31 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    program = build("ort_run")
-    harness, native, ratios = [], [], []
-    config: dict = {}
-    for i in range(args.rounds):
-        order = ("harness", "c") if i % 2 == 0 else ("c", "harness")
-        got = {}
-        for side in order:
-            if side == "harness":
-                got[side], config = harness_rate(args.artifact, args.threads, args.lanes, args.seconds)
-            else:
-                got[side] = c_rate(program, args.artifact, args.threads, args.lanes, args.seconds)["calls_per_s"]
-        harness.append(got["harness"])
-        native.append(got["c"])
-        ratios.append(got["harness"] / got["c"])
-        print(f"round {i + 1}: harness {got['harness']:,.0f} calls/s, C loop {got['c']:,.0f} calls/s, "
-              f"ratio {ratios[-1]:.3f}", flush=True)
-    print(json.dumps({"artifact": str(args.artifact), "threads": args.threads, "lanes": args.lanes,
-                      "seconds": args.seconds, "rounds": args.rounds, "harness_config": config,
-                      "harness_calls_per_s": statistics.median(harness), "c_calls_per_s": statistics.median(native),
-                      "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)},
-                     indent=1))
+    Manifest.read(args.artifact)  # an artifact, before any timing
+    work = Path(tempfile.mkdtemp(prefix="load-overhead-"))
+    sides = ("python", "native", "c")
+    figures: dict[str, list[float]] = {side: [] for side in sides}
+    configs: dict[str, dict] = {}
+    try:
+        for i in range(args.rounds):
+            for side in sides[i % 3:] + sides[:i % 3]:
+                if side == "c":
+                    figures[side].append(c_rate(args.artifact, args.threads, args.lanes, args.seconds, work))
+                else:
+                    rate, configs[side] = harness_rate(args.artifact, args.threads, args.lanes, args.seconds, side)
+                    figures[side].append(rate)
+            print(f"round {i + 1}: " + ", ".join(f"{side} {figures[side][-1]:,.0f} calls/s" for side in sides),
+                  flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = {"artifact": str(args.artifact), "threads": args.threads, "lanes": args.lanes, "seconds": args.seconds,
+           "rounds": args.rounds, "configs": configs, "load_average": os.getloadavg()}
+    for side in sides:
+        out[f"{side}_calls_per_s"] = statistics.median(figures[side])
+    for side in ("python", "native"):
+        ratios = [h / c for h, c in zip(figures[side], figures["c"])]
+        out[f"{side}_ratio"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

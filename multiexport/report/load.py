@@ -232,16 +232,59 @@ def write_load_reports(results: LoadResults, out_dir: Path) -> tuple[Path, Path]
     return md, page
 
 
+LOAD_COLUMNS = ("max req/s at p99 bound", "offline peak /s")
+
+
+def beside(out_dir: str | Path) -> LoadResults | None:
+    """The load.json a compare --load wrote beside its results (None: none there)."""
+    path = Path(out_dir) / "load.json"
+    return read_load_results(path) if path.is_file() else None
+
+
+def load_columns(out_dir: str | Path, columns: Sequence[str], rows: list[dict]) -> tuple[tuple[str, ...], list[dict]]:
+    """The compare's summary table with the load figures where `compare --load` ran (OUT/load.json): the max rate
+    under the p99 bound and the offline peak [rounds' range] on each format's first row (a format's figures, not a
+    batch size's); unchanged without a load.json."""
+    loaded = beside(out_dir)
+    if loaded is None:
+        return tuple(columns), rows
+    cells: dict[str, list[str]] = {}
+    for row in loaded.rows:
+        server, peak = row.server, row.offline_peak()
+        bound = f" (p99 <= {server.p99_bound_ms:g} ms)" if server else ""
+        cells[row.name] = [
+            (_range(server.max_rate_per_s, server.max_rate_low, server.max_rate_high) + bound) if server else "-",
+            (_range(peak.samples_per_s, peak.low, peak.high) if peak else "-") if row.ok else row.status]
+    out, seen = [], set()
+    for r in rows:
+        got = cells.get(r["backend"]) if r["backend"] not in seen else None
+        seen.add(r["backend"])
+        out.append({**r, **dict(zip(LOAD_COLUMNS, got or ["", ""]))})
+    return (*columns, *LOAD_COLUMNS), out
+
+
 def with_load_section(out_dir: Path, markdown: str, page: str) -> tuple[str, str]:
     """A compare's report.md and report.html with the Load section added when OUT/load.json exists (`compare
-    --load` wrote it); unchanged otherwise."""
-    path = Path(out_dir) / "load.json"
-    if not path.is_file():
+    --load` wrote it), and its verdicts for a server placed under the single-stream verdict at the top (the
+    report's first bold line); unchanged otherwise."""
+    loaded = beside(out_dir)
+    if loaded is None:
         return markdown, page
-    loaded = read_load_results(path)
     section = render_markdown(loaded).replace("# Load", "## Load", 1).replace("\n## ", "\n### ")
     html_part = html_section(loaded)
     page = page.replace("</body>", html_part + "</body>", 1) if "</body>" in page else page + html_part
+    lines = [line for line in (loaded.server_verdict, multistream_verdict(loaded)) if line]
+    if lines:
+        top = [f"**Under load: {line}**" for line in lines]
+        head, sep, rest = markdown.partition("\n**")  # after the single-stream verdict's paragraph
+        if sep:
+            verdict, gap, tail = rest.partition("\n\n")
+            markdown = head + sep + verdict + gap + "\n\n".join(top) + "\n\n" + tail
+        marker = "<p class='verdict'>"
+        at = page.find(marker)
+        if at >= 0:
+            end = page.find("</p>", at) + len("</p>")
+            page = page[:end] + "".join(f"{marker}Under load: {html.escape(line)}</p>" for line in lines) + page[end:]
     return markdown.rstrip("\n") + "\n\n" + section + "\n", page
 
 

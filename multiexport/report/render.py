@@ -14,7 +14,7 @@ from ..results import MEANING, LatencyStats, Results, SizeResult, Status, load_r
 from . import plots
 from .deploy import DEPLOY_HEADER
 from .deploy_report import DEPLOY_NOTE, deploy_section
-from .load import with_load_section
+from .load import load_columns, with_load_section
 from .locate import with_locate_section
 from .precision import PRECISION_HEADER, precision_rows
 from .recommend import recommend
@@ -134,7 +134,8 @@ def render_markdown(results: Results) -> str:
     out += _deploy_markdown(results)
     if rec.caveats:
         out += ["## Caveats", ""] + [f"- {md(c)}" for c in rec.caveats] + [""]
-    out += ["## Summary", "", _md_table(COLUMNS, [[r[c] for c in COLUMNS] for r in rows]), ""]
+    columns, rows = load_columns(results.out_dir, COLUMNS, rows)  # compare --load's figures (report.load)
+    out += ["## Summary", "", _md_table(columns, [[r[c] for c in columns] for r in rows]), ""]
     if capped_note(results):
         out += [md(capped_note(results)), ""]
     statuses = _statuses(results)
@@ -279,7 +280,8 @@ def render_html(results: Results) -> str:
     parts.append(_deploy_html(results))
     if rec.caveats:
         parts.append("<h2>Caveats</h2><ul>" + "".join(f"<li>{esc(c)}</li>" for c in rec.caveats) + "</ul>")
-    parts.append("<h2>Summary</h2>" + _html_table(COLUMNS, [[r[c] for c in COLUMNS] for r in rows], 1))
+    columns, rows = load_columns(results.out_dir, COLUMNS, rows)  # compare --load's figures (report.load)
+    parts.append("<h2>Summary</h2>" + _html_table(columns, [[r[c] for c in columns] for r in rows], 1))
     if capped_note(results):
         parts.append(f"<p class='note'>{esc(capped_note(results))}</p>")
     statuses = _statuses(results)

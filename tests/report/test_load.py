@@ -124,3 +124,33 @@ def test_multistream_verdict_table_and_column():
     assert "| b | ok | - | - | 2 [1.8, 2.2] (8/query) | - |" in md
     assert "| a | 8 | 300 | 1.25 | 2.5 | 5 [4.5, 5.5] | 900 |" in md
     assert "<h3>MultiStream: query latency</h3>" in render_html(apart)
+
+
+def test_the_compare_report_gets_load_columns_and_the_server_verdict_under_its_own(tmp_path):
+    import dataclasses
+
+    from multiexport.report.render import write_reports
+
+    from .builders import results, row
+
+    compared = dataclasses.replace(results(row("onnx"), row("xla")), out_dir=str(tmp_path))
+    md, _ = write_reports(compared, tmp_path)
+    plain = md.read_text()
+    assert "max req/s at p99 bound" not in plain and "Under load" not in plain  # no load.json: as before
+    rows = [_row("onnx", 300.0, 280.0, 320.0, 1.0, [_point(300.0, 9.0)])]
+    LoadResults(config={"p99_ms": 10.0}, rows=rows, server_verdict="at p99 <= 10 ms, ship onnx: 300 req/s").write(
+        tmp_path / "load.json")
+    md, page = write_reports(compared, tmp_path)
+    text, html = md.read_text(), page.read_text()
+    summary = text[text.index("## Summary"):]
+    header = next(line for line in summary.splitlines() if line.startswith("| backend"))
+    assert header.endswith("| max req/s at p99 bound | offline peak /s |")
+    assert "| 300 \\[280, 320\\] (p99 &lt;= 10 ms) | 500 \\[450, 550\\] |" in summary  # onnx's, escaped
+    xla = next(line for line in summary.splitlines() if line.startswith("| xla"))
+    assert xla.endswith("|  |  |")  # measured under load by nobody
+    # the server verdict follows the single-stream one at the top, before any table
+    top = text[:text.index("## Summary")]
+    assert "**Under load: at p99 <= 10 ms, ship onnx: 300 req/s**" in top
+    assert top.index("**Under load") > top.index("**") and top.index("**Under load") < top.index("|")
+    assert html.index("Under load: at p99 &lt;= 10 ms") < html.index("<h2>Summary</h2>")
+    assert "<th>max req/s at p99 bound</th>" in html
