@@ -26,6 +26,7 @@ from .errors import ArtifactError, ExportError, RunError, UsageError, leaf_messa
 from .exporting.artifact import Artifact, Availability
 from .exporting.backend_facts import BackendFacts, Presentation
 from .exporting.contract import Backend
+from .exporting.equation_sites import EQUATION_TABLE_KEY, EQUATION_TABLE_VERSION, EquationTensor, map_equations
 from .exporting.facts import ExportSetup, FormatFacts
 from .exporting.format_result import FormatResult
 from .exporting.instrument import Instrumented, describe_location, instrument_module, run_module, user_frame
@@ -126,4 +127,6 @@ __all__ = [
     "describe_location", "user_frame", "SITE_TABLE_KEY", "SiteTable", "TensorSite", "map_sites",
     # StableHLO: the module's input/output aliases (a donated cache)
     "module_aliases",
+    # locate on jax2onnx's graphs: the equation table its conversion records, paired with the module's ops
+    "EQUATION_TABLE_KEY", "EQUATION_TABLE_VERSION", "EquationTensor", "map_equations",
 ]

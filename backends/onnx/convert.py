@@ -18,7 +18,7 @@ from pathlib import Path
 
 from multiexport.sdk import ExportError, current_umask, dist_version, tpu_only
 
-from . import plugins
+from . import equations, plugins
 
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -58,9 +58,10 @@ def convert(fn, signature, opset: int, double: bool):
     try:
         # No input_names/output_names: jax2onnx cannot name one value twice (an input returned as
         # an output, an output returned twice), so name_values renames after fixing those up.
-        model = jax2onnx.to_onnx(signature.flat_function(fn), list(signature.specs),
-                                 model_name=signature.name or "model", opset=opset, return_mode="ir",
-                                 enable_double_precision=double)
+        with equations.recording() as record:  # for `locate`: which tensor holds which equation's output
+            model = jax2onnx.to_onnx(signature.flat_function(fn), list(signature.specs),
+                                     model_name=signature.name or "model", opset=opset, return_mode="ir",
+                                     enable_double_precision=double)
     except Exception as exc:
         raise conversion_error(exc, signature) from exc
     # A clone: jax2onnx's IR still counts uses by nodes it discarded, and "which inputs feed a
@@ -70,6 +71,7 @@ def convert(fn, signature, opset: int, double: bool):
     passes.OutputFixPass()(model)  # Identity between an input returned as is, or a repeated output
     passes.RemoveUnusedNodesPass()(model)  # dead nodes and initializers, so "unread" means unread
     name_values(model, positional, signature)
+    equations.attach_table(model, record)
     return model
 
 

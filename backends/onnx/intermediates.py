@@ -1,46 +1,87 @@
 """ONNX's intermediates for `multiexport locate`: the shipped model.onnx with every mapped tensor added as a graph
 output (what Polygraphy's `--mark all` does), run once by ONNX Runtime.
 
-Which tensor holds which StableHLO op's result comes from the site table the StableHLO route writes into the
-model's metadata_props (`SITE_TABLE_KEY`). A graph written by jax2onnx has no such table: its nodes come from
-jaxpr-level plugins, not from the module's ops, so no tensor is mapped there and locate says so. A site whose
-tensor is a graph input or an initializer is read from the feed or the file; one whose node was removed as dead
-code is unmapped.
+Which tensor holds which StableHLO op's result comes from a table in the model's metadata_props: the site table
+the StableHLO route writes (`SITE_TABLE_KEY`, op by op), or on jax2onnx's route the equation table its
+conversion records (`EQUATION_TABLE_KEY`, equation by equation: `equations.py`), paired with the module's ops by
+`map_equations` (a tensor in another layout is transposed back). A site whose tensor is a graph input or an
+initializer is read from the feed or the file; one whose node was removed as dead code is unmapped.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from multiexport.sdk import SITE_TABLE_KEY, Intermediates, IntermediatesRequest, RunError, Site, map_sites
+from multiexport.sdk import (
+    EQUATION_TABLE_KEY,
+    SITE_TABLE_KEY,
+    Intermediates,
+    IntermediatesRequest,
+    RunError,
+    Site,
+    TensorSite,
+    map_equations,
+    map_sites,
+)
 
 from .runner import session_options
 
 
-def site_table(model: Any) -> str | None:
-    """The site table's text in a loaded onnx.ModelProto, or None."""
-    return next((p.value for p in model.metadata_props if p.key == SITE_TABLE_KEY), None)
+def site_table(model: Any, key: str = SITE_TABLE_KEY) -> str | None:
+    """The text under `key` (the site table by default) in a loaded onnx.ModelProto's metadata_props, or None."""
+    return next((p.value for p in model.metadata_props if p.key == key), None)
 
 
 def no_table_reason(route: str) -> str:
-    return (f"cannot map: this model.onnx was written by the {route} route, whose nodes are not tied to StableHLO "
-            "ops (re-export with --backend-option onnx.route=stablehlo to locate in ONNX)")
+    return (f"cannot map: this model.onnx (route {route}) carries neither a site table nor a jax2onnx equation "
+            "table (written by an older multiexport; re-export it, or --backend-option onnx.route=stablehlo)")
 
 
-def marked_model(model: Any, request: IntermediatesRequest, route: str) -> tuple[Any, dict, dict, dict]:
-    """(the model with mapped tensors added as outputs, key -> tensor name to fetch, key -> value known without
-    running (an input or initializer), key -> why unmapped)."""
-    from onnx import helper, numpy_helper
+@dataclass(frozen=True)
+class Mapped:
+    """Where each mapped site's value is: `tensors` (key -> tensor), `layouts` (key -> the permutation taking
+    the tensor to the site's layout, jax2onnx's route), `notes` (key -> what the converter made of it)."""
 
-    text = site_table(model)
+    tensors: dict[str, TensorSite]
+    layouts: dict[str, tuple[int, ...]]
+    notes: dict[str, str]
+    unmapped: dict[str, str]
+
+
+def mapped_sites(tables: dict[str, str | None], request: IntermediatesRequest, route: str) -> Mapped:
+    """The sites' tensors from whichever table the graph carries (`tables`: key -> text or None)."""
+    text = tables.get(SITE_TABLE_KEY)
+    if text is not None:
+        tensors, unmapped = map_sites(text, request.sites)
+        return Mapped(tensors, {}, {}, unmapped)
+    text = tables.get(EQUATION_TABLE_KEY)
     if text is None:
         why = no_table_reason(route)
-        return model, {}, {}, {s.key: why for s in request.sites}
-    tensors, unmapped = map_sites(text, request.sites)
+        return Mapped({}, {}, {}, {s.key: why for s in request.sites})
+    leaves = [leaf.name for leaf in request.manifest.inputs]
+    found, unmapped = map_equations(text, request.sites, leaves)
+    return Mapped({k: TensorSite(t.name) for k, t in found.items()},
+                  {k: t.to_jax for k, t in found.items() if t.to_jax is not None},
+                  {k: t.note for k, t in found.items()}, unmapped)
+
+
+def in_layout(value: Any, perm: tuple[int, ...] | None) -> Any:
+    """A tensor's value in its site's layout."""
+    return np.transpose(np.asarray(value), perm) if perm is not None else value
+
+
+def marked_model(model: Any, request: IntermediatesRequest, route: str) -> tuple[Any, dict, dict, Mapped]:
+    """(the model with mapped tensors added as outputs, key -> tensor name to fetch, key -> value known without
+    running (an input or initializer), the mapping (its `unmapped` completed))."""
+    from onnx import helper, numpy_helper
+
+    mapped = mapped_sites({k: site_table(model, k) for k in (SITE_TABLE_KEY, EQUATION_TABLE_KEY)}, request, route)
+    tensors, unmapped = mapped.tensors, mapped.unmapped
     produced = {o for node in model.graph.node for o in node.output}
     feed = feed_by_param(request)
     initializers = {t.name: t for t in model.graph.initializer}
@@ -48,16 +89,16 @@ def marked_model(model: Any, request: IntermediatesRequest, route: str) -> tuple
     fetch, known = {}, {}
     for key, tensor in tensors.items():
         if tensor.name in feed:
-            known[key] = np.asarray(feed[tensor.name])
+            known[key] = in_layout(feed[tensor.name], mapped.layouts.get(key))
         elif tensor.name in initializers:
-            known[key] = numpy_helper.to_array(initializers[tensor.name])
+            known[key] = in_layout(numpy_helper.to_array(initializers[tensor.name]), mapped.layouts.get(key))
         elif tensor.name in produced:
             fetch[key] = tensor.name
         else:
             unmapped[key] = f"cannot map: tensor {tensor.name} is not in the shipped graph (removed as dead code)"
     for name in sorted(set(fetch.values()) - outputs):
         model.graph.output.append(helper.make_empty_tensor_value_info(name))
-    return model, fetch, known, unmapped
+    return model, fetch, known, mapped
 
 
 def feed_by_param(request: IntermediatesRequest) -> dict[str, Any]:
@@ -75,7 +116,7 @@ def onnx_intermediates(request: IntermediatesRequest) -> Intermediates:
     route = str(request.manifest.format.get("route", "jax2onnx"))
     model = onnx.load(str(path), load_external_data=True)
     n_outputs = len(model.graph.output)
-    model, fetch, known, unmapped = marked_model(model, request, route)
+    model, fetch, known, mapped = marked_model(model, request, route)
     values: dict[str, Any] = dict(known)
     outputs: dict[str, Any] = {}
     if fetch:
@@ -90,11 +131,11 @@ def onnx_intermediates(request: IntermediatesRequest) -> Intermediates:
         feed = feed_by_param(request)
         results = session.run(names, {n: np.asarray(feed[n]) for n in graph_inputs})
         by_name = dict(zip(names, results))
-        values.update({key: by_name[name] for key, name in fetch.items()})
+        values.update({key: in_layout(by_name[name], mapped.layouts.get(key)) for key, name in fetch.items()})
         outputs = {o.name: by_name[o.name] for o in model.graph.output[:n_outputs]}
     how = (f"ONNX Runtime on the shipped {path.name} with {len(set(fetch.values()))} tensors added as graph outputs "
            f"({len(known)} more read from its inputs and initializers)")
-    return Intermediates(values=values, unmapped=unmapped, how=how, outputs=outputs)
+    return Intermediates(values=values, unmapped=mapped.unmapped, how=how, outputs=outputs, notes=mapped.notes)
 
 
 def reduced_onnx(request: IntermediatesRequest, site: Site, operands: Sequence[Site], out_dir: Path) -> str:

@@ -231,6 +231,11 @@ def user_frame(frames: Sequence[str], roots: Sequence[str] | None = None) -> str
     return frames[0] if frames else ""
 
 
+def installed_file(file: str) -> bool:
+    """Whether a source file lies in an installed package (a `site-packages` directory), not the user's code."""
+    return _installed(file, None)
+
+
 def _installed(file: str, roots: Sequence[str] | None) -> bool:
     path = Path(file)
     if path.is_absolute():

@@ -41,11 +41,14 @@ def reseal(directory: Path) -> None:
 
 
 def onnx_conv_pads(directory: Path, nth: int, pads: list[int]) -> None:
-    """The `nth` Conv of model.onnx gets `pads` (a wrong padding rule)."""
+    """The `nth` Conv of model.onnx gets `pads` (a wrong padding rule), in place of its `auto_pad` if it has one
+    (jax2onnx writes SAME_UPPER)."""
     path = directory / "model.onnx"
     model = onnx.load(str(path))
     conv = [n for n in model.graph.node if n.op_type == "Conv"][nth]
-    next(a for a in conv.attribute if a.name == "pads").ints[:] = pads
+    kept = [a for a in conv.attribute if a.name not in ("pads", "auto_pad")]
+    del conv.attribute[:]
+    conv.attribute.extend([*kept, onnx.helper.make_attribute("pads", pads)])
     onnx.save(model, str(path))
     reseal(directory)
 

@@ -1,0 +1,271 @@
+"""What jax2onnx gives at conversion time, recorded for `multiexport locate`: which tensor of the shipped graph
+holds the output of which jaxpr equation, with the equation's source line.
+
+jax2onnx lowers a jaxpr (traced with its plugins: a flax `nn.Conv` is one `linen.conv` equation) equation by
+equation, binding each output variable to an ONNX value; it then optimizes the graph (transposes pushed
+through, pairs removed), and a name it bound may afterwards hold another value (`relu_out_0` in NCHW instead of
+the equation's NHWC). So a name alone proves nothing. Recorded here, while jax2onnx converts: each equation's
+primitive, name stack, source frames and the name of each output as bound (its `_append_primitive_call_record`
+hook, the one its `record_primitive_calls_file` option writes from), and the graph as lowered, before its
+optimizer ran. Each value of both graphs gets a *canonical expression* (the op, its attributes and its inputs'
+expressions; graph inputs by position, constants by content; a Transpose composes a permutation instead of
+adding a node, and elementwise ops commute with it): an equation's output holds in the shipped graph exactly
+the tensor whose expression is the one it had as lowered, read through the recorded permutation. An output
+whose expression the optimizer changed (a bias folded into a Conv, a subgraph rewritten) is not recorded:
+locate says it cannot map it.
+
+The table (`EQUATION_TABLE_KEY` in the model's metadata_props; OpenVINO keeps it in rt_info) lists one entry
+per recorded output: the tensor, the permutation from it to the equation's layout, shape, dtype, the
+equation's primitive, source line and name stack, which input leaves it depends on, and its nearest recorded
+ancestors, so locate can pair it with the reference's StableHLO ops (`multiexport.sdk.map_equations`) and check
+every pairing against both graphs' dependencies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from multiexport.sdk import EQUATION_TABLE_KEY, EQUATION_TABLE_VERSION, user_frame
+
+# Ops that commute with a transpose of their input (elementwise on one tensor, attributes layout-free).
+UNARY = frozenset({"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Neg", "Abs", "Sqrt", "Erf", "Sin", "Cos", "Reciprocal",
+                   "Floor", "Ceil", "Round", "Sign", "Softplus", "Softsign", "Cast", "Not", "IsNaN", "IsInf",
+                   "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Gelu", "Mish"})
+# Elementwise on several tensors: commute with one transpose applied to every input (equal ranks).
+NARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "LessOrEqual", "Greater",
+                  "GreaterOrEqual", "And", "Or", "Xor", "Where", "Mod", "PRelu"})
+
+
+@dataclass
+class Recorder:
+    """What one jax2onnx conversion gave: `calls` (primitive, name stack, frames innermost first, per output
+    (bound name, shape, dtype)), and `lowered`, the graph before jax2onnx's optimizer ran (a clone)."""
+
+    calls: list[tuple[str, str, list[str], list[tuple[str, tuple, str]]]] = field(default_factory=list)
+    lowered: Any = None
+    failure: str = ""
+
+
+@contextmanager
+def recording() -> Iterator[Recorder]:
+    """Record the equations and the lowered graph of the jax2onnx conversion run inside (see the module doc).
+    jax2onnx's output is unchanged: the hooks only read. Should its internals not be where they are expected,
+    nothing is recorded and the conversion goes on (locate then says it cannot map)."""
+    rec = Recorder()
+    try:
+        import jax2onnx.converter.conversion_api as api
+        import jax2onnx.converter.lowering_dispatch as dispatch
+
+        append, optimize, bound = dispatch._append_primitive_call_record, api.optimize_graph, dispatch._bound_value_name
+    except (ImportError, AttributeError) as exc:
+        rec.failure = f"jax2onnx's conversion hooks are not where expected ({exc})"
+        yield rec
+        return
+
+    def on_equation(ctx: Any, eqn: Any, **kwargs: Any) -> Any:
+        try:
+            info = eqn.source_info
+            frames = [f"{f.file_name}:{f.line_num}" for f in info.traceback.frames] if info.traceback else []
+            outs = [(bound(ctx, v), tuple(int(d) if isinstance(d, int) else -1 for d in getattr(v.aval, "shape", ())),
+                     str(getattr(v.aval, "dtype", ""))) for v in eqn.outvars]
+            rec.calls.append((str(eqn.primitive.name), str(info.name_stack), frames, outs))
+        except Exception as exc:  # a record we cannot read is a record missing, never a failed conversion
+            rec.failure = rec.failure or f"an equation's record was unreadable ({type(exc).__name__})"
+        return append(ctx, eqn, **kwargs)
+
+    def on_optimize(model: Any, *args: Any, **kwargs: Any) -> Any:
+        if rec.lowered is None:
+            try:
+                rec.lowered = model.clone()
+            except Exception as exc:
+                rec.failure = rec.failure or f"the lowered graph could not be copied ({type(exc).__name__})"
+        return optimize(model, *args, **kwargs)
+
+    dispatch._append_primitive_call_record, api.optimize_graph = on_equation, on_optimize
+    try:
+        yield rec
+    finally:
+        dispatch._append_primitive_call_record, api.optimize_graph = append, optimize
+
+
+def attach_table(model: Any, rec: Recorder) -> int:
+    """Write the equation table into `model`'s metadata_props (the shipped graph, inputs named by leaf); return
+    how many outputs it maps. Nothing is written when nothing was recorded."""
+    if rec.lowered is None or not rec.calls:
+        return 0
+    text, count = table_text(model, rec)
+    model.metadata_props[EQUATION_TABLE_KEY] = text
+    return count
+
+
+def table_text(model: Any, rec: Recorder) -> tuple[str, int]:
+    """(the table as JSON, entries)."""
+    canon = _Canon()
+    lowered = canon.graph(rec.lowered.graph)
+    shipped = canon.graph(model.graph)
+    by_expr: dict[int, tuple[Any, tuple[int, ...] | None]] = {}
+    for value, (expr, perm) in shipped.items():
+        if value.name and (expr not in by_expr or (perm is None and by_expr[expr][1] is not None)):
+            by_expr[expr] = (value, perm)
+    lowered_by_name = {v.name: v for v in lowered if v.name}
+    inputs = [v.name for v in model.graph.inputs]
+    entries: list[list[Any]] = []
+    tensor_entry: dict[Any, int] = {}
+    for primitive, stack, frames, outs in rec.calls:
+        for name, shape, dtype in outs:
+            value = lowered_by_name.get(name)
+            if value is None or value not in lowered:
+                continue
+            expr, perm = lowered[value]
+            found = by_expr.get(expr)
+            if found is None or found[0] in tensor_entry:
+                continue  # the optimizer rewrote it, or another equation holds the same value already
+            tensor, shipped_perm = found
+            to_jax = _to_jax(shipped_perm, perm, len(shape))
+            shape_there = _shape(tensor)
+            if to_jax is None or (shape_there is not None and tuple(shape_there[i] for i in to_jax) != shape):
+                continue
+            tensor_entry[tensor] = len(entries)
+            entries.append([tensor.name, None if to_jax == tuple(range(len(shape))) else list(to_jax), list(shape),
+                            dtype, primitive, stack, [user_frame(frames)] if frames else []])
+    deps, near = _dependencies(model.graph, tensor_entry, inputs)
+    for entry, tensor in zip(entries, tensor_entry):
+        entry.extend([format(deps.get(tensor, 0), "x"), sorted(near.get(tensor, ()))])
+    return json.dumps({"version": EQUATION_TABLE_VERSION, "inputs": inputs,
+                       "fields": ["tensor", "to_jax", "shape", "dtype", "primitive", "name_stack", "frames",
+                                  "inputs_mask", "near"], "entries": entries}, separators=(",", ":")), len(entries)
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    shape = value.shape
+    if shape is None:
+        return None
+    dims = [d for d in shape if isinstance(d, int)]
+    return tuple(dims) if len(dims) == len(shape) else None
+
+
+def _to_jax(shipped: tuple[int, ...] | None, lowered: tuple[int, ...] | None, rank: int) -> tuple[int, ...] | None:
+    """The permutation r with jax_value = np.transpose(shipped_value, r), both being one expression E transposed
+    (shipped = E.transpose(shipped), the equation's value = E.transpose(lowered))."""
+    ident = tuple(range(rank))
+    s, lo = shipped or ident, lowered or ident
+    if len(s) != rank or len(lo) != rank:
+        return None
+    inverse = [0] * rank
+    for i, p in enumerate(s):
+        inverse[p] = i
+    return tuple(inverse[p] for p in lo)
+
+
+class _Canon:
+    """Canonical expressions of values, interned to ints shared across graphs: equal ints, equal computations
+    of the graph inputs (by position) and constants (by content)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple, int] = {}
+        self.tensors: dict[int, int] = {}
+
+    def intern(self, key: tuple) -> int:
+        return self.ids.setdefault(key, len(self.ids))
+
+    def graph(self, graph: Any) -> dict[Any, tuple[int, tuple[int, ...] | None]]:
+        """value -> (expression id, permutation or None); nodes in graph order (ONNX requires topological)."""
+        out: dict[Any, tuple[int, tuple[int, ...] | None]] = {}
+        for i, value in enumerate(graph.inputs):
+            out[value] = (self.intern(("in", i)), None)
+        for value in graph.initializers.values():
+            out[value] = (self.constant(value.const_value), None)
+        for node in graph:
+            ins = [self.input(out, v) for v in node.inputs]
+            results = self.node(node, ins)
+            for value, result in zip(node.outputs, results):
+                out[value] = result
+        return out
+
+    def input(self, out: dict, value: Any) -> tuple[int, tuple[int, ...] | None]:
+        if value is None:
+            return (self.intern(("none",)), None)
+        if value not in out:  # read from an outer scope or unknown: an expression of its own, equal to nothing else
+            out[value] = (self.intern(("free", id(value))), None)
+        return out[value]
+
+    def constant(self, tensor: Any) -> int:
+        if tensor is None:
+            return self.intern(("opaque", len(self.ids)))
+        if id(tensor) not in self.tensors:
+            array = tensor.numpy()
+            digest = hashlib.sha256(array.tobytes()).hexdigest()
+            self.tensors[id(tensor)] = self.intern(("const", str(array.dtype), array.shape, digest))
+        return self.tensors[id(tensor)]
+
+    def node(self, node: Any, ins: list) -> list[tuple[int, tuple[int, ...] | None]]:
+        op = node.op_type
+        if node.domain in ("", "ai.onnx") and op == "Identity" and len(ins) == 1:
+            return [ins[0]]
+        if node.domain in ("", "ai.onnx") and op == "Constant" and "value" in node.attributes:
+            return [(self.constant(node.attributes["value"].value), None)]
+        if node.domain in ("", "ai.onnx") and op == "Transpose" and len(ins) == 1 and "perm" in node.attributes:
+            expr, q = ins[0]
+            p = tuple(node.attributes["perm"].value)
+            q = q or tuple(range(len(p)))
+            if len(q) != len(p):
+                return [(self.intern(("T", expr, q, p)), None)]
+            c = tuple(q[i] for i in p)
+            return [(expr, None if c == tuple(range(len(c))) else c)]
+        attrs = self.attributes(node)
+        if node.domain in ("", "ai.onnx") and len(node.outputs) == 1:
+            perms = {q for _, q in ins}
+            if (op in UNARY and len(ins) == 1) or (op in NARY and len(perms) == 1 and None not in perms):
+                q = ins[0][1]
+                return [(self.intern((op, attrs, tuple(e for e, _ in ins))), q)]
+        materialized = tuple(e if q is None else self.intern(("T", e, q)) for e, q in ins)
+        head = self.intern((op, node.domain, attrs, materialized))
+        return [(self.intern((head, k)), None) for k in range(len(node.outputs))]
+
+    def attributes(self, node: Any) -> tuple:
+        items: list[tuple[str, Any]] = []
+        for name, attr in sorted(node.attributes.items()):
+            value = attr.value
+            if hasattr(value, "numpy"):
+                items.append((name, self.constant(value)))
+            elif isinstance(value, (int, float, str, bytes)) or value is None:
+                items.append((name, value))
+            elif isinstance(value, (list, tuple)) and all(isinstance(v, (int, float, str, bytes)) for v in value):
+                items.append((name, tuple(value)))
+            else:  # a subgraph or a tensor list: equal to no other node's
+                items.append((name, ("opaque", len(self.ids), id(node))))
+        return tuple(items)
+
+
+def _dependencies(graph: Any, entries: dict[Any, int], inputs: list[str]) -> tuple[dict[Any, int], dict[Any, set[int]]]:
+    """(tensor -> bit mask of the graph inputs it depends on, tensor -> the entries among its nearest recorded
+    ancestors), over the shipped graph."""
+    position = {v: i for i, v in enumerate(graph.inputs)}
+    deps: dict[Any, int] = {v: 1 << i for v, i in position.items()}
+    near: dict[Any, set[int]] = {}
+    for node in graph:
+        mask, parents = 0, set()
+        for v in node.inputs:
+            if v is None:
+                continue
+            mask |= deps.get(v, 0)
+            if v in entries:
+                parents.add(entries[v])
+            else:
+                parents |= near.get(v, set())
+        for v in node.outputs:
+            deps[v], near[v] = mask, parents
+    return deps, near
+
+
+def table_in(path: Path) -> str | None:
+    """The equation table's text in a shipped model.onnx, or None (for tests and tools)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return next((p.value for p in model.metadata_props if p.key == EQUATION_TABLE_KEY), None)

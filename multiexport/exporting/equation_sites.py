@@ -1,0 +1,205 @@
+"""Pairing a jax2onnx graph's tensors with the reference's StableHLO ops, for `multiexport locate`.
+
+jax2onnx converts the jaxpr, not the StableHLO module, and it traces with its plugins (a flax `nn.Conv` is one
+`linen.conv` equation, a `jax.nn.relu` one equation), so its equations are coarser than the module's ops. The
+ONNX backend records at conversion time which shipped tensor holds each equation's output, with the equation's
+source frames (`backends/onnx/equations.py`: the table in the model's metadata_props). An equation's output is
+the value of one op of the module lowered from the same source: same user line, same shape and dtype, computed
+from the same input leaves. Those four facts form a *key*; a tensor and an op are paired only when the key holds
+as many recorded tensors as ops, and either one of each or a single chain of dependencies on both sides (a
+converter cannot reorder a chain, so the k-th of one is the k-th of the other). Anything else, several parallel
+values of one line and shape, or counts that differ (an equation holding an op's value the module has as
+several ops, a module op no equation outputs), is "cannot map", per op, with the reason.
+
+Every pairing is then checked against both graphs: a recorded tensor reads another pair's tensor (through any
+number of nodes) exactly when that pair's op feeds the op. Contradicting pairs are dropped, the most
+contradicted first. These rules import nothing heavy: OpenVINO's hook uses them on the same table.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+from typing import Sequence
+
+from .instrument import installed_file
+from .intermediates import Site
+
+EQUATION_TABLE_KEY = "multiexport.locate.jax2onnx"
+EQUATION_TABLE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class EquationTensor:
+    """Where a site's value is in a jax2onnx graph.
+
+    name: the tensor. to_jax: the permutation taking the tensor to the site's layout (np.transpose(value,
+    to_jax)), None when it is in the site's layout already. note: what the converter made of it (the equation
+    and its primitive), shown with the site's finding.
+    """
+
+    name: str
+    to_jax: tuple[int, ...] | None
+    note: str
+
+
+@dataclass(frozen=True)
+class _Entry:
+    index: int
+    tensor: str
+    to_jax: tuple[int, ...] | None
+    shape: tuple[int, ...]
+    dtype: str
+    primitive: str
+    line: str
+    deps: frozenset[str]
+    near: tuple[int, ...]
+
+
+def user_line(frames: Sequence[str]) -> str:
+    """`file.py:42` (the base name) of the innermost frame outside installed packages, "" when none: what the
+    reference's sites call their location (`Site.location`, as MLIR prints a file: its base name)."""
+    for frame in frames:
+        file, _, line = frame.rpartition(":")
+        if file and not installed_file(file):
+            return f"{posixpath.basename(file.replace(chr(92), '/'))}:{line}"
+    return ""
+
+
+def map_equations(table_text: str, sites: Sequence[Site], leaves: Sequence[str]
+                  ) -> tuple[dict[str, EquationTensor], dict[str, str]]:
+    """(site key -> its tensor, site key -> why it has none) from the equation table's text. `leaves` are the
+    module's argument leaves in order (`arg<i>` reads leaves[i])."""
+    try:
+        entries = _entries(table_text)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        why = f"cannot map: the graph's equation table is unreadable ({exc})"
+        return {}, {s.key: why for s in sites}
+    site_deps, site_anc = _site_graph(sites, leaves)
+    groups: dict[tuple, tuple[list[_Entry], list[Site]]] = {}
+    for e in entries:
+        if e.line:
+            groups.setdefault((e.line, e.shape, e.dtype, e.deps), ([], []))[0].append(e)
+    unmapped: dict[str, str] = {}
+    for s in sites:
+        key = (_base(s.location), s.shape, s.dtype, site_deps[s.key])
+        if key in groups:
+            groups[key][1].append(s)
+        else:
+            unmapped[s.key] = ("cannot map: no equation jax2onnx converted outputs a value of this line, shape and "
+                               "inputs (the converter computes it inside a larger equation, or folded it)")
+    entry_anc = _entry_ancestors(entries)
+    pairs: list[tuple[_Entry, Site]] = []
+    for (line, shape, _, _), (es, ss) in groups.items():
+        if not ss:
+            continue
+        ordered = _chain(es, entry_anc) if len(es) > 1 else es
+        chain_sites = len(ss) == 1 or all(site_anc[b.key] >> _bit(a) & 1 for a, b in zip(ss, ss[1:]))
+        if len(es) == len(ss) and ordered is not None and chain_sites:
+            pairs.extend(zip(ordered, ss))
+            continue
+        why = (f"cannot map: {len(es)} jax2onnx equation outputs and {len(ss)} ops share line {line}, shape "
+               f"{list(shape)} and inputs" + ("" if len(es) != len(ss) else ", not one chain of dependencies"))
+        unmapped.update({s.key: why for s in ss})
+    pairs = _consistent(pairs, entry_anc, sorted(sites, key=lambda s: (s.index, s.result)), unmapped)
+    found = {s.key: EquationTensor(e.tensor, e.to_jax,
+                                   f"ONNX tensor {e.tensor} holds this value: the output of jax2onnx's {e.primitive} "
+                                   f"equation at {e.line}" + (f", transposed by {list(e.to_jax)} to this op's layout" if e.to_jax else ""))
+             for e, s in pairs}
+    return found, unmapped
+
+
+def _base(location: str) -> str:
+    file, _, line = location.rpartition(":")
+    return f"{posixpath.basename(file)}:{line}" if file else ""
+
+
+def _bit(site: Site) -> int:
+    return site.index * 8 + site.result
+
+
+def _entries(text: str) -> list[_Entry]:
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("version") != EQUATION_TABLE_VERSION:
+        raise ValueError(f"not a version-{EQUATION_TABLE_VERSION} equation table")
+    inputs = [str(n) for n in data["inputs"]]
+    out = []
+    for i, (tensor, to_jax, shape, dtype, primitive, _stack, frames, mask, near) in enumerate(data["entries"]):
+        bits = int(mask, 16)
+        out.append(_Entry(i, str(tensor), tuple(int(p) for p in to_jax) if to_jax is not None else None,
+                          tuple(int(d) for d in shape), str(dtype), str(primitive),
+                          user_line([str(f) for f in frames]),
+                          frozenset(n for j, n in enumerate(inputs) if bits >> j & 1), tuple(int(n) for n in near)))
+    return out
+
+
+def _site_graph(sites: Sequence[Site], leaves: Sequence[str]) -> tuple[dict[str, frozenset[str]], dict[str, int]]:
+    """(site key -> the input leaves it depends on, site key -> bit mask of its ancestor sites, by `_bit`)."""
+    deps: dict[str, frozenset[str]] = {}
+    anc: dict[str, int] = {}
+    for s in sorted(sites, key=lambda s: (s.index, s.result)):
+        d: set[str] = set()
+        a = 0
+        for o in s.operands:
+            if o.startswith("arg") and o[3:].isdigit() and int(o[3:]) < len(leaves):
+                d.add(leaves[int(o[3:])])
+            elif o in deps:
+                d |= deps[o]
+                a |= anc[o] | (1 << _bit_key(o))
+        deps[s.key], anc[s.key] = frozenset(d), a
+    return deps, anc
+
+
+def _bit_key(key: str) -> int:
+    index, _, result = key[2:].partition(".")
+    return int(index) * 8 + (int(result) if result else 0)
+
+
+def _entry_ancestors(entries: Sequence[_Entry]) -> dict[int, int]:
+    """entry index -> bit mask of the entries it is computed from (through any number of nodes)."""
+    anc: dict[int, int] = {}
+    for e in entries:  # recorded in lowering order: a parent is recorded before its child
+        mask = 0
+        for p in e.near:
+            mask |= (1 << p) | anc.get(p, 0)
+        anc[e.index] = mask
+    return anc
+
+
+def _chain(entries: Sequence[_Entry], anc: dict[int, int]) -> list[_Entry] | None:
+    """The entries ordered along one chain of dependencies, or None when they are not one chain."""
+    ordered = sorted(entries, key=lambda e: bin(anc[e.index]).count("1"))
+    for a, b in zip(ordered, ordered[1:]):
+        if not anc[b.index] >> a.index & 1:
+            return None
+    return ordered
+
+
+def _consistent(pairs: list[tuple[_Entry, Site]], entry_anc: dict[int, int], sites: Sequence[Site],
+                unmapped: dict[str, str]) -> list[tuple[_Entry, Site]]:
+    """The pairs whose dependencies agree in both graphs: pair j's tensor feeds pair i's (through any nodes)
+    exactly when j's op feeds i's. Contradicted pairs are dropped, the most contradicted first, each with why.
+    Both sides' ancestors are bit masks over the entries' indices, so one round is one pass over the sites."""
+    live = list(pairs)
+    while live:
+        entry_of = {s.key: e.index for e, s in live}
+        mask = 0
+        for e, _ in live:
+            mask |= 1 << e.index
+        through: dict[str, int] = {}
+        for s in sites:  # data-flow order: an operand's mask is known before its reader's
+            m = 0
+            for o in s.operands:
+                if o in through:
+                    m |= through[o] | (1 << entry_of[o] if o in entry_of else 0)
+            through[s.key] = m
+        count = [bin((entry_anc[e.index] ^ through[s.key]) & mask).count("1") for e, s in live]
+        worst = max(range(len(live)), key=lambda i: (count[i], i))
+        if count[worst] == 0:
+            break
+        e, s = live.pop(worst)
+        unmapped[s.key] = (f"cannot map: ONNX tensor {e.tensor} (jax2onnx's {e.primitive} at {e.line}) matched this "
+                           f"op by line, shape and inputs, but its dependencies contradict {count[worst]} other "
+                           "pairing(s) in the two graphs")
+    return live
