@@ -12,6 +12,7 @@ from ..measure.load import LoadConfig
 from ..report.load import gate_load, render_markdown, write_load_reports
 from ..report.render import write_reports
 from ..results import Results
+from ..results.bench import BASELINE_PREFIX
 from ..run.load import measure_load
 from ..status import Status
 from .flags import batch_sizes
@@ -38,6 +39,20 @@ def artifact_dirs(paths: list[Path]) -> list[tuple[str, Path]]:
     return out
 
 
+def baselines(artifacts: list[tuple[str, Path]], directory: Path, option: str) -> list[tuple[str, Path]]:
+    """The baseline artifact of each format that `directory` (a compare's output directory) holds, named
+    `baseline:FORMAT`: measured in the same rounds as the format, it gives the paired throughput check
+    (report.load.paired_throughput_checks)."""
+    if not directory.is_dir():
+        raise UsageError(f"Option '{option}' | got '{directory}', expected a compare's output directory")
+    found = [(BASELINE_PREFIX + name, directory / name) for name, _ in artifacts
+             if (directory / name / "manifest.json").is_file()]
+    if not found:
+        raise UsageError(f"Option '{option}' | '{directory}' holds none of {', '.join(n for n, _ in artifacts)}, "
+                         "expected a compare's output directory with the same formats")
+    return found
+
+
 def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -50,6 +65,8 @@ def cmd_load(args) -> int:
                         threads=args.threads or usable_cores(), min_requests=args.min_requests,
                         samples_per_query=args.samples_per_query, driver=args.driver)
     artifacts = artifact_dirs(args.artifacts)
+    if args.baseline is not None:  # each format's baseline measured in the same rounds: the paired throughput gate
+        artifacts += baselines(artifacts, args.baseline, "--baseline")
     out: Path = args.out_dir
     if out.exists() and not out.is_dir():
         raise UsageError(f"Option '--out-dir' | got '{out}', a file, expected a directory")
@@ -73,6 +90,11 @@ def compare_load(results: Results, batch_sizes: tuple[int, ...] | None, threads:
     if not artifacts:
         print("load: no faithful artifact to measure under load", file=sys.stderr)
         return
+    base = getattr(args, "baseline_artifacts", None) or (
+        Path(args.baseline).parent if getattr(args, "baseline", None) else None)
+    if base is not None and Path(base).is_dir():  # the baselines in the same rounds: the paired throughput gate
+        artifacts += [(BASELINE_PREFIX + name, Path(base) / name) for name, _ in artifacts
+                      if (Path(base) / name / "manifest.json").is_file()]
     config = LoadConfig(scenario=args.load, p99_ms=args.p99_ms, rates=args.load_rates, batch_sizes=batch_sizes or (),
                         lanes=args.load_lanes, seconds=args.load_seconds, rounds=args.load_rounds,
                         threads=threads or usable_cores(), driver=getattr(args, "load_driver", "python"))

@@ -102,6 +102,10 @@ def load_parser(sub) -> None:
     p.add_argument("artifacts", type=Path, nargs="+", metavar="DIR",
                    help="artifact directories written by 'multiexport export' or 'compare --out-dir' (a compare's "
                         "output directory stands for every artifact in it)")
+    g[TIMING].add_argument("--baseline", type=Path, metavar="DIR",
+                           help="a previous compare's output directory: each format's artifact there is measured in "
+                                "the same rounds as the new one (row 'baseline:FORMAT'), and 'multiexport diff' / "
+                                "'compare --baseline' judge the throughput on those paired rounds (docs/load.md)")
     g[WRITE].add_argument("--out-dir", type=Path, default=Path("multiexport-load"), metavar="DIR",
                           help="where load.json, load.md and load.html go (default multiexport-load)")
     g[TIMING].add_argument("--scenario", choices=SCENARIOS, default=_DEFAULTS.scenario,

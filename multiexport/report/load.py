@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import html
 import math
+import statistics
 from pathlib import Path
 from typing import Sequence
 
+from ..results.bench import BASELINE_PREFIX
 from ..results.load import LoadResults, LoadRow, ServerResult, read_load_results
 from .plots import PALETTE, latency_throughput, set_colors
-from .regression import CROSS_RUN, Check, Diff
+from .regression import CROSS_RUN, PAIRED_AB, Check, Diff
+
+# The paired throughput rule's default threshold (benchmarks/load.md, "The throughput gate's calibration").
+PAIRED_THROUGHPUT = 1.10
 
 
 def _num(value: float | None, unit: str = "") -> str:
@@ -40,6 +45,7 @@ def verdicts(rows: Sequence[LoadRow], bound_ms: float) -> tuple[str, str, bool |
         return (-((row.server.max_rate_per_s if row.server else None) or 0.0),
                 -((peak.samples_per_s if peak else None) or 0.0))
 
+    rows = [r for r in rows if not r.name.startswith(BASELINE_PREFIX)]  # a paired run's baselines are not candidates
     served = sorted([r for r in rows if r.ok and r.server is not None and r.server.max_rate_per_s], key=rank)
     if served:
         best = served[0].server or ServerResult(bound_ms, "")
@@ -127,7 +133,8 @@ def multistream_rows(results: LoadResults) -> list[list[str]]:
 def multistream_verdict(results: LoadResults) -> str:
     """The MultiStream verdict: the format with the lowest p99 query latency, and the next best (within the noise
     when their rounds' p99 ranges overlap)."""
-    rows = sorted([r for r in results.rows if r.ok and r.multistream is not None],
+    rows = sorted([r for r in results.rows if r.ok and r.multistream is not None
+                   and not r.name.startswith(BASELINE_PREFIX)],
                   key=lambda r: r.multistream.p99_ms if r.multistream else math.inf)
     if not rows or rows[0].multistream is None:
         return ""
@@ -327,11 +334,63 @@ def throughput_checks(base: LoadResults, current: LoadResults, max_slowdown: flo
     return checks
 
 
+def paired_throughput_checks(results: LoadResults, max_slowdown: float | None) -> list[Check]:
+    """The paired throughput rule: a load run that measured each format's baseline artifact in the same rounds
+    (rows `baseline:NAME` beside `NAME`: `compare --load` with `--baseline-artifacts`, or `multiexport load NEW
+    --baseline BASE`). Per format and offline batch size, round i's ratio is baseline / new samples/s (the two
+    measured one after the other in that round, so the machine's drift hits both); a regression when the median
+    ratio is above the threshold (--max-slowdown, else PAIRED_THROUGHPUT) and every round's ratio is above 1 (the
+    new artifact slower in every round). A format whose baseline was measured and which was not is `missing`."""
+    limit = max_slowdown if max_slowdown is not None else PAIRED_THROUGHPUT
+    rows = {row.name: row for row in results.rows}
+    checks: list[Check] = []
+    for name, base in rows.items():
+        if not name.startswith(BASELINE_PREFIX) or not base.ok:
+            continue
+        new = rows.get(name[len(BASELINE_PREFIX):])
+        label = name[len(BASELINE_PREFIX):]
+        if new is None or not new.ok:
+            checks.append(Check(label, "throughput", "missing", f"its baseline measured under load, it "
+                                f"{'absent' if new is None else new.status}", kind=PAIRED_AB))
+            continue
+        by_batch = {p.batch: p for p in new.offline if p.per_round}
+        for point in base.offline:
+            other = by_batch.get(point.batch)
+            if not point.per_round or other is None:
+                continue
+            ratios = [b / n if n > 0 else math.inf for b, n in zip(point.per_round, other.per_round)]
+            median = statistics.median(ratios)
+            every = all(r > 1 for r in ratios)
+            verdict = "regression" if median > limit and every else ("slower" if median > 1 else "ok")
+            checks.append(Check(label, f"offline samples/s@{point.batch or 'example'}", verdict,
+                                f"{_num(point.samples_per_s)} -> {_num(other.samples_per_s)} (paired in {len(ratios)} "
+                                f"rounds: baseline / new {median:.2f}x [{min(ratios):.2f}, {max(ratios):.2f}]; "
+                                f"threshold {limit:g}x{', slower in every round' if every else ''})",
+                                base=point.samples_per_s, current=other.samples_per_s, ratio=median, kind=PAIRED_AB,
+                                rounds=len(ratios), low=min(ratios), high=max(ratios)))
+    return checks
+
+
 def gate_load(diff: Diff, base_dir: Path | None, current_dir: Path) -> Diff:
-    """`diff` with the throughput checks added when a load.json is beside both runs' results (else unchanged)."""
-    if base_dir is None:
+    """`diff` with the throughput checks: the paired ones where the current load.json measured baselines in its
+    rounds (those formats then get no cross-run check), the cross-run ones where a load.json is beside both runs'
+    results (else unchanged)."""
+    new = Path(current_dir) / "load.json"
+    current = read_load_results(new) if new.is_file() else None
+    paired = paired_throughput_checks(current, diff.max_slowdown) if current is not None else []
+    diff.checks += paired
+    if base_dir is None or current is None:
         return diff
-    old, new = Path(base_dir) / "load.json", Path(current_dir) / "load.json"
-    if old.is_file() and new.is_file():
-        diff.checks += throughput_checks(read_load_results(old), read_load_results(new), diff.max_slowdown)
+    old = Path(base_dir) / "load.json"
+    if old.is_file():
+        judged = {c.backend for c in paired}
+        diff.checks += [c for c in throughput_checks(read_load_results(old), without_baselines(current),
+                                                     diff.max_slowdown) if c.backend not in judged]
     return diff
+
+
+def without_baselines(results: LoadResults) -> LoadResults:
+    """`results` less its baseline rows (a paired run's `baseline:NAME`)."""
+    import dataclasses
+
+    return dataclasses.replace(results, rows=[r for r in results.rows if not r.name.startswith(BASELINE_PREFIX)])

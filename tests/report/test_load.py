@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from multiexport.report.load import multistream_verdict, plot, render_html, render_markdown, verdicts
 from multiexport.results.load import LoadResults, LoadRow, MultiStreamResult, OfflinePoint, RatePoint, ServerResult
 
@@ -154,3 +156,33 @@ def test_the_compare_report_gets_load_columns_and_the_server_verdict_under_its_o
     assert top.index("**Under load") > top.index("**") and top.index("**Under load") < top.index("|")
     assert html.index("Under load: at p99 &lt;= 10 ms") < html.index("<h2>Summary</h2>")
     assert "<th>max req/s at p99 bound</th>" in html
+
+
+def _per_round(name, figures):
+    return LoadRow(name, f"/a/{name}", offline=[OfflinePoint(None, samples_per_s=sorted(figures)[len(figures) // 2],
+                                                             low=min(figures), high=max(figures),
+                                                             per_round=list(figures), calls=10)])
+
+
+def test_the_paired_rule_needs_every_round_slower_and_the_median_past_the_threshold(tmp_path):
+    from multiexport.report.load import gate_load, paired_throughput_checks
+    from multiexport.report.regression import Diff
+
+    rows = [_per_round("baseline:a", [1000, 1100, 900]), _per_round("a", [800, 850, 700]),  # 1.25-1.29x each round
+            _per_round("baseline:b", [1000, 1100, 900]), _per_round("b", [1100, 800, 700]),  # one round faster
+            _per_round("baseline:c", [1000, 1000, 1000]), _per_round("c", [960, 950, 970]),  # 1.04x: under 1.1
+            _per_round("baseline:d", [1000, 1000, 1000])]
+    checks = {c.backend: c for c in paired_throughput_checks(LoadResults(rows=rows), None)}
+    assert checks["a"].verdict == "regression" and checks["a"].kind == "paired A/B" and checks["a"].rounds == 3
+    assert checks["a"].ratio == pytest.approx(900 / 700) and "slower in every round" in checks["a"].detail
+    assert checks["b"].verdict == "slower" and checks["c"].verdict == "slower"
+    assert checks["d"].verdict == "missing" and "baseline:a" not in checks
+    assert paired_throughput_checks(LoadResults(rows=rows), 1.3)[0].verdict == "slower"  # --max-slowdown given
+    # the gate: the paired verdict for a, b, c, d; no cross-run check of the same formats against BASE's load.json
+    (tmp_path / "base").mkdir()
+    (tmp_path / "new").mkdir()
+    LoadResults(rows=[_per_round("a", [5000, 5000, 5000])]).write(tmp_path / "base" / "load.json")
+    LoadResults(rows=rows).write(tmp_path / "new" / "load.json")
+    gated = gate_load(Diff(checks=[], max_slowdown=None), tmp_path / "base", tmp_path / "new")
+    assert [(c.backend, c.kind) for c in gated.checks if c.backend == "a"] == [("a", "paired A/B")]
+    assert verdicts(rows, 10.0)[0] == ""  # no server figures; baselines would be no candidates either

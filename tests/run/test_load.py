@@ -196,3 +196,17 @@ def test_tf_run_has_the_load_loops_too(artifacts, tmp_path):
     assert queries.size >= 20 and (queries > 0).all()
     with pytest.raises(RunError, match="no native load loop"):
         native_loop(artifacts / "static", load_npz(artifacts / "static" / "example_inputs.npz"), 2, tmp_path)
+
+
+def test_a_planted_slowdown_fails_the_paired_throughput_gate(artifacts, monkeypatch):
+    # the new runner's lanes really run 3x slower (each call spins twice its own duration); its baseline, measured
+    # in the same rounds from the same artifact, does not get the slowdown
+    from multiexport.measure.pairing import PLANTED_ENV
+    from multiexport.report.load import paired_throughput_checks
+    from multiexport.results.bench import BASELINE_PREFIX
+
+    monkeypatch.setenv(PLANTED_ENV, "3")
+    config = LoadConfig(scenario="offline", seconds=0.2, rounds=3, threads=1)
+    results = measure_load([("xla", artifacts / "static"), (BASELINE_PREFIX + "xla", artifacts / "static")], config)
+    (check,) = paired_throughput_checks(results, None)
+    assert check.backend == "xla" and check.verdict == "regression" and check.low > 1, check.detail
