@@ -168,7 +168,7 @@ def paired_ratio(new: Sequence[np.ndarray], base: Sequence[np.ndarray], batch, n
     else:
         faster, slower, ratio, ci = new_name, base_name, math.exp(-centre), (math.exp(-high), math.exp(-low))
     return Ratio(batch=batch, faster=faster, slower=slower, ratio=ratio, ci95_low=ci[0], ci95_high=ci[1],
-                 significant=bool(ci[0] > 1.0), level=level)
+                 significant=bool(ci[0] > 1.0), level=level, quantile=SLICE_QUANTILE)
 
 
 def slice_level(samples: np.ndarray) -> float:

@@ -265,10 +265,10 @@ def _paired_check(name, check, first: Ratio, fresh: Ratio | None, was, now, give
     union of both intervals and the less regressed pair's ratio); an improvement when the first lies below."""
     ratio, low, high = new_over_baseline(first, name)
     # the baseline's p50 in this run, as the rounds measured it (else as the ratio implies): the call size
-    recorded_ms = getattr(first, "base_ms", None)
-    base_ms = float(recorded_ms) if recorded_ms else now.p50_ms / ratio if ratio > 0 else float(now.p50_ms)
+    base_ms = float(first.base_ms) if first.base_ms else now.p50_ms / ratio if ratio > 0 else float(now.p50_ms)
     limit = slowdown_threshold(PAIRED_AB, base_ms, given)
     recorded = f"; recorded baseline p50 {was.p50_ms:.4g} ms" if was is not None else ""
+    per_round = f" on each round's p{first.quantile}" if first.quantile else ""
     text, pairs = f"paired A/B {_pair_text(first, name, planned)}", 1
     if fresh is not None:
         again, low2, high2 = new_over_baseline(fresh, name)
@@ -280,8 +280,8 @@ def _paired_check(name, check, first: Ratio, fresh: Ratio | None, was, now, give
     elif low > limit:
         text += f"; one process pair ({fresh_failed or 'no fresh pair measured it again'})"
     verdict = "regression" if low > limit else "improvement" if high < 1 / limit else "ok"
-    return Check(name, check, verdict,
-                 f"{text} (threshold {limit:g}x; p50 {base_ms:.4g} -> {now.p50_ms:.4g} ms in this run{recorded})",
+    return Check(name, check, verdict, f"{text} (threshold {limit:g}x{per_round}; p50 {base_ms:.4g} -> "
+                 f"{now.p50_ms:.4g} ms in this run{recorded})",
                  base_ms, now.p50_ms, ratio, PAIRED_AB, _rounds(first, planned), low, high, pairs)
 
 

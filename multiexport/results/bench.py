@@ -136,6 +136,9 @@ class Ratio:
         past the planned ones (each added look at the data is held to the stricter level).
     base_ms: for a ratio against a baseline, the baseline's p50 over these rounds (ms): the call size the gate's
         threshold is chosen by, as the rounds chose it; None where not recorded.
+    quantile: for a ratio against a baseline, the percentile of each round's slice the per-round ratio is taken
+        of (10: interference under load only adds time, so a low quantile reads the calls run through); None:
+        the slices' medians (recorded before it was chosen).
     """
 
     batch: int | None
@@ -148,6 +151,7 @@ class Ratio:
     rounds: int = 0
     level: float = 0.95
     base_ms: float | None = None
+    quantile: int | None = None
 
     def check_loaded(self, where: str) -> None:
         for name in ("ratio", "ci95_low", "ci95_high"):

@@ -50,6 +50,7 @@ def test_a_planted_slowdown_is_caught_on_the_paired_ratio_and_the_baseline_is_un
     assert "timed in the same rounds as the new ones (paired A/B)" in said(proc)  # found beside it, and said
     [line] = [x for x in proc.stdout.splitlines() if "REGRESSION" in x]
     assert "latency@" in line and "[paired A/B]" in line and "&gt;" not in proc.stdout
+    assert "on each round's p10;" in line  # the per-round statistic, said
     pairing = json.loads((tmp_path / "new" / "results.json").read_text())["pairing"]
     assert pairing["baseline"] == str(baseline) and not pairing["baseline_failures"]
     assert pairing["rounds"] == BASELINE_ROUNDS  # more, shorter slices than a plain compare's 5
