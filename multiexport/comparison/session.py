@@ -41,6 +41,7 @@ from .timing import (
     prespawn,
     recheck_prespawn,
     start_servers,
+    time_baseline_pairs,
 )
 from .tpu_stage import tpu_stage
 
@@ -165,6 +166,8 @@ class _Run:
             self.reference_bench = bench_reference(ctx, prep, tm)
             for name, exported in artifacts.items():
                 outcomes[name] = dataclasses.replace(outcomes[name], check=check_row(ctx, prep, tm, name, exported))
+            if tm.servers is None:  # sequential: each backend's new and baseline artifacts timed as a pair alone
+                self.pairing = time_baseline_pairs(ctx, prep, tm, self.rows())
             if tm.servers is not None:
                 self.pairing = paired_rounds(ctx, prep, tm, self.rows(), self.reference_bench)
         finally:
