@@ -2,6 +2,8 @@
 
     python -m benchmarks.load_calibration DIR [DIR ...] [--pairs N] [--slowdown 1.5] [--rounds 3] [--seconds 0.5]
                                           [--scenario both] [--rates R1,R2] [--p99-ms 25] [--threads 2] [--out OUT]
+                                          [--paired]
+    python -m benchmarks.load_calibration --table OUT/calibration.json
 
 DIR: artifact directories or a compare's output directory (as `multiexport load` takes them). Each pair is three
 load runs of every format, in this order: a baseline, an A/A run (nothing changed: the same artifacts, code and
@@ -13,6 +15,11 @@ baseline is judged by the gate's own throughput rule (`report.load.throughput_ch
 and OUT/calibration.md after every pair (a killed calibration keeps what it measured), and prints the table.
 Give fixed `--rates` for the Server figure: a ladder is drawn from each run's own offline peak, so two runs' max
 rates would sit on different rungs.
+
+--paired: the paired rule instead (`report.load.paired_throughput_checks`): each load run measures every format
+twice in the same rounds, as `baseline:FORMAT` and FORMAT (the same artifact: an A/A), and in the planted run the
+slowdown reaches FORMAT's lanes only (the workers of baseline rows never get it); two runs per pair.
+`--table FILE` prints the table of a calibration.json again.
 """
 
 from __future__ import annotations
@@ -25,11 +32,12 @@ from pathlib import Path
 from multiexport.cli.load_command import artifact_dirs
 from multiexport.measure.load import LoadConfig
 from multiexport.measure.pairing import PLANTED_ENV
-from multiexport.report.load import throughput_checks
+from multiexport.report.load import paired_throughput_checks, throughput_checks
+from multiexport.results.bench import BASELINE_PREFIX
 from multiexport.results.load import LoadResults
 from multiexport.run.load import measure_load
 
-THRESHOLDS = (None, 1.05, 1.1, 1.25, 1.5)  # None: the rule's default
+THRESHOLDS = (None, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0)  # None: the rule's default
 
 
 def run(artifacts: list[tuple[str, Path]], config: LoadConfig, planted: str | None) -> LoadResults:
@@ -43,15 +51,29 @@ def run(artifacts: list[tuple[str, Path]], config: LoadConfig, planted: str | No
         os.environ.pop(PLANTED_ENV, None)
 
 
-def judge(base: LoadResults, new: LoadResults, condition: str, pair: int) -> list[dict]:
-    """Each figure's verdict at every threshold."""
+def judge(base: LoadResults | None, new: LoadResults, condition: str, pair: int) -> list[dict]:
+    """Each figure's verdict at every threshold (base None: the paired rule on `new`'s own baseline rows)."""
     out = []
     for threshold in THRESHOLDS:
-        for check in throughput_checks(base, new, threshold):
+        checks = paired_throughput_checks(new, threshold) if base is None else throughput_checks(base, new, threshold)
+        for check in checks:
             out.append({"pair": pair, "condition": condition, "threshold": threshold, "format": check.backend,
                         "figure": check.check.split("@")[0], "verdict": check.verdict,
                         "flagged": check.verdict in ("regression", "missing"), "ratio": check.ratio,
                         "detail": check.detail})
+    return out
+
+
+def derived(records: list[dict]) -> list[dict]:
+    """Verdicts at a threshold the run did not judge, from its default-threshold records: flagged when the ratio is
+    past it and the rule's other condition held (cross-run: the rounds apart; paired: slower in every round)."""
+    judged = {r["threshold"] for r in records}
+    out = []
+    for t in (t for t in THRESHOLDS if t is not None and t not in judged):
+        for r in records:
+            if r["threshold"] is None and r["verdict"] != "missing":
+                held = "rounds apart" in r["detail"] or "slower in every round" in r["detail"]
+                out.append({**r, "threshold": t, "flagged": bool(r["ratio"] is not None and r["ratio"] > t and held)})
     return out
 
 
@@ -62,6 +84,7 @@ def table(records: list[dict], pairs: int, slowdown: float) -> str:
              "| format | figure | " + " | ".join(f"{h}: A/A flagged, planted flagged" for h in heads) + " |",
              "|" + " --- |" * (2 + len(heads))]
     keys = sorted({(r["format"], r["figure"]) for r in records})
+    records = [*records, *derived(records)]
     for fmt, figure in keys:
         cells = []
         for t in THRESHOLDS:
@@ -81,7 +104,9 @@ def table(records: list[dict], pairs: int, slowdown: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("artifacts", type=Path, nargs="+")
+    parser.add_argument("artifacts", type=Path, nargs="*")
+    parser.add_argument("--paired", action="store_true")
+    parser.add_argument("--table", type=Path)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--slowdown", type=float, default=1.5)
     parser.add_argument("--rounds", type=int, default=3)
@@ -92,14 +117,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("/tmp/load-calibration"))
     args = parser.parse_args()
+    if args.table:
+        data = json.loads(args.table.read_text())
+        print(table(data["records"], 1 + max(r["pair"] for r in data["records"]), data["config"]["slowdown"]))
+        return
     rates = tuple(float(r) for r in args.rates.split(",") if r.strip())
     config = LoadConfig(scenario=args.scenario, p99_ms=args.p99_ms, rates=rates, seconds=args.seconds,
                         rounds=args.rounds, threads=args.threads)
     artifacts = artifact_dirs(args.artifacts)
+    if args.paired:
+        artifacts += [(BASELINE_PREFIX + name, directory) for name, directory in artifacts]
     args.out.mkdir(parents=True, exist_ok=True)
     records: list[dict] = []
     for pair in range(args.pairs):
-        base = run(artifacts, config, None)
+        base = None if args.paired else run(artifacts, config, None)
         records += judge(base, run(artifacts, config, None), "A/A", pair)
         records += judge(base, run(artifacts, config, f"{args.slowdown:g}"), "planted", pair)
         text = table(records, pair + 1, args.slowdown)
@@ -108,6 +139,7 @@ def main() -> None:
         (args.out / "calibration.md").write_text(text + ("\n" if pair + 1 == args.pairs else "\n\n(partial)\n"))
         print(f"pair {pair + 1}/{args.pairs} done", flush=True)
     print(table(records, args.pairs, args.slowdown))
+    print(f"load average at the end: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

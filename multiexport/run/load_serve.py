@@ -4,8 +4,10 @@ In the worker (`answer_load_run`) the runner's lanes (`throughput_lanes`: the ba
 where its runner declares one, else one thread per lane calling the one runner) run a scenario of `measure.load`.
 The request and its answer are the paired protocol's (run.messages: LoadRun, LoadAnswer). The MultiStream
 scenario is asked as `multistream:K` (`multistream_request`: K samples per query; its `min_requests` is the fewest
-queries). A benchmark's planted slowdown ($MULTIEXPORT_PLANTED_SLOWDOWN, measure.pairing.planted) slows every lane's
-call, as it slows a compare's timed calls: the throughput gate's calibration plants it (benchmarks/load_calibration.py).
+queries). A benchmark's planted slowdown ($MULTIEXPORT_PLANTED_SLOWDOWN: FACTOR) makes every request of the lanes
+run the runtime's call FACTOR times on average (`planted_calls`): the throughput gate's calibration plants it
+(benchmarks/load_calibration.py). Not measure.pairing's spin: a lane spinning in Python holds the GIL, and under
+several lanes that stalls the others (a 1.5x spin measured 6-60x lower throughput on the seed).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from ..files.npz import load_npz
 from ..measure.load import poisson_schedule, run_multistream, run_offline, run_server
-from ..measure.pairing import planted
+from ..measure.pairing import FIRST_ONLY, PLANTED_ENV
 from .messages import LoadAnswer, LoadRun, read_bench_index
 
 
@@ -73,7 +75,7 @@ def answer_load_run(state: dict, request: LoadRun) -> LoadAnswer:
             cache[key] = separate_runners(state, feed, request.lanes)
         for call in cache[key][0]:  # each lane once: its first call pays nothing the scenario times
             call()
-        cache[key] = ([planted(call) for call in cache[key][0]], cache[key][1])
+        cache[key] = ([planted_calls(call) for call in cache[key][0]], cache[key][1])
     calls, config = cache[key]
     if request.scenario == "offline":
         count, seconds = run_offline(calls, request.seconds)
@@ -90,6 +92,29 @@ def answer_load_run(state: dict, request: LoadRun) -> LoadAnswer:
     run = run_server(calls, poisson_schedule(request.rate, request.seconds, request.seed, request.min_requests))
     np.save(path, run.latencies_ns)
     return LoadAnswer(int(run.latencies_ns.size), run.span_s, len(calls), str(path), config)
+
+
+def planted_calls(call: Callable[[], None]) -> Callable[[], None]:
+    """`call`, or with $MULTIEXPORT_PLANTED_SLOWDOWN=FACTOR set a request that runs it FACTOR times on average (an
+    accumulator: at 1.5 every other request runs it twice), so the runtime really does FACTOR times the work per
+    request, threads and GIL as in a real call."""
+    import os
+
+    given = os.environ.get(PLANTED_ENV, "").removesuffix(FIRST_ONLY)
+    if not given:
+        return call
+    factor = float(given)
+    if not factor >= 1:
+        raise ValueError(f"${PLANTED_ENV} | got {given!r}, expected a factor >= 1")
+    owed = [0.0]
+
+    def slowed() -> None:
+        owed[0] += factor
+        while owed[0] >= 1:
+            call()
+            owed[0] -= 1
+
+    return slowed
 
 
 def multistream_request(samples_per_query: int) -> str:
