@@ -3,6 +3,7 @@
     python -m benchmarks.gate_calibration [--runs N] [--models mlp,cnn] [--backends xla,onnx,openvino]
                                           [--slowdown 1.2] [--bench-time S] [--out DIR] [--slow-process]
     python -m benchmarks.gate_calibration --history
+    python -m benchmarks.gate_calibration --slices ARTIFACT_DIR [--rounds 45] [--slowdown 1.2]
 
 For each model: one baseline compare (DIR/MODEL/base), then N A/A compares (same code, same artifacts:
 `compare --baseline-artifacts base`, nothing changed) alternating with N compares whose new runners carry a
@@ -18,6 +19,9 @@ runs flagged) and the detection rate (planted runs flagged); and per run whether
 first new worker only (FACTOR:first), a process offset the gate must not flag. Writes DIR/calibration.json and
 DIR/calibration.md after every run (a killed calibration keeps what it measured; the Markdown says it is
 partial), printed at the end; each run's directory is removed once read. --backends may be any subset.
+--slices times one artifact against itself in two paired workers (A/A, then with the slowdown planted in the
+first), a fixed number of rounds, and prints the per-round ratio's interval when each round's ratio is taken of
+the slices' minimum, 5th, 10th, 25th percentile or median: what chose the gate's per-round statistic.
 """
 
 from __future__ import annotations
@@ -193,6 +197,57 @@ def history_rates(series: int = 200, sweeps: int = 20, noise: float = 0.05, step
             f"{found}/{series}.")
 
 
+def slice_quantiles(artifact: Path, rounds: int, slowdown: float, quantiles=(0, 5, 10, 25, 50)) -> str:
+    """One artifact against itself in two paired workers, `rounds` rounds of the gate's slices (the default
+    --bench-time over 15 rounds), A/A and then with `slowdown` planted in the first worker: per quantile, the
+    ratio and interval after the planned 15 rounds (95%) and after all of them (99%), and the spread of the
+    per-round log ratios. The artifact's recorded example inputs are its feed."""
+    import numpy as np
+
+    from multiexport.files.npz import load_npz
+    from multiexport.measure.bench import BenchConfig
+    from multiexport.measure.pairing import PLANTED_ENV, round_orders, signed_rank_interval, slice_plan
+    from multiexport.results.bench import BASELINE_PREFIX
+    from multiexport.run.messages import Samples, TimeSlice
+    from multiexport.run.paired import serve_artifact
+    from multiexport.run.servers import Servers
+
+    bench, lines = BenchConfig(), [f"{artifact}: {rounds} paired rounds, load average {os.getloadavg()[0]:.1f}"]
+    feed = load_npz(artifact / "example_inputs.npz", "example inputs")
+    backend = json.loads((artifact / "manifest.json").read_text())["backend"]
+    seconds, low_calls, high_calls = slice_plan(bench.bench_time, bench.min_iters, bench.max_iters, 15)
+    for condition, planted in (("A/A", None), (f"planted {slowdown:g}x", f"{slowdown:g}")):
+        os.environ.pop(PLANTED_ENV, None)
+        if planted:
+            os.environ[PLANTED_ENV] = planted  # the first worker only: the baseline's never gets it
+        servers, names = Servers("cpu", os.cpu_count() or 1, 600), [backend, BASELINE_PREFIX + backend]
+        slices: dict[str, list] = {n: [] for n in names}
+        try:
+            for name in names:
+                servers.spawn(name, ["run", str(artifact)], backend)
+                servers.load(name)
+                if serve_artifact(servers, name, [], [(None, feed)], {}, bench).failure is not None:
+                    return f"{name}: {servers.failures.get(name)}"
+            for order in round_orders(names, rounds):
+                for name in order:
+                    answer = servers.ask(name, TimeSlice(0, seconds, low_calls, high_calls), Samples, 600)
+                    if answer is None:
+                        return f"{name}: {servers.failures.get(name)}"
+                    slices[name].append(np.load(answer.file) / 1e3)
+        finally:
+            servers.close()
+            os.environ.pop(PLANTED_ENV, None)
+        calls = int(np.median([len(x) for x in slices[names[0]]]))
+        lines.append(f"{condition} ({calls} calls per slice):")
+        for q in quantiles:
+            logs = np.log([np.percentile(a, q) / np.percentile(b, q) for a, b in zip(*slices.values())])
+            planned = np.exp(signed_rank_interval(logs[:15], 0.95))
+            every = np.exp(signed_rank_interval(logs, 0.99))
+            lines.append(f"  p{q:<2}: 15 rounds {planned[0]:.3f} ({planned[1]:.3f}-{planned[2]:.3f}, 95%); {rounds} "
+                         f"rounds {every[0]:.3f} ({every[1]:.3f}-{every[2]:.3f}, 99%); sd of log ratio {logs.std():.3f}")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gate_calibration", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -211,7 +266,13 @@ def main(argv=None) -> int:
                              "whole run, as load makes it; the gate should flag none of these runs")
     parser.add_argument("--history", action="store_true",
                         help="only the history gate's rates on seeded series (seconds, no compare)")
+    parser.add_argument("--slices", type=Path, metavar="ARTIFACT_DIR",
+                        help="only time this artifact against itself in paired rounds (--rounds, default 45; A/A and "
+                             "--slowdown planted) and print the per-round ratio's interval at each slice quantile")
     args = parser.parse_args(argv)
+    if args.slices is not None:
+        print(slice_quantiles(args.slices, args.rounds or 45, args.slowdown))
+        return 0
     from multiexport.measure.pairing import FIRST_ONLY
 
     if args.history:
