@@ -1,0 +1,62 @@
+"""Pairing jax2onnx's recorded tensors with the module's ops (`map_equations`) never guesses: only one-to-one
+or along one chain, and every pairing checked against both graphs' dependencies. The tables here are written in
+the format the ONNX conversion records (backends/onnx/equations.py)."""
+
+from __future__ import annotations
+
+import json
+
+from multiexport.exporting.equation_sites import EQUATION_TABLE_VERSION, map_equations
+from multiexport.exporting.intermediates import Site
+
+LEAVES = ["x", "w"]
+
+
+def _site(index: int, line: str, operands: tuple[str, ...], shape=(2, 3)) -> Site:
+    return Site(key=f"op{index}", index=index, result=0, op="stablehlo.add", shape=shape, dtype="float32",
+                location=f"model.py:{line}", operands=operands)
+
+
+def _table(*entries) -> str:
+    """entries: (tensor, line, input mask, near)."""
+    return json.dumps({"version": EQUATION_TABLE_VERSION, "inputs": LEAVES, "entries": [
+        [tensor, None, [2, 3], "float32", "add", "", [f"/home/user/model.py:{line}"], mask, near]
+        for tensor, line, mask, near in entries]})
+
+
+def test_one_tensor_and_one_op_of_a_line_pair():
+    found, unmapped = map_equations(_table(("t0", 5, "1", [])), [_site(0, "5", ("arg0",))], LEAVES)
+    assert found["op0"].name == "t0" and "add equation at model.py:5" in found["op0"].note and not unmapped
+
+
+def test_a_chain_pairs_in_order_and_parallel_values_are_not_guessed():
+    chain = [_site(0, "5", ("arg0",)), _site(1, "5", ("op0",))]
+    found, _ = map_equations(_table(("t0", 5, "1", []), ("t1", 5, "1", [0])), chain, LEAVES)
+    assert (found["op0"].name, found["op1"].name) == ("t0", "t1")
+    # the same two ops read x in parallel, not one after the other: which tensor is which cannot be told
+    parallel = [_site(0, "5", ("arg0",)), _site(1, "5", ("arg0",))]
+    found, unmapped = map_equations(_table(("t0", 5, "1", []), ("t1", 5, "1", [])), parallel, LEAVES)
+    assert not found and "not one chain" in unmapped["op0"] and "not one chain" in unmapped["op1"]
+
+
+def test_counts_that_differ_or_other_inputs_are_not_mapped():
+    sites = [_site(0, "5", ("arg0",)), _site(1, "5", ("op0",))]
+    found, unmapped = map_equations(_table(("t0", 5, "1", [])), sites, LEAVES)
+    assert not found and "1 jax2onnx equation outputs and 2 ops" in unmapped["op0"]
+    # same line and shape, but the tensor is computed from w and the op from x
+    found, unmapped = map_equations(_table(("t0", 5, "2", [])), [_site(0, "5", ("arg0",))], LEAVES)
+    assert not found and "no equation" in unmapped["op0"]
+
+
+def test_a_pairing_the_dependencies_contradict_is_dropped():
+    # op1 reads op0, but the tensor paired with op1 is not computed from op0's tensor: one pairing is wrong
+    sites = [_site(0, "5", ("arg0",)), _site(1, "6", ("op0", "arg1"))]
+    found, unmapped = map_equations(_table(("t0", 5, "1", []), ("t1", 6, "3", [])), sites, LEAVES)
+    assert list(found) == ["op0"] and "contradict 1 other" in unmapped["op1"]
+    found, _ = map_equations(_table(("t0", 5, "1", []), ("t1", 6, "3", [0])), sites, LEAVES)
+    assert set(found) == {"op0", "op1"}
+
+
+def test_an_unreadable_table_maps_nothing():
+    found, unmapped = map_equations("{}", [_site(0, "5", ("arg0",))], LEAVES)
+    assert not found and "unreadable" in unmapped["op0"]
