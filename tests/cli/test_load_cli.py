@@ -10,8 +10,22 @@ from multiexport.results.load import read_load_results
 def test_help_explains_the_scenarios(cli):
     proc = cli("load", "--help")
     assert proc.returncode == 0
-    for flag in ("--p99-ms", "--rates", "--batch-sizes", "--lanes", "--scenario", "--rounds"):
+    for flag in ("--p99-ms", "--rates", "--batch-sizes", "--lanes", "--scenario", "--rounds", "--driver",
+                 "--samples-per-query", "--baseline", "multistream"):
         assert flag in proc.stdout
+
+
+def test_a_baseline_without_the_formats_is_one_line(cli, tmp_path):
+    from multiexport import api
+    from multiexport.leaves import load_target
+
+    api.export(load_target("multiexport.examples:mlp"), out_dir=tmp_path / "new" / "xla", backend="xla")
+    (tmp_path / "base").mkdir()
+    proc = cli("load", tmp_path / "new", "--baseline", tmp_path / "base", "--out-dir", tmp_path / "out")
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert "--baseline" in proc.stderr and "holds none of xla" in proc.stderr and not (tmp_path / "out").exists()
+    proc = cli("load", tmp_path / "new", "--driver", "c", "--out-dir", tmp_path / "out")
+    assert proc.returncode == 2 and "--driver" in proc.stderr
 
 
 def test_a_directory_without_artifacts_is_one_line(cli, tmp_path):
