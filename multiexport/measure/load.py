@@ -154,15 +154,20 @@ def run_server(lanes: Sequence[Callable[[], None]], arrivals_s: np.ndarray, slac
         if wait > 0:
             time.sleep(wait)
         pending.put(index)
+    _finish(pending, threads, failures)
+    latencies = (done - (start + scheduled)).astype(np.float64)
+    latencies[done == 0] = math.inf  # never run: past the deadline
+    return ServerRun(latencies, (int(done.max(initial=start)) - start) / 1e9)
+
+
+def _finish(pending: queue.SimpleQueue, threads: Sequence[threading.Thread], failures: list[BaseException]) -> None:
+    """End the lanes serving `pending` (one None each), wait for them, and raise the first lane's failure."""
     for _ in threads:
         pending.put(None)
     for thread in threads:
         thread.join()
     if failures:
         raise failures[0]
-    latencies = (done - (start + scheduled)).astype(np.float64)
-    latencies[done == 0] = math.inf  # never run: past the deadline
-    return ServerRun(latencies, (int(done.max(initial=start)) - start) / 1e9)
 
 
 def run_offline(lanes: Sequence[Callable[[], None]], seconds: float) -> tuple[int, float]:
@@ -229,12 +234,7 @@ def run_multistream(lanes: Sequence[Callable[[], None]], samples_per_query: int,
             finished.acquire()
         end = clock()
         latencies.append(end - issued)
-    for _ in threads:
-        pending.put(None)
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
+    _finish(pending, threads, failures)
     return np.asarray(latencies, dtype=np.float64), (end - start) / 1e9
 
 

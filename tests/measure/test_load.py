@@ -104,8 +104,8 @@ def test_offline_counts_every_lane():
 
 
 def test_multistream_query_waits_for_all_its_samples_spread_over_the_lanes():
-    # queries of 4 samples on 2 lanes of 10 ms: two waves per query, so each query takes >= 20 ms (one lane alone
-    # would take 40 ms, one sample 10 ms); a query is issued only when the previous one completed
+    # queries of 4 samples on 2 lanes of 10 ms: both lanes busy at once, two waves per query, so each query takes
+    # >= 20 ms (one sample alone 10 ms); a query is issued only when the previous one completed (its 4 calls done)
     active, peak, lock, calls = [0], [0], threading.Lock(), [0]
 
     def call():
@@ -119,7 +119,7 @@ def test_multistream_query_waits_for_all_its_samples_spread_over_the_lanes():
 
     latencies, seconds = run_multistream([call, call], 4, 0.0, min_queries=5)
     assert latencies.size == 5 and calls[0] == 20 and peak[0] == 2
-    assert (latencies / 1e6 >= 19).all() and (latencies / 1e6 < 39).all()
+    assert (latencies / 1e6 >= 19).all()
     assert seconds >= latencies.sum() / 1e9 * 0.99
     result = multistream_result([(latencies, seconds), (latencies * 2, seconds * 2)], 4)
     assert result.queries == 10 and result.rounds == 2 and result.samples_per_query == 4
