@@ -187,3 +187,19 @@ def test_the_paired_rule_needs_every_round_slower_and_the_median_past_the_thresh
     gated = gate_load(Diff(checks=[], max_slowdown=None), tmp_path / "base", tmp_path / "new")
     assert [(c.backend, c.kind) for c in gated.checks if c.backend == "a"] == [("a", "paired A/B")]
     assert verdicts(rows, 10.0)[0] == ""  # no server figures; baselines would be no candidates either
+
+
+def test_the_load_page_and_its_plot_render_in_chromium_without_requests(tmp_path):
+    from multiexport.report.load import write_load_reports
+    from multiexport.report.screenshot import find_browser, screenshot
+
+    from .test_browser import png_pixels_vary
+
+    if find_browser() is None:
+        pytest.skip("no Chromium on PATH (.ci/run installs it with apt-get)")
+    rows = [_row("a", 100.0, 90.0, 110.0, 1.0, [_point(50.0, 4.0), _point(100.0, 9.0), _point(200.0, 30.0, False)]),
+            _row("b", 50.0, 50.0, 50.0, 2.0, [_point(25.0, 3.0), _point(50.0, 8.0), _point(100.0, 25.0, False)])]
+    _, page = write_load_reports(LoadResults(config={"p99_ms": 10.0}, rows=rows), tmp_path)
+    png = tmp_path / "load.png"
+    assert screenshot(page, png, width=1000, height=1400) == []
+    assert png_pixels_vary(png)
