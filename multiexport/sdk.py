@@ -29,7 +29,14 @@ from .exporting.contract import Backend
 from .exporting.equation_sites import EQUATION_TABLE_KEY, EQUATION_TABLE_VERSION, EquationTensor, map_equations
 from .exporting.facts import ExportSetup, FormatFacts
 from .exporting.format_result import FormatResult
-from .exporting.instrument import Instrumented, describe_location, instrument_module, run_module, user_frame
+from .exporting.instrument import (
+    Instrumented,
+    describe_location,
+    instrument_module,
+    refine_module,
+    run_module,
+    user_frame,
+)
 from .exporting.intermediates import (
     SITE_TABLE_KEY,
     Intermediates,
@@ -129,4 +136,6 @@ __all__ = [
     "module_aliases",
     # locate on jax2onnx's graphs: the equation table its conversion records, paired with the module's ops
     "EQUATION_TABLE_KEY", "EQUATION_TABLE_VERSION", "EquationTensor", "map_equations",
+    # locate: a module with symbolic dimensions refined to one feed's sizes (XLA's and the SavedModel's hooks)
+    "refine_module",
 ]

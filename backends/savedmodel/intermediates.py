@@ -18,7 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from multiexport.sdk import ArtifactError, Intermediates, IntermediatesRequest, RunError, instrument_module, ir_context
+from multiexport.sdk import (
+    ArtifactError,
+    Intermediates,
+    IntermediatesRequest,
+    RunError,
+    instrument_module,
+    ir_context,
+    refine_module,
+)
 
 from .convert import VARIABLES_DIR, tf_stablehlo_version
 from .tf import import_tf, read_proto
@@ -103,42 +111,12 @@ def _weights(directory: Path) -> list[np.ndarray]:
 
 
 def refine_to(module: bytes, shapes: list[tuple[int, ...]]) -> bytes:
-    """The polymorphic `module` refined to the argument `shapes` of this feed, as jax itself does before it compiles
-    one (its `main` called from a static `main`, then JAX's shape refinement), as a portable artifact. Sites need
-    static shapes, and TF's own refinement would leave them symbolic in the module."""
-    from jax.extend import mlir as jmlir
-    from jax.extend.mlir import ir
-    from jax.extend.mlir.dialects import stablehlo as jhlo
-
+    """The polymorphic `module` refined to the argument `shapes` of this feed (`refine_module`): sites need static
+    shapes, and TF's own refinement would leave them symbolic in the module."""
     try:
-        from jax._src.interpreters import mlir as jax_mlir  # private: JAX's refinement pass has no public API
-    except ImportError as exc:
-        raise ArtifactError("the SavedModel's module has symbolic dimensions and this JAX has no shape refinement "
-                            "pass to make them the feed's") from exc
-    with ir_context() as ctx, ir.Location.unknown(ctx):
-        parsed = jmlir.deserialize_portable_artifact(module, ctx)
-        main = next(op for op in parsed.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == "main")
-        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
-        if len(ftype.inputs) != len(shapes):
-            raise ArtifactError(f"the SavedModel's module takes {len(ftype.inputs)} arguments, the feed binds "
-                                f"{len(shapes)}")
-        static = [ir.RankedTensorType.get(list(shape), ir.RankedTensorType(t).element_type)
-                  for t, shape in zip(ftype.inputs, shapes)]
-        main.attributes["sym_name"] = ir.StringAttr.get("_locate_polymorphic_main")
-        main.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        wrapper = ir.Operation.create("func.func", regions=1, attributes={
-            "sym_name": ir.StringAttr.get("main"),
-            "function_type": ir.TypeAttr.get(ir.FunctionType.get(static, list(ftype.results)))})
-        body = wrapper.regions[0].blocks.append(*static)
-        with ir.InsertionPoint(body):
-            loose = [ir.Operation.create("stablehlo.convert", results=[t], operands=[a]).result
-                     for a, t in zip(body.arguments, ftype.inputs)]
-            call = ir.Operation.create("func.call", results=list(ftype.results), operands=loose,
-                                       attributes={"callee": ir.FlatSymbolRefAttr.get("_locate_polymorphic_main")})
-            ir.Operation.create("func.return", operands=list(call.results))
-        parsed.body.append(wrapper)
-        refined = jax_mlir.refine_polymorphic_shapes(parsed)
-        return bytes(jhlo.serialize_portable_artifact(refined, str(jhlo.get_current_version())))
+        return refine_module(module, shapes)
+    except ValueError as exc:
+        raise ArtifactError(f"the SavedModel's module {exc}") from exc
 
 
 def _sizes(request: IntermediatesRequest) -> str:
