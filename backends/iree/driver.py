@@ -26,7 +26,7 @@ TASK_MARGIN = 0.05  # local-task must beat local-sync by 5% to be kept
 BUDGET_S = 2.0  # time spent measuring, at most about this (one call of each driver always runs)
 BLOCK_S = 0.005  # a timed block is at least this long (many calls for a small model)
 ROUNDS = 5
-ALONE_BYTES = 256 << 20  # weights past this: each driver timed alone (its own device copy of them)
+UNTIMED_BYTES = 256 << 20  # weights past this: no driver opened at export (each loads them again)
 ONE_THREAD_RULE = "one thread: local-task's pool would add a hand-off and no parallelism"
 THREADS_SET: list[int] = []  # iree.runtime reads its task-topology flag once per process
 
@@ -79,38 +79,35 @@ def _per_call(call: Callable[[], None], n: int) -> float:
 
 
 def choose_driver(module_path: Path, weights_path: Path | None, arrays: Sequence[np.ndarray], n_outputs: int,
-                  threads: int, alone_bytes: int = ALONE_BYTES) -> dict[str, Any]:
+                  threads: int, untimed_bytes: int = UNTIMED_BYTES) -> dict[str, Any]:
     """Time local-sync and local-task on `arrays` (interleaved blocks) and say which to use and why.
 
-    Each open driver holds its own device copy of the parameters, so past `alone_bytes` of weights the drivers
-    are timed one after the other, each closed before the next opens (two copies of a 4 GiB decoder's
-    weights at once were most of IREE's export peak)."""
+    Past `untimed_bytes` of weights the drivers are not timed: an open driver holds the parameters again (2.3x
+    their size measured, beside the export worker's own copy of the target), and a call over that many weights
+    is long enough that local-task's hand-off (tens of microseconds) is lost in it, so local-task is chosen."""
     import iree.runtime as rt
 
     if threads <= 1:
         return {"driver": "local-sync", "rule": ONE_THREAD_RULE, "threads": threads}
+    size = weights_path.stat().st_size if weights_path is not None else 0
+    if size > untimed_bytes:
+        return {"driver": "local-task", "threads": threads,
+                "rule": (f"not timed: {size / (1 << 30):.1f} GiB of weights (past {untimed_bytes >> 20} MiB) would be "
+                         "loaded again in the export worker; a call over that many weights is long enough that "
+                         "local-task's hand-off to its pool is lost in it")}
     set_threads(rt, threads)
-    alone = weights_path is not None and weights_path.stat().st_size > alone_bytes
+    calls = {d: open_call(rt, d, module_path, weights_path, arrays, n_outputs) for d in CPU_DRIVERS}
+    first = max(_per_call(calls[d], 1) for d in CPU_DRIVERS)
+    block = max(1, min(1000, int(BLOCK_S / max(first, 1e-7))))
+    rounds = max(1, min(ROUNDS, int(BUDGET_S / (2 * block * max(first, 1e-7)))))
     times: dict[str, list[float]] = {d: [] for d in CPU_DRIVERS}
-    if alone:
+    for _ in range(rounds):
         for d in CPU_DRIVERS:
-            call = open_call(rt, d, module_path, weights_path, arrays, n_outputs)
-            times[d].append(_per_call(call, 1))
-            del call  # its device, context and parameters go before the next driver's open
-        rounds, block = 1, 1
-    else:
-        calls = {d: open_call(rt, d, module_path, weights_path, arrays, n_outputs) for d in CPU_DRIVERS}
-        first = max(_per_call(calls[d], 1) for d in CPU_DRIVERS)
-        block = max(1, min(1000, int(BLOCK_S / max(first, 1e-7))))
-        rounds = max(1, min(ROUNDS, int(BUDGET_S / (2 * block * max(first, 1e-7)))))
-        for _ in range(rounds):
-            for d in CPU_DRIVERS:
-                times[d].append(_per_call(calls[d], block))
+            times[d].append(_per_call(calls[d], block))
     median = {d: statistics.median(t) * 1e6 for d, t in times.items()}
     task = median["local-task"] < median["local-sync"] * (1 - TASK_MARGIN)
-    how = ("one call per driver, each driver alone (its parameters would not fit twice)" if alone else
-           f"{rounds} interleaved rounds of {block} calls per driver")
     return {"driver": "local-task" if task else "local-sync",
-            "rule": (f"measured at export on the example inputs ({how}, {threads} threads): local-task kept only "
-                     f"when >= {TASK_MARGIN:.0%} faster than local-sync"),
+            "rule": (f"measured at export on the example inputs ({rounds} interleaved rounds of {block} calls per "
+                     f"driver, {threads} threads): local-task kept only when >= {TASK_MARGIN:.0%} faster than "
+                     "local-sync"),
             "median_us": {d: round(v, 2) for d, v in median.items()}, "threads": threads}

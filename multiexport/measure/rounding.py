@@ -18,7 +18,7 @@ default tolerance to a multiple of it, capped, and the verdict says so.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -59,12 +59,16 @@ def rounding_sensitivity(target: Any, sig: Any, feed: Mapping[str, np.ndarray], 
         closed = jax.make_jaxpr(flat)(*args)
         consts = list(closed.consts)
         moved_fn = jax.jit(lambda xs, cs: jax.core.eval_jaxpr(closed.jaxpr, cs, *xs))
+        # One moved copy of the weights at a time: each array is moved and put on the device before the next is
+        # drawn, and a draw's copy goes before the next draw's is made (a list of them all, kept across the loop,
+        # held 3x a 4 GiB decoder's weights beside its own).
         outputs = []
         for i in range(draws):
             rng = np.random.default_rng([seed, i])
             xs = [jax.device_put(a, jax_device) for a in _moved(rng, args)]
             cs = [jax.device_put(c, jax_device) if hasattr(c, "shape") else c for c in _moved(rng, consts)]
             outputs.append([np.asarray(o) for o in moved_fn(xs, cs)])
+            del xs, cs
         return outputs
 
     outputs = enable_x64_if_needed(sig.x64)(measure)()
@@ -88,13 +92,12 @@ def rounding_sensitivity(target: Any, sig: Any, feed: Mapping[str, np.ndarray], 
     return found
 
 
-def _moved(rng: np.random.Generator, values: Sequence[Any]) -> list[Any]:
+def _moved(rng: np.random.Generator, values: Sequence[Any]) -> Iterator[Any]:
     """Each float array moved by one rounding step (x + x*u*N(0,1), rounded to its dtype; a non-finite value
-    stays as it is); anything else as it is."""
-    out = []
+    stays as it is); anything else as it is. One at a time: the caller puts each on the device before the next."""
     for value in values:
         if not (isinstance(getattr(value, "dtype", None), np.dtype) and is_float(value.dtype)):  # not a key array
-            out.append(value)
+            yield value
             continue
         import ml_dtypes
 
@@ -105,5 +108,5 @@ def _moved(rng: np.random.Generator, values: Sequence[Any]) -> list[Any]:
         step = np.multiply(rng.standard_normal(x.shape), u).astype(wide)
         with np.errstate(invalid="ignore", over="ignore"):
             moved = np.where(np.isfinite(w), w + np.multiply(w, step), w)
-        out.append(moved.astype(x.dtype))
-    return out
+        del w, step
+        yield moved.astype(x.dtype, copy=False)
