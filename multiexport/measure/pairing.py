@@ -69,14 +69,15 @@ def is_fresh(name: str) -> bool:
 
 
 def round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:
-    """The order runners are timed in, per round: rotated each round, reversed every other one, so no runner
-    always follows the same neighbour or sits at the same place."""
+    """The order runners are timed in, per round: rotated each round, reversed every other one (for more than
+    two: for two the reversal would undo the rotation), so no runner always follows the same neighbour or sits
+    at the same place; a pair alone alternates which of the two goes first."""
     names = list(names)
     orders = []
     for r in range(rounds):
         k = r % len(names) if names else 0
         order = names[k:] + names[:k]
-        orders.append(order[::-1] if r % 2 else order)
+        orders.append(order[::-1] if r % 2 and len(names) > 2 else order)
     return orders
 
 

@@ -54,6 +54,9 @@ def test_rounds_rotate_and_alternate_direction():
     for position in range(3):  # over a full cycle every runner takes every place
         assert {order[position] for order in orders} == {"a", "b", "c"}
     assert all(sorted(order) == ["a", "b", "c"] for order in orders)
+    # a pair alone (a new artifact and its baseline in added rounds, a fresh pair): each goes first every other
+    # round, so neither always runs right after the parent's look at the interval between rounds
+    assert round_orders(["new", "base"], 4) == [["new", "base"], ["base", "new"]] * 2
 
 
 def test_runners_that_do_not_fit_in_memory_are_timed_one_after_another():
