@@ -48,6 +48,7 @@ from multiexport.sdk import (
     present,
 )
 
+from . import convert as converting
 from .convert import (
     MODEL_FILE,
     NEEDS_CUSTOM_OPS,
@@ -122,7 +123,9 @@ class LiteRTBackend(Backend):
         samples, calibration = self._samples(signature, options, front)
         try:
             stablehlo = check_modules(stage.directory)
-            blob, ops = convert(stage.directory, job.backend_options.select_tf_ops, options.precision, samples)
+            weights = int(signature.weights.get("baked_bytes", 0)) + int(signature.weights.get("input_bytes", 0))
+            blob, ops = convert(stage.directory, job.backend_options.select_tf_ops, options.precision, samples,
+                                buffer_offsets=weights > converting.OFFSET_BYTES)
         except ConversionFailed as exc:  # classify() names a dtype gap by the leaves' dtypes
             exc.leaf_dtypes = sorted({leaf.dtype for leaf in (*signature.inputs, *signature.outputs)})
             raise

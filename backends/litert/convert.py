@@ -130,16 +130,24 @@ PRECISION_CALLS = {
 }
 
 
+# Past this many bytes of weights the converter writes them after the flatbuffer, addressed by 64-bit offsets
+# (its `_experimental_use_buffer_offset`): a flatbuffer addresses at most 2 GiB, so a model whose weights reach
+# that cannot be a plain .tflite. LiteRT's interpreter reads such a file as any other (checked at load).
+OFFSET_BYTES = 1 << 30
+
+
 def convert(saved_model_dir: Path, select_tf_ops: bool, precision: str = "fp32",
-            samples: list[dict[str, Any]] | None = None) -> tuple[bytes, list[str]]:
+            samples: list[dict[str, Any]] | None = None, buffer_offsets: bool = False) -> tuple[bytes, list[str]]:
     """(the .tflite bytes, the ops sets used) converted from the SavedModel's serving_default signature, at
-    `precision` (samples: the int8 calibration feeds keyed by signature input name)."""
+    `precision` (samples: the int8 calibration feeds keyed by signature input name); `buffer_offsets`: the
+    constant buffers after the flatbuffer, addressed by offsets (OFFSET_BYTES)."""
     import numpy as np
     import tensorflow as tf
 
     ops = [tf.lite.OpsSet.TFLITE_BUILTINS] + ([tf.lite.OpsSet.SELECT_TF_OPS] if select_tf_ops else [])
     converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir), signature_keys=[SIGNATURE_KEY])
     converter.target_spec.supported_ops = ops
+    converter._experimental_use_buffer_offset = buffer_offsets  # the converter's large-model path (no public name)
     if precision != "fp32":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if precision == "fp16":
@@ -161,7 +169,7 @@ def convert(saved_model_dir: Path, select_tf_ops: bool, precision: str = "fp32",
         producer = producer_version(modules[0]) if modules else None
         text = f"{type(failure).__name__}: {failure}\n" + "\n".join(diagnostics(err["text"]))
         raise ConversionFailed("convert", text, errors, producer, converter_stablehlo()) from failure
-    return bytes(blob), [o.name for o in ops]
+    return blob if isinstance(blob, bytes) else bytes(blob), [o.name for o in ops]
 
 
 def precision_ops(blob: bytes) -> tuple[dict[str, int], dict[str, int]]:
@@ -306,3 +314,12 @@ def requantization_gap(blob: bytes) -> str | None:
                             f"has an {role} scale of {scale:.3g} (a calibrated range of +-{scale * 127:.3g}), which "
                             f"TFLite's {name} kernel cannot requantize: it aborts when the model is prepared")
     return None
+
+
+def uses_buffer_offsets(blob: bytes) -> bool:
+    """Whether the .tflite keeps its constant buffers after the flatbuffer (the converter's `buffer_location`
+    metadata entry, which it writes exactly then)."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    model = schema.Model.GetRootAsModel(blob, 0)
+    return any(model.Metadata(i).Name() == b"buffer_location" for i in range(model.MetadataLength()))
