@@ -26,7 +26,13 @@ from .errors import ArtifactError, ExportError, RunError, UsageError, leaf_messa
 from .exporting.artifact import Artifact, Availability
 from .exporting.backend_facts import BackendFacts, Presentation
 from .exporting.contract import Backend
-from .exporting.equation_sites import EQUATION_TABLE_KEY, EQUATION_TABLE_VERSION, EquationTensor, map_equations
+from .exporting.equation_sites import (
+    EQUATION_TABLE_KEY,
+    EQUATION_TABLE_VERSION,
+    EquationTensor,
+    feed_dims,
+    map_equations,
+)
 from .exporting.facts import ExportSetup, FormatFacts
 from .exporting.format_result import FormatResult
 from .exporting.instrument import (
@@ -135,7 +141,7 @@ __all__ = [
     # StableHLO: the module's input/output aliases (a donated cache)
     "module_aliases",
     # locate on jax2onnx's graphs: the equation table its conversion records, paired with the module's ops
-    "EQUATION_TABLE_KEY", "EQUATION_TABLE_VERSION", "EquationTensor", "map_equations",
+    "EQUATION_TABLE_KEY", "EQUATION_TABLE_VERSION", "EquationTensor", "map_equations", "feed_dims",
     # locate: a module with symbolic dimensions refined to one feed's sizes (XLA's and the SavedModel's hooks)
     "refine_module",
 ]

@@ -47,6 +47,7 @@ class Recorder:
     (bound name, shape, dtype)), and `lowered`, the graph before jax2onnx's optimizer ran (a clone)."""
 
     calls: list[tuple[str, str, list[str], list[tuple[str, tuple, str]]]] = field(default_factory=list)
+    # (a symbolic dimension is kept as its expression's text, `b` or `2*b`: locate binds it to the trial's size)
     lowered: Any = None
     failure: str = ""
 
@@ -71,7 +72,7 @@ def recording() -> Iterator[Recorder]:
         try:
             info = eqn.source_info
             frames = [f"{f.file_name}:{f.line_num}" for f in info.traceback.frames] if info.traceback else []
-            outs = [(bound(ctx, v), tuple(int(d) if isinstance(d, int) else -1 for d in getattr(v.aval, "shape", ())),
+            outs = [(bound(ctx, v), tuple(int(d) if isinstance(d, int) else str(d) for d in getattr(v.aval, "shape", ())),
                      str(getattr(v.aval, "dtype", ""))) for v in eqn.outvars]
             rec.calls.append((str(eqn.primitive.name), str(info.name_stack), frames, outs))
         except Exception as exc:  # a record we cannot read is a record missing, never a failed conversion

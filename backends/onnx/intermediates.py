@@ -25,6 +25,7 @@ from multiexport.sdk import (
     RunError,
     Site,
     TensorSite,
+    feed_dims,
     map_equations,
     map_sites,
 )
@@ -64,7 +65,7 @@ def mapped_sites(tables: dict[str, str | None], request: IntermediatesRequest, r
         why = no_table_reason(route)
         return Mapped({}, {}, {}, {s.key: why for s in request.sites})
     leaves = [leaf.name for leaf in request.manifest.inputs]
-    found, unmapped = map_equations(text, request.sites, leaves)
+    found, unmapped = map_equations(text, request.sites, leaves, feed_dims(request))
     return Mapped({k: TensorSite(t.name) for k, t in found.items()},
                   {k: t.to_jax for k, t in found.items() if t.to_jax is not None},
                   {k: t.note for k, t in found.items()}, unmapped)

@@ -21,6 +21,7 @@ from multiexport.sdk import (
     SITE_TABLE_KEY,
     Intermediates,
     IntermediatesRequest,
+    feed_dims,
     map_equations,
     map_sites,
 )
@@ -49,7 +50,8 @@ def openvino_intermediates(request: IntermediatesRequest) -> Intermediates:
         sites, unmapped = map_sites(text, request.sites)
         tensors = {k: t.name for k, t in sites.items()}
     elif equations is not None:
-        found, unmapped = map_equations(equations, request.sites, [leaf.name for leaf in request.manifest.inputs])
+        found, unmapped = map_equations(equations, request.sites, [leaf.name for leaf in request.manifest.inputs],
+                                        feed_dims(request))
         tensors = {k: t.name for k, t in found.items()}
         layouts = {k: t.to_jax for k, t in found.items() if t.to_jax is not None}
         notes = {k: t.note for k, t in found.items()}

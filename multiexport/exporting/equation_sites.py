@@ -18,13 +18,14 @@ contradicted first. These rules import nothing heavy: OpenVINO's hook uses them 
 
 from __future__ import annotations
 
+import ast
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .instrument import installed_file
-from .intermediates import Site
+from .intermediates import IntermediatesRequest, Site
 
 EQUATION_TABLE_KEY = "multiexport.locate.jax2onnx"
 EQUATION_TABLE_VERSION = 1
@@ -67,12 +68,13 @@ def user_line(frames: Sequence[str]) -> str:
     return ""
 
 
-def map_equations(table_text: str, sites: Sequence[Site], leaves: Sequence[str]
+def map_equations(table_text: str, sites: Sequence[Site], leaves: Sequence[str], dims: Mapping[str, int] | None = None
                   ) -> tuple[dict[str, EquationTensor], dict[str, str]]:
     """(site key -> its tensor, site key -> why it has none) from the equation table's text. `leaves` are the
-    module's argument leaves in order (`arg<i>` reads leaves[i])."""
+    module's argument leaves in order (`arg<i>` reads leaves[i]); `dims` the trial's size of each symbolic
+    dimension (`b` -> 5), which a recorded shape's symbolic dimensions (`b`, `2*b`) are evaluated with."""
     try:
-        entries = _entries(table_text)
+        entries = _entries(table_text, dims or {})
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         why = f"cannot map: the graph's equation table is unreadable ({exc})"
         return {}, {s.key: why for s in sites}
@@ -110,6 +112,17 @@ def map_equations(table_text: str, sites: Sequence[Site], leaves: Sequence[str]
     return found, unmapped
 
 
+def feed_dims(request: IntermediatesRequest) -> dict[str, int]:
+    """The trial's size of each symbolic dimension (`b` -> 5), read from the input leaves that carry one."""
+    found: dict[str, int] = {}
+    for leaf in request.manifest.inputs:
+        if leaf.name in request.feed:
+            for dim, size in zip(leaf.shape, getattr(request.feed[leaf.name], "shape", ())):
+                if isinstance(dim, str):
+                    found.setdefault(dim, int(size))
+    return found
+
+
 def _base(location: str) -> str:
     file, _, line = location.rpartition(":")
     return f"{posixpath.basename(file)}:{line}" if file else ""
@@ -119,7 +132,7 @@ def _bit(site: Site) -> int:
     return site.index * 8 + site.result
 
 
-def _entries(text: str) -> list[_Entry]:
+def _entries(text: str, dims: Mapping[str, int]) -> list[_Entry]:
     data = json.loads(text)
     if not isinstance(data, dict) or data.get("version") != EQUATION_TABLE_VERSION:
         raise ValueError(f"not a version-{EQUATION_TABLE_VERSION} equation table")
@@ -128,10 +141,37 @@ def _entries(text: str) -> list[_Entry]:
     for i, (tensor, to_jax, shape, dtype, primitive, _stack, frames, mask, near) in enumerate(data["entries"]):
         bits = int(mask, 16)
         out.append(_Entry(i, str(tensor), tuple(int(p) for p in to_jax) if to_jax is not None else None,
-                          tuple(int(d) for d in shape), str(dtype), str(primitive),
+                          tuple(_size(d, dims) for d in shape), str(dtype), str(primitive),
                           user_line([str(f) for f in frames]),
                           frozenset(n for j, n in enumerate(inputs) if bits >> j & 1), tuple(int(n) for n in near)))
     return out
+
+
+def _size(dim: int | str, dims: Mapping[str, int]) -> int:
+    """A recorded dimension's size: an int as is, a symbolic one (`b`, `2*b + 1`) evaluated with the trial's sizes;
+    -1 (matching no op's shape) when it names a dimension the trial does not bind or is not plain arithmetic."""
+    if isinstance(dim, int):
+        return dim
+    try:
+        return int(_arith(ast.parse(str(dim), mode="eval").body, dims))
+    except (ValueError, SyntaxError, KeyError, ZeroDivisionError):
+        return -1
+
+
+def _arith(node: ast.AST, dims: Mapping[str, int]) -> int:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Name):
+        return int(dims[node.id])
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_arith(node.operand, dims)
+    if isinstance(node, ast.BinOp):
+        a, b = _arith(node.left, dims), _arith(node.right, dims)
+        ops = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b} if not isinstance(node.op, (ast.FloorDiv, ast.Mod)) \
+            else {ast.FloorDiv: a // b, ast.Mod: a % b}
+        if type(node.op) in ops:
+            return ops[type(node.op)]
+    raise ValueError(f"not plain arithmetic: {ast.dump(node)[:80]}")
 
 
 def _site_graph(sites: Sequence[Site], leaves: Sequence[str]) -> tuple[dict[str, frozenset[str]], dict[str, int]]:

@@ -17,10 +17,10 @@ def _site(index: int, line: str, operands: tuple[str, ...], shape=(2, 3)) -> Sit
                 location=f"model.py:{line}", operands=operands)
 
 
-def _table(*entries) -> str:
+def _table(*entries, shape=(2, 3)) -> str:
     """entries: (tensor, line, input mask, near)."""
     return json.dumps({"version": EQUATION_TABLE_VERSION, "inputs": LEAVES, "entries": [
-        [tensor, None, [2, 3], "float32", "add", "", [f"/home/user/model.py:{line}"], mask, near]
+        [tensor, None, list(shape), "float32", "add", "", [f"/home/user/model.py:{line}"], mask, near]
         for tensor, line, mask, near in entries]})
 
 
@@ -60,3 +60,12 @@ def test_a_pairing_the_dependencies_contradict_is_dropped():
 def test_an_unreadable_table_maps_nothing():
     found, unmapped = map_equations("{}", [_site(0, "5", ("arg0",))], LEAVES)
     assert not found and "unreadable" in unmapped["op0"]
+
+
+def test_symbolic_dimensions_are_bound_to_the_trials_sizes():
+    site = [_site(0, "5", ("arg0",), shape=(10, 3))]
+    found, _ = map_equations(_table(("t0", 5, "1", []), shape=("2*b", 3)), site, LEAVES, {"b": 5})
+    assert found["op0"].name == "t0"
+    for dims in ({"b": 4}, {}):  # another size, or a dimension the trial does not bind: no pairing
+        found, unmapped = map_equations(_table(("t0", 5, "1", []), shape=("2*b", 3)), site, LEAVES, dims)
+        assert not found and "no equation" in unmapped["op0"]
