@@ -1,5 +1,6 @@
-"""The native decode loop: pjrt_run --steps with the KV cache carried on the device generates jax.jit's greedy
-tokens from the exported prefill and decode-step artifacts (tiny config), and its flags fail with one line."""
+"""The native decode loops: pjrt_run --steps (the KV cache carried on the device) and ov_run --steps (OpenVINO's C
+API, the cache two tensors swapped between the request's ports) generate jax.jit's greedy tokens from the exported
+prefill and decode-step artifacts (tiny config), and their flags fail with one line."""
 
 from __future__ import annotations
 
@@ -19,21 +20,36 @@ CFG = llm.CONFIGS["tiny"]
 STEPS = 31  # 32 tokens with the prefill's
 
 
+def _exported(root, backend):
+    for step in ("prefill", "decode"):
+        export(f"benchmarks.real_models.llm:llm_tiny_{step}", out_dir=root / step, backend=backend, check_load=False)
+    return root
+
+
 @pytest.fixture(scope="module")
-def artifacts(tmp_path_factory):
+def xla_artifacts(tmp_path_factory):
     try:
         find_pjrt_plugin()
     except MultiexportError as exc:
         pytest.skip(str(exc))
-    root = tmp_path_factory.mktemp("llm")
-    for step in ("prefill", "decode"):
-        export(f"benchmarks.real_models.llm:llm_tiny_{step}", out_dir=root / step, backend="xla", check_load=False)
-    return root
+    return _exported(tmp_path_factory.mktemp("llm-xla"), "xla")
+
+
+@pytest.fixture(scope="module")
+def openvino_artifacts(tmp_path_factory):
+    pytest.importorskip("openvino")
+    return _exported(tmp_path_factory.mktemp("llm-openvino"), "openvino")
+
+
+@pytest.fixture(params=["xla", "openvino"])
+def artifacts(request):
+    """Each loop consumer's prefill and decode artifacts (pjrt_run's, ov_run's)."""
+    return request.getfixturevalue(f"{request.param}_artifacts")
 
 
 def _generate(artifacts, tmp_path, carry=True):
-    return llm_native.pjrt_greedy(artifacts / "prefill", artifacts / "decode", llm.init_params(CFG),
-                                  llm.example_prompt(CFG), CFG.layers, STEPS, tmp_path, carry=carry)
+    return llm_native.native_greedy(artifacts / "prefill", artifacts / "decode", llm.init_params(CFG),
+                                    llm.example_prompt(CFG), CFG.layers, STEPS, tmp_path, carry=carry)
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +88,13 @@ def test_bad_loop_flags_fail_with_one_line(artifacts, flags, message):
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-def test_the_donated_cache_is_aliased_and_repeated_calls_still_read_it(artifacts):
+def test_the_donated_cache_is_aliased_and_repeated_calls_still_read_it(xla_artifacts):
     # The decode target is jax.jit(..., donate_argnames="cache"): the module aliases each cache leaf to its
     # output, and the manifest says so. pjrt_run outside its loop reuses every input for --iters calls, so it
     # must not donate them (a donated buffer is gone after the first call).
     import json
 
+    artifacts = xla_artifacts
     manifest = json.loads((artifacts / "decode" / "manifest.json").read_text())
     assert manifest["format"]["aliases"] == {f"cache.layer_{i}.{kv}": f"out.cache.layer_{i}.{kv}"
                                              for i in range(CFG.layers) for kv in "kv"}
