@@ -60,8 +60,20 @@ def instrument_module(source: str | bytes, ctx: Any = None) -> Instrumented:
 
     if ctx is not None:
         return work(ctx)
-    with ir_context() as context:
+    with (text_context() if isinstance(source, str) else ir_context()) as context:
         return work(context)
+
+
+def text_context() -> Any:
+    """A context that parses a module's text: the func dialect registered, which the public bindings only load
+    while deserializing a portable artifact (so JAX's own context maker, private, with the public one as the
+    fallback)."""
+    try:
+        from jax._src.interpreters import mlir as jax_mlir  # private: the public bindings cannot register func
+
+        return jax_mlir.make_ir_context()
+    except (ImportError, AttributeError):
+        return ir_context()
 
 
 def module_sites(source: str | bytes) -> tuple[Site, ...]:
