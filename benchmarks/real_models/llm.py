@@ -166,8 +166,10 @@ def _forward(cfg: LlamaConfig, params, tokens, start, cache):
     s = tokens.shape[1]
     x = params["embed"][tokens]
     positions = (start + jnp.arange(s, dtype=jnp.int32))[None, :]
-    # Query i (absolute position start+i) reads cache slots 0..start+i.
-    mask = jnp.arange(cfg.max_len, dtype=jnp.int32)[None, :] <= positions[0][:, None]
+    # Query i (absolute position start+i) reads cache slots 0..start+i; the cache's own length (symbolic in a
+    # `*_decode_dynamic` export), not the config's.
+    length = cache["layer_0"]["k"].shape[2]
+    mask = jnp.arange(length, dtype=jnp.int32)[None, :] <= positions[0][:, None]
     new_cache = {}
     for i in range(cfg.layers):
         name = f"layer_{i}"
@@ -220,19 +222,22 @@ def _decode_example(cfg: LlamaConfig, params):
     return token, np.int32(cfg.prompt), cache
 
 
-def decode_target(size: str, baked: bool = False) -> Target:
-    """The decode step of config `size`: fn(params, token, pos, cache), or fn(token, pos, cache) when baked."""
+def decode_target(size: str, baked: bool = False, dynamic: bool = False) -> Target:
+    """The decode step of config `size`: fn(params, token, pos, cache), or fn(token, pos, cache) when baked;
+    `dynamic` (baked only): the cache length a symbolic dimension `t` (any length > pos, one export)."""
     cfg = CONFIGS[size]
     params = init_params(cfg)
     token, pos, cache = _decode_example(cfg, params)
-    name = f"llm_{size}_decode" + ("_baked" if baked else "")
+    name = f"llm_{size}_decode" + ("_baked" if baked and not dynamic else "") + ("_dynamic" if dynamic else "")
     if baked:
         def decode_baked(token, pos, cache):
             return decode(cfg, params, token, pos, cache)
 
         decode_baked.__name__ = name
-        return Target(decode_baked, args=(token, pos, cache), name=name,
-                      description=f"Llama-style decode step ({cfg.parameters / 1e6:.1f} M parameters, closed over)")
+        shapes = {"cache.*": f"{cfg.batch}, {cfg.kv_heads}, t, {cfg.head_dim}"} if dynamic else {}
+        return Target(decode_baked, args=(token, pos, cache), name=name, polymorphic_shapes=shapes,
+                      description=f"Llama-style decode step ({cfg.parameters / 1e6:.1f} M parameters, closed over"
+                                  + (", cache length symbolic)" if dynamic else ")"))
 
     def decode_step(params, token, pos, cache):
         return decode(cfg, params, token, pos, cache)
@@ -273,6 +278,11 @@ def llm_tiny_decode() -> Target:
 def llm_tiny_decode_baked() -> Target:
     """Tiny Llama decode step, weights closed over."""
     return decode_target("tiny", baked=True)
+
+
+def llm_tiny_decode_dynamic() -> Target:
+    """Tiny Llama decode step, weights closed over, the cache's length a symbolic dimension `t`."""
+    return decode_target("tiny", baked=True, dynamic=True)
 
 
 def llm_tiny_prefill() -> Target:

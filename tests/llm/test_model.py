@@ -66,3 +66,24 @@ def test_the_1b_config_has_a_billion_parameters():
     # the tiny config's count is the real number of weights
     leaves = jax.tree_util.tree_leaves(llm.init_params(CFG))
     assert sum(x.size for x in leaves) == CFG.parameters
+
+
+def test_one_decode_export_serves_every_cache_length(tmp_path):
+    # llm_tiny_decode_dynamic: the cache's length is the symbolic dimension t; one XLA export, run from disk at
+    # two lengths, gives jax.jit's logits and cache at each (the mask follows the cache's own length).
+    from multiexport.api import export, load
+
+    target = llm.llm_tiny_decode_dynamic()
+    assert tuple(build_signature(target).inputs[2].shape) == (1, CFG.kv_heads, "t", CFG.head_dim)
+    export(target, out_dir=tmp_path / "xla", backend="xla")
+    runner = load(tmp_path / "xla")
+    params = llm.init_params(CFG)
+    token, pos, cache = target.args
+    for length in (16, 48):
+        short = {n: {k: v[:, :, :length] for k, v in kv.items()} for n, kv in cache.items()}
+        feed = {"token": token, "pos": pos, **{f"cache.{n}.{k}": v for n, kv in short.items() for k, v in kv.items()}}
+        got = runner(feed)
+        want = llm.decode(CFG, params, token, pos, short)
+        assert got["out.cache.layer_1.v"].shape == (1, CFG.kv_heads, length, CFG.head_dim)
+        np.testing.assert_allclose(got["out.logits"], want["logits"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got["out.cache.layer_1.v"], want["cache"]["layer_1"]["v"], rtol=1e-5, atol=1e-6)
