@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..exporting.manifest import Manifest
 from ..measure.load import LoadConfig
-from ..report.load import gate_load, render_markdown, write_load_reports
+from ..report.load import gate_load, multistream_verdict, render_markdown, write_load_reports
 from ..report.render import write_reports
 from ..results import Results
 from ..results.bench import BASELINE_PREFIX
@@ -102,7 +102,7 @@ def compare_load(results: Results, batch_sizes: tuple[int, ...] | None, threads:
     loaded.write(out / "load.json")
     write_load_reports(loaded, out)
     write_reports(results, out)  # report.md/html again: they add the Load section from load.json
-    for line in (loaded.server_verdict, loaded.single_stream_verdict):
+    for line in (loaded.server_verdict, multistream_verdict(loaded), loaded.single_stream_verdict):
         if line:
             print(f"load: {line}")
 
