@@ -43,12 +43,17 @@ def test_a_bad_bound_is_one_line(cli, tmp_path):
 @pytest.mark.slow
 def test_compare_load_adds_load_json_and_the_reports_section(cli, tmp_path):
     out = tmp_path / "out"
-    proc = cli("compare", "--backends", "xla", "--load", "offline", "--load-seconds", "0.2", "--load-rounds", "1",
-               "--out-dir", out)
+    proc = cli("compare", "--backends", "xla,onnx", "--load", "offline", "--load-seconds", "0.2", "--load-rounds", "1",
+               "--load-driver", "native", "--out-dir", out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     loaded = read_load_results(out / "load.json")
-    assert [r.name for r in loaded.rows] == ["xla"] and loaded.rows[0].offline[0].samples_per_s > 0
-    assert "## Load" in (out / "report.md").read_text() and "<h2>Load</h2>" in (out / "report.html").read_text()
+    assert sorted(r.name for r in loaded.rows) == ["onnx", "xla"]
+    assert all(r.offline[0].samples_per_s > 0 for r in loaded.rows)
+    # ONNX Runtime's C loop (ort_run) under the native driver; XLA's consumer has none: the Python lanes
+    assert {r.name: r.throughput_config["driver"] for r in loaded.rows} == {"onnx": "native", "xla": "python"}
+    report = (out / "report.md").read_text()
+    assert "## Load" in report and "<h2>Load</h2>" in (out / "report.html").read_text()
+    assert "| max req/s at p99 bound | offline peak /s |" in report  # the summary table's load columns
     # re-rendered from results.json, the section stays
     assert cli("report", out / "results.json", "--out-dir", out).returncode == 0
     assert "<h2>Load</h2>" in (out / "report.html").read_text()
