@@ -46,7 +46,6 @@ from .load_native import (
     native_offline,
     native_server,
 )
-from .load_serve import multistream_request
 from .messages import ColdStart, LoadAnswer, LoadRun, Prepare, Samples, TimeSlice
 from .paired import Servers
 from .runs import write_bench_feeds
@@ -238,8 +237,8 @@ def _multistream(servers: Servers, fmt: _Format, config: LoadConfig) -> tuple[np
     if fmt.native:
         return _native(servers, fmt, config, lambda lanes: native_multistream(
             fmt.native[0], lanes, config.samples_per_query, config.seconds, config.min_requests, servers.timeout))
-    answer = _ask(servers, fmt, LoadRun(multistream_request(config.samples_per_query), fmt.config["feeds"], 0,
-                                        config.lanes, config.seconds, min_requests=config.min_requests))
+    answer = _ask(servers, fmt, LoadRun("multistream", fmt.config["feeds"], 0, config.lanes, config.seconds,
+                                        min_requests=config.min_requests, samples_per_query=config.samples_per_query))
     if answer is None:
         return None
     latencies = np.load(answer.file)

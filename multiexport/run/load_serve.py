@@ -2,9 +2,8 @@
 
 In the worker (`answer_load_run`) the runner's lanes (`throughput_lanes`: the backend's throughput configuration
 where its runner declares one, else one thread per lane calling the one runner) run a scenario of `measure.load`.
-The request and its answer are the paired protocol's (run.messages: LoadRun, LoadAnswer). The MultiStream
-scenario is asked as `multistream:K` (`multistream_request`: K samples per query; its `min_requests` is the fewest
-queries). A benchmark's planted slowdown ($MULTIEXPORT_PLANTED_SLOWDOWN: FACTOR) makes every request of the lanes
+The request and its answer are the paired protocol's (run.messages: LoadRun, LoadAnswer). A MultiStream request
+carries its K samples per query (`LoadRun.samples_per_query`; its `min_requests` is the fewest queries). A benchmark's planted slowdown ($MULTIEXPORT_PLANTED_SLOWDOWN: FACTOR) makes every request of the lanes
 run the runtime's call FACTOR times on average (`planted_calls`): the throughput gate's calibration plants it
 (benchmarks/load_calibration.py). Not measure.pairing's spin: a lane spinning in Python holds the GIL, and under
 several lanes that stalls the others (a 1.5x spin measured 6-60x lower throughput on the seed).
@@ -82,13 +81,14 @@ def answer_load_run(state: dict, request: LoadRun) -> LoadAnswer:
         return LoadAnswer(count, seconds, len(calls), "", config)
     state["slices"] = state.get("slices", 0) + 1
     path = state["out"] / f"load-{state['slices']:05d}.npy"
-    per_query = multistream_samples(request.scenario)
-    if per_query:
-        latencies, seconds = run_multistream(calls, per_query, request.seconds, request.min_requests)
+    if request.scenario == "multistream":
+        if request.samples_per_query < 1:
+            raise ValueError(f"asked for MultiStream with {request.samples_per_query} samples per query, expected >= 1")
+        latencies, seconds = run_multistream(calls, request.samples_per_query, request.seconds, request.min_requests)
         np.save(path, latencies)
         return LoadAnswer(int(latencies.size), seconds, len(calls), str(path), config)
     if request.scenario != "server":
-        raise ValueError(f"asked for scenario {request.scenario!r}, expected offline, server or multistream:K")
+        raise ValueError(f"asked for scenario {request.scenario!r}, expected offline, server or multistream")
     run = run_server(calls, poisson_schedule(request.rate, request.seconds, request.seed, request.min_requests))
     np.save(path, run.latencies_ns)
     return LoadAnswer(int(run.latencies_ns.size), run.span_s, len(calls), str(path), config)
@@ -115,20 +115,3 @@ def planted_calls(call: Callable[[], None]) -> Callable[[], None]:
             owed[0] -= 1
 
     return slowed
-
-
-def multistream_request(samples_per_query: int) -> str:
-    """The LoadRun scenario naming MultiStream with K samples per query."""
-    return f"multistream:{int(samples_per_query)}"
-
-
-def multistream_samples(scenario: str) -> int:
-    """K of a `multistream:K` scenario (0 for any other scenario)."""
-    name, _, k = scenario.partition(":")
-    if name != "multistream":
-        return 0
-    if not k.isdigit() or int(k) < 1:
-        raise ValueError(f"asked for scenario {scenario!r}, expected multistream:K with K >= 1")
-    return int(k)
-
-

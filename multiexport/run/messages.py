@@ -225,8 +225,10 @@ class Quit:
 class LoadRun:
     """One scenario run in a serve worker, on the size at index `size` of the bench feed directory `feeds`.
 
-    scenario: "offline" (every lane back to back for `seconds`) or "server" (Poisson arrivals at `rate` per second,
-    at least `seconds` of them and `min_requests`, drawn from `seed`). lanes: requests in flight (0: the runtime's own choice).
+    scenario: "offline" (every lane back to back for `seconds`), "server" (Poisson arrivals at `rate` per second,
+    at least `seconds` of them and `min_requests`, drawn from `seed`) or "multistream" (queries of
+    `samples_per_query` samples, each issued when the previous completes; `min_requests` is the fewest queries).
+    lanes: requests in flight (0: the runtime's own choice).
     """
 
     scenario: str
@@ -237,6 +239,7 @@ class LoadRun:
     rate: float = 0.0
     seed: int = 0
     min_requests: int = MIN_LOAD_REQUESTS
+    samples_per_query: int = 0  # MultiStream's K (>= 1 for that scenario; 0 for the others)
 
 
 @dataclass(frozen=True)
