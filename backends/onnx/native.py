@@ -68,12 +68,6 @@ def find_onnxruntime() -> tuple[Path | None, Path]:
     return include, library
 
 
-def load_header() -> tuple[Path, ...]:
-    """The shared load loops' header (native/csrc/common/mx_load.h, header-only), hashed into the build's key."""
-    root = package_dir("multiexport")
-    return (root / "native" / "csrc" / "common" / "mx_load.h",) if root else ()
-
-
 @dataclass(frozen=True)
 class OrtConsumer(NativeConsumer):
     """ort_run: the section is recomputed from the manifest (the tamper check); a bundle carries the
@@ -99,7 +93,7 @@ class OrtConsumer(NativeConsumer):
         headers = (SOURCES / ORT_DECLARATION, *([include / "onnxruntime_c_api.h"] if include else []))
         flags = ("-std=c11", *real, f'-D{LIBRARY_DEFINE}="{library}"', "-ldl", "-pthread")  # pthread: the load loop
         return Recipe("c", SOURCES / "ort_run.c", flags,
-                      (*headers, *load_header(), library), dlopened=(LIBRARY_DEFINE,))
+                      (*headers, library), dlopened=(LIBRARY_DEFINE,))
 
     def bundle_runtime(self, request: Request) -> list[Path]:
         """The libonnxruntime ort_run dlopens (the bundled build names it by file name: found through

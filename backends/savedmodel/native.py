@@ -78,11 +78,9 @@ class TfConsumer(NativeConsumer):
         """C99 linked with the tensorflow wheel's `libtensorflow_cc.so.2` / `libtensorflow_framework.so.2`, with an
         rpath to the wheel so the program runs under `env -i`."""
         include, lib = find_tensorflow()
-        root = package_dir("multiexport")  # the shared load loops' header, hashed into the build's key
-        load_header = (root / "native" / "csrc" / "common" / "mx_load.h",) if root else ()
         return Recipe("c", SOURCE, ("-std=c99", f"-I{include}", f"-L{lib}", "-l:libtensorflow_cc.so.2",
                                     "-l:libtensorflow_framework.so.2", f"-Wl,-rpath,{lib}", "-pthread"),
-                      (include / "tensorflow" / "c" / "c_api.h", lib / "libtensorflow_cc.so.2", *load_header))
+                      (include / "tensorflow" / "c" / "c_api.h", lib / "libtensorflow_cc.so.2"))
 
     def thread_env(self, threads: int) -> dict[str, str]:
         return {"TF_NUM_INTRAOP_THREADS": str(threads), "TF_NUM_INTEROP_THREADS": "1"}

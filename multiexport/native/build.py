@@ -31,7 +31,7 @@ from .runtimes import NativeBuildError as NativeBuildError, package_dir as packa
 
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"  # the shared sources' root (package data): -I names it
 COMMON = ("common/mx_json.c", "common/mx_npy.c", "common/mx_util.c")
-COMMON_HEADERS = ("common/mx_json.h", "common/mx_npy.h", "common/mx_util.h")
+COMMON_HEADERS = ("common/mx_json.h", "common/mx_npy.h", "common/mx_util.h", "common/mx_load.h")
 COMPILE_TIMEOUT_S = 600
 BUNDLE_RPATH = "$ORIGIN/../lib"  # a bundled program's libraries: OUT/bin/PROG finds them in OUT/lib
 CORE_OPTIONS = ("sources", "program", "device")  # `main`'s own options, which no backend's can replace
