@@ -56,6 +56,7 @@ class _Entry:
     line: str
     deps: frozenset[str]
     near: tuple[int, ...]
+    scope: str  # name stack and primitive (`block4a_bn/mul`): what the op jax.jit lowers it to is named
 
 
 def user_line(frames: Sequence[str]) -> str:
@@ -101,9 +102,12 @@ def map_equations(table_text: str, sites: Sequence[Site], leaves: Sequence[str],
         if len(es) == len(ss) and ordered is not None and chain_sites:
             pairs.extend(zip(ordered, ss))
             continue
+        named = _by_scope(es, ss)
+        pairs.extend(named)
         why = (f"cannot map: {len(es)} jax2onnx equation outputs and {len(ss)} ops share line {line}, shape "
-               f"{list(shape)} and inputs" + ("" if len(es) != len(ss) else ", not one chain of dependencies"))
-        unmapped.update({s.key: why for s in ss})
+               f"{list(shape)} and inputs" + ("" if len(es) != len(ss) else ", not one chain of dependencies")
+               + (", and this op's name stack and primitive are not one equation's" if named else ""))
+        unmapped.update({s.key: why for s in ss if s.key not in {p[1].key for p in named}})
     pairs = _consistent(pairs, entry_anc, sorted(sites, key=lambda s: (s.index, s.result)), unmapped)
     found = {s.key: EquationTensor(e.tensor, e.to_jax,
                                    f"ONNX tensor {e.tensor} holds this value: the output of jax2onnx's {e.primitive} "
@@ -123,6 +127,56 @@ def feed_dims(request: IntermediatesRequest) -> dict[str, int]:
     return found
 
 
+# jax.numpy functions jax2onnx converts as one equation of its own name, and the one lax primitive jax.jit lowers
+# them to (operands broadcast first: a broadcast holds other inputs, so it is not of the same key).
+_NUMPY_PRIMITIVE = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "true_divide": "div",
+                    "maximum": "max", "minimum": "min", "negative": "neg", "exp": "exp", "tanh": "tanh",
+                    "sqrt": "sqrt", "log": "log", "abs": "abs"}
+
+
+def _by_scope(entries: Sequence[_Entry], sites: Sequence[Site]) -> list[tuple[_Entry, Site]]:
+    """Within one key that counts do not settle, the pairs that names settle. jax.jit names each op by its
+    equation's name stack and primitive (`jit(f)/block4a_bn/mul`); a tensor whose equation has that name stack
+    and primitive (or is jax2onnx's `jax.numpy.add` of a plain primitive) holds the value of the one op of the key
+    so named. A jitted library function jax2onnx converts as one equation (`jax.nn.silu`) is a call in the module
+    (`.../block4a_activation/jit(silu)`): its value is the one op of the key in that call that nothing else in the
+    call reads. A name held by several equation outputs or several ops of the key pairs nothing."""
+    def tail(scope: str) -> str:
+        head, _, rest = scope.partition("/")
+        return rest if head.startswith("jit(") and rest else scope
+
+    names: dict[str, list[_Entry]] = {}
+    for e in entries:
+        names.setdefault(_scope_name(e), []).append(e)
+    out = []
+    for name, es in names.items():
+        if len(es) != 1 or not name:
+            continue
+        if name.endswith(")") and "jit(" in name.rpartition("/")[2]:  # a call: its exit
+            inside = [s for s in sites if tail(s.scope) == name or tail(s.scope).startswith(name + "/")]
+            read = {o for s in inside for o in s.operands}
+            found = [s for s in inside if s.key not in read]
+        else:
+            found = [s for s in sites if tail(s.scope) == name]
+        if len(found) == 1:
+            out.append((es[0], found[0]))
+    return out
+
+
+def _scope_name(e: _Entry) -> str:
+    """The name jax.jit gives the op holding `e`'s value (see `_by_scope`), "" when it has none to go by."""
+    stack, _, primitive = e.scope.rpartition("/")
+    prefix = f"{stack}/" if stack else ""
+    library, _, function = primitive.rpartition(".")
+    if not library:
+        return e.scope
+    if library == "jax.numpy" and function in _NUMPY_PRIMITIVE:
+        return prefix + _NUMPY_PRIMITIVE[function]
+    if library in ("jax.nn", "jax.numpy") and function.isidentifier():
+        return f"{prefix}jit({function})"
+    return ""
+
+
 def _base(location: str) -> str:
     file, _, line = location.rpartition(":")
     return f"{posixpath.basename(file)}:{line}" if file else ""
@@ -138,12 +192,13 @@ def _entries(text: str, dims: Mapping[str, int]) -> list[_Entry]:
         raise ValueError(f"not a version-{EQUATION_TABLE_VERSION} equation table")
     inputs = [str(n) for n in data["inputs"]]
     out = []
-    for i, (tensor, to_jax, shape, dtype, primitive, _stack, frames, mask, near) in enumerate(data["entries"]):
+    for i, (tensor, to_jax, shape, dtype, primitive, stack, frames, mask, near) in enumerate(data["entries"]):
         bits = int(mask, 16)
         out.append(_Entry(i, str(tensor), tuple(int(p) for p in to_jax) if to_jax is not None else None,
                           tuple(_size(d, dims) for d in shape), str(dtype), str(primitive),
                           user_line([str(f) for f in frames]),
-                          frozenset(n for j, n in enumerate(inputs) if bits >> j & 1), tuple(int(n) for n in near)))
+                          frozenset(n for j, n in enumerate(inputs) if bits >> j & 1), tuple(int(n) for n in near),
+                          f"{stack}/{primitive}" if stack else str(primitive)))
     return out
 
 

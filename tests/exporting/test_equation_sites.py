@@ -12,16 +12,16 @@ from multiexport.exporting.intermediates import Site
 LEAVES = ["x", "w"]
 
 
-def _site(index: int, line: str, operands: tuple[str, ...], shape=(2, 3)) -> Site:
+def _site(index: int, line: str, operands: tuple[str, ...], shape=(2, 3), scope: str = "") -> Site:
     return Site(key=f"op{index}", index=index, result=0, op="stablehlo.add", shape=shape, dtype="float32",
-                location=f"model.py:{line}", operands=operands)
+                location=f"model.py:{line}", operands=operands, scope=scope)
 
 
 def _table(*entries, shape=(2, 3)) -> str:
-    """entries: (tensor, line, input mask, near)."""
+    """entries: (tensor, line, input mask, near[, name stack, primitive])."""
     return json.dumps({"version": EQUATION_TABLE_VERSION, "inputs": LEAVES, "entries": [
-        [tensor, None, list(shape), "float32", "add", "", [f"/home/user/model.py:{line}"], mask, near]
-        for tensor, line, mask, near in entries]})
+        [e[0], None, list(shape), "float32", e[5] if len(e) > 5 else "add", e[4] if len(e) > 4 else "",
+         [f"/home/user/model.py:{e[1]}"], e[2], e[3]] for e in entries]})
 
 
 def test_one_tensor_and_one_op_of_a_line_pair():
@@ -69,3 +69,28 @@ def test_symbolic_dimensions_are_bound_to_the_trials_sizes():
     for dims in ({"b": 4}, {}):  # another size, or a dimension the trial does not bind: no pairing
         found, unmapped = map_equations(_table(("t0", 5, "1", []), shape=("2*b", 3)), site, LEAVES, dims)
         assert not found and "no equation" in unmapped["op0"]
+
+
+def test_where_counts_differ_a_unique_name_stack_and_primitive_pairs():
+    # three ops of one line, shape and inputs (a BatchNorm's multiply, add, a silu's logistic); jax2onnx recorded
+    # two outputs: the add (its name stack and primitive name one op) and a silu equation its plugin named
+    sites = [_site(0, "5", ("arg0",), scope="jit(f)/bn/mul"), _site(1, "5", ("op0",), scope="jit(f)/bn/add"),
+             _site(2, "5", ("op1",), scope="jit(f)/act/logistic")]
+    found, unmapped = map_equations(_table(("t0", 5, "1", [], "bn", "add"), ("t1", 5, "1", [0], "act", "silu")),
+                                    sites, LEAVES)
+    assert list(found) == ["op1"] and found["op1"].name == "t0"
+    assert "1 jax2onnx" not in unmapped["op0"] and "name stack and primitive are not one equation's" in unmapped["op2"]
+
+
+def test_a_library_function_converted_as_one_equation_pairs_with_its_calls_exit():
+    # jax.nn.silu is a call in the module (x * logistic(x)); jax2onnx converts it as one equation, and
+    # jnp.add as one: the silu's value is the call's op nothing else in it reads, the add the op named add
+    sites = [_site(0, "5", ("arg0",), scope="jit(f)/bn/mul"), _site(1, "5", ("op0",), scope="jit(f)/bn/add"),
+             _site(2, "5", ("op1",), scope="jit(f)/act/jit(silu)"), _site(3, "5", ("op1", "op2"), scope="jit(f)/act/jit(silu)")]
+    table = _table(("t0", 5, "1", [], "bn", "jax.numpy.add"), ("t1", 5, "1", [0], "act", "jax.nn.silu"))
+    found, unmapped = map_equations(table, sites, LEAVES)
+    assert (found["op1"].name, found["op3"].name) == ("t0", "t1") and set(found) == {"op1", "op3"}
+    # a call with two ops nothing in it reads (two exits) pairs nothing
+    sites[3] = _site(3, "5", ("op1",), scope="jit(f)/act/jit(silu)")
+    found, _ = map_equations(table, sites, LEAVES)
+    assert set(found) == {"op1"}
