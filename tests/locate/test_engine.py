@@ -4,14 +4,18 @@ ops, the command's exit codes and one-line mistakes."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import jax.numpy as jnp
 import numpy as np
+import onnx
 
 import multiexport.exporting  # noqa: F401  (installs the export driver)
 from multiexport.cli import main
 from multiexport.leaves import Target
 from multiexport.locate import LocateConfig, locate
+
+from . import plant
 
 
 def two_heads(x, w):
@@ -25,15 +29,29 @@ def target():
                                    rng.normal(size=(3, 4)).astype(np.float32)), name="two_heads")
 
 
-def test_a_jax2onnx_graph_is_not_mapped_and_says_how_to_locate(tmp_path):
-    result = locate(target(), LocateConfig(backends=("onnx",), out_dir=tmp_path, backend_options={
+def test_a_jax2onnx_graph_is_mapped_by_its_equations_and_one_without_a_table_is_not(tmp_path):
+    result = locate(target(), LocateConfig(backends=("onnx",), out_dir=tmp_path / "a", backend_options={
         "onnx": {"route": "jax2onnx"}}), say=lambda line: None)
+    answer = result.backends[0]
+    # tanh(x @ w), * 2.0, exp, sum: each equation jax2onnx converted holds one op's value, and agrees
+    assert answer.mapped >= 4 and answer.first is None and "agrees" in answer.verdict
+    # the same file without its equation table (as an older multiexport wrote it): nothing mapped, and why
+    shipped = tmp_path / "shipped"
+    shutil.copytree(answer.artifact, shipped)
+    model = onnx.load(str(shipped / "model.onnx"))
+    kept = [p for p in model.metadata_props if p.key != "multiexport.locate.jax2onnx"]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    onnx.save(model, str(shipped / "model.onnx"))
+    plant.reseal(shipped)
+    result = locate(target(), LocateConfig(backends=("onnx",), out_dir=tmp_path / "b", artifacts={"onnx": shipped}),
+                    say=lambda line: None)
     answer = result.backends[0]
     assert answer.mapped == 0 and answer.first is None and answer.culprit is None
     (reason,) = answer.unmapped
-    assert "jax2onnx route" in reason and "onnx.route=stablehlo" in reason
+    assert "neither a site table nor a jax2onnx equation table" in reason and "re-export" in reason
     assert "no intermediate value could be mapped" in answer.verdict
-    written = json.loads((tmp_path / "locate.json").read_text())
+    written = json.loads((tmp_path / "b" / "locate.json").read_text())
     assert written["schema"] == "multiexport.locate/1" and written["backends"][0]["mapped"] == 0
 
 
