@@ -57,8 +57,8 @@ def _read_outputs(artifact: Path, outputs: Path) -> dict[str, np.ndarray]:
     return {e["leaf"]: np.load(outputs / e["file"]) for e in native["results"] if e.get("kind") == "leaf"}
 
 
-def _native(artifact: Path, work: Path, extra: list[str], timeout: float) -> str:
-    argv, env = command(artifact, inputs_dir=str(work / "inputs"), outputs_dir=str(work / "outputs"))
+def _native(artifact: Path, work: Path, extra: list[str], timeout: float, device: str = "cpu") -> str:
+    argv, env = command(artifact, inputs_dir=str(work / "inputs"), outputs_dir=str(work / "outputs"), device=device)
     (work / "outputs").mkdir(parents=True, exist_ok=True)
     done = subprocess.run(argv + extra, env=env, cwd=artifact, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
@@ -67,17 +67,17 @@ def _native(artifact: Path, work: Path, extra: list[str], timeout: float) -> str
 
 
 def native_greedy(prefill_dir: Path, decode_dir: Path, params: Mapping[str, Any], prompt: np.ndarray, layers: int,
-                  steps: int, work: Path, timeout: float = 600, carry: bool = True) -> dict[str, Any]:
+                  steps: int, work: Path, timeout: float = 600, carry: bool = True, device: str = "cpu") -> dict[str, Any]:
     """Prefill once, then `steps` decode steps in one process of the artifacts' native consumer (pjrt_run, ov_run)
     with the cache carried from call to call (`carry=False`: every step reads the prefill's cache again, a planted
-    fault for tests).
+    fault for tests). device: the PJRT plugin pjrt_run loads ("tpu": libtpu; `multiexport.native.run.command`).
     Returns {"tokens": int32[B, steps + 1], "prefill_ms": wall time of the prefill program's run (compile included),
     "decode": the loop's timing JSON (per-step wall times)}."""
     feed = dict(_leaves("params", params))
     pre = work / "prefill"
     _write_inputs(prefill_dir, {**feed, "tokens": prompt}, pre / "inputs")
     t0 = time.perf_counter()
-    _native(prefill_dir, pre, [], timeout)
+    _native(prefill_dir, pre, [], timeout, device)
     prefill_ms = (time.perf_counter() - t0) * 1e3
     out = _read_outputs(prefill_dir, pre / "outputs")
     first = np.argmax(out["out.logits"], axis=-1).astype(np.int32)
@@ -88,7 +88,7 @@ def native_greedy(prefill_dir: Path, decode_dir: Path, params: Mapping[str, Any]
              str(dec / "tokens.npy")]
     for name in cache if carry else ():
         flags += ["--carry", f"out.{name}={name}"]
-    stdout = _native(decode_dir, dec, flags, timeout)
+    stdout = _native(decode_dir, dec, flags, timeout, device)
     timing = json.loads(stdout.strip().splitlines()[-1])
     generated = np.load(dec / "tokens.npy")  # [steps, B]
     tokens = np.concatenate([first[:, None], generated.T], axis=1)
