@@ -3,8 +3,9 @@
 In the worker (`answer_load_run`) the runner's lanes (`throughput_lanes`: the backend's throughput configuration
 where its runner declares one, else one thread per lane calling the one runner) run a scenario of `measure.load`.
 The request and its answer are the paired protocol's (run.messages: LoadRun, LoadAnswer). A MultiStream request
-carries its K samples per query (`LoadRun.samples_per_query`; its `min_requests` is the fewest queries). A benchmark's planted slowdown ($MULTIEXPORT_PLANTED_SLOWDOWN: FACTOR) makes every request of the lanes
-run the runtime's call FACTOR times on average (`planted_calls`): the throughput gate's calibration plants it
+carries its K samples per query (`LoadRun.samples_per_query`; its `min_requests` is the fewest queries). A
+benchmark's planted slowdown ($MULTIEXPORT_PLANTED_SLOWDOWN: FACTOR) makes every request of the lanes run the
+runtime's call FACTOR times on average (`planted_calls`): the throughput gate's calibration plants it
 (benchmarks/load_calibration.py). Not measure.pairing's spin: a lane spinning in Python holds the GIL, and under
 several lanes that stalls the others (a 1.5x spin measured 6-60x lower throughput on the seed).
 """
