@@ -105,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baked", action="store_true",
                         help="export the *_baked targets: the weights lifted to the artifact's weights file, which "
                              "the consumer reads itself (no weights pass through .npy inputs; for the 1 B config)")
+    parser.add_argument("--from-compare", type=Path, metavar="DIR",
+                        help="no export: run the artifacts a `benchmarks.llm` run left in DIR (DIR/prefill/BACKEND and "
+                             "DIR/decode/BACKEND, the *_baked targets' compares), e.g. the 1 B compare's, which this "
+                             "machine cannot afford to export twice")
     parser.add_argument("--out", type=Path, default=Path("multiexport-out/llm-native"))
     parser.add_argument("--keep", action="store_true", help="keep the artifacts (default: removed at the end)")
     args = parser.parse_args(argv)
@@ -119,13 +123,21 @@ def main(argv: list[str] | None = None) -> int:
     cfg = llm.CONFIGS[args.size]
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = "_baked" if args.baked else ""
-    export_s = {}
-    for backend in backends:
+    export_s: dict[str, float | None] = {}
+    artifacts = {b: (args.out / b / "prefill", args.out / b / "decode") for b in backends}
+    if args.from_compare is not None:
+        args.baked = True  # the compares export the *_baked targets
+        artifacts = {b: (args.from_compare / "prefill" / b, args.from_compare / "decode" / b) for b in backends}
+        missing = [str(d) for pair in artifacts.values() for d in pair if not (d / "manifest.json").is_file()]
+        if missing:
+            parser.error(f"--from-compare | no artifact in {', '.join(missing)}")
+        export_s = dict.fromkeys(backends)
+    for backend in backends if args.from_compare is None else ():
         t0 = time.perf_counter()
-        for step in ("prefill", "decode"):  # each export in a process of its own: its memory is returned after
+        for step, directory in zip(("prefill", "decode"), artifacts[backend]):  # each export in its own process
             subprocess.run([sys.executable, "-m", "multiexport", "export",
                             f"benchmarks.real_models.llm:llm_{args.size}_{step}{suffix}", "--backend", backend,
-                            "--out-dir", str(args.out / backend / step)], check=True, stdout=subprocess.DEVNULL)
+                            "--out-dir", str(directory)], check=True, stdout=subprocess.DEVNULL)
         export_s[backend] = time.perf_counter() - t0
     params = llm.init_params(cfg)
     prompt = llm.example_prompt(cfg)
@@ -139,9 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                               "tokens": args.steps, "jax_jit": ref.tolist(), "jax_jit_generate_s": jit_s}
     equal = True
     for backend in backends:
-        root = args.out / backend
-        got = native_greedy(root / "prefill", root / "decode", params, prompt, cfg.layers, args.steps - 1,
-                            root / "work")
+        got = native_greedy(*artifacts[backend], params, prompt, cfg.layers, args.steps - 1,
+                            args.out / backend / "work")
         same = bool(np.array_equal(ref, got["tokens"]))
         equal = equal and same
         report[backend] = {"equal": same, "tokens": got["tokens"].tolist(), "export_s": export_s[backend],
