@@ -9,7 +9,8 @@ from the same input leaves. Those four facts form a *key*; a tensor and an op ar
 as many recorded tensors as ops, and either one of each or a single chain of dependencies on both sides (a
 converter cannot reorder a chain, so the k-th of one is the k-th of the other). Anything else, several parallel
 values of one line and shape, or counts that differ (an equation holding an op's value the module has as
-several ops, a module op no equation outputs), is "cannot map", per op, with the reason.
+several ops, a module op no equation outputs), is "cannot map", per op, with the reason, unless names settle
+it (`_by_scope`: jax.jit names each op by its equation's name stack and primitive, which the table records too).
 
 Every pairing is then checked against both graphs: a recorded tensor reads another pair's tensor (through any
 number of nodes) exactly when that pair's op feeds the op. Contradicting pairs are dropped, the most
