@@ -16,6 +16,7 @@ from pathlib import Path
 
 import onnx
 
+from multiexport.examples import flax_models
 from multiexport.exporting.manifest import Manifest
 
 
@@ -26,6 +27,10 @@ def source_line(fn, needle: str) -> str:
         if needle in line:
             return f"{path.name}:{number}"
     raise AssertionError(f"{needle!r} not in {path}")
+
+
+CNN_CONV0 = source_line(flax_models.cnn, "nn.Conv(8")  # the example CNN's two nn.Conv lines
+CNN_CONV1 = source_line(flax_models.cnn, "nn.Conv(16")
 
 
 def reseal(directory: Path) -> None:

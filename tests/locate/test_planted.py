@@ -13,8 +13,6 @@ import numpy as np
 import pytest
 
 import multiexport.exporting  # noqa: F401  (installs the export driver)
-from multiexport.examples import flax_models
-from multiexport.leaves import load_target
 from multiexport.locate import LocateConfig, locate
 from multiexport.report.locate import with_locate_section
 
@@ -22,14 +20,8 @@ from . import plant
 
 pytestmark = pytest.mark.slow  # four exports and nine locates of a real CNN: ~100 s
 
-CONV0 = plant.source_line(flax_models.cnn, "nn.Conv(8")
-CONV1 = plant.source_line(flax_models.cnn, "nn.Conv(16")
+CONV0, CONV1 = plant.CNN_CONV0, plant.CNN_CONV1
 OPTIONS = {"onnx": {"route": "stablehlo"}, "openvino": {"onnx_route": "stablehlo"}}
-
-
-@pytest.fixture(scope="module")
-def target():
-    return load_target("multiexport.examples:cnn")
 
 
 @pytest.fixture(scope="module")

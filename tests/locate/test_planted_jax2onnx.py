@@ -11,21 +11,13 @@ from pathlib import Path
 import pytest
 
 import multiexport.exporting  # noqa: F401  (installs the export driver)
-from multiexport.examples import flax_models
-from multiexport.leaves import load_target
 from multiexport.locate import LocateConfig, locate
 
 from . import plant
 
 pytestmark = pytest.mark.slow  # two exports and four locates of a real CNN: ~60 s
 
-CONV0 = plant.source_line(flax_models.cnn, "nn.Conv(8")
-CONV1 = plant.source_line(flax_models.cnn, "nn.Conv(16")
-
-
-@pytest.fixture(scope="module")
-def target():
-    return load_target("multiexport.examples:cnn")
+CONV0, CONV1 = plant.CNN_CONV0, plant.CNN_CONV1
 
 
 @pytest.fixture(scope="module")
