@@ -32,6 +32,7 @@ from .exporting.equation_sites import (
     EquationTensor,
     feed_dims,
     map_equations,
+    misshapen,
 )
 from .exporting.facts import ExportSetup, FormatFacts
 from .exporting.format_result import FormatResult
@@ -142,6 +143,7 @@ __all__ = [
     "module_aliases",
     # locate on jax2onnx's graphs: the equation table its conversion records, paired with the module's ops
     "EQUATION_TABLE_KEY", "EQUATION_TABLE_VERSION", "EquationTensor", "map_equations", "feed_dims",
+    "misshapen",
     # locate: a module with symbolic dimensions refined to one feed's sizes (XLA's and the SavedModel's hooks)
     "refine_module",
 ]

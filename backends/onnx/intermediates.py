@@ -28,6 +28,7 @@ from multiexport.sdk import (
     feed_dims,
     map_equations,
     map_sites,
+    misshapen,
 )
 
 from .runner import session_options
@@ -136,7 +137,11 @@ def onnx_intermediates(request: IntermediatesRequest) -> Intermediates:
         outputs = {o.name: by_name[o.name] for o in model.graph.output[:n_outputs]}
     how = (f"ONNX Runtime on the shipped {path.name} with {len(set(fetch.values()))} tensors added as graph outputs "
            f"({len(known)} more read from its inputs and initializers)")
-    return Intermediates(values=values, unmapped=mapped.unmapped, how=how, outputs=outputs, notes=mapped.notes)
+    wrong = misshapen(values, request.sites, mapped.notes)
+    for key in wrong:
+        values.pop(key)
+    return Intermediates(values=values, unmapped={**mapped.unmapped, **wrong}, how=how, outputs=outputs,
+                         notes=mapped.notes)
 
 
 def reduced_onnx(request: IntermediatesRequest, site: Site, operands: Sequence[Site], out_dir: Path) -> str:

@@ -24,6 +24,7 @@ from multiexport.sdk import (
     feed_dims,
     map_equations,
     map_sites,
+    misshapen,
 )
 
 from .runner import config, import_openvino
@@ -95,7 +96,10 @@ def openvino_intermediates(request: IntermediatesRequest) -> Intermediates:
     outputs = {n: by_name[n] for port in list(model.outputs)[:n_outputs] for n in port.get_names() if n in by_name}
     how = (f"OpenVINO CPU on the shipped {path.name} with {len(added)} tensors added as model outputs "
            f"({len(known)} more read from its inputs)")
-    return Intermediates(values=values, unmapped=unmapped, how=how, outputs=outputs, notes=notes)
+    wrong = misshapen(values, request.sites, notes)
+    for key in wrong:
+        values.pop(key)
+    return Intermediates(values=values, unmapped={**unmapped, **wrong}, how=how, outputs=outputs, notes=notes)
 
 
 def in_layout(value: Any, perm: tuple[int, ...] | None) -> Any:

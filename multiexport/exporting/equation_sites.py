@@ -23,7 +23,7 @@ import ast
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .instrument import installed_file
 from .intermediates import IntermediatesRequest, Site
@@ -115,6 +115,19 @@ def map_equations(table_text: str, sites: Sequence[Site], leaves: Sequence[str],
                                    f"equation at {e.line}" + (f", transposed by {list(e.to_jax)} to this op's layout" if e.to_jax else ""))
              for e, s in pairs}
     return found, unmapped
+
+
+def misshapen(values: Mapping[str, object], sites: Sequence[Site], keys: Iterable[str]) -> dict[str, str]:
+    """Of `keys` (sites mapped through the equation table), those whose value, read in the site's layout, does not
+    have the site's shape, each with why: the table's layout did not hold for this file, so the tensor is not
+    compared (a shape mismatch would read as a divergence)."""
+    by_key = {s.key: s for s in sites}
+    out = {}
+    for key in keys:
+        if key in values and key in by_key and tuple(getattr(values[key], "shape", ())) != by_key[key].shape:
+            out[key] = (f"cannot map: the recorded tensor has shape {list(getattr(values[key], 'shape', ()))} in this "
+                        f"op's layout, the op {list(by_key[key].shape)}")
+    return out
 
 
 def feed_dims(request: IntermediatesRequest) -> dict[str, int]:

@@ -94,3 +94,13 @@ def test_a_library_function_converted_as_one_equation_pairs_with_its_calls_exit(
     sites[3] = _site(3, "5", ("op1",), scope="jit(f)/act/jit(silu)")
     found, _ = map_equations(table, sites, LEAVES)
     assert set(found) == {"op1"}
+
+
+def test_a_value_whose_shape_is_not_the_ops_is_not_compared():
+    import numpy as np
+
+    from multiexport.exporting.equation_sites import misshapen
+
+    sites = [_site(0, "5", ("arg0",)), _site(1, "5", ("op0",))]
+    wrong = misshapen({"op0": np.zeros((2, 3)), "op1": np.zeros((3, 2))}, sites, ["op0", "op1"])
+    assert list(wrong) == ["op1"] and "shape [3, 2]" in wrong["op1"]
