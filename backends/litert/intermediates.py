@@ -11,7 +11,7 @@ by the names the converter wrote (the ops' MLIR locations); what it cannot pair 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from multiexport.sdk import ArtifactError, Intermediates, IntermediatesRequest, 
 
 from .dependencies import contradictions
 from .runner import signature_of
-from .tensor_names import SiteRef, TensorRef, pair, site_names
+from .tensor_names import SiteRef, TensorRef, _resolve, pair, site_names
 
 _QUANTIZED = ("int8", "uint8", "int16")
 
@@ -41,8 +41,10 @@ def litert_intermediates(request: IntermediatesRequest) -> Intermediates:
     # the reference's argument i is input leaf i (every leaf kept); the .tflite's input tensors by signature alias
     args = {leaf.param: f"arg{i}" for i, leaf in enumerate(manifest.inputs) if leaf.param is not None}
     sources = {index: args[alias] for alias, index in sig["inputs"].items() if alias in args}
-    dropped = contradictions(found.pairs, sites, tensors, sources)
-    pairs = {key: index for key, index in found.pairs.items() if key not in dropped}
+    settled = by_ancestors(found.pairs, found.unmapped, sites, tensors, sources)
+    candidate = {**found.pairs, **settled}
+    dropped = contradictions(candidate, sites, tensors, sources)
+    pairs = {key: index for key, index in candidate.items() if key not in dropped}
     outputs = {leaf.name: np.array(interpreter.get_tensor(sig["outputs"][str(leaf.param)]))
                for leaf in manifest.outputs}
     import ai_edge_litert
@@ -56,8 +58,75 @@ def litert_intermediates(request: IntermediatesRequest) -> Intermediates:
     notes = {key: (f"the .tflite computes this in {by_index[pairs[key]].producer} '{by_index[pairs[key]].name}', "
                    f"fused with {', '.join(f'{ops[k]} ({k})' for k in parts)}")
              for key, parts in found.fused.items() if key in pairs}
+    unmapped = {k: why for k, why in found.unmapped.items() if k not in settled}
     return Intermediates(values={key: values[index] for key, index in pairs.items()},
-                         unmapped={**found.unmapped, **dropped}, how=how, outputs=outputs, notes=notes)
+                         unmapped={**unmapped, **dropped}, how=how, outputs=outputs, notes=notes)
+
+
+SHARED = "share the name"  # tensor_names' reason for a name held by several ops and tensors
+
+
+def by_ancestors(pairs: Mapping[str, int], unmapped: Mapping[str, str], sites: list[SiteRef],
+                 tensors: list[TensorRef], sources: Mapping[int, str]) -> dict[str, int]:
+    """Pairs for the ops whose name, shape and dtype several ops and tensors share (a relu6 inlined from
+    `jit(relu6)` is `max` in every block): an op and a tensor of one such group pair when their nearest paired
+    ancestors (the reference's arguments counted as paired) are the same sites, and no other op or tensor of the
+    group has those. A tensor computed from the same paired values as exactly one of the ops is that op's value;
+    parallel ops with the same ancestors, or a set no tensor shares, stay unmapped. The pairs then go through the
+    dependency check with the rest."""
+    holder = {index: key for key, index in pairs.items()}
+    by_key = {s.key: s for s in sites}
+    by_index = {t.index: t for t in tensors}
+
+    def site_nearest(key: str) -> frozenset[str]:
+        out, seen, todo = set(), set(), list(by_key[key].parents)
+        while todo:
+            k = todo.pop()
+            if k in seen:
+                continue
+            seen.add(k)
+            if k.startswith("arg") or k in pairs:
+                out.add(k)
+            elif k in by_key:
+                todo.extend(by_key[k].parents)
+        return frozenset(out)
+
+    def tensor_nearest(index: int) -> frozenset[str]:
+        out, seen, todo = set(), set(), list(by_index[index].inputs)
+        while todo:
+            i = todo.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            if i in sources:
+                out.add(sources[i])
+            elif i in holder:
+                out.add(holder[i])
+            elif i in by_index:
+                todo.extend(by_index[i].inputs)
+        return frozenset(out)
+
+    groups: dict[tuple, tuple[list[str], list[int]]] = {}
+    for key, why in unmapped.items():
+        if SHARED in why:
+            s = by_key[key]
+            groups.setdefault((s.names, s.shape, s.dtype), ([], []))[0].append(key)
+    free = [t for t in tensors if t.index not in holder]
+    for (names, shape, dtype), (_, found) in groups.items():
+        named: dict[str, list[SiteRef]] = {n: [] for n in names}  # the tensor's name as the pairing reads it (fused root, counter dropped)
+        found.extend(t.index for t in free if t.shape == shape and t.dtype == dtype and _resolve(t.name, named))
+    settled: dict[str, int] = {}
+    for keys, indices in groups.values():
+        ops: dict[frozenset[str], list[str]] = {}
+        for key in keys:
+            ops.setdefault(site_nearest(key), []).append(key)
+        held: dict[frozenset[str], list[int]] = {}
+        for index in indices:
+            held.setdefault(tensor_nearest(index), []).append(index)
+        for ancestors, at in ops.items():
+            if ancestors and len(at) == 1 and len(held.get(ancestors, ())) == 1:
+                settled[at[0]] = held[ancestors][0]
+    return settled
 
 
 def _open(path: str, threads: int) -> Any:

@@ -21,7 +21,7 @@ import pytest
 from multiexport import Target, api
 from multiexport.backends.litert import LiteRTBackend
 from multiexport.backends.litert.dependencies import contradictions
-from multiexport.backends.litert.intermediates import _materialized
+from multiexport.backends.litert.intermediates import _materialized, by_ancestors
 from multiexport.backends.litert.tensor_names import SiteRef, TensorRef, fused_parts, pair, site_names
 from multiexport.examples.flax_models import CNN, cnn
 from multiexport.exporting import Manifest, RunOptions
@@ -243,3 +243,21 @@ def test_tensors_inside_a_partition_of_several_ops_are_not_read():
     assert _materialized(one_by_one) is None  # every op its own partition: all written
     together = [add, mul, {"op_name": "DELEGATE", "inputs": [0, 1], "outputs": [3]}]
     assert _materialized(together) == {3}  # the ADD's tensor 2 lives inside the partition: never written
+
+
+def test_ops_sharing_a_name_pair_by_their_nearest_paired_ancestors():
+    """Two blocks' relus are both `max` (inlined from jit(relu)); block 1's the converter dropped (its conv's tensor
+    `c1` holds the conv alone here), so one `max` tensor stands for two ops: it is the op computed from the same
+    paired values (block 2's conv). With nothing paired between them, both ops come from the same values (the
+    argument): nothing is settled."""
+    def site(key, parents, names=("max",)):
+        return SiteRef(key=key, names=names, op="stablehlo.maximum", shape=(2, 4), dtype="float32", parents=parents)
+
+    sites = [SiteRef("op0", ("c1",), "stablehlo.add", (2, 4), "float32", ("arg0",)), site("op1", ("op0",)),
+             SiteRef("op2", ("c2",), "stablehlo.add", (2, 4), "float32", ("op1",)), site("op3", ("op2",))]
+    tensors = [TensorRef(10, "c1", (2, 4), "float32", "ADD", 0, (1,)), TensorRef(11, "c2", (2, 4), "float32", "ADD", 1, (10,)),
+               TensorRef(12, "max", (2, 4), "float32", "MAXIMUM", 2, (11,))]
+    why = "cannot map: 1 .tflite tensors and 2 ops of the module share the name 'max'"
+    settled = by_ancestors({"op2": 11}, {"op1": why, "op3": why}, sites, tensors, {1: "arg0"})
+    assert settled == {"op3": 12}
+    assert by_ancestors({}, {"op1": why, "op3": why}, sites, tensors, {1: "arg0"}) == {}
