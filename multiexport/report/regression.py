@@ -291,8 +291,8 @@ def aggregate_latency(diff: Diff, max_slowdown: float | None, group=lambda backe
     suite can move 3-5x between runs of the same code, a real regression moves every model. Entries stay in
     the table as information ("slower"/"faster"); the gate is one check per backend group and comparison
     kind: the geometric mean above the threshold, with at least half of the entries slower beyond their
-    intervals; cross-run at `max_slowdown` (None: CROSS_RUN), paired A/B at `paired_slowdown` (None: the
-    paired default for the entries' median call size)."""
+    intervals (paired: the interval, both pairs' where two measured it, wholly above the threshold); cross-run
+    at `max_slowdown` (None: CROSS_RUN), paired A/B at `paired_slowdown` (None: the default by call size)."""
     max_slowdown = max_slowdown if max_slowdown is not None else CROSS_RUN  # a suite's baseline is another run
     groups: dict[tuple[str, str], list[Check]] = {}
     kept = []
@@ -311,7 +311,7 @@ def aggregate_latency(diff: Diff, max_slowdown: float | None, group=lambda backe
         if kind == PAIRED_AB:
             sizes = sorted(float(c.base) for c in checks if isinstance(c.base, (int, float)))
             limit = slowdown_threshold(PAIRED_AB, sizes[len(sizes) // 2] if sizes else 0.0, paired_slowdown)
-            separated = sum(c.low is not None and c.low > 1 for c in checks)
+            separated = sum(c.low is not None and c.low > limit for c in checks)  # as one entry's verdict: above it
             title = f"latency (paired A/B, geometric mean of {len(checks)})"
             rounds = sorted(c.rounds for c in checks if c.rounds is not None)
             over = f", {rounds[0]}-{rounds[-1]} rounds each" if rounds else ""

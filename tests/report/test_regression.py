@@ -243,6 +243,11 @@ def test_a_suite_gates_paired_entries_per_backend_apart_from_cross_run_ones():
     assert [(c.check, c.kind) for c in caught.regressions] == [("latency (paired A/B, geometric mean of 3)", "paired A/B")]
     # one entry slower beyond its interval of three is not the backend: half of them must be
     assert aggregate_latency(Diff(slow[:1] + noise[1:]), 2.5, paired_slowdown=1.01, **group).exit_code == 0
+    # the zoo gate's A/A false alarm under load (one XLA entry, 1.65x with a 99% interval of 1.001-2.681, at
+    # 1.3x): an entry counts as slower only when its interval lies above the gate's threshold, not above 1
+    wide = [entry("a", 1.65, 1.001)]
+    assert aggregate_latency(Diff(wide), 2.5, paired_slowdown=1.3, **group).exit_code == 0
+    assert aggregate_latency(Diff([entry("a", 1.65, 1.31)]), 2.5, paired_slowdown=1.3, **group).exit_code == 1
 
 
 def test_a_paired_regression_needs_the_fresh_process_pair_to_agree():
