@@ -40,7 +40,6 @@ from .exporting.instrument import (
     Instrumented,
     describe_location,
     instrument_module,
-    refine_module,
     run_module,
     user_frame,
 )
@@ -87,6 +86,7 @@ from .exporting.options import (
 )
 from .exporting.pipeline import export_stage
 from .exporting.precision import CalibrationFacts, PrecisionFacts, calibration_facts, calibration_feeds
+from .exporting.refine import refine_module
 from .exporting.resident_runner import ResidentFeed, ResidentFeedRunner, ResidentSession, check_session_inputs
 from .exporting.runner import Runner
 from .exporting.stablehlo import (

@@ -19,7 +19,7 @@ from multiexport.sdk import ArtifactError, Intermediates, IntermediatesRequest, 
 
 from .dependencies import contradictions
 from .runner import signature_of
-from .tensor_names import SiteRef, TensorRef, _resolve, pair, site_names
+from .tensor_names import SiteRef, TensorRef, pair, site_names
 
 _QUANTIZED = ("int8", "uint8", "int16")
 
@@ -64,6 +64,13 @@ def litert_intermediates(request: IntermediatesRequest) -> Intermediates:
 
 
 SHARED = "share the name"  # tensor_names' reason for a name held by several ops and tensors
+
+
+def _named(tensor_name: str, names: tuple[str, ...]) -> bool:
+    """Whether a tensor's name stands for one of `names` as the pairing reads it: its fused root, as is, or (when
+    not fused) without the converter's counter (`max1`)."""
+    root = tensor_name.split(";", 1)[0]
+    return root in names or (";" not in tensor_name and root.rstrip("0123456789") in names)
 
 
 def by_ancestors(pairs: Mapping[str, int], unmapped: Mapping[str, str], sites: list[SiteRef],
@@ -113,8 +120,7 @@ def by_ancestors(pairs: Mapping[str, int], unmapped: Mapping[str, str], sites: l
             groups.setdefault((s.names, s.shape, s.dtype), ([], []))[0].append(key)
     free = [t for t in tensors if t.index not in holder]
     for (names, shape, dtype), (_, found) in groups.items():
-        named: dict[str, list[SiteRef]] = {n: [] for n in names}  # the tensor's name as the pairing reads it (fused root, counter dropped)
-        found.extend(t.index for t in free if t.shape == shape and t.dtype == dtype and _resolve(t.name, named))
+        found.extend(t.index for t in free if t.shape == shape and t.dtype == dtype and _named(t.name, names))
     settled: dict[str, int] = {}
     for keys, indices in groups.values():
         ops: dict[frozenset[str], list[str]] = {}
