@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,9 @@ UNARY = frozenset({"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Neg", "Abs", "Sqrt"
 # Elementwise on several tensors: commute with one transpose applied to every input (equal ranks).
 NARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "LessOrEqual", "Greater",
                   "GreaterOrEqual", "And", "Or", "Xor", "Where", "Mod", "PRelu"})
+
+
+_PATCHING = threading.Lock()
 
 
 @dataclass
@@ -62,7 +66,7 @@ def recording() -> Iterator[Recorder]:
         import jax2onnx.converter.conversion_api as api
         import jax2onnx.converter.lowering_dispatch as dispatch
 
-        append, optimize, bound = dispatch._append_primitive_call_record, api.optimize_graph, dispatch._bound_value_name
+        bound = dispatch._bound_value_name
     except (ImportError, AttributeError) as exc:
         rec.failure = f"jax2onnx's conversion hooks are not where expected ({exc})"
         yield rec
@@ -87,11 +91,13 @@ def recording() -> Iterator[Recorder]:
                 rec.failure = rec.failure or f"the lowered graph could not be copied ({type(exc).__name__})"
         return optimize(model, *args, **kwargs)
 
-    dispatch._append_primitive_call_record, api.optimize_graph = on_equation, on_optimize
-    try:
-        yield rec
-    finally:
-        dispatch._append_primitive_call_record, api.optimize_graph = append, optimize
+    with _PATCHING:  # one conversion at a time holds the hooks (jax2onnx's converter is module-global state)
+        append, optimize = dispatch._append_primitive_call_record, api.optimize_graph
+        dispatch._append_primitive_call_record, api.optimize_graph = on_equation, on_optimize
+        try:
+            yield rec
+        finally:
+            dispatch._append_primitive_call_record, api.optimize_graph = append, optimize
 
 
 def attach_table(model: Any, rec: Recorder) -> int:
