@@ -66,6 +66,22 @@ def litert_intermediates(request: IntermediatesRequest) -> Intermediates:
 SHARED = "share the name"  # tensor_names' reason for a name held by several ops and tensors
 
 
+def _nearest(starts: Any, label: Any, parents: Any) -> frozenset[str]:
+    """The labels of the nearest labelled nodes above `starts` (`label(node)`: a label, or None to walk on up)."""
+    out, seen, todo = set(), set(), list(starts)
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        found = label(node)
+        if found is not None:
+            out.add(found)
+        else:
+            todo.extend(parents(node))
+    return frozenset(out)
+
+
 def _named(tensor_name: str, names: tuple[str, ...]) -> bool:
     """Whether a tensor's name stands for one of `names` as the pairing reads it: its fused root, as is, or (when
     not fused) without the converter's counter (`max1`)."""
@@ -85,33 +101,16 @@ def by_ancestors(pairs: Mapping[str, int], unmapped: Mapping[str, str], sites: l
     by_key = {s.key: s for s in sites}
     by_index = {t.index: t for t in tensors}
 
+    site_label = {key: key for key in pairs}
+    tensor_label = {**{i: key for i, key in holder.items()}, **sources}
+
     def site_nearest(key: str) -> frozenset[str]:
-        out, seen, todo = set(), set(), list(by_key[key].parents)
-        while todo:
-            k = todo.pop()
-            if k in seen:
-                continue
-            seen.add(k)
-            if k.startswith("arg") or k in pairs:
-                out.add(k)
-            elif k in by_key:
-                todo.extend(by_key[k].parents)
-        return frozenset(out)
+        return _nearest(by_key[key].parents, lambda k: k if k.startswith("arg") else site_label.get(k),
+                        lambda k: by_key[k].parents if k in by_key else ())
 
     def tensor_nearest(index: int) -> frozenset[str]:
-        out, seen, todo = set(), set(), list(by_index[index].inputs)
-        while todo:
-            i = todo.pop()
-            if i in seen:
-                continue
-            seen.add(i)
-            if i in sources:
-                out.add(sources[i])
-            elif i in holder:
-                out.add(holder[i])
-            elif i in by_index:
-                todo.extend(by_index[i].inputs)
-        return frozenset(out)
+        return _nearest(by_index[index].inputs, tensor_label.get,
+                        lambda i: by_index[i].inputs if i in by_index else ())
 
     groups: dict[tuple, tuple[list[str], list[int]]] = {}
     for key, why in unmapped.items():
