@@ -59,13 +59,15 @@ class LiteConsumer(NativeConsumer):
     consumer: str = CONSUMER
     program: str = "lite_run"
     mismatch: str = "model, signature names and leaves give: refusing to run a binding the export did not write"
+    load_loop: bool = True  # lite_run --load-lanes: the scenarios of `multiexport load` in C (common/mx_load.h)
 
     def recipe(self) -> Recipe:
         """C11 (litert_api.h checks LiteRT's documented struct sizes with _Static_assert) linked with the wheel's
-        `libLiteRt.so`, with an rpath to the wheel."""
+        `libLiteRt.so`, with an rpath to the wheel, and -pthread for the load loop's lanes."""
         lib = find_litert()
         return Recipe("c", SOURCES / "lite_run.c", ("-std=c11", f"-L{lib.parent}", "-l:libLiteRt.so",
-                                                     f"-Wl,-rpath,{lib.parent}"), (SOURCES / "litert_api.h", lib))
+                                                     f"-Wl,-rpath,{lib.parent}", "-pthread"),  # pthread: the load loop
+                      (SOURCES / "litert_api.h", lib))
 
     def expected(self, manifest: Any, native: Mapping[str, Any]) -> dict[str, Any]:
         return litert_section(manifest.inputs, ports(manifest.inputs), manifest.outputs, ports(manifest.outputs),

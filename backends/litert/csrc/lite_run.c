@@ -8,7 +8,10 @@
  * A symbolic batch stays dynamic: each input is resized to its .npy's shape
  * (LiteRtCompiledModelResizeInputTensor) and each output buffer is sized from the manifest's shape at the bound
  * sizes, then checked against the shape LiteRT computed in the call. With --iters N it times N
- * LiteRtRunCompiledModel calls itself (each call registers the buffers and invokes, as the API does).
+ * LiteRtRunCompiledModel calls itself (each call registers the buffers and invokes, as the API does). With
+ * --load-lanes N it is the bare C loop of `multiexport load` (common/mx_load.h: Offline, Server, MultiStream):
+ * N threads, each with its own compiled model of the one model, its own copy of the inputs and its own output
+ * buffers, threads/N XNNPACK threads each (the Python driver's lanes for LiteRT: one Interpreter per lane).
  *
  * litert_api.h declares the few functions used (the wheel ships no headers); the program links the
  * ai-edge-litert wheel's libLiteRt.so with an rpath to it, so it runs under `env -i`.
@@ -23,6 +26,7 @@
 #include <unistd.h>
 
 #include "common/mx_json.h"
+#include "common/mx_load.h"
 #include "common/mx_npy.h"
 #include "common/mx_util.h"
 #include "litert_api.h"
@@ -34,7 +38,9 @@ static const char *USAGE =
     "  API. Inputs: one .npy per model input, named as the manifest's native.args[].file, in --inputs (default\n"
     "  inputs/). Outputs go to --outputs (default outputs/). --threads N: XNNPACK threads (default: the CPUs this\n"
     "  process may run on, as the Python runner's default). --iters N: time N calls (after --warmup untimed\n"
-    "  ones), print per-call figures as JSON.\n";
+    "  ones), print per-call figures as JSON.\n"
+    "  Under load (below) each lane has its own compiled model and buffers (a compiled model is not for concurrent\n"
+    "  calls), threads/N XNNPACK threads each (the Python driver's lanes: one Interpreter per lane).\n" MX_LOAD_USAGE;
 
 /* litert/c/litert_common.h's LiteRtStatus values (LiteRtGetStatusString is not exported by the wheel). */
 static const char *status_name(LiteRtStatus status) {
@@ -288,11 +294,164 @@ static int64_t output_dim(const mx_json *dim, const mx_sizes *sizes, const char 
 
 static void free_payload(void *payload) { free(payload); }
 
+/* What binds the manifest's leaves to the model's signature, computed once: every engine (the program's, and
+ * each load lane's) is made from it. Indices: arg_of_input and in_tensor by signature input position,
+ * output_of_result by result, out_tensor by signature output position, out_dims and out_bytes by result. */
+typedef struct {
+  LiteRtEnvironment env;
+  LiteRtModel model;
+  LiteRtParamIndex sig_index;
+  size_t n_in, n_out;
+  const mx_json *args, *results;
+  const mx_npy *arrays;
+  const size_t *arg_of_input;
+  const LiteRtParamIndex *output_of_result;
+  const uint32_t *in_tensor, *out_tensor;
+  int64_t (*out_dims)[LITERT_TENSOR_MAX_RANK];
+  const size_t *out_bytes;
+} binding;
+
+/* One compiled model with its own buffers: a LiteRT compiled model (an interpreter inside) holds its tensors and
+ * is not for concurrent calls, so each load lane has its own, with its own copy of the inputs (own_inputs). */
+typedef struct {
+  LiteRtCompiledModel compiled;
+  LiteRtOptions options;
+  LiteRtTensorBuffer *in_buffers, *out_buffers; /* by signature position */
+  int *shared;                                  /* by signature position: an output on another's buffer */
+  void **owned;                                 /* by arg: this engine's copy of the input (own_inputs) */
+} engine;
+
+static void make_engine(const binding *b, int threads, int own_inputs, engine *e) {
+  memset(e, 0, sizeof *e);
+  /* CPU accelerator, XNNPACK threads as the CPU options' TOML payload under the "xnnpack" identifier
+   * (litert/c/options/litert_cpu_options.h builds the same payload; its helpers are not exported). */
+  LiteRtOpaqueOptions cpu_options = NULL;
+  check(LiteRtCreateOptions(&e->options), "LiteRtCreateOptions");
+  check(LiteRtSetOptionsHardwareAccelerators(e->options, kLiteRtHwAcceleratorCpu), "LiteRtSetOptionsHardwareAccelerators");
+  char *payload = (char *)malloc(48);
+  snprintf(payload, 48, "num_threads = %d\n", threads);
+  check(LiteRtCreateOpaqueOptions("xnnpack", payload, free_payload, &cpu_options), "LiteRtCreateOpaqueOptions");
+  check(LiteRtAddOpaqueOptions(e->options, cpu_options), "LiteRtAddOpaqueOptions");
+  check(LiteRtCreateCompiledModel(b->env, b->model, e->options, &e->compiled), "LiteRtCreateCompiledModel");
+
+  /* Inputs at the feed's shapes: a symbolic dim is resized to its bound size; the others are the model's. */
+  size_t n_in = b->n_in, n_out = b->n_out;
+  e->in_buffers = (LiteRtTensorBuffer *)calloc(n_in ? n_in : 1, sizeof *e->in_buffers);
+  e->owned = (void **)calloc(n_in ? n_in : 1, sizeof *e->owned);
+  for (LiteRtParamIndex pos = 0; pos < n_in; pos++) {
+    size_t i = b->arg_of_input[pos];
+    const mx_npy *array = &b->arrays[i];
+    const mx_json *a = mx_json_at(b->args, i);
+    const char *leaf = mx_json_str(mx_json_get(a, "leaf"), "?");
+    const mx_json *shape = mx_json_get(a, "shape");
+    int dims[LITERT_TENSOR_MAX_RANK] = {0}, symbolic = 0;
+    for (int d = 0; d < array->ndim; d++) {
+      dims[d] = (int)array->shape[d];
+      symbolic |= !mx_json_is(mx_json_at(shape, (size_t)d), MX_JSON_NUMBER);
+    }
+    if (symbolic) check(LiteRtCompiledModelResizeInputTensor(e->compiled, b->sig_index, pos, dims, (size_t)array->ndim), leaf);
+    LiteRtRankedTensorType type;
+    memset(&type, 0, sizeof type);
+    type.element_type = element_type(mx_json_str(mx_json_get(a, "dtype"), ""), leaf);
+    type.layout.rank = (unsigned)array->ndim;
+    for (int d = 0; d < array->ndim; d++) type.layout.dimensions[d] = dims[d];
+    void *data = array->data;
+    if (own_inputs) { /* 64-byte aligned, as LiteRT requires of host memory */
+      e->owned[i] = aligned_alloc(64, (array->nbytes + 63) / 64 * 64 + 64);
+      if (!e->owned[i]) mx_die("Input '%s' | out of memory for a load lane's copy", leaf);
+      memcpy(e->owned[i], array->data, array->nbytes);
+      data = e->owned[i];
+    }
+    check(LiteRtCreateTensorBufferFromHostMemory(&type, data, array->nbytes, NULL, &e->in_buffers[pos]), leaf);
+  }
+  e->out_buffers = (LiteRtTensorBuffer *)calloc(n_out ? n_out : 1, sizeof *e->out_buffers);
+  e->shared = (int *)calloc(n_out ? n_out : 1, sizeof *e->shared);
+  for (size_t j = 0; j < n_out; j++) {
+    const mx_json *r = mx_json_at(b->results, j);
+    const char *leaf = mx_json_str(mx_json_get(r, "leaf"), "?");
+    LiteRtRankedTensorType type;
+    memset(&type, 0, sizeof type);
+    type.element_type = element_type(mx_json_str(mx_json_get(r, "dtype"), ""), leaf);
+    type.layout.rank = (unsigned)mx_json_len(mx_json_get(r, "shape"));
+    for (unsigned d = 0; d < type.layout.rank; d++) type.layout.dimensions[d] = (int32_t)b->out_dims[j][d];
+    /* An output that is an input's own tensor (the converter folds x * 1 to x) or another output's takes that
+     * tensor's buffer: LiteRT gives a tensor one host allocation per call, the one registered last, so a second
+     * buffer would silently replace the input's data (measured, ai-edge-litert 2.3.0: every output of
+     * [x * k for k in range(12)] came back 0, the Python CompiledModel API's too). */
+    LiteRtParamIndex pos = b->output_of_result[j];
+    for (LiteRtParamIndex k = 0; k < n_in && !e->out_buffers[pos]; k++)
+      if (b->in_tensor[k] == b->out_tensor[pos]) e->out_buffers[pos] = e->in_buffers[k], e->shared[pos] = 1;
+    for (LiteRtParamIndex k = 0; k < n_out && !e->out_buffers[pos]; k++)
+      if (k != pos && e->out_buffers[k] && b->out_tensor[k] == b->out_tensor[pos])
+        e->out_buffers[pos] = e->out_buffers[k], e->shared[pos] = 1;
+    if (!e->out_buffers[pos])
+      check(LiteRtCreateManagedTensorBuffer(b->env, kLiteRtTensorBufferTypeHostMemory, &type, b->out_bytes[j],
+                                            &e->out_buffers[pos]),
+            leaf);
+  }
+}
+
+static void free_engine(const binding *b, engine *e) {
+  for (size_t i = 0; i < b->n_in; i++) LiteRtDestroyTensorBuffer(e->in_buffers[i]);
+  for (size_t j = 0; j < b->n_out; j++)
+    if (!e->shared[j]) LiteRtDestroyTensorBuffer(e->out_buffers[j]);
+  LiteRtDestroyCompiledModel(e->compiled);
+  LiteRtDestroyOptions(e->options); /* owns the CPU options since LiteRtAddOpaqueOptions */
+  for (size_t i = 0; i < b->n_in; i++) free(e->owned[i]);
+  free(e->in_buffers); free(e->out_buffers); free(e->shared); free(e->owned);
+}
+
+typedef struct {
+  int threads;
+  mx_load_flags load; /* the load loop's (common/mx_load.h); lanes 0: none */
+} flags;
+
+static int parse_flag(const char *flag, const char *value, void *user) {
+  flags *f = (flags *)user;
+  if (mx_load_flag(flag, value, &f->load)) return 1;
+  return mx_parse_threads(flag, value, &f->threads);
+}
+
+/* One lane of the load loop (common/mx_load.h runs them): its own engine. */
+typedef struct {
+  const binding *plan;
+  engine e;
+} lane;
+
+static void lane_call(void *user) {
+  lane *l = (lane *)user;
+  check(LiteRtRunCompiledModel(l->e.compiled, l->plan->sig_index, l->plan->n_in, l->e.in_buffers, l->plan->n_out,
+                               l->e.out_buffers),
+        "LiteRtRunCompiledModel");
+}
+
+/* The load loop: `load->lanes` engines side by side, the threads divided between them (at least one each), as the
+ * Python driver's lanes for LiteRT (one Interpreter per lane: run/load_serve.py separate_runners). */
+static void load_loop(const binding *plan, int threads, const mx_load_flags *load) {
+  int lanes = load->lanes, per_lane = threads / lanes > 0 ? threads / lanes : 1;
+  lane *ls = (lane *)calloc((size_t)lanes, sizeof *ls);
+  void **contexts = (void **)calloc((size_t)lanes, sizeof *contexts);
+  for (int k = 0; k < lanes; k++) {
+    ls[k].plan = plan;
+    make_engine(plan, per_lane, 1, &ls[k].e);
+    contexts[k] = &ls[k];
+    lane_call(&ls[k]); /* each lane warm */
+  }
+  char extra[160];
+  snprintf(extra, sizeof extra, "\"threads_per_lane\": %d, \"accelerator\": \"cpu (XNNPACK)\", "
+           "\"lane\": \"its own compiled model and buffers\"", per_lane);
+  mx_load_run(load, contexts, lane_call, "litert_c_api", extra);
+  for (int k = 0; k < lanes; k++) free_engine(plan, &ls[k].e);
+  free(ls);
+  free(contexts);
+}
+
 int main(int argc, char **argv) {
   mx_set_program("lite_run");
   mx_options opts;
-  int threads = 0;
-  mx_parse_options(argc, argv, &opts, USAGE, mx_parse_threads, &threads);
+  flags f = {0};
+  mx_parse_options(argc, argv, &opts, USAGE, parse_flag, &f);
+  int threads = f.threads;
   if (threads == 0) threads = usable_cpus();
   const mx_json *native;
   mx_json *manifest = mx_load_manifest(opts.artifact, &native, "litert");
@@ -361,46 +520,12 @@ int main(int argc, char **argv) {
              mx_json_str(mx_json_get(r, "dtype"), ""));
   }
 
-  /* CPU accelerator, XNNPACK threads as the CPU options' TOML payload under the "xnnpack" identifier
-   * (litert/c/options/litert_cpu_options.h builds the same payload; its helpers are not exported). */
-  LiteRtOptions options = NULL;
-  LiteRtOpaqueOptions cpu_options = NULL;
-  check(LiteRtCreateOptions(&options), "LiteRtCreateOptions");
-  check(LiteRtSetOptionsHardwareAccelerators(options, kLiteRtHwAcceleratorCpu), "LiteRtSetOptionsHardwareAccelerators");
-  char *payload = (char *)malloc(48);
-  snprintf(payload, 48, "num_threads = %d\n", threads);
-  check(LiteRtCreateOpaqueOptions("xnnpack", payload, free_payload, &cpu_options), "LiteRtCreateOpaqueOptions");
-  check(LiteRtAddOpaqueOptions(options, cpu_options), "LiteRtAddOpaqueOptions");
-  LiteRtCompiledModel compiled = NULL;
-  check(LiteRtCreateCompiledModel(env, model, options, &compiled), "LiteRtCreateCompiledModel");
-
-  /* Inputs at the feed's shapes: a symbolic dim is resized to its bound size; the others are the model's. */
-  LiteRtTensorBuffer *in_buffers = (LiteRtTensorBuffer *)calloc(n_in ? n_in : 1, sizeof *in_buffers);
-  for (LiteRtParamIndex pos = 0; pos < n_in; pos++) {
-    size_t i = arg_of_input[pos];
-    const mx_json *a = mx_json_at(args, i);
-    const char *leaf = mx_json_str(mx_json_get(a, "leaf"), "?");
-    const mx_json *shape = mx_json_get(a, "shape");
-    int dims[LITERT_TENSOR_MAX_RANK] = {0}, symbolic = 0;
-    for (int d = 0; d < arrays[i].ndim; d++) {
-      dims[d] = (int)arrays[i].shape[d];
-      symbolic |= !mx_json_is(mx_json_at(shape, (size_t)d), MX_JSON_NUMBER);
-    }
-    if (symbolic) check(LiteRtCompiledModelResizeInputTensor(compiled, sig_index, pos, dims, (size_t)arrays[i].ndim), leaf);
-    LiteRtRankedTensorType type;
-    memset(&type, 0, sizeof type);
-    type.element_type = element_type(mx_json_str(mx_json_get(a, "dtype"), ""), leaf);
-    type.layout.rank = (unsigned)arrays[i].ndim;
-    for (int d = 0; d < arrays[i].ndim; d++) type.layout.dimensions[d] = dims[d];
-    check(LiteRtCreateTensorBufferFromHostMemory(&type, arrays[i].data, arrays[i].nbytes, NULL, &in_buffers[pos]), leaf);
-  }
   /* Output buffers sized from the manifest's shapes at the bound sizes: a symbolic model computes its output
    * shapes inside the call (SHAPE / BROADCAST_TO arithmetic makes them dynamic tensors), so the runtime reports
-   * them only afterwards; they are checked against these after the last call. */
+   * them only afterwards; they are checked against these after the first call. */
   int64_t (*out_dims)[LITERT_TENSOR_MAX_RANK] =
       (int64_t(*)[LITERT_TENSOR_MAX_RANK])calloc(n_out ? n_out : 1, sizeof *out_dims);
-  LiteRtTensorBuffer *out_buffers = (LiteRtTensorBuffer *)calloc(n_out ? n_out : 1, sizeof *out_buffers);
-  int *shared = (int *)calloc(n_out ? n_out : 1, sizeof *shared); /* by signature position: not ours to destroy */
+  size_t *out_bytes = (size_t *)calloc(n_out ? n_out : 1, sizeof *out_bytes);
   for (size_t j = 0; j < n_out; j++) {
     const mx_json *r = mx_json_at(results, j);
     const char *leaf = mx_json_str(mx_json_get(r, "leaf"), "?");
@@ -408,35 +533,22 @@ int main(int argc, char **argv) {
     if (!dt) mx_die("Output '%s' | dtype %s has no .npy form here", leaf, mx_json_str(mx_json_get(r, "dtype"), ""));
     const mx_json *shape = mx_require(r, "shape", "native.results[]");
     if (mx_json_len(shape) > LITERT_TENSOR_MAX_RANK) mx_die("Output '%s' | more than %d dimensions", leaf, LITERT_TENSOR_MAX_RANK);
-    LiteRtRankedTensorType type;
-    memset(&type, 0, sizeof type);
-    type.element_type = element_type(dt->name, leaf);
-    type.layout.rank = (unsigned)mx_json_len(shape);
     size_t count = 1;
     for (size_t d = 0; d < mx_json_len(shape); d++) {
       out_dims[j][d] = output_dim(mx_json_at(shape, d), &sizes, leaf);
       if (out_dims[j][d] < 0 || out_dims[j][d] > INT32_MAX) mx_die("Output '%s' | dim %zu is %lld", leaf, d, (long long)out_dims[j][d]);
-      type.layout.dimensions[d] = (int32_t)out_dims[j][d];
       if (__builtin_mul_overflow(count, (size_t)out_dims[j][d], &count))
         mx_die("Output '%s' | shape holds more elements than memory can", leaf);
     }
-    size_t bytes;
-    if (__builtin_mul_overflow(count, (size_t)dt->itemsize, &bytes))
+    if (__builtin_mul_overflow(count, (size_t)dt->itemsize, &out_bytes[j]))
       mx_die("Output '%s' | shape holds more bytes than memory can", leaf);
-    /* An output that is an input's own tensor (the converter folds x * 1 to x) or another output's takes that
-     * tensor's buffer: LiteRT gives a tensor one host allocation per call, the one registered last, so a second
-     * buffer would silently replace the input's data (measured, ai-edge-litert 2.3.0: every output of
-     * [x * k for k in range(12)] came back 0, the Python CompiledModel API's too). */
-    LiteRtParamIndex pos = output_of_result[j];
-    for (LiteRtParamIndex k = 0; k < n_in && !out_buffers[pos]; k++)
-      if (in_tensor[k] == out_tensor[pos]) out_buffers[pos] = in_buffers[k], shared[pos] = 1;
-    for (LiteRtParamIndex k = 0; k < n_out && !out_buffers[pos]; k++)
-      if (k != pos && out_buffers[k] && out_tensor[k] == out_tensor[pos]) out_buffers[pos] = out_buffers[k], shared[pos] = 1;
-    if (!out_buffers[pos])
-      check(LiteRtCreateManagedTensorBuffer(env, kLiteRtTensorBufferTypeHostMemory, &type,
-                                            bytes, &out_buffers[pos]),
-            leaf);
   }
+  binding plan = {env, model, sig_index, n_in, n_out, args, results, arrays, arg_of_input, output_of_result,
+                  in_tensor, out_tensor, out_dims, out_bytes};
+  engine main_engine;
+  make_engine(&plan, threads, 0, &main_engine);
+  LiteRtCompiledModel compiled = main_engine.compiled;
+  LiteRtTensorBuffer *in_buffers = main_engine.in_buffers, *out_buffers = main_engine.out_buffers;
   double load_ms = (double)(mx_now_ns() - t0) / 1e6;
 
   /* One call first: the shapes LiteRT computed in it (a dynamic output's shape is known only now) must be the
@@ -461,6 +573,7 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < opts.warmup; i++)
     check(LiteRtRunCompiledModel(compiled, sig_index, n_in, in_buffers, n_out, out_buffers), "LiteRtRunCompiledModel");
+  if (f.load.lanes) load_loop(&plan, threads, &f.load);
   int64_t *times = (int64_t *)calloc(opts.iters ? (size_t)opts.iters : 1, sizeof *times);
   for (int i = 0; i < opts.iters; i++) {
     int64_t start = mx_now_ns();
@@ -488,16 +601,12 @@ int main(int argc, char **argv) {
              threads);
     mx_print_timing("litert_c_api", times, opts.iters, opts.warmup, extra);
   }
-  for (size_t i = 0; i < n_in; i++) LiteRtDestroyTensorBuffer(in_buffers[i]);
-  for (size_t j = 0; j < n_out; j++)
-    if (!shared[j]) LiteRtDestroyTensorBuffer(out_buffers[j]);
-  LiteRtDestroyCompiledModel(compiled);
-  LiteRtDestroyOptions(options); /* owns cpu_options since LiteRtAddOpaqueOptions */
+  free_engine(&plan, &main_engine);
   LiteRtDestroyModel(model);
   LiteRtDestroyEnvironment(env);
   for (size_t i = 0; i < n_in; i++) mx_npy_free(&arrays[i]);
-  free(arrays); free(in_buffers); free(out_buffers); free(layouts); free(out_dims); free(times); free(model_path);
-  free(arg_of_input); free(output_of_result); free(taken); free(in_tensor); free(out_tensor); free(shared);
+  free(arrays); free(layouts); free(out_dims); free(out_bytes); free(times); free(model_path);
+  free(arg_of_input); free(output_of_result); free(taken); free(in_tensor); free(out_tensor);
   mx_json_free(manifest);
   return 0;
 }
