@@ -72,6 +72,7 @@ class OpenVINOConsumer(NativeConsumer):
     consumer: str = CONSUMER
     program: str = "ov_run"
     mismatch: str = "model, ports and leaves give: refusing to run a configuration the export did not write"
+    load_loop: bool = True  # ov_run --load-lanes: the scenarios of `multiexport load` in C (common/mx_load.h)
 
     def expected(self, manifest: Any, native: Mapping[str, Any]) -> dict[str, Any]:
         return openvino_section(manifest.inputs, ports(manifest.inputs), manifest.outputs, ports(manifest.outputs),
@@ -79,10 +80,11 @@ class OpenVINOConsumer(NativeConsumer):
                                 properties=OPENVINO_PROPERTIES)
 
     def recipe(self) -> Recipe:
-        """C99 linked with the openvino wheel's `libopenvino_c`, with an rpath to the wheel's `openvino/libs`."""
+        """C99 linked with the openvino wheel's `libopenvino_c`, with an rpath to the wheel's `openvino/libs`, and
+        -pthread for the load loop's lanes."""
         include, lib = find_openvino()
         return Recipe("c", SOURCE, ("-std=c99", f"-I{include}", f"-l:{lib.name}", f"-L{lib.parent}",
-                                    f"-Wl,-rpath,{lib.parent}"), (include / "openvino" / "c" / "openvino.h", lib))
+                                    f"-Wl,-rpath,{lib.parent}", "-pthread"), (include / "openvino" / "c" / "openvino.h", lib))
 
     def user_options(self) -> Mapping[str, str]:
         return {"openvino-cflags": "include flags for a C++ program on OpenVINO's C++ API: the shared C sources, "

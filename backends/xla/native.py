@@ -32,6 +32,7 @@ class PjrtConsumer(NativeConsumer):
     threads_flag: bool = False
     devices: tuple[str, ...] = ("cpu", "gpu", "tpu")
     static_modules: bool = True
+    load_loop: bool = True  # pjrt_run --load-lanes: the scenarios of `multiexport load` in C (common/mx_load.h)
 
     def check_fields(self, native: Mapping[str, Any], directory: Path) -> None:
         """Refuse a `platform_modules` entry (section.platform_module) that is not one platform's program inside
@@ -57,10 +58,10 @@ class PjrtConsumer(NativeConsumer):
 
     def recipe(self) -> Recipe:
         """C++17 against `pjrt_c_api.h` (runtime.find_pjrt_header). No library: the program dlopens the plugin it
-        is given, so one build serves every plugin of PJRT C API major 0."""
+        is given, so one build serves every plugin of PJRT C API major 0. -pthread: the load loop's lanes."""
 
         header = find_pjrt_header()
-        return Recipe("c++", SOURCE, ("-std=c++17", f"-I{header}", "-ldl"), (header / "pjrt_c_api.h",))
+        return Recipe("c++", SOURCE, ("-std=c++17", f"-I{header}", "-ldl", "-pthread"), (header / "pjrt_c_api.h",))
 
     def user_options(self) -> Mapping[str, str]:
         return {"cflags": "include flags for a program on the PJRT C API: the shared C sources and pjrt_c_api.h",

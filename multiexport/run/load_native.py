@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from ..exporting.feed import check_feed
 from ..exporting.manifest import Manifest
 from ..exporting.native_section import INPUT_DIR, OUTPUT_DIR, check_section, consumer_for
 from ..measure.load import ServerRun
+from ..measure.plan import native_supports
 from ..native.run import command
 from ..system.process import run_command
 
@@ -50,6 +51,20 @@ def has_load_loop(backend: str) -> bool:
     """Whether `backend`'s native consumer runs the load scenarios itself (`NativeConsumer.load_loop`)."""
     consumer = consumer_for(backend)
     return consumer is not None and bool(getattr(consumer, "load_loop", False))
+
+
+def native_refusal(directory: Path, feeds: Sequence[Mapping[str, Any]]) -> str:
+    """'' when the artifact's native consumer can run every one of `feeds`, else why not: pjrt_run runs a symbolic
+    XLA artifact through its refined static modules only, so a batch size the export did not refine is one it
+    cannot run (the Python runner compiles any). The caller then measures the whole format on the Python driver,
+    so a row's figures all come from one driver."""
+    manifest = Manifest.read(Path(directory))
+    for feed in feeds:
+        _, bound = check_feed(manifest.inputs, dict(feed))
+        why = native_supports(manifest.native, bound)
+        if why:
+            return why
+    return ""
 
 
 def native_loop(directory: Path, feed: Mapping[str, Any], threads: int, work: Path) -> NativeLoop:

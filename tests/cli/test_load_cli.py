@@ -49,8 +49,8 @@ def test_compare_load_adds_load_json_and_the_reports_section(cli, tmp_path):
     loaded = read_load_results(out / "load.json")
     assert sorted(r.name for r in loaded.rows) == ["onnx", "xla"]
     assert all(r.offline[0].samples_per_s > 0 for r in loaded.rows)
-    # ONNX Runtime's C loop (ort_run) under the native driver; XLA's consumer has none: the Python lanes
-    assert {r.name: r.throughput_config["driver"] for r in loaded.rows} == {"onnx": "native", "xla": "python"}
+    # under the native driver both run in their consumers' C loops (ort_run, pjrt_run)
+    assert {r.name: r.throughput_config["driver"] for r in loaded.rows} == {"onnx": "native", "xla": "native"}
     report = (out / "report.md").read_text()
     assert "## Load" in report and "<h2>Load</h2>" in (out / "report.html").read_text()
     assert "| max req/s at p99 bound | offline peak /s |" in report  # the summary table's load columns

@@ -15,14 +15,21 @@
  * reads); --greedy LOGITS=IN writes the argmax of LOGITS' last axis into the token input's buffer, --count IN
  * adds 1 to the int32 scalar input IN.
  *
+ * Load loop (--load-lanes N, common/mx_load.h: the Offline, Server and MultiStream scenarios of `multiexport load`):
+ * the model compiled again with PERFORMANCE_HINT=THROUGHPUT on the same threads (OpenVINO picks its streams), one
+ * infer request per lane on the one compiled model, each with the inputs' tensors set once: the Python runner's
+ * throughput configuration (backends/openvino/runner.py throughput_lanes), as benchmark_app -hint throughput.
+ *
  * Built against the openvino wheel's C headers (openvino/include) and libopenvino_c (openvino/libs),
  * linked with an rpath to the wheel so the program runs under `env -i`.
  */
+#define _GNU_SOURCE /* clock_nanosleep (common/mx_load.h) under -std=c99 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/mx_json.h"
+#include "common/mx_load.h"
 #include "common/mx_npy.h"
 #include "common/mx_util.h"
 #include "openvino/c/openvino.h"
@@ -39,7 +46,9 @@ static const char *USAGE =
     "  between the ports, never copied), --greedy LOGITS=IN feeds the argmax of OUT's last axis as the int32\n"
     "  input leaf IN (the next token), --count IN adds 1 to the int32 scalar input IN (the position). --tokens\n"
     "  FILE writes the greedy tokens as an int32 [N, rows] .npy; per-step times (call + argmax + feed) print as\n"
-    "  JSON. The outputs written are the last step's.\n";
+    "  JSON. The outputs written are the last step's.\n"
+    "  Under load (below) the model is compiled again with PERFORMANCE_HINT=THROUGHPUT (OpenVINO picks the streams),\n"
+    "  one infer request per lane (the Python runner's throughput configuration).\n" MX_LOAD_USAGE;
 
 #define MAX_CARRY 1024
 
@@ -51,6 +60,7 @@ typedef struct {
   const char *greedy_out, *greedy_in;                     /* logits output leaf -> token input leaf */
   const char *count;                                      /* int32 scalar input leaf, +1 per step */
   const char *tokens;                                     /* where the greedy tokens go (.npy) */
+  mx_load_flags load;                                     /* the load loop's (common/mx_load.h); lanes 0: none */
 } loop_options;
 
 /* "OUT=IN" -> *out, *in (pointers into a copy); dies naming the flag otherwise. */
@@ -67,6 +77,7 @@ static void leaf_pair(const char *flag, const char *value, const char **out, con
 
 static int extra_flag(const char *flag, const char *value, void *user) {
   loop_options *o = (loop_options *)user;
+  if (mx_load_flag(flag, value, &o->load)) return 1;
   if (mx_parse_threads(flag, value, &o->threads)) return 1;
   if (strcmp(flag, "--steps") == 0) {
     char *end = NULL;
@@ -192,6 +203,58 @@ static void run_loop(ov_infer_request_t *request, const mx_json *args, const mx_
   free(cur_in); free(cur_out); free(in_port); free(out_port);
 }
 
+static void lane_call(void *user) { check(ov_infer_request_infer((ov_infer_request_t *)user), "ov_infer_request_infer"); }
+
+static char *compiled_property(ov_compiled_model_t *compiled, const char *key) {
+  char *value = NULL;
+  check(ov_compiled_model_get_property(compiled, key, &value), key);
+  return value;
+}
+
+/* The load loop: the model compiled with the THROUGHPUT hint on `threads` threads (0: the plugin's choice) and f32
+ * precision, one infer request per lane over the inputs' tensors (read only), common/mx_load.h running them. */
+static void load_loop(ov_core_t *core, ov_model_t *model, const char *device, const char *precision, int threads,
+                      const mx_json *args, ov_tensor_t **in_tensors, const mx_load_flags *load) {
+  ov_compiled_model_t *compiled = NULL;
+  char threads_text[16];
+  snprintf(threads_text, sizeof threads_text, "%d", threads);
+  if (threads > 0)
+    check(ov_core_compile_model(core, model, device, 6, &compiled, ov_property_key_hint_performance_mode, "THROUGHPUT",
+                                ov_property_key_hint_inference_precision, precision,
+                                ov_property_key_inference_num_threads, threads_text),
+          "ov_core_compile_model(THROUGHPUT)");
+  else
+    check(ov_core_compile_model(core, model, device, 4, &compiled, ov_property_key_hint_performance_mode, "THROUGHPUT",
+                                ov_property_key_hint_inference_precision, precision),
+          "ov_core_compile_model(THROUGHPUT)");
+  int lanes = load->lanes;
+  ov_infer_request_t **requests = (ov_infer_request_t **)calloc((size_t)lanes, sizeof *requests);
+  for (int k = 0; k < lanes; k++) {
+    check(ov_compiled_model_create_infer_request(compiled, &requests[k]), "ov_compiled_model_create_infer_request");
+    for (size_t i = 0; i < mx_json_len(args); i++) {
+      const mx_json *a = mx_json_at(args, i);
+      check(ov_infer_request_set_tensor(requests[k], mx_json_str(mx_require(a, "tensor", "native.args[]"), ""),
+                                        in_tensors[i]),
+            mx_json_str(mx_json_get(a, "leaf"), "?"));
+    }
+    lane_call(requests[k]); /* each lane warm */
+  }
+  char *streams = compiled_property(compiled, ov_property_key_num_streams);
+  char *optimal = compiled_property(compiled, ov_property_key_optimal_number_of_infer_requests);
+  char *used = compiled_property(compiled, ov_property_key_inference_num_threads);
+  char extra[320];
+  snprintf(extra, sizeof extra, "\"performance_hint\": \"THROUGHPUT\", \"num_streams\": \"%.16s\", "
+           "\"inference_num_threads\": \"%.16s\", \"optimal_number_of_infer_requests\": \"%.16s\"", streams, used,
+           optimal);
+  ov_free(streams);
+  ov_free(optimal);
+  ov_free(used);
+  mx_load_run(load, (void **)requests, lane_call, "openvino_c_api", extra);
+  for (int k = 0; k < lanes; k++) ov_infer_request_free(requests[k]);
+  free(requests);
+  ov_compiled_model_free(compiled);
+}
+
 int main(int argc, char **argv) {
   mx_set_program("ov_run");
   mx_options opts;
@@ -259,6 +322,7 @@ int main(int argc, char **argv) {
              mx_json_str(mx_json_get(a, "dtype"), "?"), (long long)arrays[count_i].nbytes);
   }
   if (loop.tokens && !loop.greedy_out) mx_die("--tokens needs --greedy");
+  if (loop.steps > 0 && loop.load.lanes) mx_die("--load-lanes | a load loop and a decode loop at once, expected one");
 
   char *model_path = mx_join(opts.artifact, mx_json_str(mx_require(native, "model", "native"), ""));
   ov_core_t *core = NULL;
@@ -310,6 +374,7 @@ int main(int argc, char **argv) {
              vocab, rows, generated, times);
   } else {
     for (int i = 0; i < opts.warmup; i++) check(ov_infer_request_infer(request), "ov_infer_request_infer");
+    if (loop.load.lanes) load_loop(core, model, device, precision, threads, args, in_tensors, &loop.load);
     for (int i = 0; i < opts.iters; i++) {
       int64_t start = mx_now_ns();
       check(ov_infer_request_infer(request), "ov_infer_request_infer");

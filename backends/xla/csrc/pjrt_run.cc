@@ -5,7 +5,11 @@
 // CompileOptionsProto), uploads the arguments in the section's order (platform index, leaves from
 // .npy files, lifted weights from weights.safetensors), executes, and writes each result as .npy.
 // A symbolic-batch artifact is run through the refined static module for the sizes its inputs bind,
-// since PJRT cannot compile a polymorphic module. With --iters N it times N calls itself.
+// since PJRT cannot compile a polymorphic module. With --iters N it times N calls itself. With --load-lanes N it
+// is the bare C loop of `multiexport load` (common/mx_load.h: the Offline, Server and MultiStream scenarios): N
+// threads calling PJRT_LoadedExecutable_Execute (thread-safe) on the one loaded executable, each lane with its own
+// input buffers (uploaded for it) and its own outputs, released after each call; the CPU client's threads are
+// PJRT_NPROC's, as for the Python runner's lanes (threads calling the one runner, each with its own inputs).
 //
 // Everything about the binding comes from manifest.json; see multiexport/native/csrc/README.md for the section.
 #include <dlfcn.h>
@@ -22,6 +26,7 @@
 
 extern "C" {
 #include "common/mx_json.h"
+#include "common/mx_load.h"
 #include "common/mx_npy.h"
 #include "common/mx_util.h"
 }
@@ -43,7 +48,9 @@ static const char *USAGE =
     "  never copied to the host; donated where the module aliases it), --greedy LOGITS=IN feeds the argmax of\n"
     "  OUT's last axis as the int32 input leaf IN (the next token), --count IN adds 1 to the int32 scalar\n"
     "  input IN (the position). --tokens FILE writes the greedy tokens as an int32 [N, rows] .npy; the\n"
-    "  per-step wall times print as JSON like --iters; --outputs gets the last call's outputs.\n";
+    "  per-step wall times print as JSON like --iters; --outputs gets the last call's outputs.\n"
+    "  Under load (below) each lane calls the one loaded executable with its own input buffers; the CPU client's\n"
+    "  threads are $PJRT_NPROC's.\n" MX_LOAD_USAGE;
 
 static const PJRT_Api *api = nullptr;
 
@@ -344,6 +351,7 @@ struct Options {
   std::pair<std::string, std::string> greedy;               // logits output leaf -> token input leaf
   std::string count;                                        // int32 scalar input leaf, +1 per step
   const char *tokens = nullptr;                             // where the greedy tokens go (.npy)
+  mx_load_flags load{};                                     // the load loop's (common/mx_load.h); lanes 0: none
 };
 
 // "OUT=IN" -> (OUT, IN); dies naming the flag otherwise.
@@ -355,6 +363,7 @@ static std::pair<std::string, std::string> leaf_pair(const char *flag, const cha
 
 static int extra_flag(const char *flag, const char *value, void *user) {
   auto *o = static_cast<Options *>(user);
+  if (mx_load_flag(flag, value, &o->load)) return 1;
   if (strcmp(flag, "--plugin") == 0) { o->plugin = value; return 1; }
   if (strcmp(flag, "--info") == 0) { o->info = strcmp(value, "0") != 0; return 1; }
   if (strcmp(flag, "--compile-options") == 0) { o->compile_options = value; return 1; }
@@ -371,6 +380,52 @@ static int extra_flag(const char *flag, const char *value, void *user) {
   if (strcmp(flag, "--count") == 0) { o->count = value; return 1; }
   if (strcmp(flag, "--tokens") == 0) { o->tokens = value; return 1; }
   return 0;
+}
+
+// One lane of the load loop: its own input buffers on the one executable; a call's outputs are released after it.
+struct Lane {
+  PJRT_LoadedExecutable *executable = nullptr;
+  const PJRT_ExecuteOptions *options = nullptr;
+  std::vector<PJRT_Buffer *> inputs, outputs;
+};
+
+static void lane_call(void *user) {
+  Lane *lane = static_cast<Lane *>(user);
+  PJRT_Buffer *const *arg_list = lane->inputs.data();
+  PJRT_Buffer **out_list = lane->outputs.data();
+  PJRT_Event *done = nullptr;
+  PJRT_LoadedExecutable_Execute_Args ex{};
+  ex.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
+  ex.executable = lane->executable;
+  ex.options = const_cast<PJRT_ExecuteOptions *>(lane->options);
+  ex.argument_lists = &arg_list;
+  ex.num_devices = 1;
+  ex.num_args = lane->inputs.size();
+  ex.output_lists = &out_list;
+  ex.device_complete_events = &done;
+  check(api->PJRT_LoadedExecutable_Execute(&ex), "PJRT_LoadedExecutable_Execute");
+  await_event(done, "execute");
+  for (auto &b : lane->outputs) { if (b) destroy_buffer(b); b = nullptr; }
+}
+
+// The load loop over `lanes` (their inputs uploaded), every input kept (options: none donatable).
+static void load_loop(PJRT_LoadedExecutable *executable, const PJRT_ExecuteOptions *options, size_t n_out,
+                      std::vector<Lane> &lanes, const mx_load_flags &load, const std::string &platform) {
+  std::vector<void *> contexts;
+  for (auto &lane : lanes) {
+    lane.executable = executable;
+    lane.options = options;
+    lane.outputs.assign(n_out, nullptr);
+    contexts.push_back(&lane);
+    lane_call(&lane);  // each lane warm
+  }
+  const char *nproc = getenv("PJRT_NPROC");
+  char extra[256];
+  snprintf(extra, sizeof extra, "\"platform\": \"%.64s\", \"pjrt_nproc\": \"%.16s\", \"lane\": \"its own input "
+           "buffers on the one loaded executable\"", platform.c_str(), nproc ? nproc : "");
+  mx_load_run(&load, contexts.data(), lane_call, "pjrt_c_api", extra);
+  for (auto &lane : lanes)
+    for (auto *b : lane.inputs) destroy_buffer(b);
 }
 
 static void print_info(const char *plugin) {
@@ -447,52 +502,57 @@ int main(int argc, char **argv) {
   check(api->PJRT_Client_Compile(&cc), ("compiling " + program_path + hint).c_str());
   double compile_ms = (double)(mx_now_ns() - t0) / 1e6;
 
-  // Arguments in the module's order.
-  std::vector<PJRT_Buffer *> inputs;
+  // Arguments in the module's order, uploaded once for the program and once more for each load lane.
   const mx_json *margs = mx_require(module, "args", program_path.c_str());
   const mx_json *platforms = mx_json_get(module, "platforms");
   mx_safetensors weights{};
   bool weights_open = false;
-  for (size_t i = 0; i < mx_json_len(margs); i++) {
-    const mx_json *a = mx_json_at(margs, i);
-    std::string kind = mx_json_str(mx_json_get(a, "kind"), "");
-    if (kind == "platform_index") {
-      // jax.export lowered for several platforms: the first argument picks the branch by index.
-      int32_t index = -1;
-      for (size_t k = 0; k < mx_json_len(platforms); k++)
-        if (p.platform == mx_json_str(mx_json_at(platforms, k), "")) index = (int32_t)k;
-      if (index < 0) mx_die("the module was lowered for other platforms than this plugin's '%s'", p.platform.c_str());
-      inputs.push_back(upload(p, &index, PJRT_Buffer_Type_S32, nullptr, 0));
-    } else if (kind == "leaf") {
-      std::string name = mx_json_str(mx_json_get(a, "leaf"), "");
-      auto it = leaves.find(name);
-      if (it == leaves.end()) mx_die("Input '%s' | the static module takes a leaf the main module does not", name.c_str());
-      const mx_npy &arr = it->second;
-      inputs.push_back(upload(p, arr.data, pjrt_type(mx_json_str(mx_json_get(a, "dtype"), ""), name.c_str()),
-                              arr.shape, arr.ndim));
-    } else if (kind == "weight") {
-      if (!weights_open) {
-        char *path = mx_join(opts.artifact, mx_json_str(mx_require(a, "file", "weight"), ""));
-        mx_safetensors_open(path, &weights);
-        free(path);
-        weights_open = true;
+  auto upload_args = [&]() {
+    std::vector<PJRT_Buffer *> inputs;
+    for (size_t i = 0; i < mx_json_len(margs); i++) {
+      const mx_json *a = mx_json_at(margs, i);
+      std::string kind = mx_json_str(mx_json_get(a, "kind"), "");
+      if (kind == "platform_index") {
+        // jax.export lowered for several platforms: the first argument picks the branch by index.
+        int32_t index = -1;
+        for (size_t k = 0; k < mx_json_len(platforms); k++)
+          if (p.platform == mx_json_str(mx_json_at(platforms, k), "")) index = (int32_t)k;
+        if (index < 0) mx_die("the module was lowered for other platforms than this plugin's '%s'", p.platform.c_str());
+        inputs.push_back(upload(p, &index, PJRT_Buffer_Type_S32, nullptr, 0));
+      } else if (kind == "leaf") {
+        std::string name = mx_json_str(mx_json_get(a, "leaf"), "");
+        auto it = leaves.find(name);
+        if (it == leaves.end())
+          mx_die("Input '%s' | the static module takes a leaf the main module does not", name.c_str());
+        const mx_npy &arr = it->second;
+        inputs.push_back(upload(p, arr.data, pjrt_type(mx_json_str(mx_json_get(a, "dtype"), ""), name.c_str()),
+                                arr.shape, arr.ndim));
+      } else if (kind == "weight") {
+        if (!weights_open) {
+          char *path = mx_join(opts.artifact, mx_json_str(mx_require(a, "file", "weight"), ""));
+          mx_safetensors_open(path, &weights);
+          free(path);
+          weights_open = true;
+        }
+        const char *tensor = mx_json_str(mx_require(a, "tensor", "weight"), "");
+        size_t nbytes;
+        void *data = mx_safetensors_read(&weights, tensor, a, &nbytes);
+        const mx_json *shape = mx_json_get(a, "shape");
+        std::vector<int64_t> dims;
+        for (size_t d = 0; d < mx_json_len(shape); d++) dims.push_back(mx_json_int(mx_json_at(shape, d), 0));
+        inputs.push_back(upload(p, data, pjrt_type(mx_json_str(mx_json_get(a, "dtype"), ""), tensor), dims.data(),
+                                (int)dims.size()));
+        free(data);  // uploaded with kImmutableOnlyDuringCall: the device holds its own copy
+      } else if (kind == "token") {
+        mx_die("argument %zu is an effect token: this consumer passes none; run the refined static module "
+               "(static_modules), whose tokens are created inside", i);
+      } else {
+        mx_die("manifest.json: argument %zu has unknown kind '%s'", i, kind.c_str());
       }
-      const char *tensor = mx_json_str(mx_require(a, "tensor", "weight"), "");
-      size_t nbytes;
-      void *data = mx_safetensors_read(&weights, tensor, a, &nbytes);
-      const mx_json *shape = mx_json_get(a, "shape");
-      std::vector<int64_t> dims;
-      for (size_t d = 0; d < mx_json_len(shape); d++) dims.push_back(mx_json_int(mx_json_at(shape, d), 0));
-      inputs.push_back(upload(p, data, pjrt_type(mx_json_str(mx_json_get(a, "dtype"), ""), tensor), dims.data(),
-                              (int)dims.size()));
-      free(data);  // uploaded with kImmutableOnlyDuringCall: the device holds its own copy
-    } else if (kind == "token") {
-      mx_die("argument %zu is an effect token: this consumer passes none; run the refined static module "
-             "(static_modules), whose tokens are created inside", i);
-    } else {
-      mx_die("manifest.json: argument %zu has unknown kind '%s'", i, kind.c_str());
     }
-  }
+    return inputs;
+  };
+  std::vector<PJRT_Buffer *> inputs = upload_args();
   int32_t count_value = 0;  // --count's leaf on the host, incremented per step
   if (!extra.count.empty()) {
     auto it = leaves.find(extra.count);
@@ -502,6 +562,9 @@ int main(int argc, char **argv) {
              it->second.descr, (long long)mx_num_elements(it->second.ndim, it->second.shape));
     count_value = *static_cast<const int32_t *>(it->second.data);
   }
+  std::vector<Lane> lanes((size_t)extra.load.lanes);
+  if (extra.steps > 0 && extra.load.lanes) mx_die("--load-lanes | a load loop and a decode loop at once, expected one");
+  for (auto &lane : lanes) lane.inputs = upload_args();
   for (auto &kv : leaves) mx_npy_free(&kv.second);
 
   const mx_json *results = mx_require(module, "results", program_path.c_str());
@@ -635,6 +698,7 @@ int main(int argc, char **argv) {
     eo.non_donatable_input_indices = keep.data();
     eo.num_non_donatable_input_indices = keep.size();
     for (int i = 0; i < opts.warmup; i++) { call(); release_outputs(); }
+    if (!lanes.empty()) load_loop(cc.executable, &eo, n_out, lanes, extra.load, p.platform);
     for (int i = 0; i < opts.iters; i++) {
       int64_t start = mx_now_ns();
       call();
