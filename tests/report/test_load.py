@@ -3,6 +3,7 @@ latency-vs-throughput plot."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -203,3 +204,28 @@ def test_the_load_page_and_its_plot_render_in_chromium_without_requests(tmp_path
     png = tmp_path / "load.png"
     assert screenshot(page, png, width=1000, height=1400) == []
     assert png_pixels_vary(png)
+
+
+def _driven(row, driver):
+    return dataclasses.replace(row, throughput_config={**row.throughput_config, "driver": driver})
+
+
+def test_rows_of_different_drivers_are_ranked_apart():
+    # c and d ran in their C loops, p in Python lanes: p's higher figure is not ranked against theirs (the Python
+    # lanes may be what limits a row), each group is ranked within itself and named
+    rows = [_driven(_row("c", 300.0, 280.0, 320.0, 2.0), "native"),
+            _driven(_row("p", 900.0, 880.0, 920.0, 1.0), "python"),
+            _driven(_row("d", 100.0, 90.0, 110.0, 1.5), "native")]
+    server, _, differ = verdicts(rows, 10.0)
+    assert server == ("at p99 <= 10 ms, among the C loops (not limited by the harness), ship c: 300 req/s, the next "
+                      "best d: 100 req/s; among the Python lanes (the harness may limit them, not the runtime), "
+                      "p: 900 req/s")
+    assert differ is True  # within the C loops: c holds more, d is faster one call at a time
+    # one driver for every row: the verdict as before, no group named
+    same = [_driven(r, "native") for r in rows]
+    assert verdicts(same, 10.0)[0] == "at p99 <= 10 ms, ship p: 900 req/s, the next best c: 300 req/s"
+    multi = LoadResults(config={"p99_ms": 10.0}, rows=[_driven(_multi("a", 5.0, 4.5, 5.5), "native"),
+                                                       _driven(_multi("b", 2.0, 1.8, 2.2), "python")])
+    assert multistream_verdict(multi) == ("multistream (8 samples per query): among the C loops (not limited by the "
+                                          "harness), a at p99 5 ms; among the Python lanes (the harness may limit "
+                                          "them, not the runtime), b at p99 2 ms")
