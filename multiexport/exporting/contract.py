@@ -136,6 +136,16 @@ class Backend:
             return Availability(False, f"{', '.join(missing)} not installed ({hint})")
         return Availability(True)
 
+    def runtime_available(self) -> Availability:
+        """Whether this backend's artifacts can be loaded and run here: its `runtime_modules` importable (a machine
+        that only serves artifacts needs the runtime, not the converter), else its `requires` when it declares none."""
+        needed = self.runtime_modules or self.requires
+        missing = [m for m in needed if _find_spec(m) is None]
+        if missing:
+            hint = f"pip install 'multiexport[{self.extra}]'" if self.extra else f"pip install {' '.join(missing)}"
+            return Availability(False, f"{', '.join(missing)} not installed, the runtime its artifacts need ({hint})")
+        return Availability(True)
+
     def resolve_options(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Every declared option with its value: the given ones validated, the rest at their defaults."""
         declared = {o.name: o for o in self.options}
@@ -159,9 +169,11 @@ class Backend:
         return driver(self, fn, signature, Path(out_dir), options)
 
     def load(self, artifact_dir: str | os.PathLike, options: RunOptions | str = RunOptions()) -> Runner:
-        """A runner for the artifact in `artifact_dir`, built from the directory alone."""
-
-        self.require()
+        """A runner for the artifact in `artifact_dir`, built from the directory alone; only the runtime need be
+        installed (`runtime_available`), not the converter that wrote it."""
+        status = self.runtime_available()
+        if not status.ok:
+            raise BackendUnavailable(f"Backend '{self.name}' | cannot run artifacts here: {status.reason}")
         if isinstance(options, str):
             options = RunOptions(device=options)
         manifest = Manifest.read(artifact_dir)
