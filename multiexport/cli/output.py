@@ -177,3 +177,21 @@ def print_results(results) -> None:
             c.print(plain(f"  {name}: {'GPU' if found['gpu'] else 'no GPU'}: {found['reason']}"))
     out = results.out_dir
     c.print(plain(f"results: {out}/results.json; reports: {out}/report.md, {out}/report.html"))
+
+
+def print_load_summary(loaded) -> None:
+    """The terminal's load table after `compare --load` (results.load.LoadResults): per format its max req/s under
+    the p99 bound, offline peak and MultiStream p99 with the rounds' ranges, and the throughput configuration
+    (which names the driver), then the server, MultiStream and single-stream verdicts."""
+    from ..report.load import SUMMARY_HEADER, multistream_verdict, summary_rows
+
+    c = console()
+    bound = loaded.config.get("p99_ms")
+    table = _table(f"under load (p99 bound {bound} ms, {loaded.config.get('rounds')} rounds)", SUMMARY_HEADER)
+    for row in summary_rows(loaded):
+        table.add_row(plain(row[0], "bold"), plain(row[1], "green" if row[1] == "ok" else "red"),
+                      *[plain(cell) for cell in row[2:]])
+    c.print(table)
+    for line in (loaded.server_verdict, multistream_verdict(loaded), loaded.single_stream_verdict):
+        if line:
+            c.print(Text.assemble(("load: ", "bold"), visible(line)))

@@ -41,6 +41,8 @@ def _range(median: float | None, low: float | None, high: float | None) -> str:
 DRIVERS = {"native": "the C loops (not limited by the harness)",
            "python": "the Python lanes (the harness may limit them, not the runtime)"}
 
+DRIVER_SHORT = {"native": "C loop", "python": "Python lanes"}
+
 
 def driver_of(row: LoadRow) -> str:
     """The driver a row ran under ("native" or "python"; a row that recorded none ran under the Python driver)."""
@@ -296,17 +298,21 @@ def beside(out_dir: str | Path) -> LoadResults | None:
 def load_columns(out_dir: str | Path, columns: Sequence[str], rows: list[dict]) -> tuple[tuple[str, ...], list[dict]]:
     """The compare's summary table with the load figures where `compare --load` ran (OUT/load.json): the max rate
     under the p99 bound and the offline peak [rounds' range] on each format's first row (a format's figures, not a
-    batch size's); unchanged without a load.json."""
+    batch size's), each cell naming its driver when the rows ran under more than one; unchanged without a
+    load.json."""
     loaded = beside(out_dir)
     if loaded is None:
         return tuple(columns), rows
     cells: dict[str, list[str]] = {}
+    mixed = len(by_driver([r for r in loaded.rows if r.ok])) > 1  # then each cell says its driver
     for row in loaded.rows:
         server, peak = row.server, row.offline_peak()
         bound = f" (p99 <= {server.p99_bound_ms:g} ms)" if server else ""
+        driver = f" [{DRIVER_SHORT.get(driver_of(row), driver_of(row))}]" if mixed and row.ok else ""
         cells[row.name] = [
-            (_range(server.max_rate_per_s, server.max_rate_low, server.max_rate_high) + bound) if server else "-",
-            (_range(peak.samples_per_s, peak.low, peak.high) if peak else "-") if row.ok else row.status]
+            (_range(server.max_rate_per_s, server.max_rate_low, server.max_rate_high) + bound + driver) if server
+            else "-",
+            (_range(peak.samples_per_s, peak.low, peak.high) + driver if peak else "-") if row.ok else row.status]
     out, seen = [], set()
     for r in rows:
         got = cells.get(r["backend"]) if r["backend"] not in seen else None

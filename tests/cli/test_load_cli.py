@@ -78,3 +78,25 @@ def test_diff_fails_on_a_throughput_drop_in_load_json_beside_the_results(cli, tm
         LoadResults(rows=[LoadRow("onnx", "/a", offline=[point])]).write(tmp_path / name / "load.json")
     proc = cli("diff", tmp_path / "base" / "results.json", tmp_path / "new" / "results.json")
     assert proc.returncode == 1 and "offline samples/s@example" in proc.stdout
+
+
+def test_the_terminal_load_table_names_each_row_driver_and_the_verdicts(capsys):
+    from multiexport.cli.output import print_load_summary
+    from multiexport.report.load import verdicts
+    from multiexport.results.load import LoadResults, LoadRow, OfflinePoint, ServerResult
+
+    def row(name, rate, driver):
+        return LoadRow(name, f"/a/{name}", lanes=2, throughput_config={"how": "lanes", "driver": driver},
+                       single_stream_p50_ms=0.5, server=ServerResult(10.0, "ladder", [], rate, rate * 0.9, rate * 1.1),
+                       offline=[OfflinePoint(None, samples_per_s=2 * rate, low=rate, high=3 * rate,
+                                             per_round=[rate, 3 * rate], calls=100)])
+
+    rows = [row("onnx", 300.0, "native"), row("iree", 900.0, "python"),
+            LoadRow("bad", "/a/bad", status="run-failed", reason="it broke")]
+    server, single, differ = verdicts(rows, 10.0)
+    print_load_summary(LoadResults(config={"p99_ms": 10.0, "rounds": 3}, rows=rows, server_verdict=server,
+                                   single_stream_verdict=single, rankings_differ=differ))
+    out = capsys.readouterr().out
+    assert "under load (p99 bound 10.0 ms, 3 rounds)" in out and "it broke" in out and "run-failed" in out
+    assert "300 [270, 330]" in out and "driver=native" in out and "driver=python" in out
+    assert "load: at p99 <= 10 ms, among the C loops (not limited by the harness), ship onnx: 300 req/s" in out

@@ -229,3 +229,17 @@ def test_rows_of_different_drivers_are_ranked_apart():
     assert multistream_verdict(multi) == ("multistream (8 samples per query): among the C loops (not limited by the "
                                           "harness), a at p99 5 ms; among the Python lanes (the harness may limit "
                                           "them, not the runtime), b at p99 2 ms")
+
+
+def test_the_summary_columns_name_the_driver_when_the_rows_ran_under_two(tmp_path):
+    from multiexport.report.load import load_columns
+
+    rows = [_driven(_row("onnx", 300.0, 280.0, 320.0, 1.0), "native"),
+            _driven(_row("iree", 90.0, 80.0, 95.0, 1.0), "python")]
+    LoadResults(config={"p99_ms": 10.0}, rows=rows).write(tmp_path / "load.json")
+    _, out = load_columns(tmp_path, ["backend"], [{"backend": "onnx"}, {"backend": "iree"}])
+    assert out[0]["max req/s at p99 bound"] == "300 [280, 320] (p99 <= 10 ms) [C loop]"
+    assert out[1]["offline peak /s"] == "500 [450, 550] [Python lanes]"
+    LoadResults(config={"p99_ms": 10.0}, rows=[_driven(r, "native") for r in rows]).write(tmp_path / "load.json")
+    _, out = load_columns(tmp_path, ["backend"], [{"backend": "onnx"}, {"backend": "iree"}])
+    assert out[0]["max req/s at p99 bound"] == "300 [280, 320] (p99 <= 10 ms)"  # one driver: nothing to tell apart
