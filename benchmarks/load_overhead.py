@@ -1,17 +1,18 @@
-"""The harness under load against a bare C loop on the same runtime: ONNX Runtime (or TF), Offline scenario.
+"""The harness under load against a bare C loop on the same runtime (ONNX Runtime, TF, LiteRT, OpenVINO, PJRT), Offline.
 
-For one ONNX (or SavedModel) artifact, each round runs, in an order rotating from round to round, (a) `multiexport
-load --scenario offline --driver python` on it (a serve worker, one Python thread per lane calling the runner: for
-ONNX Runtime run_with_iobinding, the runner's throughput configuration), (b) the same with `--driver native` (the
-harness hands the loop to the native consumer: by construction the C loop, run through the harness's own path, which
-writes the feed, starts the program and reads its figures) and (c) the bare program outside the harness (`ort_run
---load-lanes N`, backends/onnx/csrc/ort_run.c: N pthreads calling RunWithBinding on one session, the same
-configuration: threads/N intra-op threads each, spinning off; `tf_run` for a SavedModel), all with the same threads,
-lanes and seconds, so the machine's noise hits them alike. Prints each side's calls/s per round and the ratios
-harness / C (median and range over the rounds): how much of the runtime's rate each harness driver keeps.
+For one artifact whose native consumer has the load loops (ONNX, SavedModel, LiteRT, OpenVINO, XLA), each round runs,
+in an order rotating from round to round, (a) `multiexport load --scenario offline --driver python` on it (a serve
+worker, one Python thread per lane calling the runner in its throughput configuration: for ONNX Runtime
+run_with_iobinding, for LiteRT one Interpreter per lane, for OpenVINO an infer request per lane under the THROUGHPUT
+hint), (b) the same with `--driver native` (the harness hands the loop to the native consumer: by construction the C
+loop, run through the harness's own path, which writes the feed, starts the program and reads its figures) and (c)
+the bare program outside the harness (`ort_run`, `tf_run`, `lite_run`, `ov_run` or `pjrt_run` with `--load-lanes
+N`: common/mx_load.h's pthreads, each consumer's lanes in the Python runner's configuration), all with the same
+threads, lanes and seconds, so the machine's noise hits them alike. Prints each side's calls/s per round and the
+ratios harness / C (median and range over the rounds): how much of the runtime's rate each harness driver keeps.
 
 Run: `.venv/bin/python -m benchmarks.load_overhead ARTIFACT_DIR [--threads 2] [--lanes 2] [--seconds 2] [--rounds 5]`
-(ARTIFACT_DIR: an ONNX or SavedModel artifact, e.g. a compare's OUT/onnx).
+(ARTIFACT_DIR: such an artifact, e.g. a compare's OUT/onnx or OUT/litert).
 """
 
 from __future__ import annotations
