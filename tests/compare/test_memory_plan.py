@@ -127,14 +127,14 @@ def test_a_backend_declares_its_own_measured_footprints_and_the_environment_over
 
 
 def test_a_compare_refuses_what_memory_cannot_hold_closes_its_early_workers_and_runs_the_rest(tmp_path):
-    # "available": just over xla's export need (1 GiB + 3x a few KiB): beside the early reference worker (still
-    # to grow to its footprint) it does not fit, with the early workers closed it does; onnx, declared at
-    # 1x the weights + 8 GiB, cannot fit even alone (xla's footprint pinned to the plan's default, 3x + 1 GiB, so
-    # the figures do not move with its measured declaration)
+    # "available": just over xla's export need (4 GiB + 3x a few KiB, given): beside the early workers it does
+    # not fit, with them closed it does; onnx, given 1x the weights + 8 GiB, cannot fit even alone. 4 GiB, not
+    # less: the paired workers are sized against the same figure (three runtimes of 768 MiB within 60% of it), so
+    # a smaller one would stop them before the memory plan ever saw them
     out = tmp_path / "o"
-    available = GIB + (16 << 20)
+    available = 4 * GIB + (16 << 20)
     proc = run_cli("compare", "multiexport.examples:mlp", "--backends", "xla,onnx", "--out-dir", out, "--trials", "1",
-                   "--bench-time", "0.05", env={AVAILABLE_ENV: str(available), FOOTPRINT_ENV: "onnx=1x+8,xla=3x+1"})
+                   "--bench-time", "0.05", env={AVAILABLE_ENV: str(available), FOOTPRINT_ENV: "onnx=1x+8,xla=3x+4"})
     assert proc.returncode == 3, proc.stdout + proc.stderr
     data = json.loads((out / "results.json").read_text())
     onnx = data["backends"]["onnx"]
