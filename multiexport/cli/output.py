@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ..files.text import visible
 from ..leaves.weights import AUTO_MIN_BYTES
+from ..report.load import SUMMARY_HEADER, multistream_verdict, summary_rows as load_summary_rows
 from ..report.recommend import recommend
 from ..report.summary import COLUMNS, capped_note, summary_rows
 from ..report.tables import NATIVE_HEADER, binding_table, native_lines, native_rows, shape_text
@@ -183,12 +184,10 @@ def print_load_summary(loaded) -> None:
     """The terminal's load table after `compare --load` (results.load.LoadResults): per format its max req/s under
     the p99 bound, offline peak and MultiStream p99 with the rounds' ranges, and the throughput configuration
     (which names the driver), then the server, MultiStream and single-stream verdicts."""
-    from ..report.load import SUMMARY_HEADER, multistream_verdict, summary_rows
-
     c = console()
     bound = loaded.config.get("p99_ms")
     table = _table(f"under load (p99 bound {bound} ms, {loaded.config.get('rounds')} rounds)", SUMMARY_HEADER)
-    for row in summary_rows(loaded):
+    for row in load_summary_rows(loaded):
         table.add_row(plain(row[0], "bold"), plain(row[1], "green" if row[1] == "ok" else "red"),
                       *[plain(cell) for cell in row[2:]])
     c.print(table)
