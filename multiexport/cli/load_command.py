@@ -9,13 +9,14 @@ from pathlib import Path
 from ..errors import UsageError
 from ..exporting.manifest import Manifest
 from ..measure.load import LoadConfig
-from ..report.load import gate_load, multistream_verdict, render_markdown, write_load_reports
+from ..report.load import gate_load, render_markdown, write_load_reports
 from ..report.render import write_reports
 from ..results import Results
 from ..results.bench import BASELINE_PREFIX
 from ..run.load import measure_load
 from ..status import Status
 from .flags import batch_sizes
+from .output import print_load_summary
 
 
 def artifact_dirs(paths: list[Path]) -> list[tuple[str, Path]]:
@@ -102,9 +103,7 @@ def compare_load(results: Results, batch_sizes: tuple[int, ...] | None, threads:
     loaded.write(out / "load.json")
     write_load_reports(loaded, out)
     write_reports(results, out)  # report.md/html again: they add the Load section from load.json
-    for line in (loaded.server_verdict, multistream_verdict(loaded), loaded.single_stream_verdict):
-        if line:
-            print(f"load: {line}")
+    print_load_summary(loaded)  # the load table (compare's own summary was printed before the load ran) and verdicts
 
 
 def load_dirs(args, current: Results) -> tuple[Path | None, Path]:
