@@ -1,12 +1,13 @@
 """What `multiexport locate` costs against one `multiexport compare` of the same model and backend (#48: within 5x).
 
     python -m benchmarks.locate_cost [--target benchmarks/realistic/models.py:bert_b1] [--backend onnx]
-                                     [--rounds 1] --out-dir DIR
+                                     [--rounds 1] [--route stablehlo|default] --out-dir DIR
 
 Each round runs, as whole processes with the same flags, `multiexport compare TARGET --backends B` and
 `multiexport locate TARGET --backend B` (compare first, then locate, so machine noise falls on both alike),
-both with B's artifact written by the route locate can map (`onnx.route=stablehlo`: multiexport's own converter,
-which records the tensor of each StableHLO op). Prints and writes DIR/locate_cost.md and .json: the wall seconds
+both with B's artifact written by the same route: `--route stablehlo` (the default here: multiexport's own converter,
+which records the tensor of every StableHLO op, the most locate maps) or `--route default` (ONNX's jax2onnx route,
+mapped through its equation table). Prints and writes DIR/locate_cost.md and .json: the wall seconds
 of each run, the ratio locate/compare per round and its median, and locate's own figures (op results mapped).
 """
 
@@ -38,10 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", default="benchmarks/realistic/models.py:bert_b1")
     p.add_argument("--backend", default="onnx")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--route", choices=("stablehlo", "default"), default="stablehlo",
+                   help="the ONNX route both runs export with (default: stablehlo, the most ops mapped)")
     p.add_argument("--out-dir", type=Path, required=True)
     a = p.parse_args(argv)
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    extra = ROUTE.get(a.backend, [])
+    extra = ROUTE.get(a.backend, []) if a.route == "stablehlo" else []
     rows = []
     for r in range(a.rounds):
         compare_dir, locate_dir = a.out_dir / f"compare{r}", a.out_dir / f"locate{r}"
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                      "verdict": b.get("verdict", b.get("error", ""))})
         print(json.dumps(rows[-1]), flush=True)
     median = statistics.median(r["ratio"] for r in rows)
-    lines = [f"# locate's cost: {a.target}, backend {a.backend}", "",
+    lines = [f"# locate's cost: {a.target}, backend {a.backend}, route {a.route}", "",
              "| round | compare s | locate s | locate / compare | op results mapped |", "|---|---|---|---|---|"]
     lines += [f"| {r['round']} | {r['compare_s']} | {r['locate_s']} | {r['ratio']} | {r['mapped']} of {r['total']} |"
               for r in rows]
