@@ -176,6 +176,8 @@ class _Canon:
     def __init__(self) -> None:
         self.ids: dict[tuple, int] = {}
         self.tensors: dict[int, int] = {}
+        self.shapes: dict[int, tuple] = {}  # expression -> its shape, where a value of it (untransposed) has one
+        self.views: dict[int, tuple[int, tuple]] = {}  # a reshape's expression -> (what it reshapes, to which shape)
 
     def intern(self, key: tuple) -> int:
         return self.ids.setdefault(key, len(self.ids))
@@ -192,6 +194,9 @@ class _Canon:
             results = self.node(node, ins)
             for value, result in zip(node.outputs, results):
                 out[value] = result
+                shape = _dims(value)
+                if result[1] is None and shape is not None:
+                    self.shapes.setdefault(result[0], shape)
         return out
 
     def input(self, out: dict, value: Any) -> tuple[int, tuple[int, ...] | None]:
@@ -224,15 +229,37 @@ class _Canon:
                 return [(self.intern(("T", expr, q, p)), None)]
             c = tuple(q[i] for i in p)
             return [(expr, None if c == tuple(range(len(c))) else c)]
+        if node.domain in ("", "ai.onnx") and op == "Reshape" and ins and _dims(node.outputs[0]) is not None:
+            expr, q = ins[0]
+            return [(self.reshaped(expr if q is None else self.intern(("T", expr, q)), _dims(node.outputs[0])), None)]
         attrs = self.attributes(node)
         if node.domain in ("", "ai.onnx") and len(node.outputs) == 1:
             perms = {q for _, q in ins}
+            if op in UNARY and len(ins) == 1 and ins[0][1] is None and ins[0][0] in self.views:
+                base, shape = self.views[ins[0][0]]  # elementwise on a reshape: the reshape of it elementwise
+                inner = self.intern((op, attrs, (base,)))
+                if base in self.shapes:
+                    self.shapes.setdefault(inner, self.shapes[base])
+                return [(self.reshaped(inner, shape), None)]
             if (op in UNARY and len(ins) == 1) or (op in NARY and len(perms) == 1 and None not in perms):
                 q = ins[0][1]
                 return [(self.intern((op, attrs, tuple(e for e, _ in ins))), q)]
         materialized = tuple(e if q is None else self.intern(("T", e, q)) for e, q in ins)
         head = self.intern((op, node.domain, attrs, materialized))
         return [(self.intern((head, k)), None) for k in range(len(node.outputs))]
+
+    def reshaped(self, expr: int, shape: tuple) -> int:
+        """`expr` reshaped to `shape` (row-major, as ONNX's Reshape): a reshape of a reshape is one reshape of
+        the first's input, and a reshape to the shape the value has is the value itself. So the Reshape pairs
+        jax2onnx lowers around a Gemm or an elementwise op (3-D to 2-D and back) and its optimizer removes are the
+        same expression with them and without."""
+        base = self.views[expr][0] if expr in self.views else expr
+        if self.shapes.get(base) == shape:
+            return base
+        view = self.intern(("R", base, shape))
+        self.views[view] = (base, shape)
+        self.shapes[view] = shape
+        return view
 
     def attributes(self, node: Any) -> tuple:
         items: list[tuple[str, Any]] = []
@@ -247,6 +274,15 @@ class _Canon:
             else:  # a subgraph or a tensor list: equal to no other node's
                 items.append((name, ("opaque", len(self.ids), id(node))))
         return tuple(items)
+
+
+def _dims(value: Any) -> tuple | None:
+    """A value's shape, a symbolic dimension by its name (`b`), None when unknown or of unknown rank."""
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return None
+    dims = tuple(d if isinstance(d, int) else getattr(d, "value", None) for d in shape)
+    return dims if all(d is not None for d in dims) else None
 
 
 def _dependencies(graph: Any, entries: dict[Any, int], inputs: list[str]) -> tuple[dict[Any, int], dict[Any, set[int]]]:

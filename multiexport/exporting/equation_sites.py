@@ -58,6 +58,7 @@ class _Entry:
     deps: frozenset[str]
     near: tuple[int, ...]
     scope: str  # name stack and primitive (`block4a_bn/mul`): what the op jax.jit lowers it to is named
+    stack: str  # the equation's name stack (`Stack/layer_3/attention`): its ops are named under it
 
 
 def user_line(frames: Sequence[str]) -> str:
@@ -82,33 +83,41 @@ def map_equations(table_text: str, sites: Sequence[Site], leaves: Sequence[str],
         return {}, {s.key: why for s in sites}
     site_deps, site_anc = _site_graph(sites, leaves)
     groups: dict[tuple, tuple[list[_Entry], list[Site]]] = {}
+    stacks: dict[tuple, set[str]] = {}
     for e in entries:
         if e.line:
-            groups.setdefault((e.line, e.shape, e.dtype, e.deps), ([], []))[0].append(e)
+            groups.setdefault((e.line, e.shape, e.dtype, e.deps, e.stack), ([], []))[0].append(e)
+            stacks.setdefault((e.line, e.shape, e.dtype, e.deps), set()).add(e.stack)
     unmapped: dict[str, str] = {}
     for s in sites:
         key = (_base(s.location), s.shape, s.dtype, site_deps[s.key])
-        if key in groups:
-            groups[key][1].append(s)
+        stack = _innermost_stack(stacks.get(key, ()), _tail(s.scope))
+        if stack is not None:
+            groups[key + (stack,)][1].append(s)
         else:
             unmapped[s.key] = ("cannot map: no equation jax2onnx converted outputs a value of this line, shape and "
                                "inputs (the converter computes it inside a larger equation, or folded it)")
     entry_anc = _entry_ancestors(entries)
     pairs: list[tuple[_Entry, Site]] = []
-    for (line, shape, _, _), (es, ss) in groups.items():
+    unsettled: list[tuple[tuple, list[_Entry], list[Site]]] = []
+    for key, (es, ss) in groups.items():
         if not ss:
             continue
         ordered = _chain(es, entry_anc) if len(es) > 1 else es
         chain_sites = len(ss) == 1 or all(site_anc[b.key] >> _bit(a) & 1 for a, b in zip(ss, ss[1:]))
         if len(es) == len(ss) and ordered is not None and chain_sites:
             pairs.extend(zip(ordered, ss))
-            continue
-        named = _by_scope(es, ss)
-        pairs.extend(named)
+        else:
+            unsettled.append((key, es, ss))
+    named = _by_scope(unsettled, sites, pairs, entry_anc, site_anc)
+    pairs.extend(named)
+    named_keys = {p[1].key for p in named}
+    for (line, shape, *_), es, ss in unsettled:
         why = (f"cannot map: {len(es)} jax2onnx equation outputs and {len(ss)} ops share line {line}, shape "
-               f"{list(shape)} and inputs" + ("" if len(es) != len(ss) else ", not one chain of dependencies")
-               + (", and this op's name stack and primitive are not one equation's" if named else ""))
-        unmapped.update({s.key: why for s in ss if s.key not in {p[1].key for p in named}})
+               f"{list(shape)}, inputs and name stack" + ("" if len(es) != len(ss) else ", not one chain of dependencies")
+               + (", and this op's name stack and primitive are not one equation's"
+                  if any(s.key in named_keys for s in ss) else ""))
+        unmapped.update({s.key: why for s in ss if s.key not in named_keys})
     pairs = _consistent(pairs, entry_anc, sorted(sites, key=lambda s: (s.index, s.result)), unmapped)
     found = {s.key: EquationTensor(e.tensor, e.to_jax,
                                    f"ONNX tensor {e.tensor} holds this value: the output of jax2onnx's {e.primitive} "
@@ -148,33 +157,101 @@ _NUMPY_PRIMITIVE = {"add": "add", "subtract": "sub", "multiply": "mul", "divide"
                     "sqrt": "sqrt", "log": "log", "abs": "abs"}
 
 
-def _by_scope(entries: Sequence[_Entry], sites: Sequence[Site]) -> list[tuple[_Entry, Site]]:
-    """Within one key that counts do not settle, the pairs that names settle. jax.jit names each op by its
-    equation's name stack and primitive (`jit(f)/block4a_bn/mul`); a tensor whose equation has that name stack
-    and primitive (or is jax2onnx's `jax.numpy.add` of a plain primitive) holds the value of the one op of the key
-    so named. A jitted library function jax2onnx converts as one equation (`jax.nn.silu`) is a call in the module
-    (`.../block4a_activation/jit(silu)`): its value is the one op of the key in that call that nothing else in the
-    call reads. A name held by several equation outputs or several ops of the key pairs nothing."""
-    def tail(scope: str) -> str:
-        head, _, rest = scope.partition("/")
-        return rest if head.startswith("jit(") and rest else scope
+def _by_scope(groups: Sequence[tuple[tuple, list[_Entry], list[Site]]], sites: Sequence[Site],
+              seeds: Sequence[tuple[_Entry, Site]], entry_anc: dict[int, int], site_anc: dict[str, int]
+              ) -> list[tuple[_Entry, Site]]:
+    """Within the keys that counts do not settle, the pairs that names and data flow settle. jax.jit names each
+    op by its equation's name stack and primitive (`jit(f)/block4a_bn/mul`): a tensor whose equation has that
+    name stack and primitive (or is jax2onnx's `jax.numpy.add` of a plain primitive) may hold the value of the op
+    of its key so named that no other op so named reads. A flax module jax2onnx converts as one equation
+    (`linen.dense` at `Stack/layer_0`) is a scope of its own in the module (`Stack/layer_0/intermediate/...`), a
+    jitted library function (`jax.nn.silu`, `jnp.einsum`) a call (`.../jit(silu)`, `.../...qhd,...khd->...hqk`):
+    its value may be the one op of its key that is that scope's only exit (nothing else in the scope reads it).
+    Those are each tensor's candidates. Then data flow decides among them: a pair (tensor t, op o) leaves another
+    tensor only the ops that o depends on exactly when t depends on it, and o depends on exactly when it depends
+    on t (`seeds`, the pairs counts settled, count too); a tensor left one candidate no other tensor is left only
+    with is paired, and so on. A tensor left several candidates pairs nothing."""
+    exits = _scope_exits(sites)
+    cand: dict[int, set[str]] = {}
+    by_index: dict[int, _Entry] = {}
+    for _, es, ss in groups:
+        for e in es:
+            by_index[e.index] = e
+            cand[e.index] = {s.key for s in ss if _names(e, s, exits)}
+    site_of = {s.key: s for s in sites}
+    used = {s.key for _, s in seeds}
+    out: list[tuple[_Entry, Site]] = []
+    queue = [(e.index, s.key) for e, s in seeds]
+    while True:
+        for f, t in queue:
+            bit_t = _bit(site_of[t])
+            for i, c in cand.items():
+                after, before = entry_anc[f] >> i & 1, entry_anc[i] >> f & 1
+                cand[i] = {k for k in c - used if (site_anc[t] >> _bit(site_of[k]) & 1) == after
+                           and (site_anc[k] >> bit_t & 1) == before}
+        only = [(i, next(iter(c))) for i, c in cand.items() if len(c) == 1]
+        claims: dict[str, int] = {}
+        for _, k in only:
+            claims[k] = claims.get(k, 0) + 1
+        queue = [(i, k) for i, k in only if claims[k] == 1]
+        if not queue:
+            return out
+        for i, k in queue:
+            out.append((by_index[i], site_of[k]))
+            used.add(k)
+            del cand[i]
 
-    names: dict[str, list[_Entry]] = {}
-    for e in entries:
-        names.setdefault(_scope_name(e), []).append(e)
-    out = []
-    for name, es in names.items():
-        if len(es) != 1 or not name:
-            continue
-        if name.endswith(")") and "jit(" in name.rpartition("/")[2]:  # a call: its exit
-            inside = [s for s in sites if tail(s.scope) == name or tail(s.scope).startswith(name + "/")]
-            read = {o for s in inside for o in s.operands}
-            found = [s for s in inside if s.key not in read]
-        else:
-            found = [s for s in sites if tail(s.scope) == name]
-        if len(found) == 1:
-            out.append((es[0], found[0]))
+
+def _names(e: _Entry, s: Site, exits: Mapping[str, str]) -> bool:
+    """Whether op `s` may hold `e`'s value by names (see `_by_scope`)."""
+    scope = _tail(s.scope)
+    name = _scope_name(e)
+    if name and not name.endswith(")"):  # a plain primitive: the op so named that no other so named reads
+        return scope == name and exits.get(f"{scope}#{s.key}") == s.key
+    inner = scope[len(e.stack) + 1:] if e.stack else scope
+    if (e.stack and not scope.startswith(e.stack + "/")) or not inner:
+        return False
+    call = inner.partition("/")[0]
+    if exits.get(f"{e.stack}/{call}" if e.stack else call) != s.key:
+        return False
+    library, _, function = e.primitive.rpartition(".")
+    if library == "linen":  # a flax module: a scope of its own, named by the module, its ops named under it
+        return "/" in inner and call.replace("_", "a").replace("-", "a").isalnum()
+    if e.primitive == "jax.numpy.einsum":
+        return "->" in call
+    return library in ("jax.nn", "jax.numpy") and call in (f"jit({function})", f"jit(_{function})")
+
+
+def _scope_exits(sites: Sequence[Site]) -> dict[str, str]:
+    """name stack -> the key of the one op under it that nothing else under it reads (absent when there are
+    several); for ops of one full name, `name#key` -> key when no other op of that name reads that op."""
+    members: dict[str, list[Site]] = {}
+    for s in sites:
+        parts = _tail(s.scope).split("/")
+        for i in range(1, len(parts) + 1):  # a call's ops are named by the call (`act/jit(silu)`)
+            members.setdefault("/".join(parts[:i]), []).append(s)
+        members.setdefault("/".join(parts) + "#", []).append(s)
+    out: dict[str, str] = {}
+    for scope, ss in members.items():
+        read = {o for s in ss for o in s.operands}
+        last = [s.key for s in ss if s.key not in read]
+        if scope.endswith("#"):
+            out.update({scope + k: k for k in last})
+        elif len(last) == 1:
+            out[scope] = last[0]
     return out
+
+
+def _tail(scope: str) -> str:
+    """A site's name stack without jax.jit's outer `jit(f)/`: what jax2onnx's name stacks start from."""
+    head, _, rest = scope.partition("/")
+    return rest if head.startswith("jit(") and rest else scope
+
+
+def _innermost_stack(stacks: Iterable[str], scope: str) -> str | None:
+    """Of the equations' name stacks, the longest that `scope` (an op's) is under, None when none is."""
+    under = [st for st in stacks if not st or scope.startswith(st + "/")]
+    return max(under, key=len) if under else None
 
 
 def _scope_name(e: _Entry) -> str:
@@ -212,7 +289,7 @@ def _entries(text: str, dims: Mapping[str, int]) -> list[_Entry]:
                           tuple(_size(d, dims) for d in shape), str(dtype), str(primitive),
                           user_line([str(f) for f in frames]),
                           frozenset(n for j, n in enumerate(inputs) if bits >> j & 1), tuple(int(n) for n in near),
-                          f"{stack}/{primitive}" if stack else str(primitive)))
+                          f"{stack}/{primitive}" if stack else str(primitive), str(stack)))
     return out
 
 
