@@ -9,7 +9,9 @@ primitive, name stack, source frames and the name of each output as bound (its `
 hook, the one its `record_primitive_calls_file` option writes from), and the graph as lowered, before its
 optimizer ran. Each value of both graphs gets a *canonical expression* (the op, its attributes and its inputs'
 expressions; graph inputs by position, constants by content; a Transpose composes a permutation instead of
-adding a node, and elementwise ops commute with it): an equation's output holds in the shipped graph exactly
+adding a node, and elementwise ops commute with it; a Reshape is its input viewed in another shape, so the
+3-D to 2-D Reshape pair jax2onnx lowers around a Gemm's Gelu and its optimizer drops changes no expression
+after it): an equation's output holds in the shipped graph exactly
 the tensor whose expression is the one it had as lowered, read through the recorded permutation. An output
 whose expression the optimizer changed (a bias folded into a Conv, a subgraph rewritten) is not recorded:
 locate says it cannot map it.
@@ -40,6 +42,16 @@ UNARY = frozenset({"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Neg", "Abs", "Sqrt"
 # Elementwise on several tensors: commute with one transpose applied to every input (equal ranks).
 NARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "LessOrEqual", "Greater",
                   "GreaterOrEqual", "And", "Or", "Xor", "Where", "Mod", "PRelu"})
+
+# ONNX element types (TensorProto numbering) -> those that hold each of their values exactly: a Cast there and
+# back is the value itself (jax2onnx casts a bool mask to float and back to bool; its optimizer drops the pair).
+_BOOL, _INT8, _UINT8, _INT16, _UINT16, _INT32, _INT64, _UINT32, _UINT64 = 9, 3, 2, 5, 4, 6, 7, 12, 13
+_FLOAT, _DOUBLE, _FLOAT16, _BFLOAT16 = 1, 11, 10, 16
+LOSSLESS = {_BOOL: frozenset({_FLOAT, _DOUBLE, _FLOAT16, _BFLOAT16, _INT8, _UINT8, _INT16, _UINT16, _INT32, _INT64,
+                              _UINT32, _UINT64}),
+            **{t: frozenset({_FLOAT, _DOUBLE, _INT32, _INT64}) for t in (_INT8, _UINT8, _INT16, _UINT16)},
+            _INT32: frozenset({_INT64, _DOUBLE}), _FLOAT16: frozenset({_FLOAT, _DOUBLE}),
+            _BFLOAT16: frozenset({_FLOAT, _DOUBLE}), _FLOAT: frozenset({_DOUBLE})}
 
 
 _PATCHING = threading.Lock()
@@ -178,6 +190,7 @@ class _Canon:
         self.tensors: dict[int, int] = {}
         self.shapes: dict[int, tuple] = {}  # expression -> its shape, where a value of it (untransposed) has one
         self.views: dict[int, tuple[int, tuple]] = {}  # a reshape's expression -> (what it reshapes, to which shape)
+        self.casts: dict[int, tuple[int, int]] = {}  # a lossless Cast's expression -> (its input's, that input's type)
 
     def intern(self, key: tuple) -> int:
         return self.ids.setdefault(key, len(self.ids))
@@ -232,6 +245,10 @@ class _Canon:
         if node.domain in ("", "ai.onnx") and op == "Reshape" and ins and _dims(node.outputs[0]) is not None:
             expr, q = ins[0]
             return [(self.reshaped(expr if q is None else self.intern(("T", expr, q)), _dims(node.outputs[0])), None)]
+        if node.domain in ("", "ai.onnx") and op == "Cast" and len(ins) == 1 and "to" in node.attributes:
+            back = self.cast(ins[0], node)
+            if back is not None:
+                return [back]
         attrs = self.attributes(node)
         if node.domain in ("", "ai.onnx") and len(node.outputs) == 1:
             perms = {q for _, q in ins}
@@ -247,6 +264,19 @@ class _Canon:
         materialized = tuple(e if q is None else self.intern(("T", e, q)) for e, q in ins)
         head = self.intern((op, node.domain, attrs, materialized))
         return [(self.intern((head, k)), None) for k in range(len(node.outputs))]
+
+    def cast(self, value: tuple[int, tuple[int, ...] | None], node: Any) -> tuple[int, tuple[int, ...] | None] | None:
+        """A Cast back to the type a lossless Cast came from is that Cast's input: (its expression, `value`'s
+        permutation). Otherwise None, after noting a lossless Cast's expression for a later one."""
+        expr, perm = value
+        to = int(node.attributes["to"].value)
+        if expr in self.casts and self.casts[expr][1] == to:
+            return (self.casts[expr][0], perm)
+        source = getattr(node.inputs[0], "dtype", None)
+        if source is not None and to in LOSSLESS.get(int(source), ()):
+            out = self.intern(("Cast", self.attributes(node), (expr,)))
+            self.casts[out] = (expr, int(source))
+        return None
 
     def reshaped(self, expr: int, shape: tuple) -> int:
         """`expr` reshaped to `shape` (row-major, as ONNX's Reshape): a reshape of a reshape is one reshape of

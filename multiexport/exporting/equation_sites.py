@@ -5,12 +5,15 @@ jax2onnx converts the jaxpr, not the StableHLO module, and it traces with its pl
 ONNX backend records at conversion time which shipped tensor holds each equation's output, with the equation's
 source frames (`backends/onnx/equations.py`: the table in the model's metadata_props). An equation's output is
 the value of one op of the module lowered from the same source: same user line, same shape and dtype, computed
-from the same input leaves. Those four facts form a *key*; a tensor and an op are paired only when the key holds
-as many recorded tensors as ops, and either one of each or a single chain of dependencies on both sides (a
-converter cannot reorder a chain, so the k-th of one is the k-th of the other). Anything else, several parallel
-values of one line and shape, or counts that differ (an equation holding an op's value the module has as
-several ops, a module op no equation outputs), is "cannot map", per op, with the reason, unless names settle
-it (`_by_scope`: jax.jit names each op by its equation's name stack and primitive, which the table records too).
+from the same input leaves, under the equation's name stack (the ops of `Stack/layer_3` are named under it: that
+is what tells repeated layers apart, their lines and shapes being their twins'). Those five facts form a *key*;
+a tensor and an op are paired only when the key holds as many recorded tensors as ops, and either one of each
+or a single chain of dependencies on both sides (a converter cannot reorder a chain, so the k-th of one is the
+k-th of the other). Anything else, several parallel values of one key, or counts that differ (an equation
+holding an op's value the module has as several ops, a module op no equation outputs), is "cannot map", per op,
+with the reason, unless names and data flow settle it (`_by_scope`: jax.jit names each op by its equation's
+name stack and primitive, a flax module or jitted call by a scope of its own; a tensor left one candidate op by
+names and by the dependencies of the pairs already made is paired, one left several is not).
 
 Every pairing is then checked against both graphs: a recorded tensor reads another pair's tensor (through any
 number of nodes) exactly when that pair's op feeds the op. Contradicting pairs are dropped, the most
