@@ -126,7 +126,29 @@ def map_equations(table_text: str, sites: Sequence[Site], leaves: Sequence[str],
                                    f"ONNX tensor {e.tensor} holds this value: the output of jax2onnx's {e.primitive} "
                                    f"equation at {e.line}" + (f", transposed by {list(e.to_jax)} to this op's layout" if e.to_jax else ""))
              for e, s in pairs}
+    _broadcasts(sites, found, unmapped)
     return found, unmapped
+
+
+def _broadcasts(sites: Sequence[Site], found: dict[str, EquationTensor], unmapped: dict[str, str]) -> None:
+    """A broadcast_in_dim of a mapped op to a shape of its rank (each dimension kept or grown from 1) is that
+    op's tensor read by numpy broadcasting, as locate reads every value: jax2onnx folds such broadcasts into
+    the op that uses them, and an op replayed on the artifact's inputs needs the artifact's value there, not the
+    reference's (a gate broadcast over a feature map, within tolerance of the reference, multiplied by a large
+    activation)."""
+    shapes = {s.key: s.shape for s in sites}
+    for s in sorted(sites, key=lambda s: (s.index, s.result)):
+        if s.op != "stablehlo.broadcast_in_dim" or s.key in found or len(s.operands) != 1:
+            continue
+        o = s.operands[0]
+        if o in found and _broadcastable(shapes.get(o), s.shape):
+            t = found[o]
+            found[s.key] = EquationTensor(t.name, t.to_jax, f"{t.note}; broadcast to this op's shape (op {o}'s value)")
+            unmapped.pop(s.key, None)
+
+
+def _broadcastable(source: tuple[int, ...] | None, shape: tuple[int, ...]) -> bool:
+    return source is not None and len(source) == len(shape) and all(a in (1, b) for a, b in zip(source, shape))
 
 
 def misshapen(values: Mapping[str, object], sites: Sequence[Site], keys: Iterable[str]) -> dict[str, str]:
@@ -136,6 +158,9 @@ def misshapen(values: Mapping[str, object], sites: Sequence[Site], keys: Iterabl
     by_key = {s.key: s for s in sites}
     out = {}
     for key in keys:
+        if key in by_key and by_key[key].op == "stablehlo.broadcast_in_dim" and key in values \
+                and _broadcastable(tuple(getattr(values[key], "shape", ())), by_key[key].shape):
+            continue  # a broadcast read from its operand's tensor (`_broadcasts`)
         if key in values and key in by_key and tuple(getattr(values[key], "shape", ())) != by_key[key].shape:
             out[key] = (f"cannot map: the recorded tensor has shape {list(getattr(values[key], 'shape', ()))} in this "
                         f"op's layout, the op {list(by_key[key].shape)}")

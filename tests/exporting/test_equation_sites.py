@@ -158,3 +158,22 @@ def test_parallel_values_data_flow_cannot_tell_apart_stay_unmapped():
     found, unmapped = map_equations(_table(*table), sites, LEAVES)
     assert {k: t.name for k, t in found.items()} == {"op1": "q0", "op6": "d0", "op7": "s0", "op8": "o0"}
     assert "op3" in unmapped and "op5" in unmapped
+
+
+def test_a_broadcast_of_a_mapped_op_reads_its_tensor():
+    # a gate [2, 1] broadcast over [2, 3] before a multiply: jax2onnx folds the broadcast into the Mul, so the
+    # replay of the multiply needs the gate's own tensor for it, read by numpy broadcasting
+    import numpy as np
+
+    from multiexport.exporting.equation_sites import misshapen
+
+    sites = [_site(0, "5", ("arg0",), shape=(2, 1)),
+             Site(key="op1", index=1, result=0, op="stablehlo.broadcast_in_dim", shape=(2, 3), dtype="float32",
+                  location="model.py:5", operands=("op0",)),
+             Site(key="op2", index=2, result=0, op="stablehlo.broadcast_in_dim", shape=(4, 2, 1), dtype="float32",
+                  location="model.py:5", operands=("op0",))]
+    found, unmapped = map_equations(_table(("t0", 5, "1", []), shape=(2, 1)), sites, LEAVES)
+    assert found["op1"].name == "t0" and "broadcast" in found["op1"].note and "op1" not in unmapped
+    assert "op2" not in found and "op2" in unmapped  # another rank: which dimensions it keeps is not known here
+    assert not misshapen({"op0": np.zeros((2, 1)), "op1": np.zeros((2, 1))}, sites, ["op0", "op1"])
+    assert list(misshapen({"op1": np.zeros((3, 1))}, sites, ["op1"])) == ["op1"]
