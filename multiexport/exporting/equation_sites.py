@@ -22,12 +22,12 @@ contradicted first. These rules import nothing heavy: OpenVINO's hook uses them 
 
 from __future__ import annotations
 
-import ast
 import json
 import posixpath
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+from .dim_size import recorded_size
 from .instrument import installed_file
 from .intermediates import IntermediatesRequest, Site
 
@@ -314,38 +314,11 @@ def _entries(text: str, dims: Mapping[str, int]) -> list[_Entry]:
     for i, (tensor, to_jax, shape, dtype, primitive, stack, frames, mask, near) in enumerate(data["entries"]):
         bits = int(mask, 16)
         out.append(_Entry(i, str(tensor), tuple(int(p) for p in to_jax) if to_jax is not None else None,
-                          tuple(_size(d, dims) for d in shape), str(dtype), str(primitive),
+                          tuple(recorded_size(d, dims) for d in shape), str(dtype), str(primitive),
                           user_line([str(f) for f in frames]),
                           frozenset(n for j, n in enumerate(inputs) if bits >> j & 1), tuple(int(n) for n in near),
                           f"{stack}/{primitive}" if stack else str(primitive), str(stack)))
     return out
-
-
-def _size(dim: int | str, dims: Mapping[str, int]) -> int:
-    """A recorded dimension's size: an int as is, a symbolic one (`b`, `2*b + 1`) evaluated with the trial's sizes;
-    -1 (matching no op's shape) when it names a dimension the trial does not bind or is not plain arithmetic."""
-    if isinstance(dim, int):
-        return dim
-    try:
-        return int(_arith(ast.parse(str(dim), mode="eval").body, dims))
-    except (ValueError, SyntaxError, KeyError, ZeroDivisionError):
-        return -1
-
-
-def _arith(node: ast.AST, dims: Mapping[str, int]) -> int:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.Name):
-        return int(dims[node.id])
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_arith(node.operand, dims)
-    if isinstance(node, ast.BinOp):
-        a, b = _arith(node.left, dims), _arith(node.right, dims)
-        ops = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b} if not isinstance(node.op, (ast.FloorDiv, ast.Mod)) \
-            else {ast.FloorDiv: a // b, ast.Mod: a % b}
-        if type(node.op) in ops:
-            return ops[type(node.op)]
-    raise ValueError(f"not plain arithmetic: {ast.dump(node)[:80]}")
 
 
 def _site_graph(sites: Sequence[Site], leaves: Sequence[str]) -> tuple[dict[str, frozenset[str]], dict[str, int]]:
