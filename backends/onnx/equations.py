@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -151,7 +152,7 @@ def table_text(model: Any, rec: Recorder) -> tuple[str, int]:
                 continue
             tensor_entry[tensor] = len(entries)
             entries.append([tensor.name, None if to_jax == tuple(range(len(shape))) else list(to_jax), list(shape),
-                            dtype, primitive, stack, [user_frame(frames)] if frames else []])
+                            dtype, primitive, stack, [_base_frame(user_frame(frames))] if frames else []])
     deps, near = _dependencies(model.graph, tensor_entry, inputs)
     for entry, tensor in zip(entries, tensor_entry):
         entry.extend([format(deps.get(tensor, 0), "x"), sorted(near.get(tensor, ()))])
@@ -342,3 +343,10 @@ def table_in(path: Path) -> str | None:
 
     model = onnx.load(str(path), load_external_data=False)
     return next((p.value for p in model.metadata_props if p.key == EQUATION_TABLE_KEY), None)
+
+
+def _base_frame(frame: str) -> str:
+    """`model.py:42` of `/home/me/project/model.py:42`: an artifact names the user's file, never its directory
+    (a shipped model must not carry the exporting machine's paths; locate pairs by base name and line)."""
+    file, _, line = frame.rpartition(":")
+    return f"{posixpath.basename(file.replace(chr(92), '/'))}:{line}" if file else frame
