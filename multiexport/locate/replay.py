@@ -108,6 +108,19 @@ def replay(reference: Reference, site: Site, got: Mapping[str, Any], errors: Map
                 "artifact), which lie downstream of an op that already diverges, so they are not what the "
                 f"artifact's op received ({versus.relative:.3g} of max|ref| from that replay)")
         return Replay(site.key, "undetermined", text, versus.max_abs, versus.relative, amplification, inputs)
+    upstream = _upstream_error(borrowed, by_key, errors) if versus.status == "diverge" else 0.0
+    if upstream > 0:
+        # The borrowed values are the reference's; the artifact computed them from values it holds up to
+        # `upstream` of max|ref| apart from the reference's. If moving them that much moves this op as far as
+        # the difference seen, the replay cannot tell a wrong op from that difference.
+        spread = borrowed_sensitivity(call, args, site.result,
+                                      [i for i, k in enumerate(isolated.operands) if k in borrowed], upstream)
+        if spread is not None and versus.relative <= SENSITIVITY_MARGIN * spread:
+            text = (f"undetermined: the replay took the reference's values for {', '.join(borrowed)} (unmapped in "
+                    f"the artifact), which the artifact computes from values up to {upstream:.2g} of max|ref| "
+                    f"from the reference's; moving them that much moves this op {spread:.2g} of max|ref|, as far "
+                    f"as the {versus.relative:.3g} seen")
+            return Replay(site.key, "undetermined", text, versus.max_abs, versus.relative, amplification, inputs)
     if versus.status == "diverge":
         text = (f"the artifact computes this op differently: on its own inputs it is {versus.relative:.3g} of "
                 f"max|ref| from the op's result (XLA, this op alone{rounding})")
@@ -123,6 +136,46 @@ def replay(reference: Reference, site: Site, got: Mapping[str, Any], errors: Map
     text = (f"the artifact computes this op faithfully on its own inputs (within {versus.relative:.2g} of max|ref| "
             f"of XLA's result{rounding}): {came}")
     return Replay(site.key, "faithful", text, versus.max_abs, versus.relative, amplification, inputs)
+
+
+def _upstream_error(borrowed: list[str], by_key: Mapping[str, Site], errors: Mapping[str, SiteError]) -> float:
+    """The largest relative difference (of max|ref|) the artifact shows at a mapped ancestor of the borrowed
+    inputs: how far apart from the reference's the values they are computed from may already be."""
+    worst, seen, todo = 0.0, set(), list(borrowed)
+    while todo:
+        k = todo.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        if k in errors and errors[k].status != "unmapped":
+            worst = max(worst, errors[k].relative)
+            continue  # its own value is the artifact's: what is above it is accounted for by it
+        todo.extend(o for o in (by_key[k].operands if k in by_key else ()) if o not in seen)
+    return worst
+
+
+def borrowed_sensitivity(call: Any, args: list[np.ndarray], result: int, which: list[int], relative: float
+                         ) -> float | None:
+    """How far the op's result moves (of its max |value|) when the float inputs at `which` move by `relative`
+    of their max |value| each, in a random direction per element (seeded), the worst of DRAWS draws."""
+    rng = np.random.default_rng(1)
+    exact = np.asarray(call(args)[result], np.float64)
+    scale = float(np.max(np.abs(exact[np.isfinite(exact)]), initial=0.0))
+    moving = [i for i in which if np.issubdtype(args[i].dtype, np.floating)]
+    if not moving or scale == 0.0:
+        return None
+    worst = 0.0
+    for _ in range(DRAWS):
+        moved = list(args)
+        for i in moving:
+            a = args[i]
+            step = relative * float(np.max(np.abs(a[np.isfinite(a)]), initial=0.0))
+            moved[i] = (a + np.where(rng.random(a.shape) < 0.5, -step, step)).astype(a.dtype)
+        out = np.asarray(call(moved)[result], np.float64)
+        both = np.isfinite(out) & np.isfinite(exact)
+        if both.any():
+            worst = max(worst, float(np.max(np.abs(out[both] - exact[both]))))
+    return worst / scale
 
 
 def _after_divergence(borrowed: list[str], by_key: Mapping[str, Site], errors: Mapping[str, SiteError]) -> list[str]:

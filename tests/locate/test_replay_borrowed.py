@@ -62,3 +62,32 @@ def test_a_borrowed_input_with_no_divergence_above_it_is_still_evidence():
     errors = pair(ref.sites, ref.values, got, {b.key: "cannot map: planted"})
     at_c = replay(ref, c, got, errors, {leaf: x for leaf in ref.arg_leaves})
     assert at_c.verdict == "op-differs", at_c.text
+
+
+def cancel(x):
+    a = x * 2.5
+    b = a + 1.0       # not exposed by the artifact
+    return b - 3.5    # cancels: a relative error of b is ~1400x larger here
+
+
+def test_a_borrowed_input_computed_from_slightly_different_values_cannot_convict_an_amplifying_op():
+    """The artifact's `a` agrees with the reference (8e-6 of max|ref|, within tolerance), but `c` cancels, so the
+    artifact's own faithful `c` is 0.8% off the reference's; a replay of `c` on the reference's `b` (unmapped) is not
+    evidence against `c` (EfficientNetB0's squeeze-excite multiply on ONNX's default route was called op-differs
+    this way); a `c` that is really wrong still is."""
+    x = (np.float32(1.0) + np.linspace(0.0, 1e-3, 8, dtype=np.float32)).astype(np.float32)
+    target = Target(cancel, args=(x,), name="cancel")
+    sig = build_signature(target)
+    ref = build_reference(target.fn, sig, {sig.inputs[0].name: x}, {})
+    a, b, c = _chain_sites(ref)
+    a_art = (ref.values[a.key] * np.float32(1 + 8e-6)).astype(np.float32)
+    feed = {leaf: x for leaf in ref.arg_leaves}
+    faithful = {a.key: a_art, c.key: ((a_art + np.float32(1.0)) - np.float32(3.5)).astype(np.float32)}
+    errors = pair(ref.sites, ref.values, faithful, {b.key: "cannot map: planted"})
+    assert errors[a.key].status == "agree" and errors[c.key].status == "diverge"
+    at_c = replay(ref, c, faithful, errors, feed)
+    assert at_c.verdict == "undetermined", at_c.text
+    assert b.key in at_c.text and "moving them that much moves this op" in at_c.text
+    wrong = {a.key: a_art, c.key: (((a_art + np.float32(1.0)) - np.float32(3.5)) * np.float32(2.0)).astype(np.float32)}
+    errors = pair(ref.sites, ref.values, wrong, {b.key: "cannot map: planted"})
+    assert replay(ref, c, wrong, errors, feed).verdict == "op-differs"
