@@ -30,6 +30,7 @@ from .exporting.equation_sites import (
     EQUATION_TABLE_KEY,
     EQUATION_TABLE_VERSION,
     EquationTensor,
+    equations_hint,
     feed_dims,
     map_equations,
     misshapen,
@@ -142,7 +143,7 @@ __all__ = [
     # StableHLO: the module's input/output aliases (a donated cache)
     "module_aliases",
     # locate on jax2onnx's graphs: the equation table its conversion records, paired with the module's ops
-    "EQUATION_TABLE_KEY", "EQUATION_TABLE_VERSION", "EquationTensor", "map_equations", "feed_dims",
+    "EQUATION_TABLE_KEY", "EQUATION_TABLE_VERSION", "EquationTensor", "equations_hint", "map_equations", "feed_dims",
     "misshapen",
     # locate: a module with symbolic dimensions refined to one feed's sizes (XLA's and the SavedModel's hooks)
     "refine_module",

@@ -243,9 +243,10 @@ class _Canon:
                 return [(self.intern(("T", expr, q, p)), None)]
             c = tuple(q[i] for i in p)
             return [(expr, None if c == tuple(range(len(c))) else c)]
-        if node.domain in ("", "ai.onnx") and op == "Reshape" and ins and _dims(node.outputs[0]) is not None:
+        dims = _dims(node.outputs[0]) if node.outputs else None
+        if node.domain in ("", "ai.onnx") and op == "Reshape" and ins and dims is not None:
             expr, q = ins[0]
-            return [(self.reshaped(expr if q is None else self.intern(("T", expr, q)), _dims(node.outputs[0])), None)]
+            return [(self.reshaped(expr if q is None else self.intern(("T", expr, q)), dims), None)]
         if node.domain in ("", "ai.onnx") and op == "Cast" and len(ins) == 1 and "to" in node.attributes:
             back = self.cast(ins[0], node)
             if back is not None:

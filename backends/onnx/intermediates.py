@@ -25,6 +25,7 @@ from multiexport.sdk import (
     RunError,
     Site,
     TensorSite,
+    equations_hint,
     feed_dims,
     map_equations,
     map_sites,
@@ -137,6 +138,8 @@ def onnx_intermediates(request: IntermediatesRequest) -> Intermediates:
         outputs = {o.name: by_name[o.name] for o in model.graph.output[:n_outputs]}
     how = (f"ONNX Runtime on the shipped {path.name} with {len(set(fetch.values()))} tensors added as graph outputs "
            f"({len(known)} more read from its inputs and initializers)")
+    if mapped.unmapped and route == "jax2onnx":
+        how += equations_hint("onnx.route")
     wrong = misshapen(values, request.sites, mapped.notes)
     for key in wrong:
         values.pop(key)

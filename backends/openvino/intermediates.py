@@ -21,6 +21,7 @@ from multiexport.sdk import (
     SITE_TABLE_KEY,
     Intermediates,
     IntermediatesRequest,
+    equations_hint,
     feed_dims,
     map_equations,
     map_sites,
@@ -96,6 +97,8 @@ def openvino_intermediates(request: IntermediatesRequest) -> Intermediates:
     outputs = {n: by_name[n] for port in list(model.outputs)[:n_outputs] for n in port.get_names() if n in by_name}
     how = (f"OpenVINO CPU on the shipped {path.name} with {len(added)} tensors added as model outputs "
            f"({len(known)} more read from its inputs)")
+    if text is None and unmapped:  # mapped through jax2onnx's equation table
+        how += equations_hint("openvino.onnx_route")
     wrong = misshapen(values, request.sites, notes)
     for key in wrong:
         values.pop(key)

@@ -390,3 +390,10 @@ def _consistent(pairs: list[tuple[_Entry, Site]], entry_anc: dict[int, int], sit
                            f"op by line, shape and inputs, but its dependencies contradict {count[worst]} other "
                            "pairing(s) in the two graphs")
     return live
+
+
+def equations_hint(option: str) -> str:
+    """What a user whose jax2onnx graph leaves ops unmapped can do (appended to a hook's `how`): the StableHLO
+    route's converter records every op. `option`: the backend option naming the route (`onnx.route`)."""
+    return (f"; jax2onnx's graph holds only its equations' values (a layer's inner ops are inside them): "
+            f"--backend-option {option}=stablehlo exports a model whose every op maps")
