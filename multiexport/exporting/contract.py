@@ -130,20 +130,20 @@ class Backend:
         return None
 
     def available(self) -> Availability:
-        missing = [m for m in self.requires if _find_spec(m) is None]
-        if missing:
-            hint = f"pip install 'multiexport[{self.extra}]'" if self.extra else f"pip install {' '.join(missing)}"
-            return Availability(False, f"{', '.join(missing)} not installed ({hint})")
-        return Availability(True)
+        return self._installed(self.requires, "")
 
     def runtime_available(self) -> Availability:
         """Whether this backend's artifacts can be loaded and run here: its `runtime_modules` importable (a machine
         that only serves artifacts needs the runtime, not the converter), else its `requires` when it declares none."""
-        needed = self.runtime_modules or self.requires
-        missing = [m for m in needed if _find_spec(m) is None]
+        return self._installed(self.runtime_modules or self.requires, ", the runtime its artifacts need")
+
+    def _installed(self, modules: Sequence[str], what: str) -> Availability:
+        """Available when every one of `modules` is importable; else which are not (`what` says what they are)
+        and how to install them."""
+        missing = [m for m in modules if _find_spec(m) is None]
         if missing:
             hint = f"pip install 'multiexport[{self.extra}]'" if self.extra else f"pip install {' '.join(missing)}"
-            return Availability(False, f"{', '.join(missing)} not installed, the runtime its artifacts need ({hint})")
+            return Availability(False, f"{', '.join(missing)} not installed{what} ({hint})")
         return Availability(True)
 
     def resolve_options(self, given: Mapping[str, Any]) -> dict[str, Any]:
