@@ -34,18 +34,8 @@ from typing import Any
 import numpy as np
 
 
-def _flat(prefix: str, tree: Any) -> dict[str, np.ndarray]:
-    """Dotted leaf name -> array of a nested dict (`params.layer_0.wq`), as multiexport names leaves."""
-    if isinstance(tree, dict):
-        out: dict[str, np.ndarray] = {}
-        for key, value in tree.items():
-            out.update(_flat(f"{prefix}.{key}", value))
-        return out
-    return {prefix: np.asarray(tree)}
-
-
 def _nest(flat: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The nested dict back from `_flat`'s names, the first part dropped."""
+    """The nested dict back from `llm_native._leaves`' dotted names, the first part dropped."""
     tree: dict[str, Any] = {}
     for name, value in flat.items():
         node = tree
@@ -99,7 +89,7 @@ def _summary(ms: list[float]) -> dict[str, float]:
 
 def one_size(size: str, steps: int, device: str, work: Path, timeout: float) -> dict[str, Any]:
     """Export, jax.jit on the device in its own process, pjrt_run on the device; one row."""
-    from benchmarks.llm_native import native_greedy
+    from benchmarks.llm_native import _leaves, native_greedy
     from benchmarks.real_models import llm
     from multiexport import api
     from multiexport.environment import tpu_worker_environment
@@ -107,7 +97,7 @@ def one_size(size: str, steps: int, device: str, work: Path, timeout: float) -> 
     cfg = llm.CONFIGS[size]
     row: dict[str, Any] = {"size": size, "parameters": cfg.parameters, "device": device, "tokens": steps}
     params = llm.init_params(cfg)
-    flat = _flat("params", params)
+    flat = dict(_leaves("params", params))
     work.mkdir(parents=True, exist_ok=True)
     np.savez(work / "params.npz", **flat)
     prompt = llm.example_prompt(cfg)

@@ -24,7 +24,7 @@ def plugin():
 
 def test_weights_round_trip_through_the_flat_names():
     tree = {"layer_0": {"wq": np.ones((2, 2)), "norm": np.zeros(2)}, "embed": np.arange(3)}
-    flat = tpu_llm._flat("params", tree)
+    flat = dict(llm_native._leaves("params", tree))
     assert sorted(flat) == ["params.embed", "params.layer_0.norm", "params.layer_0.wq"]
     back = tpu_llm._nest(flat)
     assert back.keys() == tree.keys() and np.array_equal(back["layer_0"]["wq"], tree["layer_0"]["wq"])
