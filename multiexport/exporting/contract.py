@@ -171,9 +171,7 @@ class Backend:
     def load(self, artifact_dir: str | os.PathLike, options: RunOptions | str = RunOptions()) -> Runner:
         """A runner for the artifact in `artifact_dir`, built from the directory alone; only the runtime need be
         installed (`runtime_available`), not the converter that wrote it."""
-        status = self.runtime_available()
-        if not status.ok:
-            raise BackendUnavailable(f"Backend '{self.name}' | cannot run artifacts here: {status.reason}")
+        self.require_runtime()
         if isinstance(options, str):
             options = RunOptions(device=options)
         manifest = Manifest.read(artifact_dir)
@@ -223,7 +221,7 @@ class Backend:
         """
         if device not in DEVICES:
             raise UsageError(f"Device '{device}' | unknown, expected one of {', '.join(DEVICES)}")
-        status = self.available()
+        status = self.runtime_available()
         if not status.ok:
             return status
         if device == "cpu":
@@ -232,14 +230,22 @@ class Backend:
 
     def import_runtime(self) -> None:
         """Import `runtime_modules` (the runner's library) now, so a later `load` does not pay for it."""
-        self.require()
+        self.require_runtime()
         for module in self.runtime_modules:
             importlib.import_module(module)
 
     def require(self) -> None:
+        """Raise BackendUnavailable unless the converter (`requires`) is installed: exporting needs it."""
         status = self.available()
         if not status.ok:
             raise BackendUnavailable(f"Backend '{self.name}' | unavailable: {status.reason}")
+
+    def require_runtime(self) -> None:
+        """Raise BackendUnavailable unless the runtime (`runtime_available`) is installed: running an artifact, in
+        `load`, a serve worker or a device probe, needs the runtime alone, not the converter that wrote it."""
+        status = self.runtime_available()
+        if not status.ok:
+            raise BackendUnavailable(f"Backend '{self.name}' | cannot run artifacts here: {status.reason}")
 
     def stage_options(self, chosen: Any) -> dict[str, Any]:
         """The backend options the stage this one builds on (`builds_on`) is exported with, from this backend's

@@ -1,5 +1,5 @@
 """A machine that only serves artifacts needs each format's runtime, not the converter that wrote it: an ONNX
-artifact loads and runs in a fresh process where onnx, onnx_ir and jax2onnx cannot be imported (each blocked in
+artifact loads, runs, and serves (the serve worker's `import_runtime`, the device probe) in a fresh process where onnx, onnx_ir and jax2onnx cannot be imported (each blocked in
 sys.modules), and a runtime that is missing is one line naming it."""
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ except MultiexportError as exc:
     raise SystemExit(0)
 feed = load_npz({artifact!r} + "/example_inputs.npz")
 out = runner(feed)
-print(json.dumps({{"outputs": sorted(out), "export": backend.available().ok,
+backend.import_runtime()  # what a serve worker (multiexport load's Python lanes) calls before its first load
+print(json.dumps({{"outputs": sorted(out), "export": backend.available().ok, "cpu": backend.device_status("cpu").ok,
                   "loaded": sorted(m for m in {blocked!r} if sys.modules.get(m) is not None)}}))
 """
 
@@ -53,6 +54,7 @@ def test_an_onnx_artifact_runs_where_only_onnxruntime_is_installed(onnx_artifact
     got = _child(onnx_artifact, ["onnx", "onnx_ir", "jax2onnx"])
     assert "error" not in got, got
     assert got["outputs"] and got["loaded"] == []
+    assert got["cpu"] is True  # the device probe asks for the runtime too, not the converter
     assert got["export"] is False  # exporting still says what it lacks
 
 
