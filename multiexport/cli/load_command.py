@@ -98,7 +98,7 @@ def compare_load(results: Results, batch_sizes: tuple[int, ...] | None, threads:
                       if (Path(base) / name / "manifest.json").is_file()]
     config = LoadConfig(scenario=args.load, p99_ms=args.p99_ms, rates=args.load_rates, batch_sizes=batch_sizes or (),
                         lanes=args.load_lanes, seconds=args.load_seconds, rounds=args.load_rounds,
-                        threads=threads or usable_cores(), driver=getattr(args, "load_driver", "python"))
+                        threads=threads or usable_cores(), driver=getattr(args, "load_driver", "auto"))
     loaded = measure_load(artifacts, config, device="cpu", timeout=args.timeout, progress=lambda m: progress(f"load: {m}"))
     loaded.write(out / "load.json")
     write_load_reports(loaded, out)

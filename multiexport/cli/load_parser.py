@@ -51,7 +51,9 @@ def compare_load_options(g) -> None:
     g.add_argument("--load-rounds", type=int, default=_DEFAULTS.rounds, metavar="N",
                    help=f"with --load: rounds, the formats' order rotating (default {_DEFAULTS.rounds})")
     g.add_argument("--load-driver", choices=DRIVERS, default=_DEFAULTS.driver,
-                   help="with --load: what issues the requests, as 'multiexport load --driver' (default python)")
+                   help="with --load: what issues the requests, as 'multiexport load --driver': auto (default: each "
+                        "format's C loop where its native consumer has one that runs here, else Python lanes), "
+                        "python or native; each row of load.json records its driver")
 
 
 def load_options(g: dict) -> None:
@@ -81,10 +83,16 @@ def load_options(g: dict) -> None:
                                 "over the lanes, issued when the previous query completed; its figure is the p99 "
                                 f"of the queries' latencies (default {_DEFAULTS.samples_per_query}, as LoadGen's)")
     g[TIMING].add_argument("--driver", choices=DRIVERS, default=_DEFAULTS.driver,
-                           help="what issues the requests: python (the format's serve worker, one Python thread per "
-                                "lane; default) or native (a format whose native consumer has the load loops in C, "
-                                "ONNX Runtime's ort_run, runs every scenario there with no Python between requests; "
-                                "the others stay on python; each row of load.json says which)")
+                           help="what issues the requests, per format: auto (the default: the format's native "
+                                "consumer runs every scenario in its own C loop, no Python between requests, where it "
+                                "has one (ort_run, tf_run, lite_run, ov_run, pjrt_run; not IREE) that runs the "
+                                "artifact's sizes on the CPU and builds here, else the Python lanes, the reason "
+                                "recorded), python (the format's serve worker, one Python thread per lane, for every "
+                                "format: for calls of microseconds the lanes, not the runtime, limit the rate) or "
+                                "native (as auto, but a consumer that fails to build or run fails its row instead of "
+                                "falling back). Each row of load.json records its driver (throughput_config.driver) "
+                                "and, where the C loop was not used, why (native_refused); verdicts rank the two "
+                                "drivers' rows apart")
     g[TIMING].add_argument("--seed", type=int, default=_DEFAULTS.seed,
                            help="seed of the Poisson arrival schedule (the same schedule for every format)")
 

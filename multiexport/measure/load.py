@@ -26,7 +26,7 @@ from ..errors import UsageError
 from ..results.load import MultiStreamResult, RatePoint, ServerResult
 
 SCENARIOS = ("server", "offline", "multistream", "both", "all")  # both: server and offline; all: the three
-DRIVERS = ("python", "native")
+DRIVERS = ("auto", "python", "native")
 SAMPLES_PER_QUERY = 8  # MultiStream's default K (LoadGen's multi-stream samples per query)
 # The automatic ladder: fractions of the format's own offline batch-1 peak (its lanes busy back to back).
 LADDER = (0.1, 0.25, 0.5, 0.7, 0.85, 1.0, 1.2)
@@ -44,8 +44,11 @@ class LoadConfig:
     offline size, per round. min_requests: the fewest requests per rate and round (a p99 from fewer is the maximum of
     a handful). rounds: repeats, the formats' order rotating each round. seed: the arrival schedule's.
     threads: cores given to each format (its runtime's threads, all lanes together). samples_per_query: the
-    MultiStream scenario's K. driver: "python" (the serve worker's lanes are Python threads) or "native" (a format
-    whose native consumer has the load loops runs them in C, the others in Python; each row says which).
+    MultiStream scenario's K. driver: who issues the requests, per format; each row says which
+    (`throughput_config["driver"]`, and where the C loop was not used under auto or native, `native_refused`: why).
+    "auto": the native consumer's C loop where it has one that runs the artifact's sizes on this device and builds
+    here, else the Python lanes; "native": the same, but a consumer that fails to build or run is that row's
+    failure, not a fallback; "python": the serve worker's lanes (Python threads) for every format.
     """
 
     scenario: str = "both"
@@ -59,7 +62,7 @@ class LoadConfig:
     threads: int = 1
     min_requests: int = MIN_REQUESTS
     samples_per_query: int = SAMPLES_PER_QUERY
-    driver: str = "python"
+    driver: str = "auto"
 
     def __post_init__(self):
         if self.scenario not in SCENARIOS:

@@ -4,9 +4,10 @@ The parent (`measure_load`) starts one worker per artifact, has each load its ru
 protocol's Load and Prepare), times its single-stream latency (TimeSlice), then in every round, the formats' order
 rotating, asks each worker in turn for its Offline figure per batch size, its Server figure per rate and its
 MultiStream figure (`run.load_serve.LoadRun`); only one worker runs at a time, the others block on a read. Under
-`driver="native"` a format whose native consumer has the load loops runs the scenarios in that program instead
-(`run.load_native`), its worker waiting meanwhile (it still times the single-stream figure); the native loops
-run on the CPU (on another device every format stays on the Python driver).
+`driver="auto"` (the default) or `"native"` a format whose native consumer has the load loops runs the scenarios in
+that program instead (`run.load_native.native_loops` decides, and says why not), its worker waiting meanwhile (it
+still times the single-stream figure); the native loops run on the CPU (on another device every format stays on
+the Python driver).
 """
 
 from __future__ import annotations
@@ -38,16 +39,7 @@ from ..measure.load import (
 from ..report.load import verdicts
 from ..results.load import LoadResults, LoadRow, OfflinePoint
 from ..system.timing_lock import machine_share
-from .load_native import (
-    NativeLoop,
-    close,
-    has_load_loop,
-    native_loop,
-    native_multistream,
-    native_offline,
-    native_refusal,
-    native_server,
-)
+from .load_native import NativeLoop, close, native_loops, native_multistream, native_offline, native_server
 from .messages import ColdStart, LoadAnswer, LoadRun, Prepare, Samples, TimeSlice
 from .paired import Servers
 from .runs import write_bench_feeds
@@ -73,7 +65,7 @@ class _Format:
     single_p50_ms: float | None = None
     multistream: list[tuple[np.ndarray, float]] = field(default_factory=list)
     native: dict[int, NativeLoop] = field(default_factory=dict)  # per size index, under the native driver
-    native_refused: str = ""  # under the native driver: why this format's consumer cannot run its sizes
+    native_refused: str = ""  # under the auto or native driver: why this format runs in the Python lanes
 
 
 def feeds_for(manifest: Manifest, directory: Path, batch_sizes: Sequence[int], seed: int
@@ -144,15 +136,13 @@ def _measure(artifacts: Sequence[tuple[str, Path]], config: LoadConfig, device: 
                               {b: r for b, f, r in sizes if f is None})
             formats[name] = _Format(name, directory, [(b, r) for b, _, r in sizes])
             formats[name].config = {"feeds": str(feeds_dir)}
-            if config.driver == "native" and device == "cpu" and has_load_loop(manifest.backend):
-                try:
-                    feeds = [f for _, f, _ in sizes if f is not None]
-                    formats[name].native_refused = native_refusal(directory, feeds)
-                    if not formats[name].native_refused:
-                        formats[name].native = {i: native_loop(directory, f, config.threads, servers.work)
-                                                for i, (_, f, r) in enumerate(sizes) if f is not None}
-                except (MultiexportError, ValueError, OSError) as exc:
-                    _failed(servers, formats[name], exc)
+            try:
+                feeds = [(i, f) for i, (_, f, _) in enumerate(sizes) if f is not None]
+                formats[name].native, formats[name].native_refused = native_loops(
+                    directory, manifest.backend, feeds, config.driver, device, config.threads, servers.work,
+                    servers.timeout)
+            except (MultiexportError, ValueError, OSError) as exc:  # --driver native: the row fails, saying why
+                _failed(servers, formats[name], exc)
         for name, fmt in formats.items():
             if name not in servers.alive:
                 continue
@@ -301,7 +291,7 @@ def _row(fmt: _Format, config: LoadConfig, failure: tuple[str, str] | None) -> L
     if fmt.config and not fmt.native:
         config_out = {"driver": "python", **config_out}
         if fmt.native_refused:
-            config_out["native_refused"] = f"the native consumer cannot run every size: {fmt.native_refused}"
+            config_out["native_refused"] = fmt.native_refused
     multistream = multistream_result(fmt.multistream, config.samples_per_query) if fmt.multistream else None
     return LoadRow(name=fmt.name, artifact=str(fmt.artifact), status=failure[0] if failure else "ok",
                    reason=failure[1] if failure else "", lanes=fmt.lanes, throughput_config=config_out,

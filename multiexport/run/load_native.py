@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..dtypes import npy_storable
-from ..errors import RunError
+from ..errors import MultiexportError, RunError
 from ..exporting.feed import check_feed
 from ..exporting.manifest import Manifest
 from ..exporting.native_section import INPUT_DIR, OUTPUT_DIR, check_section, consumer_for
@@ -51,6 +51,40 @@ def has_load_loop(backend: str) -> bool:
     """Whether `backend`'s native consumer runs the load scenarios itself (`NativeConsumer.load_loop`)."""
     consumer = consumer_for(backend)
     return consumer is not None and bool(getattr(consumer, "load_loop", False))
+
+
+def native_loops(directory: Path, backend: str, feeds: Sequence[tuple[int, Mapping[str, Any]]], driver: str,
+                 device: str, threads: int, work: Path, timeout: float) -> tuple[dict[int, NativeLoop], str]:
+    """The C loops (by size index, `feeds` being (index, feed)) one format runs in under `driver`, or none and why
+    not ('' under "python", which asks for none). The Python lanes measure a format whose consumer has no load loop,
+    a device other than the CPU, or sizes the consumer cannot run. Under "auto" a consumer that fails to build here
+    (no compiler, its runtime library missing) or to run a first short loop falls back too, the failure its
+    reason; under "native" that failure is raised, to fail the row: the user asked for the C loop."""
+    if driver == "python":
+        return {}, ""
+    if device != "cpu":
+        return {}, f"the native load loops run on the CPU, not on --device {device}"
+    consumer = consumer_for(backend)
+    if consumer is None or not getattr(consumer, "load_loop", False):
+        what = "no native consumer" if consumer is None else f"a native consumer ({consumer.program}) without a load loop"
+        return {}, f"the format has {what}"
+    loops: dict[int, NativeLoop] = {}
+    try:
+        refused = native_refusal(directory, [feed for _, feed in feeds])
+        if refused:
+            return {}, f"the native consumer cannot run every size: {refused}"
+        for index, feed in feeds:
+            loops[index] = native_loop(directory, feed, threads, work)
+        if driver == "auto":  # a program that builds but cannot run here (a library it loads, a crash) is found now
+            native_offline(loops[feeds[0][0]], 1, 0.01, timeout)
+    except (MultiexportError, ValueError, OSError) as exc:
+        for loop in loops.values():
+            close(loop)
+        if driver != "auto":
+            raise
+        said = " ".join(str(exc).split())
+        return {}, f"the native consumer failed here, so the Python lanes ran: {said[:1500]}"
+    return loops, ""
 
 
 def native_refusal(directory: Path, feeds: Sequence[Mapping[str, Any]]) -> str:

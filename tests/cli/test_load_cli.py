@@ -13,6 +13,7 @@ def test_help_explains_the_scenarios(cli):
     for flag in ("--p99-ms", "--rates", "--batch-sizes", "--lanes", "--scenario", "--rounds", "--driver",
                  "--samples-per-query", "--baseline", "multistream"):
         assert flag in proc.stdout
+    assert "auto (the default" in " ".join(proc.stdout.split())  # the default driver, and what each does
 
 
 def test_a_baseline_without_the_formats_is_one_line(cli, tmp_path):
@@ -44,12 +45,12 @@ def test_a_bad_bound_is_one_line(cli, tmp_path):
 def test_compare_load_adds_load_json_and_the_reports_section(cli, tmp_path):
     out = tmp_path / "out"
     proc = cli("compare", "--backends", "xla,onnx", "--load", "offline", "--load-seconds", "0.2", "--load-rounds", "1",
-               "--load-driver", "native", "--out-dir", out)
+               "--out-dir", out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     loaded = read_load_results(out / "load.json")
     assert sorted(r.name for r in loaded.rows) == ["onnx", "xla"]
     assert all(r.offline[0].samples_per_s > 0 for r in loaded.rows)
-    # under the native driver both run in their consumers' C loops (ort_run, pjrt_run)
+    # under the default driver (auto) both run in their consumers' C loops (ort_run, pjrt_run)
     assert {r.name: r.throughput_config["driver"] for r in loaded.rows} == {"onnx": "native", "xla": "native"}
     report = (out / "report.md").read_text()
     assert "## Load" in report and "<h2>Load</h2>" in (out / "report.html").read_text()

@@ -30,7 +30,8 @@ def artifacts(tmp_path_factory):
 
 
 def test_both_scenarios_on_a_symbolic_and_a_static_artifact(artifacts, tmp_path):
-    config = LoadConfig(scenario="both", p99_ms=1000.0, batch_sizes=(1, 4), seconds=0.2, rounds=2, threads=1)
+    config = LoadConfig(scenario="both", p99_ms=1000.0, batch_sizes=(1, 4), seconds=0.2, rounds=2, threads=1,
+                        driver="python")  # the serve worker's lanes (the C loops: test_load_consumers.py)
     results = measure_load([("dynamic", artifacts / "dynamic"), ("static", artifacts / "static")], config)
     dynamic, static = results.rows
     assert dynamic.ok and static.ok, (dynamic.reason, static.reason)
@@ -176,7 +177,8 @@ def test_the_native_driver_runs_every_scenario_in_the_c_loop(onnx_artifact, arti
 
 
 def test_onnx_runtime_lanes_share_one_session(onnx_artifact, tmp_path):
-    results = measure_load([("onnx", onnx_artifact)], LoadConfig(scenario="offline", seconds=0.2, rounds=1, threads=2))
+    results = measure_load([("onnx", onnx_artifact)], LoadConfig(scenario="offline", seconds=0.2, rounds=1, threads=2,
+                                                                 driver="python"))
     row = results.rows[0]
     assert row.ok, row.reason
     assert row.lanes == 2 and row.throughput_config["intra_op_threads"] == 1  # the threads divided between lanes
@@ -209,7 +211,51 @@ def test_a_planted_slowdown_fails_the_paired_throughput_gate(artifacts, monkeypa
     from multiexport.results.bench import BASELINE_PREFIX
 
     monkeypatch.setenv(PLANTED_ENV, "5")
-    config = LoadConfig(scenario="offline", seconds=0.5, rounds=3, threads=1)
+    config = LoadConfig(scenario="offline", seconds=0.5, rounds=3, threads=1, driver="python")  # planted in its lanes
     results = measure_load([("xla", artifacts / "static"), (BASELINE_PREFIX + "xla", artifacts / "static")], config)
     (check,) = paired_throughput_checks(results, None)
     assert check.backend == "xla" and check.verdict == "regression" and check.low > 1, check.detail
+
+
+@pytest.fixture(scope="module")
+def seed(tmp_path_factory):
+    """The seed as ONNX (ort_run has the C loops) and IREE (its consumer, the wheel's iree-run-module, has none)."""
+    root = tmp_path_factory.mktemp("load-seed")
+    for backend in ("onnx", "iree"):
+        api.export(load_target("multiexport.examples:seed"), out_dir=root / backend, backend=backend)
+    return root
+
+
+def test_the_default_driver_picks_the_c_loop_where_the_consumer_has_one(seed):
+    config = LoadConfig(scenario="offline", seconds=0.2, rounds=1, threads=2)
+    assert config.driver == "auto"
+    onnx, iree = measure_load([("onnx", seed / "onnx"), ("iree", seed / "iree")], config).rows
+    assert onnx.ok and iree.ok, (onnx.reason, iree.reason)
+    assert onnx.throughput_config["driver"] == "native" and onnx.throughput_config["consumer"] == "onnxruntime_c_api"
+    assert "native_refused" not in onnx.throughput_config
+    assert iree.throughput_config["driver"] == "python"
+    assert iree.throughput_config["native_refused"] == "the format has a native consumer (iree) without a load loop"
+    assert onnx.offline[0].samples_per_s > 0 and iree.offline[0].samples_per_s > 0
+    # on a device other than the CPU the C loops do not run: the Python lanes, saying why (no run needed to see it)
+    from multiexport.run.load_native import native_loops
+
+    assert native_loops(seed / "onnx", "onnx", [(0, {})], "auto", "tpu", 2, seed, 60) == (
+        {}, "the native load loops run on the CPU, not on --device tpu")
+    assert native_loops(seed / "onnx", "onnx", [(0, {})], "python", "cpu", 2, seed, 60) == ({}, "")
+
+
+def test_a_consumer_that_cannot_build_falls_back_to_the_python_lanes(seed, monkeypatch, tmp_path):
+    # a real build fault: an empty build cache and a compiler that fails every compile
+    monkeypatch.setenv("MULTIEXPORT_NATIVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CC", "/bin/false")
+    monkeypatch.setenv("CXX", "/bin/false")
+    config = LoadConfig(scenario="offline", seconds=0.2, rounds=1, threads=2)
+    (row,) = measure_load([("onnx", seed / "onnx")], config).rows
+    assert row.ok, row.reason
+    assert row.throughput_config["driver"] == "python" and row.offline[0].samples_per_s > 0
+    assert "ort_run" in row.throughput_config["native_refused"]
+    assert "compiling" in row.throughput_config["native_refused"]
+    # --driver native asked for the C loop: the same fault fails the row, saying why, instead of falling back
+    (row,) = measure_load([("onnx", seed / "onnx")], LoadConfig(scenario="offline", seconds=0.2, rounds=1,
+                                                                 threads=2, driver="native")).rows
+    assert not row.ok and "ort_run" in row.reason and "compiling" in row.reason
