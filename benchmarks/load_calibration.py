@@ -123,7 +123,8 @@ def main() -> None:
         return
     rates = tuple(float(r) for r in args.rates.split(",") if r.strip())
     config = LoadConfig(scenario=args.scenario, p99_ms=args.p99_ms, rates=rates, seconds=args.seconds,
-                        rounds=args.rounds, threads=args.threads)
+                        rounds=args.rounds, threads=args.threads,
+                        driver="python")  # the planted slowdown acts in the Python lanes only, not in a C loop
     artifacts = artifact_dirs(args.artifacts)
     if args.paired:
         artifacts += [(BASELINE_PREFIX + name, directory) for name, directory in artifacts]

@@ -10,6 +10,8 @@ the bare program outside the harness (`ort_run`, `tf_run`, `lite_run`, `ov_run` 
 N`: common/mx_load.h's pthreads, each consumer's lanes in the Python runner's configuration), all with the same
 threads, lanes and seconds, so the machine's noise hits them alike. Prints each side's calls/s per round and the
 ratios harness / C (median and range over the rounds): how much of the runtime's rate each harness driver keeps.
+`multiexport load`'s default driver, auto, is side (b) for every format measured here (their consumers have the C
+loop), side (a) for a format whose consumer has none (IREE) or on another device.
 
 Run: `.venv/bin/python -m benchmarks.load_overhead ARTIFACT_DIR [--threads 2] [--lanes 2] [--seconds 2] [--rounds 5]`
 (ARTIFACT_DIR: such an artifact, e.g. a compare's OUT/onnx or OUT/litert).
