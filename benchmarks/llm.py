@@ -280,7 +280,7 @@ def _stored(weights: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default="tiny", help="llm.py config: tiny or 1b")
+    parser.add_argument("--size", default="tiny", help="llm.py config: tiny, mid (448 MB of weights) or 1b")
     parser.add_argument("--functions", default="decode,prefill", help="comma-separated: decode, prefill")
     parser.add_argument("--backends", default="all")
     parser.add_argument("--out", type=Path, default=Path("multiexport-out/llm"))

@@ -19,7 +19,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .fixups import FUNCTION, PARAMETER_SCOPE
+from .fixups import FUNCTION
+from .parameters import parameters_module
 
 CPU_DRIVERS = ("local-sync", "local-task")
 TASK_MARGIN = 0.05  # local-task must beat local-sync by 5% to be kept
@@ -46,9 +47,8 @@ def open_call(rt, driver: str, module_path: Path, weights_path: Path | None,
     config = rt.Config(driver)
     modules = []
     if weights_path is not None:
-        index = rt.ParameterIndex()
-        index.load(str(weights_path))
-        modules.append(rt.create_io_parameters_module(config.vm_instance, index.create_provider(scope=PARAMETER_SCOPE)))
+        parameters, index = parameters_module(rt, config.vm_instance, weights_path)
+        modules.append(parameters)
     module = rt.VmModule.mmap(config.vm_instance, str(module_path))
     context = rt.SystemContext(vm_modules=[*modules, module], config=config)
     function = module.lookup_function(FUNCTION)

@@ -169,8 +169,8 @@ def facts_of(compiled: Compiled, signature: Signature, weights: dict[str, Any], 
             f"baked weights lifted out of the module as IREE parameters (util.global bound to "
             f"#stream.parameter.named<\"{PARAMETER_SCOPE}\"::\"NAME\">, NAME as in the manifest's "
             f"weights.tensors), stored in {WEIGHTS_FILE}; runtimes load them with "
-            f"--parameters={PARAMETER_SCOPE}={WEIGHTS_FILE} (iree.runtime: ParameterIndex + "
-            "create_io_parameters_module)") if lifted else (
+            f"--parameters={PARAMETER_SCOPE}={WEIGHTS_FILE} (iree.runtime: ParameterIndex.load(path, "
+            "mode=\"file_async\") + create_io_parameters_module: read into the device's buffers, not mapped beside them)") if lifted else (
             "embedded as constants in the .vmfb" if weights["embedded_bytes"] else "no baked weights"),
         target_backends=targets,
         drivers=drivers,

@@ -11,7 +11,8 @@ from multiexport.sdk import ArtifactError, Manifest, RunError, Runner, leaf_mess
 
 from .driver import ONE_THREAD_RULE, THREADS_SET, set_threads
 from .facts import IreeFacts
-from .fixups import FUNCTION, PARAMETER_SCOPE
+from .fixups import FUNCTION
+from .parameters import parameters_module
 
 
 class IreeRunner(Runner):
@@ -68,11 +69,11 @@ class IreeRunner(Runner):
         self._invoke = self._context.vm_context.invoke  # bound once: the timed call pays no lookups
 
     def _parameters_module(self, rt, directory: Path, manifest: Manifest):
-        """The io_parameters module serving the artifact's weights file (memory-mapped) under scope "model"."""
+        """The io_parameters module serving the artifact's weights file (read into the device's buffers, not
+        mapped: parameters.py) under scope "model"."""
         path = manifest.path(directory, "weights")
         try:
-            index = rt.ParameterIndex()
-            index.load(str(path))
+            module, index = parameters_module(rt, self._config.vm_instance, path)
         except Exception as exc:
             raise ArtifactError(f"Artifact '{directory}' | IREE cannot read the weights file {path.name}: {exc}") from exc
         have = {key for key, _ in index.items()}
@@ -81,7 +82,7 @@ class IreeRunner(Runner):
             raise ArtifactError(f"Weight '{missing[0]}' | missing from {path}, expected it (the manifest lists "
                                 f"{len(manifest.external_weights())} weights)")
         self._parameter_index = index  # the provider reads through it for the context's lifetime
-        return rt.create_io_parameters_module(self._config.vm_instance, index.create_provider(scope=PARAMETER_SCOPE))
+        return module
 
     def _prepare_impl(self, arrays: list[np.ndarray]) -> Any:
         rt = self._rt
