@@ -98,3 +98,22 @@ def test_the_native_driver_hands_every_scenario_to_the_program(artifact, tmp_pat
     assert row.throughput_config["consumer"] == PROGRAMS[backend][1]
     assert len(row.offline) == 1 and row.offline[0].samples_per_s > 0
     assert row.server is not None and row.server.points[0].n >= 20 and row.multistream is not None
+
+
+def test_litert_lanes_bind_their_inputs_once_where_they_can(artifact, tmp_path):
+    # lite_run's lanes bind each input to its tensor once, at compile (no registration per call), after checking a
+    # lane's first outputs against the program's own run; not where an output is an input's own tensor (the
+    # converter folds x * 1 to x) nor where an input is resized (a symbolic batch): there the lanes register their
+    # inputs in every call
+    from ..cases import many_outputs
+
+    backend, directory, _ = artifact
+    if backend != "litert":
+        pytest.skip("lite_run's input binding")
+    api.export(load_target("multiexport.examples:seed"), out_dir=tmp_path / "seed", backend="litert")
+    api.export(many_outputs(), out_dir=tmp_path / "many", backend="litert")
+    for where, how in ((tmp_path / "seed", "bound once at compile (external tensor binding)"),
+                       (tmp_path / "many", "registered in every call"), (directory, "registered in every call")):
+        loop = native_loop(where, load_npz(where / "example_inputs.npz"), 2, tmp_path)
+        calls, _, config = native_offline(loop, 2, 0.1, 120)
+        assert calls > 0 and config["inputs"] == how, where

@@ -11,7 +11,9 @@
  * LiteRtRunCompiledModel calls itself (each call registers the buffers and invokes, as the API does). With
  * --load-lanes N it is the bare C loop of `multiexport load` (common/mx_load.h: Offline, Server, MultiStream):
  * N threads, each with its own compiled model of the one model, its own copy of the inputs and its own output
- * buffers, threads/N XNNPACK threads each (the Python driver's lanes for LiteRT: one Interpreter per lane).
+ * buffers, threads/N XNNPACK threads each (the Python driver's lanes for LiteRT: one Interpreter per lane); where
+ * no input is resized and no output is an input's tensor, each lane's inputs are bound to their tensors once, at
+ * compile (LiteRtAddExternalTensorBinding), so its calls register only the outputs (load_loop).
  *
  * litert_api.h declares the few functions used (the wheel ships no headers); the program links the
  * ai-edge-litert wheel's libLiteRt.so with an rpath to it, so it runs under `env -i`.
@@ -31,6 +33,11 @@
 #include "common/mx_util.h"
 #include "litert_api.h"
 
+/* litert/c/litert_options.h: binds a signature tensor to caller-owned memory when the model is compiled (exported by
+ * the wheel's libLiteRt.so; declared here, beside its one caller, the load loop). */
+LiteRtStatus LiteRtAddExternalTensorBinding(LiteRtOptions options, const char *signature_name, const char *tensor_name,
+                                            void *data, size_t size_bytes);
+
 static const char *USAGE =
     "usage: lite_run [--artifact DIR] [--inputs DIR] [--outputs DIR] [--threads N] [--warmup N] [--iters N] [--times FILE]\n"
     "                [--no-outputs]\n"
@@ -40,7 +47,8 @@ static const char *USAGE =
     "  process may run on, as the Python runner's default). --iters N: time N calls (after --warmup untimed\n"
     "  ones), print per-call figures as JSON.\n"
     "  Under load (below) each lane has its own compiled model and buffers (a compiled model is not for concurrent\n"
-    "  calls), threads/N XNNPACK threads each (the Python driver's lanes: one Interpreter per lane).\n" MX_LOAD_USAGE;
+    "  calls), threads/N XNNPACK threads each (the Python driver's lanes: one Interpreter per lane), its inputs\n"
+    "  bound once at compile where the model allows (static inputs, no output on an input's tensor).\n" MX_LOAD_USAGE;
 
 /* litert/c/litert_common.h's LiteRtStatus values (LiteRtGetStatusString is not exported by the wheel). */
 static const char *status_name(LiteRtStatus status) {
@@ -300,6 +308,7 @@ static void free_payload(void *payload) { free(payload); }
 typedef struct {
   LiteRtEnvironment env;
   LiteRtModel model;
+  const char *sig_key; /* the signature's name (native.signature): what an external tensor binding names */
   LiteRtParamIndex sig_index;
   size_t n_in, n_out;
   const mx_json *args, *results;
@@ -321,7 +330,15 @@ typedef struct {
   void **owned;                                 /* by arg: this engine's copy of the input (own_inputs) */
 } engine;
 
-static void make_engine(const binding *b, int threads, int own_inputs, engine *e) {
+/* Whether arg `i` has a symbolic dim (the manifest's shape names it): its tensor is resized to the feed's shape. */
+static int symbolic_input(const binding *b, size_t i) {
+  const mx_json *shape = mx_json_get(mx_json_at(b->args, i), "shape");
+  for (size_t d = 0; d < mx_json_len(shape); d++)
+    if (!mx_json_is(mx_json_at(shape, d), MX_JSON_NUMBER)) return 1;
+  return 0;
+}
+
+static void make_engine(const binding *b, int threads, int own_inputs, int bind_inputs, engine *e) {
   memset(e, 0, sizeof *e);
   /* CPU accelerator, XNNPACK threads as the CPU options' TOML payload under the "xnnpack" identifier
    * (litert/c/options/litert_cpu_options.h builds the same payload; its helpers are not exported). */
@@ -332,36 +349,44 @@ static void make_engine(const binding *b, int threads, int own_inputs, engine *e
   snprintf(payload, 48, "num_threads = %d\n", threads);
   check(LiteRtCreateOpaqueOptions("xnnpack", payload, free_payload, &cpu_options), "LiteRtCreateOpaqueOptions");
   check(LiteRtAddOpaqueOptions(e->options, cpu_options), "LiteRtAddOpaqueOptions");
-  check(LiteRtCreateCompiledModel(b->env, b->model, e->options, &e->compiled), "LiteRtCreateCompiledModel");
 
-  /* Inputs at the feed's shapes: a symbolic dim is resized to its bound size; the others are the model's. */
+  /* A load lane's own copy of the inputs (64-byte aligned, as LiteRT requires of host memory). bind_inputs: each
+   * copy is bound to its input tensor once, at compile (an external tensor binding), and the calls then pass no
+   * buffer for it, which LiteRT's run skips ("bound to an external buffer"): no per-call registration. */
   size_t n_in = b->n_in, n_out = b->n_out;
   e->in_buffers = (LiteRtTensorBuffer *)calloc(n_in ? n_in : 1, sizeof *e->in_buffers);
   e->owned = (void **)calloc(n_in ? n_in : 1, sizeof *e->owned);
+  for (LiteRtParamIndex pos = 0; own_inputs && pos < n_in; pos++) {
+    size_t i = b->arg_of_input[pos];
+    const mx_npy *array = &b->arrays[i];
+    const mx_json *a = mx_json_at(b->args, i);
+    const char *leaf = mx_json_str(mx_json_get(a, "leaf"), "?");
+    e->owned[i] = aligned_alloc(64, (array->nbytes + 63) / 64 * 64 + 64);
+    if (!e->owned[i]) mx_die("Input '%s' | out of memory for a load lane's copy", leaf);
+    memcpy(e->owned[i], array->data, array->nbytes);
+    if (bind_inputs)
+      check(LiteRtAddExternalTensorBinding(e->options, b->sig_key, mx_json_str(mx_json_get(a, "key"), ""),
+                                           e->owned[i], array->nbytes),
+            leaf);
+  }
+  check(LiteRtCreateCompiledModel(b->env, b->model, e->options, &e->compiled), "LiteRtCreateCompiledModel");
+
+  /* Inputs at the feed's shapes: a symbolic dim is resized to its bound size; the others are the model's. */
   for (LiteRtParamIndex pos = 0; pos < n_in; pos++) {
     size_t i = b->arg_of_input[pos];
     const mx_npy *array = &b->arrays[i];
     const mx_json *a = mx_json_at(b->args, i);
     const char *leaf = mx_json_str(mx_json_get(a, "leaf"), "?");
-    const mx_json *shape = mx_json_get(a, "shape");
-    int dims[LITERT_TENSOR_MAX_RANK] = {0}, symbolic = 0;
-    for (int d = 0; d < array->ndim; d++) {
-      dims[d] = (int)array->shape[d];
-      symbolic |= !mx_json_is(mx_json_at(shape, (size_t)d), MX_JSON_NUMBER);
-    }
-    if (symbolic) check(LiteRtCompiledModelResizeInputTensor(e->compiled, b->sig_index, pos, dims, (size_t)array->ndim), leaf);
+    int dims[LITERT_TENSOR_MAX_RANK] = {0};
+    for (int d = 0; d < array->ndim; d++) dims[d] = (int)array->shape[d];
+    if (symbolic_input(b, i)) check(LiteRtCompiledModelResizeInputTensor(e->compiled, b->sig_index, pos, dims, (size_t)array->ndim), leaf);
+    if (bind_inputs) continue; /* bound at compile: the calls pass no buffer for it */
     LiteRtRankedTensorType type;
     memset(&type, 0, sizeof type);
     type.element_type = element_type(mx_json_str(mx_json_get(a, "dtype"), ""), leaf);
     type.layout.rank = (unsigned)array->ndim;
     for (int d = 0; d < array->ndim; d++) type.layout.dimensions[d] = dims[d];
-    void *data = array->data;
-    if (own_inputs) { /* 64-byte aligned, as LiteRT requires of host memory */
-      e->owned[i] = aligned_alloc(64, (array->nbytes + 63) / 64 * 64 + 64);
-      if (!e->owned[i]) mx_die("Input '%s' | out of memory for a load lane's copy", leaf);
-      memcpy(e->owned[i], array->data, array->nbytes);
-      data = e->owned[i];
-    }
+    void *data = own_inputs ? e->owned[i] : array->data;
     check(LiteRtCreateTensorBufferFromHostMemory(&type, data, array->nbytes, NULL, &e->in_buffers[pos]), leaf);
   }
   e->out_buffers = (LiteRtTensorBuffer *)calloc(n_out ? n_out : 1, sizeof *e->out_buffers);
@@ -392,7 +417,8 @@ static void make_engine(const binding *b, int threads, int own_inputs, engine *e
 }
 
 static void free_engine(const binding *b, engine *e) {
-  for (size_t i = 0; i < b->n_in; i++) LiteRtDestroyTensorBuffer(e->in_buffers[i]);
+  for (size_t i = 0; i < b->n_in; i++)
+    if (e->in_buffers[i]) LiteRtDestroyTensorBuffer(e->in_buffers[i]);
   for (size_t j = 0; j < b->n_out; j++)
     if (!e->shared[j]) LiteRtDestroyTensorBuffer(e->out_buffers[j]);
   LiteRtDestroyCompiledModel(e->compiled);
@@ -425,21 +451,65 @@ static void lane_call(void *user) {
         "LiteRtRunCompiledModel");
 }
 
+/* Whether the inputs can be bound once at compile: not where an output is an input's own tensor (the converter
+ * folds x * 1 to x; such a tensor gets the buffer registered last in each call, see make_engine), nor where an
+ * input is resized to the feed's shape (measured, ai-edge-litert 2.3.0: a bound tensor resized after compile fails
+ * the first call's tensor allocation, tflite/core/subgraph.cc "idx_and_alloc != tensor_idx_to_alloc.end()"). */
+static int inputs_bindable(const binding *b) {
+  for (size_t k = 0; k < b->n_in; k++) {
+    if (symbolic_input(b, b->arg_of_input[k])) return 0;
+    for (size_t j = 0; j < b->n_out; j++)
+      if (b->in_tensor[k] == b->out_tensor[j]) return 0;
+  }
+  return 1;
+}
+
+/* Whether two engines' outputs hold the same bytes (after each ran on the same inputs). */
+static int same_outputs(const binding *b, const engine *x, const engine *y) {
+  int same = 1;
+  for (size_t j = 0; same && j < b->n_out; j++) {
+    size_t nx = 0, ny = 0;
+    void *dx = NULL, *dy = NULL;
+    check(LiteRtGetTensorBufferPackedSize(x->out_buffers[j], &nx), "LiteRtGetTensorBufferPackedSize");
+    check(LiteRtGetTensorBufferPackedSize(y->out_buffers[j], &ny), "LiteRtGetTensorBufferPackedSize");
+    check(LiteRtLockTensorBuffer(x->out_buffers[j], &dx, kLiteRtTensorBufferLockModeRead), "LiteRtLockTensorBuffer");
+    check(LiteRtLockTensorBuffer(y->out_buffers[j], &dy, kLiteRtTensorBufferLockModeRead), "LiteRtLockTensorBuffer");
+    same = nx == ny && memcmp(dx, dy, nx) == 0;
+    check(LiteRtUnlockTensorBuffer(x->out_buffers[j]), "LiteRtUnlockTensorBuffer");
+    check(LiteRtUnlockTensorBuffer(y->out_buffers[j]), "LiteRtUnlockTensorBuffer");
+  }
+  return same;
+}
+
 /* The load loop: `load->lanes` engines side by side, the threads divided between them (at least one each), as the
- * Python driver's lanes for LiteRT (one Interpreter per lane: run/load_serve.py separate_runners). */
-static void load_loop(const binding *plan, int threads, const mx_load_flags *load) {
-  int lanes = load->lanes, per_lane = threads / lanes > 0 ? threads / lanes : 1;
+ * Python driver's lanes for LiteRT (one Interpreter per lane: run/load_serve.py separate_runners). Where they can
+ * be (inputs_bindable), each lane's inputs are bound once at compile, so a call only runs the model and registers its
+ * outputs (the Python runner's
+ * Interpreter sets its inputs once per call too, by copy); a lane whose first outputs differ from the program's
+ * own engine's (`reference`, same inputs) is made again with its inputs registered per call, and says so. */
+static void load_loop(const binding *plan, const engine *reference, int threads, const mx_load_flags *load) {
+  int lanes = load->lanes, per_lane = threads / lanes > 0 ? threads / lanes : 1, bound = inputs_bindable(plan);
   lane *ls = (lane *)calloc((size_t)lanes, sizeof *ls);
   void **contexts = (void **)calloc((size_t)lanes, sizeof *contexts);
   for (int k = 0; k < lanes; k++) {
     ls[k].plan = plan;
-    make_engine(plan, per_lane, 1, &ls[k].e);
+    make_engine(plan, per_lane, 1, bound, &ls[k].e);
     contexts[k] = &ls[k];
     lane_call(&ls[k]); /* each lane warm */
+    if (bound && !same_outputs(plan, reference, &ls[k].e)) {
+      free_engine(plan, &ls[k].e);
+      bound = 0;
+      for (int m = 0; m <= k; m++) { /* every lane the same way: the lanes' rates are one configuration's */
+        if (m < k) free_engine(plan, &ls[m].e);
+        make_engine(plan, per_lane, 1, 0, &ls[m].e);
+        lane_call(&ls[m]);
+      }
+    }
   }
-  char extra[160];
+  char extra[320];
   snprintf(extra, sizeof extra, "\"threads_per_lane\": %d, \"accelerator\": \"cpu (XNNPACK)\", "
-           "\"lane\": \"its own compiled model and buffers\"", per_lane);
+           "\"lane\": \"its own compiled model and buffers\", \"inputs\": \"%s\"", per_lane,
+           bound ? "bound once at compile (external tensor binding)" : "registered in every call");
   mx_load_run(load, contexts, lane_call, "litert_c_api", extra);
   for (int k = 0; k < lanes; k++) free_engine(plan, &ls[k].e);
   free(ls);
@@ -543,10 +613,10 @@ int main(int argc, char **argv) {
     if (__builtin_mul_overflow(count, (size_t)dt->itemsize, &out_bytes[j]))
       mx_die("Output '%s' | shape holds more bytes than memory can", leaf);
   }
-  binding plan = {env, model, sig_index, n_in, n_out, args, results, arrays, arg_of_input, output_of_result,
+  binding plan = {env, model, mx_json_str(mx_require(native, "signature", "native"), ""), sig_index, n_in, n_out, args, results, arrays, arg_of_input, output_of_result,
                   in_tensor, out_tensor, out_dims, out_bytes};
   engine main_engine;
-  make_engine(&plan, threads, 0, &main_engine);
+  make_engine(&plan, threads, 0, 0, &main_engine);
   LiteRtCompiledModel compiled = main_engine.compiled;
   LiteRtTensorBuffer *in_buffers = main_engine.in_buffers, *out_buffers = main_engine.out_buffers;
   double load_ms = (double)(mx_now_ns() - t0) / 1e6;
@@ -573,7 +643,7 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < opts.warmup; i++)
     check(LiteRtRunCompiledModel(compiled, sig_index, n_in, in_buffers, n_out, out_buffers), "LiteRtRunCompiledModel");
-  if (f.load.lanes) load_loop(&plan, threads, &f.load);
+  if (f.load.lanes) load_loop(&plan, &main_engine, threads, &f.load);
   int64_t *times = (int64_t *)calloc(opts.iters ? (size_t)opts.iters : 1, sizeof *times);
   for (int i = 0; i < opts.iters; i++) {
     int64_t start = mx_now_ns();
