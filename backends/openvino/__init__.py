@@ -63,6 +63,7 @@ from .facts import OpenVINOFacts
 from .int8 import nncf_missing, quantize
 from .intermediates import openvino_intermediates
 from .native import OPENVINO_PROPERTIES, OpenVINOConsumer, openvino_section
+from .probe import compile_probe, files_bytes
 from .runner import (
     OpenVINORunner,
     check_ports,
@@ -127,15 +128,16 @@ class OpenVINOBackend(Backend):
             files, model, precision = quantize(ov, model, out_dir, files, front, options, signature, self.name)
         taken = [leaf for leaf in front.inputs if leaf.param is not None]
         names = {leaf.param: leaf.name for leaf in (*taken, *front.outputs)}
+        size = files_bytes(out_dir, files)
         cache = (_measure_cache(out_dir / files["model"]) if chosen.measure_cache and
-                 sum((out_dir / f).stat().st_size for f in files.values()) <= CACHE_MEASURE_LIMIT_BYTES else None)
+                 size <= CACHE_MEASURE_LIMIT_BYTES else None)
         cpu = _cpu_facts(ov.Core())
         ports: Any = [leaf.param for leaf in front.inputs]  # the stage's input names (None: not taken)
         outputs: Any = [leaf.param for leaf in front.outputs]
         return FormatResult(
             files=files, used=[leaf.used for leaf in front.inputs], params=ports, output_params=outputs,
             versions=versions_of(ov.get_version(), cpu, front), requires=requires_of(front),
-            format=facts_of(front, chosen, model, names, cache, cpu),
+            format=facts_of(front, chosen, model, names, cache, cpu, compile_probe(size)[1]),
             warnings=[*warnings, *stage_warnings(front, signature)], weights=dict(front.weights),
             declared=declared_of(model, names), platforms=["cpu"],
             native=openvino_section(front.inputs, ports, front.outputs, outputs, model=files["model"],
@@ -190,6 +192,8 @@ class OpenVINOBackend(Backend):
                               "came out wrong by up to 5.6)", backend=self.name, category="unsupported-dtype")
         core = ov.Core()
         model = core.read_model(str(out_dir / files["model"]))  # the frontend's conversion: fails here if it cannot
+        if not compile_probe(files_bytes(out_dir, files))[0]:
+            return files, model  # probe.py: past its limit the compile is the runner's
         compiled_model = core.compile_model(model, "CPU", config(1))
         feed = _probe_feed(front, signature)
         if feed is not None:  # a file that compiles can still fail on every call

@@ -87,7 +87,7 @@ def requires_of(front: Manifest) -> dict[str, Any]:
 
 
 def facts_of(front: Manifest, chosen: OpenVINOOptions, model: Any, names: dict[Any, str],
-             cache: dict[str, Any] | None, cpu: dict[str, Any]) -> OpenVINOFacts:
+             cache: dict[str, Any] | None, cpu: dict[str, Any], export_check: str) -> OpenVINOFacts:
     """The format facts: where the model came from, how it is compiled, its input shapes and the CPU."""
     return OpenVINOFacts(
         model_source=f"the ONNX stage's model.onnx as written by route {front.format.get('route')}, "
@@ -107,4 +107,5 @@ def facts_of(front: Manifest, chosen: OpenVINOOptions, model: Any, names: dict[A
         compile_cache=cache,
         cpu=cpu,
         onnx_opset=cast(int | None, front.format.get("opset")),
+        export_check=export_check,
     )

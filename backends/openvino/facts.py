@@ -25,6 +25,8 @@ class OpenVINOFacts(FormatFacts):
     compile_cache: the compile times measured without, filling and with the model cache, or None when not
         measured (`measure_cache` off, or the model too large).
     cpu: the CPU plugin's name, capabilities and build.
+    export_check: how the export checked the file in OpenVINO (compiled and run once, or read only past a size,
+        and why: probe.py).
     """
 
     model_source: str
@@ -40,3 +42,4 @@ class OpenVINOFacts(FormatFacts):
     compile_cache: dict[str, Any] | None
     cpu: dict[str, Any]
     onnx_opset: int | None
+    export_check: str = ""
