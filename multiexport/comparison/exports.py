@@ -38,10 +38,12 @@ from .stages import Context, Prepared
 __all__ = ["WorkerPlan", "export_all", "export_groups", "export_jobs", "plan_for", "plan_workers", "say_plan"]
 
 
-def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None) -> dict[str, Exported | Failure]:
+def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None,
+               meanwhile: str = "") -> dict[str, Exported | Failure]:
     """Every export the compare asks for: {backend: its artifact, or why there is none} (a row the gate
     stops, before any export, is a `Failure` of stage "gate"; one the memory plan refuses, of status
-    insufficient-memory). memory: the plan `plan_for` made (else made here, with no early workers)."""
+    insufficient-memory). memory: the plan `plan_for` made (else made here, with no early workers).
+    meanwhile: what this process does while the workers export (`meanwhile.py`), added to the phase's step."""
     done: dict[str, Exported | Failure] = {}
     todo = []
     for name in ctx.config.backends:
@@ -77,7 +79,8 @@ def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None) -
     shared = [w.own for w in plans if len(w.own) > 1]
     ctx.progress(f"export with {', '.join(todo)} ({jobs} at a time in {len(plans)} worker(s)"
                  + (f"; together: {', '.join(' then '.join(g) for g in shared)}" if shared else "")
-                 + (f"; then each takes the next of {', '.join(pool)}" if pool else "") + ")")
+                 + (f"; then each takes the next of {', '.join(pool)}" if pool else "") + ")"
+                 + (f"; {meanwhile}" if meanwhile else ""))
     done.update(_in_workers(ctx, prep, plans, slots=jobs))
     return {name: done[name] for name in ctx.config.backends if name in done}
 

@@ -1,14 +1,17 @@
 """The first stages of a compare: where each backend runs, then what every row is judged against.
 
 `plan_devices` probes the GPU (on a GPU or auto request only); `prepare` builds the signature, checks
-what needs it, makes the trials, runs jax.jit on each (with its determinism check and the rounding floor),
-and records the reference. Both are functions of the Context; nothing here writes a row.
+what needs it, makes the trials, runs jax.jit on the first (with its determinism check): all the exports
+need. `finish_reference` runs jax.jit on the other trials, measures the rounding floor and records the
+reference: what the checks need, so the session may run it while the export workers work. All are
+functions of the Context; nothing here writes a row.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..dtypes import is_float, parse_dtype
 from ..environment import environment
@@ -58,8 +61,9 @@ def plan_devices(ctx: Context) -> DevicePlan:
 
 
 def prepare(ctx: Context, device: DevicePlan) -> Prepared:
-    """The signature, the trials and jax.jit's outputs on them; every check that needs the signature runs
-    before anything is printed or run, so a usage error is one line."""
+    """The signature, the trials and jax.jit's outputs on the first, with its determinism check: what the
+    exports need (`finish_reference` adds the rest). Every check that needs the signature runs before
+    anything is printed or run, so a usage error is one line."""
     config, target = ctx.config, ctx.target
     sig = build_signature(target)
     check_patterns(config.tolerances, [leaf.name for leaf in sig.outputs], "Tolerance")
@@ -71,27 +75,45 @@ def prepare(ctx: Context, device: DevicePlan) -> Prepared:
     jax_gpu = device.chosen == "gpu" and (device.found.get("xla") or {}).get("gpu")
     ref_device = "gpu" if jax_gpu else "cpu"
     ref_runner = ReferenceRunner(target, sig, ref_device, matmul_precision=config.matmul_precision)
-    ctx.progress(f"reference outputs (jax.jit) for {len(trials)} trials")
-    ref_outputs = _reference_outputs(target.name, ref_runner, trials)
+    ctx.progress("reference outputs (jax.jit) for the first trial, and its determinism check")
+    first = _reference_outputs(target.name, ref_runner, trials[:1])
     why = nondeterminism(target, sig, ref_runner, trials[0].feed)
-    sensitivity = _rounding(ctx, sig, trials[0], ref_outputs[0], ref_device) if why is None else {}
-    truth = float64_outputs(target, sig, [t.feed for t in trials]) if config.reference == "float64" else None
     reference = Reference(kind="jax.jit", jax_version=dist_version("jax"), device=ref_device,
-                          lifted_weights=ref_runner.lifted_weights, deterministic=why is None,
-                          rounding_sensitivity=dict(sensitivity) or None)
+                          lifted_weights=ref_runner.lifted_weights, deterministic=why is None)
+    return Prepared(device=device, sig=sig, trials=trials, bench_feeds=feeds, ref_device=ref_device,
+                    ref_runner=ref_runner, ref_outputs=first, excluded=(), truth=None, reference=reference,
+                    environment=environment(),
+                    fingerprint=sig.fingerprint(target.fn) if ctx.spec is not None else None,
+                    sensitivity={}, nondeterministic=why, calibration=_calibration(ctx, sig, trials),
+                    reference_pending=True)
+
+
+def finish_reference(ctx: Context, prep: Prepared, say: Callable[[str], None]) -> Prepared:
+    """`prep` with jax.jit's outputs on every trial, the trials that are no evidence, the rounding floor
+    (when the reference is deterministic) and the float64 truth (`--reference float64`). `say`: how each
+    step is announced (`ctx.progress` marks it on the timeline; the session passes `ctx.say` when this runs
+    beside the exports, whose step then holds these seconds)."""
+    if not prep.reference_pending:
+        return prep
+    config, target, sig, trials = ctx.config, ctx.target, prep.sig, list(prep.trials)
+    rest = trials[1:]
+    if rest:
+        say(f"reference outputs (jax.jit) for the other {len(rest)} trial(s)")
+    ref_outputs = [*prep.ref_outputs, *_reference_outputs(target.name, prep.ref_runner, rest)]
+    sensitivity = (_rounding(ctx, sig, trials[0], ref_outputs[0], prep.ref_device, say)
+                   if prep.nondeterministic is None else {})
+    truth = float64_outputs(target, sig, [t.feed for t in trials]) if config.reference == "float64" else None
+    reference = dataclasses.replace(prep.reference, rounding_sensitivity=dict(sensitivity) or None)
     if truth is not None:
         narrow = not_float64(truth)
         if narrow:
             truth = without(truth, narrow)
             reference.no_float64_truth = narrow
-            ctx.progress(f"--reference float64: {', '.join(narrow)} not computed in float64 (the function "
-                         "casts back), so no error against float64 is reported for them")
+            say(f"--reference float64: {', '.join(narrow)} not computed in float64 (the function casts back), so "
+                "no error against float64 is reported for them")
         reference.jax_error_vs_float64 = error_vs(ref_outputs, truth)
-    return Prepared(device=device, sig=sig, trials=trials, bench_feeds=feeds, ref_device=ref_device,
-                    ref_runner=ref_runner, ref_outputs=ref_outputs, excluded=out_of_domain(trials, ref_outputs),
-                    truth=truth, reference=reference, environment=environment(),
-                    fingerprint=sig.fingerprint(target.fn) if ctx.spec is not None else None,
-                    sensitivity=sensitivity, nondeterministic=why, calibration=_calibration(ctx, sig, trials))
+    return dataclasses.replace(prep, ref_outputs=ref_outputs, excluded=out_of_domain(trials, ref_outputs), truth=truth,
+                               reference=reference, sensitivity=sensitivity, reference_pending=False)
 
 
 def _reference_outputs(name: str, ref_runner, trials: list[Trial]) -> list:
@@ -107,21 +129,27 @@ def _reference_outputs(name: str, ref_runner, trials: list[Trial]) -> list:
                           "expected a function it can run there (a kernel with interpret=True runs on the CPU)") from None
 
 
-def _rounding(ctx: Context, sig: Signature, trial: Trial, ref_output, ref_device: str) -> dict[str, float]:
+def _rounding(ctx: Context, sig: Signature, trial: Trial, ref_output, ref_device: str,
+              say: Callable[[str], None]) -> dict[str, float]:
     """How far rounding alone moves each float output leaf no --tolerance covers (measure/rounding.py),
     on the first trial: the default tolerances widen to it. A function it cannot trace again keeps them."""
-    leaves = [leaf for leaf in sig.outputs
-              if is_float(parse_dtype(leaf.dtype)) and not overridden(leaf.name, ctx.config.tolerances)]
+    leaves = rounding_leaves(ctx, sig)
     if not leaves:
         return {}
-    ctx.progress(f"rounding sensitivity of jax.jit ({DRAWS} runs with inputs and weights moved by one rounding step)")
+    say(f"rounding sensitivity of jax.jit ({DRAWS} runs with inputs and weights moved by one rounding step)")
     try:
         found = rounding_sensitivity(ctx.target, sig, trial.feed, ref_output, ref_device)
     except Exception as exc:  # a measurement that widens tolerances must never stop the compare
         said = str(exc).splitlines()[0][:200] if str(exc) else ""
-        ctx.progress(f"rounding sensitivity not measured ({type(exc).__name__}: {said}): default tolerances apply")
+        say(f"rounding sensitivity not measured ({type(exc).__name__}: {said}): default tolerances apply")
         return {}
     return {leaf.name: found[leaf.name] for leaf in leaves if leaf.name in found}
+
+
+def rounding_leaves(ctx: Context, sig: Signature) -> list:
+    """The output leaves whose rounding floor `finish_reference` measures: float ones no --tolerance covers."""
+    return [leaf for leaf in sig.outputs
+            if is_float(parse_dtype(leaf.dtype)) and not overridden(leaf.name, ctx.config.tolerances)]
 
 
 def _trials(ctx: Context, sig: Signature) -> list[Trial]:
@@ -140,9 +168,6 @@ def _calibration(ctx: Context, sig: Signature, trials: list[Trial]) -> Calibrati
     """The int8 rows' calibration: the given file, checked against the signature now (a bad leaf is one line
     before any export), or synthetic samples at the first trial's sizes, drawn apart from the parity trials
     (a quantizer calibrated on the very feeds it is judged on would look better than it is)."""
-    import dataclasses
-
-
     config = ctx.config
     if not any(needs_calibration(split_variant(name)[1]) for name in config.backends):
         return None

@@ -1,9 +1,10 @@
 """One compare run, stage by stage (`run_compare`), with results written however it ends.
 
 Stages: claim the output directory; the device plan and `prepare` (signature, trials, the jax.jit
-reference with its determinism check and the trials that are no evidence); the exports (overlapping
-workers; in paired mode each runner's worker starts, and imports its runtime, as soon as the compare
-starts, and reads its artifact only when asked to load); the timing plan; then, one at a time so no two
+reference on the first trial with its determinism check); the exports (overlapping workers; in paired
+mode each runner's worker starts, and imports its runtime, as soon as the compare starts, and reads its
+artifact only when asked to load), with the rest of the reference (`finish_reference`: the other trials,
+the rounding floor) computed here meanwhile where memory allows (`meanwhile`); the timing plan; then, one at a time so no two
 timed loops share the machine, each runner's timed load, the reference's benchmark and each backend's
 run and verdict; the paired rounds; results and reports, always, also when a signal stops the run.
 """
@@ -27,8 +28,9 @@ from ..system.process import stop_requested
 from ..system.timing_lock import MachineLock, machine_share
 from .check import check_row
 from .exports import export_all, plan_for, say_plan
+from .meanwhile import exports_beside_reference, reference_meanwhile
 from .outcomes import Failure, RowOutcomes, exported_artifacts
-from .prepare import plan_devices, prepare
+from .prepare import finish_reference, plan_devices, prepare
 from .row import build_rows
 from .stages import Context, Prepared, Rows, Timing, Workers
 from .timing import (
@@ -143,6 +145,7 @@ class _Run:
                 workers = prespawn(ctx, self.early, self.device)
                 self.early = None
             if prep.nondeterministic:
+                self.prepared = finish_reference(ctx, prep, ctx.progress)
                 failure = Failure("target", Status.NONDETERMINISTIC_TARGET.value, prep.nondeterministic)
                 for name in outcomes:
                     outcomes[name] = dataclasses.replace(outcomes[name], failure=failure)
@@ -154,7 +157,13 @@ class _Run:
             say_plan(ctx, memory)
             if memory.close_early:
                 workers = close_early(workers)
-            for name, export in export_all(ctx, prep, memory).items():
+            if reference_meanwhile(ctx, memory):
+                exports, self.prepared = exports_beside_reference(ctx, prep, memory)
+            else:
+                self.prepared = finish_reference(ctx, prep, ctx.progress)
+                exports = export_all(ctx, self.prepared, memory)
+            prep = self.prepared
+            for name, export in exports.items():
                 outcomes[name] = dataclasses.replace(outcomes[name], export=export)
             artifacts = exported_artifacts(outcomes, ctx.config.backends)
             tm = plan_timing(ctx, prep, artifacts, workers)

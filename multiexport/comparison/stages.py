@@ -86,6 +86,9 @@ class Prepared:
         gets that verdict and nothing else runs.
     calibration: the samples int8 rows calibrate from (the given file, checked, or synthetic ones written
         to the output directory), or None when no row calibrates.
+    reference_pending: True while only the first trial's reference outputs are in (`prepare.prepare`):
+        the other trials', the trials that are no evidence, the rounding floor and the float64 truth come
+        with `prepare.finish_reference`. Only the exports start from such a Prepared.
     """
 
     device: DevicePlan
@@ -103,6 +106,7 @@ class Prepared:
     sensitivity: Mapping[str, float]
     nondeterministic: str | None
     calibration: Calibration | None = None
+    reference_pending: bool = False
 
 
 @dataclass(frozen=True)
