@@ -7,7 +7,8 @@ Runs `multiexport compare` on the seed and on each real model of the zoo in turn
 ranges and sizes added), and reads each run's timeline from its results.json. `--models` takes model names,
 tags (`quick`, `nnx`, ...) and `all`, mixed in one comma list (a tag's models in the zoo's order, each model
 once); an unknown word or a list naming no model stops before any run. Prints and writes
-(DIR/compare_time.md, .json) per run: its wall time, its ratio to the median seed run, and its seconds by
+(DIR/compare_time.md, .json) per run: its wall time, its ratio to the median seed run, the CPU seconds of
+its whole process tree (on a shared machine a steadier figure of the work than the wall time), and its seconds by
 kind of step (build, prepare, reference, rounding, export, load, parity, timing, native, floor, and other
 for a step none of these names), then the median real-model run against the seed: the figure #30 targets
 at no more than 2x.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import time
@@ -77,27 +79,37 @@ def select_models(spec: str) -> list[RealModel]:
     return list(chosen.values())
 
 
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of every descendant this process has waited for, so far."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def run_one(target: str, flags: list[str], out: Path, timeout: float) -> dict:
-    """One compare as its own process; its wall time and its timeline's seconds by kind."""
-    t0 = time.perf_counter()
+    """One compare as its own process; its wall time, the CPU seconds of its whole process tree (its
+    workers and the tools they ran, each waited for: the work a 2-core machine must fit in the wall time,
+    less sensitive to other load than the wall time) and its timeline's seconds by kind."""
+    t0, c0 = time.perf_counter(), children_cpu_s()
     done = run_command([sys.executable, "-m", "multiexport", "compare", target, "--out-dir", str(out), *flags],
                        timeout=timeout)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, children_cpu_s() - c0
     results = out / "results.json"
     steps = json.loads(results.read_text()).get("timeline", []) if results.is_file() else []
     kinds: dict[str, float] = {}
     for step in steps:
         kinds[kind_of(step["what"])] = kinds.get(kind_of(step["what"]), 0.0) + float(step["seconds"])
-    return {"target": target, "exit": done.returncode, "wall_s": round(wall, 2),
+    return {"target": target, "exit": done.returncode, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "kinds": {k: round(v, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
             "steps": steps}
 
 
 def table(rows: list[dict], seed_s: float) -> str:
     kinds = sorted({k for r in rows for k in r["kinds"]}, key=lambda k: -sum(r["kinds"].get(k, 0) for r in rows))
-    lines = ["| run | exit | wall s | / seed | " + " | ".join(kinds) + " |", "|---|---|---|---|" + "---|" * len(kinds)]
+    lines = ["| run | exit | wall s | / seed | CPU s | " + " | ".join(kinds) + " |",
+             "|---|---|---|---|---|" + "---|" * len(kinds)]
     for r in rows:
         lines.append(f"| {r['name']} | {r['exit']} | {r['wall_s']:.1f} | {r['wall_s'] / seed_s:.2f} | "
+                     f"{r.get('cpu_s', 0.0):.1f} | "
                      + " | ".join(f"{r['kinds'].get(k, 0):.1f}" for k in kinds) + " |")
     return "\n".join(lines)
 
@@ -127,20 +139,25 @@ def main(argv=None) -> int:
             row = run_one(target, flags, args.out / f"{i:02d}-{name}", args.timeout)
             row["name"] = name
             rows.append(row)
-            print(f"{name}: {row['wall_s']:.1f} s (exit {row['exit']}); " +
+            print(f"{name}: {row['wall_s']:.1f} s, {row.get('cpu_s', 0.0):.1f} CPU s (exit {row['exit']}); " +
                   ", ".join(f"{k} {v:.1f}" for k, v in list(row["kinds"].items())[:4]), flush=True)
     seeds = [r["wall_s"] for r in rows if r["name"] == "seed"]
     real = [r["wall_s"] for r in rows if r["name"] != "seed"]
     seed_s, median_real = statistics.median(seeds), statistics.median(real)
+    seed_cpu = statistics.median(r.get("cpu_s", 0.0) for r in rows if r["name"] == "seed")
+    real_cpu = statistics.median(r.get("cpu_s", 0.0) for r in rows if r["name"] != "seed")
     summary = (f"seed median {seed_s:.1f} s over {len(seeds)} runs [{min(seeds):.1f}, {max(seeds):.1f}]; median "
                f"real model {median_real:.1f} s over {len(real)} models = {median_real / seed_s:.2f}x the seed "
-               f"(target: <= 2x); flags: {' '.join(common) or '(defaults)'}"
+               f"(target: <= 2x); CPU s: seed median {seed_cpu:.1f}, real models' median {real_cpu:.1f} = "
+               f"{real_cpu / seed_cpu if seed_cpu else float('nan'):.2f}x; flags: {' '.join(common) or '(defaults)'}"
                + ("; each model timed at its batch sweep" if args.batch_sweep and not args.no_bench else ""))
     text = table(rows, seed_s) + "\n\n" + summary + "\n"
     print(text)
     (args.out / "compare_time.md").write_text(text)
     (args.out / "compare_time.json").write_text(json.dumps({"rows": rows, "seed_median_s": seed_s,
-                                                            "real_median_s": median_real}, indent=1))
+                                                            "real_median_s": median_real,
+                                                            "seed_median_cpu_s": seed_cpu,
+                                                            "real_median_cpu_s": real_cpu}, indent=1))
     return 0
 
 

@@ -87,3 +87,15 @@ def test_each_model_is_timed_at_its_batch_sweep_only_when_asked(sweep, tmp_path,
     model_flags = asked["benchmarks.real_models:linen_cnn"]
     assert ("--batch-sizes" in model_flags) is sweep
     assert ("batch sweep" in (tmp_path / "out" / "compare_time.md").read_text()) is sweep
+
+
+def test_a_runs_cpu_seconds_count_the_processes_its_process_started(tmp_path):
+    """The CPU figure of a run is its whole tree's: a grandchild that burns 0.3 CPU s is in it."""
+    import subprocess
+    import sys
+
+    burn = "import time\nwhile time.process_time() < 0.3: pass"
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}], check=True)"
+    before = compare_time.children_cpu_s()
+    subprocess.run([sys.executable, "-c", child], check=True)
+    assert compare_time.children_cpu_s() - before >= 0.3
