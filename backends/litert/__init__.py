@@ -98,7 +98,7 @@ class LiteRTBackend(Backend):
         facts_type=LiteRTFacts,
         options_type=LiteRTOptions,
         precisions=("fp32", "fp16", "int8-dynamic", "int8"),
-        export_memory=(7.5, 1.0), runner_memory=(2.5, 0.25),  # measured peaks, docs/large-models.md "Memory"
+        export_memory=(3.5, 1.35), runner_memory=(2.5, 0.25),  # measured peaks, docs/large-models.md "Memory"
     )
     presentation = Presentation(
         summary="LiteRT .tflite (TFLite converter from the SavedModel), TFLite builtins only, run by ai_edge_litert",

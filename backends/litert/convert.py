@@ -9,6 +9,7 @@ fail runs with fd 2 captured and the diagnostics travel in `ConversionFailed` to
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import re
 import sys
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from multiexport.sdk import producer_version
+
+from . import weights_outside
 
 SIGNATURE_KEY = "serving_default"
 MODEL_FILE = "model.tflite"
@@ -134,17 +137,57 @@ PRECISION_CALLS = {
 # (its `_experimental_use_buffer_offset`): a flatbuffer addresses at most 2 GiB, so a model whose weights reach
 # that cannot be a plain .tflite. LiteRT's interpreter reads such a file as any other (checked at load).
 OFFSET_BYTES = 1 << 30
+# From this many bytes of variables the weights stay out of the converter (`weights_outside`). Below it the
+# converter's ~7x of the weights stays under ~0.9 GiB, within the backend's declared export footprint, and its
+# constant folding (a kernel's layout, a scale into its weights) is kept; from it on, the export worker holds
+# the target, the file it writes and LiteRT's check of it (benchmarks/litert_memory.md).
+OUTSIDE_BYTES = 128 << 20
 
 
 def convert(saved_model_dir: Path, select_tf_ops: bool, precision: str = "fp32",
-            samples: list[dict[str, Any]] | None = None, buffer_offsets: bool = False) -> tuple[bytes, list[str]]:
+            samples: list[dict[str, Any]] | None = None, buffer_offsets: bool = False,
+            out: Path | None = None) -> tuple[Any, list[str]]:
     """(the .tflite bytes, the ops sets used) converted from the SavedModel's serving_default signature, at
     `precision` (samples: the int8 calibration feeds keyed by signature input name); `buffer_offsets`: the
-    constant buffers after the flatbuffer, addressed by offsets (OFFSET_BYTES)."""
-    import numpy as np
+    constant buffers after the flatbuffer, addressed by offsets (OFFSET_BYTES). With `out`, the model is
+    written there and the bytes are a read-only map of that file (only what is read of it becomes resident).
+
+    At fp32, a SavedModel holding OUTSIDE_BYTES or more of variables is converted with its weights as inputs and
+    the weights written after the flatbuffer (`weights_outside`): the converter never holds them (it would hold
+    ~6 copies at once); the bytes are then a read-only map of the file written (`out`, else a temporary one)."""
     import tensorflow as tf
 
     ops = [tf.lite.OpsSet.TFLITE_BUILTINS] + ([tf.lite.OpsSet.SELECT_TF_OPS] if select_tf_ops else [])
+    names = [o.name for o in ops]
+    call = weights_outside.serving_call(saved_model_dir, SIGNATURE_KEY) if precision == "fp32" else None
+    if call is None or call.nbytes < OUTSIDE_BYTES:
+        blob = _run(_converter(saved_model_dir, ops, precision, samples, buffer_offsets), saved_model_dir)
+        if out is None:
+            return blob, names
+        out.write_bytes(blob)
+        del blob
+        return _mapped(out), names
+    with tempfile.TemporaryDirectory(prefix=".litert-weights-", dir=saved_model_dir.parent) as tmp:
+        inputs_dir = Path(tmp) / "weights-as-inputs"
+        weights_outside.save_weights_as_inputs(call, inputs_dir, SIGNATURE_KEY)
+        blob = _run(_converter(inputs_dir, ops, precision, samples, False), saved_model_dir)
+        with open(out, "w+b") if out is not None else tempfile.TemporaryFile(dir=tmp) as file:
+            weights_outside.write_with_weights(blob, call, saved_model_dir, file)
+            file.flush()
+            return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ), names
+
+
+def _mapped(path: Path) -> mmap.mmap:
+    """A read-only map of the file at `path`."""
+    with open(path, "rb") as file:
+        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _converter(saved_model_dir: Path, ops, precision: str, samples, buffer_offsets: bool):
+    """The TFLite converter for the SavedModel's serving_default, with the ops sets and precision set."""
+    import numpy as np
+    import tensorflow as tf
+
     converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir), signature_keys=[SIGNATURE_KEY])
     converter.target_spec.supported_ops = ops
     converter._experimental_use_buffer_offset = buffer_offsets  # the converter's large-model path (no public name)
@@ -155,6 +198,11 @@ def convert(saved_model_dir: Path, select_tf_ops: bool, precision: str = "fp32",
     if precision == "int8":
         feeds = [{k: np.asarray(v) for k, v in sample.items()} for sample in samples or []]
         converter.representative_dataset = lambda: iter(feeds)
+    return converter
+
+
+def _run(converter, saved_model_dir: Path) -> bytes:
+    """converter.convert(), its MLIR diagnostics captured into ConversionFailed (about `saved_model_dir`)."""
     with captured_stderr() as err, warnings.catch_warnings():
         # int8 calibration runs TF's own tf.lite.Interpreter inside the converter, which warns that it is deprecated
         warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated", category=UserWarning)
@@ -169,7 +217,7 @@ def convert(saved_model_dir: Path, select_tf_ops: bool, precision: str = "fp32",
         producer = producer_version(modules[0]) if modules else None
         text = f"{type(failure).__name__}: {failure}\n" + "\n".join(diagnostics(err["text"]))
         raise ConversionFailed("convert", text, errors, producer, converter_stablehlo()) from failure
-    return blob if isinstance(blob, bytes) else bytes(blob), [o.name for o in ops]
+    return blob if isinstance(blob, bytes) else bytes(blob)
 
 
 def precision_ops(blob: bytes) -> tuple[dict[str, int], dict[str, int]]:
