@@ -117,3 +117,19 @@ def test_litert_lanes_bind_their_inputs_once_where_they_can(artifact, tmp_path):
         loop = native_loop(where, load_npz(where / "example_inputs.npz"), 2, tmp_path)
         calls, _, config = native_offline(loop, 2, 0.1, 120)
         assert calls > 0 and config["inputs"] == how, where
+
+
+def test_pjrt_run_makes_its_cpu_client_with_the_devices_asked(artifact, tmp_path):
+    # jaxlib's CPU client has one device; XLA's CPU plugin makes 4 unless told (--cpu-devices: its create option
+    # cpu_device_count), and one call ran up to 2x slower on that client (docs/load.md). The load line records it
+    backend, directory, _ = artifact
+    if backend != "xla":
+        pytest.skip("pjrt_run's CPU client")
+    argv, env = command(directory, inputs_dir=str(directory / "inputs"), outputs_dir=str(tmp_path / "out"), threads=1)
+    run = functools.partial(subprocess.run, env=env, cwd=directory, capture_output=True, text=True, timeout=120)
+    cmd = [*argv, "--no-outputs", "--load-lanes", "1", "--load-seconds", "0.1"]
+    assert _figures(run(cmd))["cpu_devices"] == "the plugin's default"
+    one = _figures(run([*cmd, "--cpu-devices", "1"]))
+    assert one["cpu_devices"] == "1" and one["calls"] > 0
+    bad = run([*cmd, "--cpu-devices", "0"])
+    assert bad.returncode != 0 and "--cpu-devices" in bad.stderr and bad.stderr.strip().count("\n") == 0

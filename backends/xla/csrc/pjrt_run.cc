@@ -34,7 +34,7 @@ extern "C" {
 static const char *USAGE =
     "usage: pjrt_run --plugin PATH/xla_cpu_pjrt.so [--artifact DIR] [--inputs DIR] [--outputs DIR]\n"
     "                [--warmup N] [--iters N] [--times FILE] [--no-outputs] [--info]\n"
-    "                [--compile-options FILE] [--program FILE]\n"
+    "                [--compile-options FILE] [--program FILE] [--cpu-devices N]\n"
     "                [--steps N --carry OUT=IN ... [--greedy LOGITS=IN] [--count IN] [--tokens FILE]]\n"
     "  Runs the XLA artifact in DIR (default .) through the PJRT C API. Inputs: one .npy per leaf\n"
     "  argument, named as the manifest's native.args[].file, in --inputs (default inputs/); outputs\n"
@@ -42,7 +42,9 @@ static const char *USAGE =
     "  untimed ones) and print min/median/p90 per-call wall time as JSON. --info: print the plugin's\n"
     "  attributes (PJRT API and StableHLO versions) as JSON and exit. --compile-options FILE: a serialized\n"
     "  CompileOptionsProto instead of the manifest's (e.g. the one jax compiles with); --program FILE: a\n"
-    "  StableHLO module taking the same arguments instead of the manifest's (diagnostics).\n"
+    "  StableHLO module taking the same arguments instead of the manifest's (diagnostics). --cpu-devices N:\n"
+    "  create XLA's CPU client with N devices (its create option cpu_device_count; jaxlib's client has 1; the\n"
+    "  plugin's default is 4, on which single-device calls measured up to 2x slower); CPU plugins only.\n"
     "  Decode loop: --steps N calls the program N times, each call's inputs made from the previous call's\n"
     "  outputs on the device: --carry OUT=IN (repeatable) passes output leaf OUT as input leaf IN (a KV cache,\n"
     "  never copied to the host; donated where the module aliases it), --greedy LOGITS=IN feeds the argmax of\n"
@@ -176,10 +178,25 @@ static void load_plugin(const char *path) {
   check(api->PJRT_Plugin_Initialize(&init), "PJRT_Plugin_Initialize");
 }
 
-static Plugin create_client() {
+// cpu_devices > 0 (--cpu-devices): the client is created with XLA's CPU plugin's create option cpu_device_count, as
+// jaxlib creates its CPU client with one device unless jax_num_cpu_devices says otherwise (without the option the
+// plugin makes 4, and one call of the example CNN took 93-110 us on that client against 50 us on a 1-device one,
+// measured with the lammps-jax-pjrt-cpu 0.11.2 plugin); a plugin that has no such option refuses it.
+static Plugin create_client(int cpu_devices) {
   Plugin p;
   PJRT_Client_Create_Args c{};
   c.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+  PJRT_NamedValue count{};
+  if (cpu_devices > 0) {
+    count.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    count.name = "cpu_device_count";
+    count.name_size = strlen(count.name);
+    count.type = PJRT_NamedValue_kInt64;
+    count.int64_value = cpu_devices;
+    count.value_size = 1;
+    c.create_options = &count;
+    c.num_options = 1;
+  }
   check(api->PJRT_Client_Create(&c), "PJRT_Client_Create");
   p.client = c.client;
   PJRT_Client_AddressableDevices_Args d{};
@@ -352,6 +369,7 @@ struct Options {
   std::string count;                                        // int32 scalar input leaf, +1 per step
   const char *tokens = nullptr;                             // where the greedy tokens go (.npy)
   mx_load_flags load{};                                     // the load loop's (common/mx_load.h); lanes 0: none
+  int cpu_devices = 0;                                      // the CPU client's devices (0: the plugin's default)
 };
 
 // "OUT=IN" -> (OUT, IN); dies naming the flag otherwise.
@@ -376,6 +394,13 @@ static int extra_flag(const char *flag, const char *value, void *user) {
     return 1;
   }
   if (strcmp(flag, "--carry") == 0) { o->carry.push_back(leaf_pair(flag, value)); return 1; }
+  if (strcmp(flag, "--cpu-devices") == 0) {
+    char *end = nullptr;
+    long n = strtol(value, &end, 10);
+    if (!end || *end || n < 1 || n > 4096) mx_die("--cpu-devices | got '%s', expected an integer >= 1", value);
+    o->cpu_devices = (int)n;
+    return 1;
+  }
   if (strcmp(flag, "--greedy") == 0) { o->greedy = leaf_pair(flag, value); return 1; }
   if (strcmp(flag, "--count") == 0) { o->count = value; return 1; }
   if (strcmp(flag, "--tokens") == 0) { o->tokens = value; return 1; }
@@ -410,7 +435,8 @@ static void lane_call(void *user) {
 
 // The load loop over `lanes` (their inputs uploaded), every input kept (options: none donatable).
 static void load_loop(PJRT_LoadedExecutable *executable, const PJRT_ExecuteOptions *options, size_t n_out,
-                      std::vector<Lane> &lanes, const mx_load_flags &load, const std::string &platform) {
+                      std::vector<Lane> &lanes, const mx_load_flags &load, const std::string &platform,
+                      int cpu_devices) {
   std::vector<void *> contexts;
   for (auto &lane : lanes) {
     lane.executable = executable;
@@ -420,9 +446,11 @@ static void load_loop(PJRT_LoadedExecutable *executable, const PJRT_ExecuteOptio
     lane_call(&lane);  // each lane warm
   }
   const char *nproc = getenv("PJRT_NPROC");
-  char extra[256];
-  snprintf(extra, sizeof extra, "\"platform\": \"%.64s\", \"pjrt_nproc\": \"%.16s\", \"lane\": \"its own input "
-           "buffers on the one loaded executable\"", platform.c_str(), nproc ? nproc : "");
+  char extra[320], devices[32] = "the plugin's default";
+  if (cpu_devices > 0) snprintf(devices, sizeof devices, "%d", cpu_devices);
+  snprintf(extra, sizeof extra, "\"platform\": \"%.64s\", \"pjrt_nproc\": \"%.16s\", \"cpu_devices\": \"%s\", "
+           "\"lane\": \"its own input buffers on the one loaded executable\"", platform.c_str(), nproc ? nproc : "",
+           devices);
   mx_load_run(&load, contexts.data(), lane_call, "pjrt_c_api", extra);
   for (auto &lane : lanes)
     for (auto *b : lane.inputs) destroy_buffer(b);
@@ -465,7 +493,7 @@ int main(int argc, char **argv) {
     leaves[mx_json_str(mx_json_get(a, "leaf"), "")] = array;
   }
   const mx_json *module = choose_module(native, sizes);
-  Plugin p = create_client();
+  Plugin p = create_client(extra.cpu_devices);
   module = platform_module(native, module, p.platform);
   std::string hint = stablehlo_hint(plugin_attributes(), mx_json_str(mx_json_get(module, "stablehlo_version"), nullptr));
 
@@ -698,7 +726,7 @@ int main(int argc, char **argv) {
     eo.non_donatable_input_indices = keep.data();
     eo.num_non_donatable_input_indices = keep.size();
     for (int i = 0; i < opts.warmup; i++) { call(); release_outputs(); }
-    if (!lanes.empty()) load_loop(cc.executable, &eo, n_out, lanes, extra.load, p.platform);
+    if (!lanes.empty()) load_loop(cc.executable, &eo, n_out, lanes, extra.load, p.platform, extra.cpu_devices);
     for (int i = 0; i < opts.iters; i++) {
       int64_t start = mx_now_ns();
       call();
