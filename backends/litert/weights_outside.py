@@ -79,8 +79,10 @@ def serving_call(saved_model_dir: Path, signature_key: str) -> ServingCall | Non
         elif kind == "variable" and name in args[n_leaves:]:
             node = bound[args.index(name) - n_leaves]
             variable = graph.object_graph_def.nodes[node].variable
-            weights.append((keys[node], tuple(d.size for d in variable.shape.dim), int(variable.dtype)))
-            operands.append(("weight", len(weights) - 1))
+            weight = (keys[node], tuple(d.size for d in variable.shape.dim), int(variable.dtype))
+            if weight not in weights:  # a variable read twice is one input
+                weights.append(weight)
+            operands.append(("weight", weights.index(weight)))
         else:
             return None
     if any(key not in call.attr for key in ("module", "Sout", "Tout", "version")) or call.attr["function_list"].list.func:
@@ -223,8 +225,7 @@ def write_with_weights(blob: bytes, call: ServingCall, saved_model_dir: Path, ou
             subgraph.inputs = [i for i in subgraph.inputs if i != item.tensorIndex]
             placed.append((buffer, names[name]))
         signature.inputs = kept
-    if sorted(j for _, j in placed) != list(range(len(call.weights))):
-        raise ValueError("the converted model does not take every weight as an input")
+    # a weight the converter found unused is no input of the model, and is not written
     metadata = schema.MetadataT()
     metadata.name, data = BUFFER_LOCATION
     location = schema.BufferT()
