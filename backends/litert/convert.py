@@ -256,7 +256,8 @@ def precision_ops(blob: bytes) -> tuple[dict[str, int], dict[str, int]]:
 
 
 def model_metadata(blob: bytes) -> dict[str, Any]:
-    """What the .tflite flatbuffer says about itself: schema version, description, min_runtime_version."""
+    """What the .tflite flatbuffer says about itself: schema version, description, min_runtime_version, and who
+    wrote the weights when multiexport did (`weights_outside`)."""
     from ai_edge_litert import schema_py_generated as schema
 
     model = schema.Model.GetRootAsModel(blob, 0)
@@ -264,9 +265,9 @@ def model_metadata(blob: bytes) -> dict[str, Any]:
                              "description": (model.Description() or b"").decode(errors="replace")}
     for i in range(model.MetadataLength()):
         entry = model.Metadata(i)
-        if entry.Name() == b"min_runtime_version":
+        if entry.Name() in (b"min_runtime_version", weights_outside.WRITTEN_BY[0]):
             raw = bytes(model.Buffers(entry.Buffer()).DataAsNumpy())
-            found["min_runtime_version"] = raw.rstrip(b"\0").decode(errors="replace")
+            found[entry.Name().decode()] = raw.rstrip(b"\0").decode(errors="replace")
     found["subgraphs"] = model.SubgraphsLength()
     return found
 

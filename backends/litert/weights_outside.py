@@ -18,6 +18,9 @@ from typing import Any, BinaryIO
 
 ALIGN = 64  # each buffer's offset in the file: XNNPACK and the kernels read weights in place
 BUFFER_LOCATION = (b"buffer_location", b"outside flatbuffers")  # what the converter's large-model path writes
+# Says in the file itself who wrote the weights (read into the manifest's format.metadata by `model_metadata`).
+WRITTEN_BY = (b"multiexport_weights", b"written after the flatbuffer by multiexport from the SavedModel's variables, "
+                                      b"one constant tensor per weight; the TFLite converter took them as inputs")
 _PLACEHOLDER = 1 << 40  # an offset/size large enough that the flatbuffer's size does not change when it is set
 
 
@@ -226,13 +229,12 @@ def write_with_weights(blob: bytes, call: ServingCall, saved_model_dir: Path, ou
             placed.append((buffer, names[name]))
         signature.inputs = kept
     # a weight the converter found unused is no input of the model, and is not written
-    metadata = schema.MetadataT()
-    metadata.name, data = BUFFER_LOCATION
-    location = schema.BufferT()
-    location.data = list(data)
-    model.buffers.append(location)
-    metadata.buffer = len(model.buffers) - 1
-    model.metadata = [*(model.metadata or []), metadata]
+    for name, data in (BUFFER_LOCATION, WRITTEN_BY):
+        metadata, inline = schema.MetadataT(), schema.BufferT()
+        metadata.name, inline.data = name, list(data)
+        model.buffers.append(inline)
+        metadata.buffer = len(model.buffers) - 1
+        model.metadata = [*(model.metadata or []), metadata]
     head = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
     offset = _aligned(len(head))
     for buffer, j in placed:

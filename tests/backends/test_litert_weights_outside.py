@@ -7,6 +7,7 @@ leaves, run in the Python runner and in the LiteRT C API consumer, and match jax
 from __future__ import annotations
 
 import importlib
+import json
 
 import jax
 import numpy as np
@@ -48,6 +49,8 @@ def test_past_the_size_the_weights_stay_out_of_the_converter_and_the_model_match
     # flatbuffer; the signature takes the leaves only
     assert sum(outside.weight_name(0).rsplit("_", 1)[0] in name for name in names) == 16
     assert converting.uses_buffer_offsets(blob)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "multiexport" in manifest["format"]["metadata"]["multiexport_weights"]
     feeds = _feeds(target)
     want = jax.tree_util.tree_map(np.asarray, jax.jit(target.fn)(*target.args))
     expected = {"out.logits": want["logits"]}
@@ -62,3 +65,4 @@ def test_under_the_size_the_converter_takes_the_variables(tmp_path):
     out = tmp_path / "plain"
     export(llm_tiny_decode_baked(), out_dir=out, backend="litert", external_weights="always")
     assert not any(outside.weight_name(0).rsplit("_", 1)[0] in name for name in _tensor_names((out / "model.tflite").read_bytes()))
+    assert "multiexport_weights" not in json.loads((out / "manifest.json").read_text())["format"]["metadata"]
