@@ -379,6 +379,14 @@ static std::pair<std::string, std::string> leaf_pair(const char *flag, const cha
   return {std::string(value, (size_t)(eq - value)), std::string(eq + 1)};
 }
 
+// An integer flag's value in [1, most]; dies naming the flag otherwise.
+static int count_flag(const char *flag, const char *value, long most) {
+  char *end = nullptr;
+  long n = strtol(value, &end, 10);
+  if (!end || *end || n < 1 || n > most) mx_die("%s | got '%s', expected an integer >= 1", flag, value);
+  return (int)n;
+}
+
 static int extra_flag(const char *flag, const char *value, void *user) {
   auto *o = static_cast<Options *>(user);
   if (mx_load_flag(flag, value, &o->load)) return 1;
@@ -386,21 +394,9 @@ static int extra_flag(const char *flag, const char *value, void *user) {
   if (strcmp(flag, "--info") == 0) { o->info = strcmp(value, "0") != 0; return 1; }
   if (strcmp(flag, "--compile-options") == 0) { o->compile_options = value; return 1; }
   if (strcmp(flag, "--program") == 0) { o->program = value; return 1; }
-  if (strcmp(flag, "--steps") == 0) {
-    char *end = nullptr;
-    long n = strtol(value, &end, 10);
-    if (!end || *end || n < 1 || n > 1000000) mx_die("--steps | got '%s', expected an integer >= 1", value);
-    o->steps = (int)n;
-    return 1;
-  }
+  if (strcmp(flag, "--steps") == 0) { o->steps = count_flag(flag, value, 1000000); return 1; }
   if (strcmp(flag, "--carry") == 0) { o->carry.push_back(leaf_pair(flag, value)); return 1; }
-  if (strcmp(flag, "--cpu-devices") == 0) {
-    char *end = nullptr;
-    long n = strtol(value, &end, 10);
-    if (!end || *end || n < 1 || n > 4096) mx_die("--cpu-devices | got '%s', expected an integer >= 1", value);
-    o->cpu_devices = (int)n;
-    return 1;
-  }
+  if (strcmp(flag, "--cpu-devices") == 0) { o->cpu_devices = count_flag(flag, value, 4096); return 1; }
   if (strcmp(flag, "--greedy") == 0) { o->greedy = leaf_pair(flag, value); return 1; }
   if (strcmp(flag, "--count") == 0) { o->count = value; return 1; }
   if (strcmp(flag, "--tokens") == 0) { o->tokens = value; return 1; }
