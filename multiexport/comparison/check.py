@@ -4,13 +4,21 @@ An artifact that was built for some sizes only (a converter that could not keep 
 is checked and timed at exactly those sizes: trials at other sizes are not fed to it (extra trials at
 its own size are made instead, so its verdict rests on as much evidence as any other's), and batch sizes
 it does not support get a `size-unsupported` entry, never a latency.
+
+In paired mode without native consumers the rows are checked together (`check_rows_paired`): each runner's
+timed cold start alone, one after another, then the untimed parity trials in the runners' workers, as many
+at once as the compare's threads, then each verdict.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Mapping
+
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, present
 from ..exporting.feed import check_feed
 from ..exporting.manifest import Manifest
 from ..exporting.precision import split_variant
@@ -20,7 +28,7 @@ from ..measure.parity import check_parity, inputs_note
 from ..measure.plan import out_of_domain, supported, unsupported_reason
 from ..measure.reference import error_vs
 from ..run.paired import serve_artifact
-from ..run.runs import run_artifact
+from ..run.runs import ArtifactRun, run_artifact
 from .native_check import check_native
 from .outcomes import Checked, Exported, Failure
 from .stages import Context, Prepared, Timing
@@ -29,31 +37,93 @@ from .stages import Context, Prepared, Timing
 def check_row(ctx: Context, prep: Prepared, tm: Timing, name: str, exported: Exported) -> Checked:
     """Run `name`'s artifact on the trials it supports, time it, and judge its outputs (the row's status
     is `verdict.decide`'s, from what this returns)."""
-    config, manifest = ctx.config, exported.manifest
+    config = ctx.config
+    plan = _plan(ctx, prep, name, exported)
+    paired = tm.servers is not None
+    what = (f"{'cold start' if paired else 'benchmark'} and run {len(plan.checked)} trials" if config.bench
+            else f"run {len(plan.checked)} trials")
+    ctx.progress(f"{name}: {what} in {'its paired' if paired else 'a'} worker{plan.only}")
+    if tm.servers is not None:  # paired mode: the runner's live worker, loaded once for parity and timing
+        outcome = serve_artifact(tm.servers, name, [t.feed for t, _ in plan.checked], prep.bench_feeds,
+                                 plan.unsupported, config.bench)
+    else:
+        outcome = run_artifact(["run", exported.artifact], [t.feed for t, _ in plan.checked], prep.bench_feeds,
+                               plan.unsupported, config.bench, prep.device.chosen, ctx.threads, config.timeout)
+    # independent evidence: the native consumer runs whatever the Python runner's verdict is
+    native = check_native(ctx, prep, name, exported, plan.checked, plan.excluded, outcome.bench) if config.native else None
+    return _judge(ctx, prep, name, plan, outcome, native)
+
+
+def check_rows_paired(ctx: Context, prep: Prepared, tm: Timing, artifacts: Mapping[str, Exported]) -> dict[str, Checked]:
+    """Paired mode without native consumers: every runner's cold start, one at a time (each alone on the
+    machine, as `check_row` times it), then every runner's parity trials, `ctx.threads` runners at a time:
+    nothing is timed while they run (the rounds start after the last), and a runner's trials in its own worker
+    give the same outputs whenever they run. Each row is judged as `check_row` judges it."""
+    servers = present(tm.servers, "paired mode has live servers")
+    config = ctx.config
+    plans = {name: _plan(ctx, prep, name, exported) for name, exported in artifacts.items()}
+    colds: dict[str, ArtifactRun] = {}
+    if config.bench:
+        for name, plan in plans.items():
+            ctx.progress(f"{name}: cold start in its paired worker{plan.only}")
+            colds[name] = serve_artifact(servers, name, [], prep.bench_feeds, plan.unsupported, config.bench)
+    at_once = max(1, min(ctx.threads, len(plans)))
+    ctx.progress(f"parity: {', '.join(plans)} run their trials in their paired workers, {at_once} at a time "
+                 "(nothing is timed meanwhile)")
+
+    def parity(name: str) -> ArtifactRun:
+        return serve_artifact(servers, name, [t.feed for t, _ in plans[name].checked], (), {}, None)
+
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        runs = dict(zip(plans, pool.map(parity, plans)))
+    checked = {}
+    for name, plan in plans.items():
+        cold, run = colds.get(name), runs[name]
+        failure = (cold.failure if cold is not None else None) or run.failure
+        outcome = ArtifactRun(run.outputs if failure is None else [], cold.bench if cold is not None else None,
+                              failure, run.runner)
+        checked[name] = _judge(ctx, prep, name, plan, outcome, None)
+    return checked
+
+
+@dataclass(frozen=True)
+class _RowPlan:
+    """What one row is checked on.
+
+    checked: (trial, reference outputs) pairs that are evidence for it.
+    excluded: the trials among them whose outputs left the model's domain.
+    skipped: the names of the trials its artifact does not support.
+    unsupported: batch size -> why its artifact is not timed there.
+    only: the progress line's note on the sizes it was built for ('' for any size).
+    """
+
+    checked: list
+    excluded: list
+    skipped: list[str]
+    unsupported: dict
+    only: str
+
+
+def _plan(ctx: Context, prep: Prepared, name: str, exported: Exported) -> _RowPlan:
+    manifest = exported.manifest
     fixed = manifest.fixed_sizes()
     checked, excluded, skipped = _evidence(ctx, prep, fixed)
     unsupported = {b: unsupported_reason(name, fixed) for b, feed in prep.bench_feeds
                    if fixed and not _fits(manifest, feed)}
-    paired = tm.servers is not None
-    what = (f"{'cold start' if paired else 'benchmark'} and run {len(checked)} trials" if config.bench
-            else f"run {len(checked)} trials")
-    ctx.progress(f"{name}: {what} in {'its paired' if paired else 'a'} worker" + (f" (at {', '.join(f'{d}={s}' for d, s in fixed.items())}"
-                                                              " only)" if fixed else ""))
-    if tm.servers is not None:  # paired mode: the runner's live worker, loaded once for parity and timing
-        outcome = serve_artifact(tm.servers, name, [t.feed for t, _ in checked], prep.bench_feeds, unsupported,
-                                 config.bench)
-    else:
-        outcome = run_artifact(["run", exported.artifact], [t.feed for t, _ in checked], prep.bench_feeds,
-                               unsupported, config.bench, prep.device.chosen, ctx.threads, config.timeout)
-    # independent evidence: the native consumer runs whatever the Python runner's verdict is
-    native = check_native(ctx, prep, name, exported, checked, excluded, outcome.bench) if config.native else None
+    only = f" (at {', '.join(f'{d}={s}' for d, s in fixed.items())} only)" if fixed else ""
+    return _RowPlan(checked, excluded, skipped, unsupported, only)
+
+
+def _judge(ctx: Context, prep: Prepared, name: str, plan: _RowPlan, outcome: ArtifactRun, native) -> Checked:
+    """The row's parity (and accuracy, and error against float64) from what its runner gave."""
+    config, checked = ctx.config, plan.checked
     if outcome.failure:
         return Checked(failure=Failure("check", *outcome.failure), native=native)  # no latency for a failed row
     verdict = check_parity(name, outcome.outputs, [r for _, r in checked], prep.sig.outputs,
-                           [t.name for t, _ in checked], config.tolerances, excluded=excluded,
+                           [t.name for t, _ in checked], config.tolerances, excluded=plan.excluded,
                            inputs_notes=[inputs_note(t.feed) for t, _ in checked], feeds=[t.feed for t, _ in checked],
                            sensitivity=prep.sensitivity)
-    notes = (f"not supported by this artifact: trials {', '.join(skipped)}",) if skipped else ()
+    notes = (f"not supported by this artifact: trials {', '.join(plan.skipped)}",) if plan.skipped else ()
     precision = split_variant(name)[1]
     accuracy = None
     if checked and precision != "fp32":  # judged by its accuracy budget; float parity stays as figures

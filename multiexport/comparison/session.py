@@ -4,9 +4,11 @@ Stages: claim the output directory; the device plan and `prepare` (signature, tr
 reference on the first trial with its determinism check); the exports (overlapping workers; in paired
 mode each runner's worker starts, and imports its runtime, as soon as the compare starts, and reads its
 artifact only when asked to load), with the rest of the reference (`finish_reference`: the other trials,
-the rounding floor) computed here meanwhile where memory allows (`meanwhile`); the timing plan; then, one at a time so no two
-timed loops share the machine, each runner's timed load, the reference's benchmark and each backend's
-run and verdict; the paired rounds; results and reports, always, also when a signal stops the run.
+the rounding floor) computed here meanwhile where memory allows (`meanwhile`); the timing plan; then, one at
+a time so no two timed loops share the machine, each runner's timed load, the reference's benchmark and each
+backend's cold start (in paired mode without native consumers, the untimed parity trials then run in the
+workers `threads` at a time, `check.check_rows_paired`) and verdict; the paired rounds; results and
+reports, always, also when a signal stops the run.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ..results.schema import from_data
 from ..run.rundir import claim_run_dir, mark, mark_in_place
 from ..system.process import stop_requested
 from ..system.timing_lock import MachineLock, machine_share
-from .check import check_row
+from .check import check_row, check_rows_paired
 from .exports import export_all, plan_for, say_plan
 from .meanwhile import exports_beside_reference, reference_meanwhile
 from .outcomes import Failure, RowOutcomes, exported_artifacts
@@ -173,8 +175,12 @@ class _Run:
             if tm.servers is not None:
                 start_servers(ctx, tm.servers, artifacts)
             self.reference_bench = bench_reference(ctx, prep, tm)
+            if tm.servers is not None and not ctx.config.native:  # cold starts one at a time, then the trials
+                for name, checked in check_rows_paired(ctx, prep, tm, artifacts).items():
+                    outcomes[name] = dataclasses.replace(outcomes[name], check=checked)
             for name, exported in artifacts.items():
-                outcomes[name] = dataclasses.replace(outcomes[name], check=check_row(ctx, prep, tm, name, exported))
+                if outcomes[name].check is None:
+                    outcomes[name] = dataclasses.replace(outcomes[name], check=check_row(ctx, prep, tm, name, exported))
             if tm.servers is None:  # sequential: each backend's new and baseline artifacts timed as a pair alone
                 self.pairing = time_baseline_pairs(ctx, prep, tm, self.rows())
             if tm.servers is not None:
