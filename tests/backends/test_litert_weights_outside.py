@@ -66,3 +66,11 @@ def test_under_the_size_the_converter_takes_the_variables(tmp_path):
     export(llm_tiny_decode_baked(), out_dir=out, backend="litert", external_weights="always")
     assert not any(outside.weight_name(0).rsplit("_", 1)[0] in name for name in _tensor_names((out / "model.tflite").read_bytes()))
     assert "multiexport_weights" not in json.loads((out / "manifest.json").read_text())["format"]["metadata"]
+
+
+def test_weights_kept_as_constants_go_through_the_converter_at_any_size(tmp_path, monkeypatch):
+    # external weights 'never': the stage has no variables, so there is nothing to keep out of the converter
+    monkeypatch.setattr(converting, "OUTSIDE_BYTES", 0)
+    out = tmp_path / "never"
+    export(llm_tiny_decode_baked(), out_dir=out, backend="litert", external_weights="never")
+    assert "multiexport_weights" not in json.loads((out / "manifest.json").read_text())["format"]["metadata"]
