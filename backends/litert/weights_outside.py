@@ -202,8 +202,10 @@ def _shape(proto) -> list[int | None] | None:
 
 
 def write_with_weights(blob: bytes, call: ServingCall, saved_model_dir: Path, out: BinaryIO) -> None:
-    """Write into `out` (an empty file): the converted model with every weight input made a constant tensor whose buffer lies after
-    the flatbuffer (64-byte aligned, addressed by offset and size), read from the checkpoint one at a time."""
+    """Write into `out` (an empty file): the converted model with every weight input made a constant tensor whose
+    buffer lies after the flatbuffer (64-byte aligned, addressed by offset and size), read from the checkpoint one
+    at a time. A TRANSPOSE of a weight (a convolution kernel's layout, which the converter folds into a constant
+    when it holds the weights) is folded here too: its output becomes the constant, the weight transposed."""
     import numpy as np
     import tensorflow as tf
     from tensorflow.lite.python import schema_py_generated as schema
@@ -212,23 +214,26 @@ def write_with_weights(blob: bytes, call: ServingCall, saved_model_dir: Path, ou
     model = flatbuffer_utils.convert_bytearray_to_object(blob)
     reader = tf.train.load_checkpoint(str(saved_model_dir / "variables" / "variables"))
     names = {weight_name(j): j for j in range(len(call.weights))}
-    placed: list[tuple[Any, int]] = []  # (BufferT, weight j)
+    constants: list[tuple[Any, int, int, tuple[int, ...] | None]] = []  # (subgraph, tensor, weight j, permutation)
     for signature in model.signatureDefs:
         subgraph = model.subgraphs[signature.subgraphIndex]
-        kept = []
-        for item in signature.inputs:
-            name = item.name.decode() if isinstance(item.name, bytes) else item.name
-            if name not in names:
-                kept.append(item)
-                continue
-            buffer = schema.BufferT()
-            buffer.offset, buffer.size = _PLACEHOLDER, _PLACEHOLDER
-            model.buffers.append(buffer)
-            subgraph.tensors[item.tensorIndex].buffer = len(model.buffers) - 1
-            subgraph.inputs = [i for i in subgraph.inputs if i != item.tensorIndex]
-            placed.append((buffer, names[name]))
-        signature.inputs = kept
-    # a weight the converter found unused is no input of the model, and is not written
+        taken = {item.tensorIndex: names[_text(item.name)] for item in signature.inputs if _text(item.name) in names}
+        signature.inputs = [item for item in signature.inputs if item.tensorIndex not in taken]
+        subgraph.inputs = [i for i in subgraph.inputs if i not in taken]
+        constants += [(subgraph, t, j, None) for t, j in taken.items()]
+        constants += _folded_transposes(model, subgraph, taken)
+    # a weight the converter found unused, or only transposed, is read by no op and is not written
+    read = {(id(g), i) for g in model.subgraphs for op in g.operators for i in op.inputs}
+    placed: list[tuple[Any, int, tuple[int, ...] | None]] = []  # (BufferT, weight j, permutation)
+    for subgraph, tensor, j, perm in constants:
+        if (id(subgraph), tensor) not in read and tensor not in subgraph.outputs:
+            subgraph.tensors[tensor].buffer = 0  # the empty buffer: no data
+            continue
+        buffer = schema.BufferT()
+        buffer.offset, buffer.size = _PLACEHOLDER, _PLACEHOLDER
+        model.buffers.append(buffer)
+        subgraph.tensors[tensor].buffer = len(model.buffers) - 1
+        placed.append((buffer, j, perm))
     for name, data in (BUFFER_LOCATION, WRITTEN_BY):
         metadata, inline = schema.MetadataT(), schema.BufferT()
         metadata.name, inline.data = name, list(data)
@@ -237,7 +242,7 @@ def write_with_weights(blob: bytes, call: ServingCall, saved_model_dir: Path, ou
         model.metadata = [*(model.metadata or []), metadata]
     head = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
     offset = _aligned(len(head))
-    for buffer, j in placed:
+    for buffer, j, _ in placed:
         _, shape, dtype = call.weights[j]
         buffer.offset, buffer.size = offset, _nbytes(shape, dtype)
         offset = _aligned(offset + buffer.size)
@@ -245,13 +250,40 @@ def write_with_weights(blob: bytes, call: ServingCall, saved_model_dir: Path, ou
     if len(final) != len(head):
         raise ValueError("the flatbuffer changed size when its buffer offsets were set")
     _write_at(out, final, 0)
-    for buffer, j in placed:
+    for buffer, j, perm in placed:
         key, shape, dtype = call.weights[j]
-        value = np.ascontiguousarray(reader.get_tensor(key), dtype=tf.as_dtype(dtype).as_numpy_dtype)
-        if value.shape != tuple(shape) or value.nbytes != buffer.size:
+        value = reader.get_tensor(key)
+        if value.shape != tuple(shape):
             raise ValueError(f"checkpoint tensor {key} has shape {value.shape}, the model expects {shape}")
+        value = np.ascontiguousarray(value if perm is None else np.transpose(value, perm),
+                                     dtype=tf.as_dtype(dtype).as_numpy_dtype)
         _write_at(out, memoryview(value).cast("B"), buffer.offset)
         del value
+
+
+def _text(name) -> str:
+    return name.decode() if isinstance(name, bytes) else name
+
+
+def _folded_transposes(model, subgraph, taken: dict[int, int]) -> list[tuple[Any, int, int, tuple[int, ...]]]:
+    """The TRANSPOSE ops of a weight by a constant permutation, removed from `subgraph`: (subgraph, the op's
+    output tensor, weight j, permutation) for each, that output to become the transposed weight."""
+    import numpy as np
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    folded, kept = [], []
+    for op in subgraph.operators:
+        code = model.operatorCodes[op.opcodeIndex]
+        builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
+        perm = subgraph.tensors[op.inputs[1]] if builtin == schema.BuiltinOperator.TRANSPOSE else None
+        data = model.buffers[perm.buffer].data if perm is not None else None
+        if op.inputs[0] in taken and data is not None and perm.type in (schema.TensorType.INT32, schema.TensorType.INT64):
+            order = np.frombuffer(bytes(bytearray(data)), np.int32 if perm.type == schema.TensorType.INT32 else np.int64)
+            folded.append((subgraph, op.outputs[0], taken[op.inputs[0]], tuple(int(i) for i in order)))
+        else:
+            kept.append(op)
+    subgraph.operators = kept
+    return folded
 
 
 def _nbytes(shape: tuple[int, ...], dtype: int) -> int:

@@ -74,3 +74,27 @@ def test_weights_kept_as_constants_go_through_the_converter_at_any_size(tmp_path
     out = tmp_path / "never"
     export(llm_tiny_decode_baked(), out_dir=out, backend="litert", external_weights="never")
     assert "multiexport_weights" not in json.loads((out / "manifest.json").read_text())["format"]["metadata"]
+
+
+@pytest.mark.slow
+def test_a_transposed_kernel_is_folded_into_its_constant(tmp_path, monkeypatch):
+    # a convolution kernel's layout is a TRANSPOSE of the weight in the converted model: folded into the written
+    # constant, as the converter folds it when it holds the weights, so no op transposes a kernel per call
+    from ai_edge_litert import schema_py_generated as schema
+
+    from benchmarks.real_models.haiku_nets import haiku_resnet_baked
+
+    monkeypatch.setattr(converting, "OUTSIDE_BYTES", 0)
+    target = haiku_resnet_baked()
+    out = tmp_path / "resnet"
+    export(target, out_dir=out, backend="litert", external_weights="always")
+    blob = (out / "model.tflite").read_bytes()
+    model = schema.Model.GetRootAsModel(blob, 0)
+    subgraph = model.Subgraphs(0)
+    codes = [model.OperatorCodes(subgraph.Operators(i).OpcodeIndex()) for i in range(subgraph.OperatorsLength())]
+    transposes = sum(max(c.BuiltinCode(), c.DeprecatedBuiltinCode()) == schema.BuiltinOperator.TRANSPOSE for c in codes)
+    assert "multiexport_weights" in json.loads((out / "manifest.json").read_text())["format"]["metadata"]
+    assert transposes == 0
+    (x,) = target.args
+    want = np.asarray(jax.jit(target.fn)(x)["logits"])
+    np.testing.assert_allclose(load(out)({"x": np.asarray(x)})["out.logits"], want, rtol=1e-4, atol=1e-5)
