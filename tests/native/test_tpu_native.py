@@ -144,6 +144,9 @@ def test_device_tpu_finds_libtpu_and_carries_the_tpu_variables(libtpu_layout, mo
     line = print_command(both, device="auto")  # a TPU attached (TPU_ACCELERATOR_TYPE), libtpu installed
     assert "env -i TPU_ACCELERATOR_TYPE=v5litepod-4" in line and "TPU_SKIP_MDS_QUERY=true" in line
     assert f"--plugin {libtpu_layout.resolve()}" in line
+    assert "--cpu-devices" not in line  # libtpu's client takes no CPU device count
+    cpu_line = print_command(both, device="cpu")
+    assert "--cpu-devices 1" in cpu_line  # a CPU plugin's client with one device, as jaxlib's CPU client
     # lowered for the CPU only, auto stays on the CPU (libtpu could not run it); --device tpu refuses it in one line
     assert "TPU_ACCELERATOR_TYPE" not in print_command(xla_artifact, device="auto")
     with pytest.raises(UsageError, match="lowered for cpu, expected tpu for --device tpu: re-export with --platforms"):
