@@ -61,13 +61,6 @@ def test_past_the_size_the_weights_stay_out_of_the_converter_and_the_model_match
             np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
-def test_under_the_size_the_converter_takes_the_variables(tmp_path):
-    out = tmp_path / "plain"
-    export(llm_tiny_decode_baked(), out_dir=out, backend="litert", external_weights="always")
-    assert not any(outside.weight_name(0).rsplit("_", 1)[0] in name for name in _tensor_names((out / "model.tflite").read_bytes()))
-    assert "multiexport_weights" not in json.loads((out / "manifest.json").read_text())["format"]["metadata"]
-
-
 def test_weights_kept_as_constants_go_through_the_converter_at_any_size(tmp_path, monkeypatch):
     # external weights 'never': the stage has no variables, so there is nothing to keep out of the converter
     monkeypatch.setattr(converting, "OUTSIDE_BYTES", 0)
@@ -98,3 +91,23 @@ def test_a_transposed_kernel_is_folded_into_its_constant(tmp_path, monkeypatch):
     (x,) = target.args
     want = np.asarray(jax.jit(target.fn)(x)["logits"])
     np.testing.assert_allclose(load(out)({"x": np.asarray(x)})["out.logits"], want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def stage(tmp_path_factory):
+    """The tiny decoder's SavedModel, its weights as variables: what LiteRT converts from."""
+    out = tmp_path_factory.mktemp("stage") / "savedmodel"
+    export(llm_tiny_decode_baked(), out_dir=out, backend="savedmodel", external_weights="always")
+    return out
+
+
+@pytest.mark.parametrize("outside", [True, False])
+def test_convert_writes_the_model_where_asked_and_maps_it(stage, tmp_path, monkeypatch, outside):
+    # convert(..., out=path): the model file is written there on either route, and the bytes returned are that file
+    if outside:
+        monkeypatch.setattr(converting, "OUTSIDE_BYTES", 0)
+    path = tmp_path / "model.tflite"
+    blob, ops = converting.convert(stage, False, out=path)
+    assert ops == ["TFLITE_BUILTINS"]
+    assert bytes(blob) == path.read_bytes()
+    assert ("multiexport_weights" in converting.model_metadata(blob)) is outside
