@@ -73,7 +73,7 @@ class IreeBackend(Backend):
                            "integer paths take modules already quantized: QDQ ops in the input)"
                         for p in ("int8-dynamic", "int8")},
         carries_code=True,  # a .vmfb holds compiled machine code (not inspected: the README says so)
-        export_memory=(2.0, 0.5), runner_memory=(3.0, 0.25),  # measured peaks, docs/large-models.md "Memory"
+        export_memory=(2.0, 0.5), runner_memory=(2.0, 0.25),  # measured peaks, docs/large-models.md "Memory"
     )
     presentation = Presentation(summary="IREE: StableHLO compiled ahead of time to a .vmfb (llvm-cpu, cuda)",
                                 color="#9467bd", order=40)

@@ -84,7 +84,7 @@ class OnnxBackend(Backend):
         facts_type=OnnxFacts,
         options_type=OnnxOptions,
         precisions=("fp32", "fp16", "int8-dynamic", "int8"),
-        export_memory=(3.0, 0.5), runner_memory=(2.0, 0.25),  # measured peaks, docs/large-models.md "Memory"
+        export_memory=(1.5, 0.75), runner_memory=(2.0, 0.25),  # measured peaks, docs/large-models.md "Memory"
     )
     presentation = Presentation(
         summary="ONNX (jax2onnx, or multiexport's StableHLO converter) run by ONNX Runtime, inputs named by leaf",

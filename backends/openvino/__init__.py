@@ -93,7 +93,7 @@ class OpenVINOBackend(Backend):
         precision_gaps={"int8-dynamic": "OpenVINO's int8 without calibration is NNCF's weight compression "
                                         "(nncf.compress_weights: int8 weights, float activations), not activations "
                                         "quantized per call; openvino@int8 (calibrated) and onnx@int8-dynamic are"},
-        export_memory=(3.25, 0.5), runner_memory=(2.5, 0.25),  # measured peaks, docs/large-models.md "Memory"
+        export_memory=(1.5, 1.25), runner_memory=(2.0, 0.25),  # measured peaks, docs/large-models.md "Memory"
     )
     presentation = Presentation(summary="OpenVINO CPU over the ONNX file (either ONNX route), inputs named by leaf",
                                 color="#17becf", order=60)
