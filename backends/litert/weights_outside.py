@@ -257,7 +257,7 @@ def write_with_weights(blob: bytes, call: ServingCall, saved_model_dir: Path, ou
             raise ValueError(f"checkpoint tensor {key} has shape {value.shape}, the model expects {shape}")
         value = np.ascontiguousarray(value if perm is None else np.transpose(value, perm),
                                      dtype=tf.as_dtype(dtype).as_numpy_dtype)
-        _write_at(out, memoryview(value).cast("B"), buffer.offset)
+        _write_at(out, value.data.cast("B"), buffer.offset)
         del value
 
 
@@ -275,13 +275,17 @@ def _folded_transposes(model, subgraph, taken: dict[int, int]) -> list[tuple[Any
     for op in subgraph.operators:
         code = model.operatorCodes[op.opcodeIndex]
         builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
-        perm = subgraph.tensors[op.inputs[1]] if builtin == schema.BuiltinOperator.TRANSPOSE else None
-        data = model.buffers[perm.buffer].data if perm is not None else None
-        if op.inputs[0] in taken and data is not None and perm.type in (schema.TensorType.INT32, schema.TensorType.INT64):
-            order = np.frombuffer(bytes(bytearray(data)), np.int32 if perm.type == schema.TensorType.INT32 else np.int64)
-            folded.append((subgraph, op.outputs[0], taken[op.inputs[0]], tuple(int(i) for i in order)))
-        else:
+        if builtin != schema.BuiltinOperator.TRANSPOSE or op.inputs[0] not in taken:
             kept.append(op)
+            continue
+        perm = subgraph.tensors[op.inputs[1]]
+        data = model.buffers[perm.buffer].data
+        widths = {schema.TensorType.INT32: np.int32, schema.TensorType.INT64: np.int64}
+        if data is None or perm.type not in widths:  # a permutation computed at run time stays an op
+            kept.append(op)
+            continue
+        order = np.frombuffer(bytes(bytearray(data)), widths[perm.type])
+        folded.append((subgraph, op.outputs[0], taken[op.inputs[0]], tuple(int(i) for i in order)))
     subgraph.operators = kept
     return folded
 
