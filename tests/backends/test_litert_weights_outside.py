@@ -37,20 +37,28 @@ def _feeds(target) -> dict[str, np.ndarray]:
     return feeds
 
 
-@pytest.mark.slow
-def test_past_the_size_the_weights_stay_out_of_the_converter_and_the_model_matches(tmp_path, monkeypatch):
+def _export(target, out, policy: str = "always") -> tuple[bytes, dict]:
+    """(model.tflite's bytes, format.metadata) of `target` exported to LiteRT in `out`."""
+    export(target, out_dir=out, backend="litert", external_weights=policy)
+    return (out / "model.tflite").read_bytes(), json.loads((out / "manifest.json").read_text())["format"]["metadata"]
+
+
+@pytest.fixture
+def any_size(monkeypatch):
+    """The weights-outside threshold lowered to nothing: every model with variables takes the route."""
     monkeypatch.setattr(converting, "OUTSIDE_BYTES", 0)
-    target = llm_tiny_decode_baked()
-    out = tmp_path / "outside"
-    export(target, out_dir=out, backend="litert", external_weights="always")
-    blob = (out / "model.tflite").read_bytes()
+
+
+@pytest.mark.slow
+def test_past_the_size_the_weights_stay_out_of_the_converter_and_the_model_matches(tmp_path, any_size):
+    target, out = llm_tiny_decode_baked(), tmp_path / "outside"
+    blob, metadata = _export(target, out)
     names = _tensor_names(blob)
     # the route taken: every weight is a constant tensor named as the converter's input was, its data after the
     # flatbuffer; the signature takes the leaves only
     assert sum(outside.weight_name(0).rsplit("_", 1)[0] in name for name in names) == 16
     assert converting.uses_buffer_offsets(blob)
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert "multiexport" in manifest["format"]["metadata"]["multiexport_weights"]
+    assert "multiexport" in metadata["multiexport_weights"]
     feeds = _feeds(target)
     want = jax.tree_util.tree_map(np.asarray, jax.jit(target.fn)(*target.args))
     expected = {"out.logits": want["logits"]}
@@ -61,32 +69,27 @@ def test_past_the_size_the_weights_stay_out_of_the_converter_and_the_model_match
             np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
-def test_weights_kept_as_constants_go_through_the_converter_at_any_size(tmp_path, monkeypatch):
+def test_weights_kept_as_constants_go_through_the_converter_at_any_size(tmp_path, any_size):
     # external weights 'never': the stage has no variables, so there is nothing to keep out of the converter
-    monkeypatch.setattr(converting, "OUTSIDE_BYTES", 0)
-    out = tmp_path / "never"
-    export(llm_tiny_decode_baked(), out_dir=out, backend="litert", external_weights="never")
-    assert "multiexport_weights" not in json.loads((out / "manifest.json").read_text())["format"]["metadata"]
+    _, metadata = _export(llm_tiny_decode_baked(), tmp_path / "never", "never")
+    assert "multiexport_weights" not in metadata
 
 
 @pytest.mark.slow
-def test_a_transposed_kernel_is_folded_into_its_constant(tmp_path, monkeypatch):
+def test_a_transposed_kernel_is_folded_into_its_constant(tmp_path, any_size):
     # a convolution kernel's layout is a TRANSPOSE of the weight in the converted model: folded into the written
     # constant, as the converter folds it when it holds the weights, so no op transposes a kernel per call
     from ai_edge_litert import schema_py_generated as schema
 
     from benchmarks.real_models.haiku_nets import haiku_resnet_baked
 
-    monkeypatch.setattr(converting, "OUTSIDE_BYTES", 0)
-    target = haiku_resnet_baked()
-    out = tmp_path / "resnet"
-    export(target, out_dir=out, backend="litert", external_weights="always")
-    blob = (out / "model.tflite").read_bytes()
+    target, out = haiku_resnet_baked(), tmp_path / "resnet"
+    blob, metadata = _export(target, out)
     model = schema.Model.GetRootAsModel(blob, 0)
     subgraph = model.Subgraphs(0)
     codes = [model.OperatorCodes(subgraph.Operators(i).OpcodeIndex()) for i in range(subgraph.OperatorsLength())]
     transposes = sum(max(c.BuiltinCode(), c.DeprecatedBuiltinCode()) == schema.BuiltinOperator.TRANSPOSE for c in codes)
-    assert "multiexport_weights" in json.loads((out / "manifest.json").read_text())["format"]["metadata"]
+    assert "multiexport_weights" in metadata
     assert transposes == 0
     (x,) = target.args
     want = np.asarray(jax.jit(target.fn)(x)["logits"])
@@ -102,10 +105,10 @@ def stage(tmp_path_factory):
 
 
 @pytest.mark.parametrize("outside", [True, False])
-def test_convert_writes_the_model_where_asked_and_maps_it(stage, tmp_path, monkeypatch, outside):
+def test_convert_writes_the_model_where_asked_and_maps_it(stage, tmp_path, request, outside):
     # convert(..., out=path): the model file is written there on either route, and the bytes returned are that file
     if outside:
-        monkeypatch.setattr(converting, "OUTSIDE_BYTES", 0)
+        request.getfixturevalue("any_size")
     path = tmp_path / "model.tflite"
     blob, ops = converting.convert(stage, False, out=path)
     assert ops == ["TFLITE_BUILTINS"]
