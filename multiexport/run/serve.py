@@ -25,16 +25,18 @@ stderr. Between requests the worker blocks on a read, so it does not disturb the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..exporting.registry import get_backend
 from ..files.npz import load_npz, save_npz
 from ..leaves import load_target
+from ..leaves.factory_cache import ENV as FACTORY_ENV, kept_directory, use_in_export_worker
 from ..measure.bench import BenchConfig, cold_start, memory_now, time_calls, time_runner
 from ..measure.pairing import planted
 from ..results import BenchResult, SizeResult, Status
@@ -124,12 +126,56 @@ def serve_main(argv: list[str]) -> int:
 
 def _import_runtime(state: dict, mode: str, source: str, runtime: str | None) -> None:
     """The runner's library, before any artifact is read: the backend's; for the reference, jax and the
-    target's own module (its import is the reference's runtime, as the library is an artifact's)."""
+    target's own module (its import is the reference's runtime, as the library is an artifact's), the
+    target built from the build cache where one is kept (`_build_target`)."""
     if mode == "reference":
-        state["target"] = load_target(source)
+        state["target"], state["build_cache"] = _build_target(source)
         return
     if runtime:
         get_backend(runtime).import_runtime()
+
+
+def _build_target(source: str) -> tuple[Any, dict]:
+    """The reference's target, its factory's eager programs read from the build cache kept between commands
+    (leaves/factory_cache.py: what the compare's own build, or an earlier one, recorded; read only), as an
+    export worker builds it; then JAX's compilation cache is switched off again and forgotten, before
+    anything is loaded or timed, so the reference's cold start compiles as in a fresh process. Returns
+    (the target, what the build read: {"dir", "hits", "misses"}; empty when no cache is kept)."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    kept = kept_directory()
+    if kept is None or not kept.is_dir():
+        return load_target(source), {}
+    os.environ[FACTORY_ENV] = str(kept)
+    try:
+        with _cache_events() as counts:
+            use_in_export_worker()
+            target = load_target(source)
+    finally:
+        os.environ.pop(FACTORY_ENV, None)
+        jax.config.update("jax_enable_compilation_cache", False)
+        compilation_cache.reset_cache()
+    return target, {"dir": str(kept), **counts}
+
+
+@contextlib.contextmanager
+def _cache_events() -> Iterator[dict[str, int]]:
+    """JAX's compilation-cache reads meanwhile: {"hits", "misses"} (none while the cache is off)."""
+    import jax
+
+    counts = {"hits": 0, "misses": 0}
+    names = {"/jax/compilation_cache/cache_hits": "hits", "/jax/compilation_cache/cache_misses": "misses"}
+
+    def count(event: str, **_: object) -> None:
+        if event in names:
+            counts[names[event]] += 1
+
+    jax.monitoring.register_event_listener(count)
+    try:
+        yield counts
+    finally:
+        jax.monitoring.unregister_event_listener(count)
 
 
 def _load_runner(state: dict, args) -> Loaded:
@@ -160,13 +206,18 @@ def _prepare(state: dict, request: Prepare) -> ColdStart:
     config = request.config
     directory = Path(request.bench_feeds)
     state["prepared"], sizes = [], []
+    built_from_cache = bool(state.get("build_cache"))
     for entry in read_bench_index(directory):
         if not entry.file:
             state["prepared"].append(None)
             sizes.append(SizeResult(batch=entry.batch, status=Status.SIZE_UNSUPPORTED, reason=entry.reason))
             continue
         feed = load_npz(directory / entry.file)
-        prepared, size = cold_start(runner, feed, entry.batch)
+        with _cache_events() as reads:
+            prepared, size = cold_start(runner, feed, entry.batch)
+        if built_from_cache:  # the cache the target was built from is off: its cold start reads nothing (recorded)
+            state["build_cache"]["cold_start_reads"] = state["build_cache"].get("cold_start_reads", 0) + sum(
+                reads.values())
         time_calls(lambda: runner.run_prepared(prepared), BenchConfig(
             warmup_iters=config.warmup_iters, warmup_time=config.warmup_time, min_iters=1, bench_time=0.0,
             max_iters=max(config.warmup_iters, 1)))
@@ -177,11 +228,15 @@ def _prepare(state: dict, request: Prepare) -> ColdStart:
     # seconds (this worker may have been started while exports ran: its wall time would be theirs too),
     # then the load and the first size's prepare, compile and first call, each timed with nothing else running.
     extra: dict = {"runtime_import_cpu_s": state["import_cpu_s"]}
+    if state.get("build_cache"):  # the reference's import built the target reading the build cache: said
+        extra["target_build_cache"] = state["build_cache"]
     first = next((s for s in sizes if s.status is Status.OK), None)
     if first is not None:
         extra["process_start_to_first_output_s"] = state["import_cpu_s"] + state["load_s"] + sum(
             t or 0.0 for t in (first.prepare_s, first.compile_s, first.first_call_s))
-        extra["process_start_how"] = "runtime import (CPU s) + load + first prepare, compile and call"
+        extra["process_start_how"] = "runtime import (CPU s) + load + first prepare, compile and call" + (
+            " (the target's factory built from the build cache: its initializers' programs read, not compiled)"
+            if state.get("build_cache", {}).get("hits") else "")
     result = BenchResult(load_s=state["load_s"], sizes=sizes, memory={**state["memory"], **memory_now()},
                          artifact_bytes=state["artifact_bytes"], runner=runner.describe(), config=config.to_json(),
                          process="worker (paired)", extra=extra)
