@@ -104,7 +104,9 @@ def facts_of(tf: Any, chosen: LiteRTOptions, ops: list[str], used_ops: list[str]
         supported_ops=list(ops),
         select_tf_ops=chosen.select_tf_ops,
         converter=f"tf.lite.TFLiteConverter.from_saved_model(dir, signature_keys=['{SIGNATURE_KEY}']) "
-                  f"from TensorFlow {tf.__version__}, from the SavedModel stage of this export",
+                  f"from TensorFlow {tf.__version__}, from the SavedModel stage of this export"
+                  + ("; the weights as inputs (a SavedModel made from the stage's serving module), written into the "
+                     ".tflite after the flatbuffer by multiexport" if "multiexport_weights" in meta else ""),
         signature_keys="the leaves' aliases, in and out; map names through the signature, never by the "
                        "raw tensor order",
         tensors={role: {name: LiteTensor(**t) for name, t in by_name.items()} for role, by_name in tensors.items()},
