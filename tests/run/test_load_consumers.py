@@ -127,9 +127,29 @@ def test_pjrt_run_makes_its_cpu_client_with_the_devices_asked(artifact, tmp_path
         pytest.skip("pjrt_run's CPU client")
     argv, env = command(directory, inputs_dir=str(directory / "inputs"), outputs_dir=str(tmp_path / "out"), threads=1)
     run = functools.partial(subprocess.run, env=env, cwd=directory, capture_output=True, text=True, timeout=120)
-    cmd = [*argv, "--no-outputs", "--load-lanes", "1", "--load-seconds", "0.1"]
+    at = argv.index("--cpu-devices")  # the consumer's command passes 1 (a CPU plugin): without it, the default
+    cmd = [*argv[:at], *argv[at + 2:], "--no-outputs", "--load-lanes", "1", "--load-seconds", "0.1"]
     assert _figures(run(cmd))["cpu_devices"] == "the plugin's default"
     one = _figures(run([*cmd, "--cpu-devices", "1"]))
     assert one["cpu_devices"] == "1" and one["calls"] > 0
     bad = run([*cmd, "--cpu-devices", "0"])
     assert bad.returncode != 0 and "--cpu-devices" in bad.stderr and bad.stderr.strip().count("\n") == 0
+
+
+def test_pjrt_run_lanes_divide_the_cpu_clients_threads(artifact, tmp_path):
+    # on a CPU client pjrt_run's lanes divide PJRT_NPROC between them, as ONNX Runtime's and LiteRT's lanes divide
+    # their threads: two lanes' concurrent calls on the plugin's 2-thread pool cost 2-3x the CPU per call of two
+    # lanes on one thread each (benchmarks/load.md); the load line records the value given and the one used
+    backend, directory, _ = artifact
+    if backend != "xla":
+        pytest.skip("pjrt_run's CPU client")
+    argv, env = command(directory, inputs_dir=str(directory / "inputs"), outputs_dir=str(tmp_path / "out"), threads=2)
+    assert env["PJRT_NPROC"] == "2" and "--cpu-devices" in argv
+    run = functools.partial(subprocess.run, env=env, cwd=directory, capture_output=True, text=True, timeout=120)
+    cmd = [*argv, "--no-outputs", "--load-seconds", "0.1", "--load-lanes"]
+    two = _figures(run([*cmd, "2"]))
+    assert (two["pjrt_nproc"], two["pjrt_nproc_given"], two["calls"] > 0) == ("1", "2", True)
+    one = _figures(run([*cmd, "1"]))
+    assert (one["pjrt_nproc"], one["pjrt_nproc_given"]) == ("2", "2")
+    three = _figures(run([*cmd, "3"]))  # never below one thread
+    assert three["pjrt_nproc"] == "1"

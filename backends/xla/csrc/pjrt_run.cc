@@ -8,12 +8,13 @@
 // since PJRT cannot compile a polymorphic module. With --iters N it times N calls itself. With --load-lanes N it
 // is the bare C loop of `multiexport load` (common/mx_load.h: the Offline, Server and MultiStream scenarios): N
 // threads calling PJRT_LoadedExecutable_Execute (thread-safe) on the one loaded executable, each lane with its own
-// input buffers (uploaded for it) and its own outputs, released after each call; the CPU client's threads are
-// PJRT_NPROC's, as for the Python runner's lanes (threads calling the one runner, each with its own inputs).
+// input buffers (uploaded for it) and its own outputs, released after each call. On a CPU client (--cpu-devices)
+// the lanes divide PJRT_NPROC's threads between them (divide_threads), as ONNX Runtime's and LiteRT's lanes do.
 //
 // Everything about the binding comes from manifest.json; see multiexport/native/csrc/README.md for the section.
 #include <dlfcn.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -178,6 +179,34 @@ static void load_plugin(const char *path) {
   check(api->PJRT_Plugin_Initialize(&init), "PJRT_Plugin_Initialize");
 }
 
+// PJRT_Client_Create with the plugin's INFO lines at creation kept off stderr: XLA's CPU plugin logs one
+// ("cpu_device_count set via create_options", after absl's "All log messages before absl::InitializeLog()" line) for
+// --cpu-devices, which would make every later failure of this program more than its one line. Any other line the
+// plugin writes meanwhile (a warning, an error) is passed on to stderr as it was.
+static PJRT_Error *create_quietly(PJRT_Client_Create_Args *args) {
+  fflush(stderr);
+  FILE *log = tmpfile();
+  int saved = log ? dup(2) : -1;
+  if (saved < 0 || dup2(fileno(log), 2) < 0) {
+    if (saved >= 0) close(saved);
+    if (log) fclose(log);
+    return api->PJRT_Client_Create(args);
+  }
+  PJRT_Error *error = api->PJRT_Client_Create(args);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  rewind(log);
+  char line[4096];
+  while (fgets(line, sizeof line, log)) {
+    static const char preamble[] = "WARNING: All log messages before absl::InitializeLog()";
+    int info = line[0] == 'I' && strlen(line) > 5 && strspn(line + 1, "0123456789") == 4 && line[5] == ' ';
+    if (!info && strncmp(line, preamble, sizeof preamble - 1) != 0) fputs(line, stderr);
+  }
+  fclose(log);
+  return error;
+}
+
 // cpu_devices > 0 (--cpu-devices): the client is created with XLA's CPU plugin's create option cpu_device_count, as
 // jaxlib creates its CPU client with one device unless jax_num_cpu_devices says otherwise (without the option the
 // plugin makes 4, and one call of the example CNN took 93-110 us on that client against 50 us on a 1-device one,
@@ -197,7 +226,7 @@ static Plugin create_client(int cpu_devices) {
     c.create_options = &count;
     c.num_options = 1;
   }
-  check(api->PJRT_Client_Create(&c), "PJRT_Client_Create");
+  check(create_quietly(&c), "PJRT_Client_Create");
   p.client = c.client;
   PJRT_Client_AddressableDevices_Args d{};
   d.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
@@ -429,10 +458,25 @@ static void lane_call(void *user) {
   for (auto &b : lane->outputs) { if (b) destroy_buffer(b); b = nullptr; }
 }
 
+// Under load on a CPU client, PJRT_NPROC / lanes (at least 1) intra-op threads, set before the client reads it at
+// its creation. Measured on the example CNN (2 lanes, PJRT_NPROC=2, CPU time per call over the loop): on the
+// plugin's 2-thread pool the lanes' concurrent calls cost 130-214 us of CPU each (the pool's workers and the lanes
+// handing work back and forth), on 1 thread 55-82 us; jaxlib's lanes cost 76-122 us either way
+// (benchmarks/load.md, 2026-12-06 load4).
+static void divide_threads(int lanes) {
+  const char *given = getenv("PJRT_NPROC");
+  if (!given || !*given) return;  // the plugin's own default: nothing to divide
+  int threads = atoi(given), per_lane = threads / lanes > 0 ? threads / lanes : 1;
+  if (threads <= 0) return;
+  char value[16];
+  snprintf(value, sizeof value, "%d", per_lane);
+  setenv("PJRT_NPROC", value, 1);
+}
+
 // The load loop over `lanes` (their inputs uploaded), every input kept (options: none donatable).
 static void load_loop(PJRT_LoadedExecutable *executable, const PJRT_ExecuteOptions *options, size_t n_out,
                       std::vector<Lane> &lanes, const mx_load_flags &load, const std::string &platform,
-                      int cpu_devices) {
+                      int cpu_devices, const std::string &nproc_given) {
   std::vector<void *> contexts;
   for (auto &lane : lanes) {
     lane.executable = executable;
@@ -444,9 +488,9 @@ static void load_loop(PJRT_LoadedExecutable *executable, const PJRT_ExecuteOptio
   const char *nproc = getenv("PJRT_NPROC");
   char extra[320], devices[32] = "the plugin's default";
   if (cpu_devices > 0) snprintf(devices, sizeof devices, "%d", cpu_devices);
-  snprintf(extra, sizeof extra, "\"platform\": \"%.64s\", \"pjrt_nproc\": \"%.16s\", \"cpu_devices\": \"%s\", "
-           "\"lane\": \"its own input buffers on the one loaded executable\"", platform.c_str(), nproc ? nproc : "",
-           devices);
+  snprintf(extra, sizeof extra, "\"platform\": \"%.64s\", \"pjrt_nproc\": \"%.16s\", \"pjrt_nproc_given\": \"%.16s\", "
+           "\"cpu_devices\": \"%s\", \"lane\": \"its own input buffers on the one loaded executable\"", platform.c_str(),
+           nproc ? nproc : "", nproc_given.c_str(), devices);
   mx_load_run(&load, contexts.data(), lane_call, "pjrt_c_api", extra);
   for (auto &lane : lanes)
     for (auto *b : lane.inputs) destroy_buffer(b);
@@ -489,6 +533,9 @@ int main(int argc, char **argv) {
     leaves[mx_json_str(mx_json_get(a, "leaf"), "")] = array;
   }
   const mx_json *module = choose_module(native, sizes);
+  const char *given_nproc = getenv("PJRT_NPROC");
+  std::string nproc_given = given_nproc ? given_nproc : "";
+  if (extra.load.lanes > 1 && extra.cpu_devices > 0) divide_threads(extra.load.lanes);
   Plugin p = create_client(extra.cpu_devices);
   module = platform_module(native, module, p.platform);
   std::string hint = stablehlo_hint(plugin_attributes(), mx_json_str(mx_json_get(module, "stablehlo_version"), nullptr));
@@ -722,7 +769,7 @@ int main(int argc, char **argv) {
     eo.non_donatable_input_indices = keep.data();
     eo.num_non_donatable_input_indices = keep.size();
     for (int i = 0; i < opts.warmup; i++) { call(); release_outputs(); }
-    if (!lanes.empty()) load_loop(cc.executable, &eo, n_out, lanes, extra.load, p.platform, extra.cpu_devices);
+    if (!lanes.empty()) load_loop(cc.executable, &eo, n_out, lanes, extra.load, p.platform, extra.cpu_devices, nproc_given);
     for (int i = 0; i < opts.iters; i++) {
       int64_t start = mx_now_ns();
       call();
