@@ -165,6 +165,32 @@ def test_threads_reach_the_interpreter_and_the_calling_path_is_recorded(exported
     assert built == [1, 2]
 
 
+def test_the_export_never_applies_xnnpack_in_its_own_process_and_counts_partitions_in_a_child(tmp_path, monkeypatch):
+    """XNNPACK packs the weights when it is applied (allocate_tensors): the export reads the signature from an
+    interpreter without the default delegates and counts the partitions in a child process holding only the file,
+    so the packed copy never sits beside the target's weights; the facts are those the runner finds."""
+    from ai_edge_litert import interpreter as interpreter_module
+
+    allocated, resolvers, real = [], [], interpreter_module.Interpreter
+
+    class Recording(real):
+        def __init__(self, *args, **kwargs):
+            resolvers.append(kwargs.get("experimental_op_resolver_type"))
+            super().__init__(*args, **kwargs)
+
+        def allocate_tensors(self):
+            allocated.append(self)
+            return super().allocate_tensors()
+
+    monkeypatch.setattr(interpreter_module, "Interpreter", Recording)
+    target = examples.transformer()
+    sig, artifact = export(target, tmp_path / "t", check_load=False)  # as a compare's export worker: no load check
+    assert allocated == [] and resolvers == [interpreter_module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES]
+    runner = LiteRTBackend().load(artifact.directory, RunOptions(threads=1))
+    runner(sig.example_feed())
+    assert artifact.manifest.format["xnnpack_partitions"] == runner.describe()["xnnpack_partitions"] == 1
+
+
 def _tampered_to_jax_own_stablehlo(target, tmp_path) -> Artifact:
     """A SavedModel of `target` whose XlaCallModule holds the module as jax.export writes it (its own StableHLO
     window, as jax2tf's native serialization saves it), not re-serialized for the TensorFlow that converts."""
