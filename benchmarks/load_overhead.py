@@ -54,14 +54,19 @@ def c_rate(artifact: Path, threads: int, lanes: int, seconds: float, work: Path)
     return calls / span
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str) -> argparse.ArgumentParser:
+    """The artifact, threads, lanes, seconds and rounds every C-loop comparison here takes (load_overhead_cpu too)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("artifact", type=Path)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--lanes", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0]).parse_args()
     Manifest.read(args.artifact)  # an artifact, before any timing
     work = Path(tempfile.mkdtemp(prefix="load-overhead-"))
     sides = ("python", "native", "c")

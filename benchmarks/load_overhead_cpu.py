@@ -22,7 +22,6 @@ Run: `.venv/bin/python -m benchmarks.load_overhead_cpu ARTIFACT_DIR [--threads 2
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -34,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.load_overhead import arguments
 from multiexport.exporting.manifest import Manifest
 from multiexport.files.npz import load_npz
 from multiexport.run.load_native import close, native_loop, native_offline
@@ -98,12 +98,7 @@ def c_rate(artifact: Path, threads: int, lanes: int, seconds: float, work: Path)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("artifact", type=Path)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--lanes", type=int, default=2)
-    parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = arguments(__doc__.splitlines()[0])
     parser.add_argument("--python-side", action="store_true", help="internal: run the Python lanes here, print JSON")
     args = parser.parse_args()
     Manifest.read(args.artifact)  # an artifact, before any timing
