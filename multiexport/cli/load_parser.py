@@ -52,7 +52,8 @@ def compare_load_options(g) -> None:
                    help=f"with --load: rounds, the formats' order rotating (default {_DEFAULTS.rounds})")
     g.add_argument("--load-driver", choices=DRIVERS, default=_DEFAULTS.driver,
                    help="with --load: what issues the requests, as 'multiexport load --driver': auto (default: each "
-                        "format's C loop where its native consumer has one that runs here, else Python lanes), "
+                        "format in the faster of its C loop and its Python lanes, by a short probe, where its native "
+                        "consumer has a C loop that runs here, else in Python lanes), "
                         "python or native; each row of load.json records its driver")
 
 
@@ -87,12 +88,15 @@ def load_options(g: dict) -> None:
                                 "consumer runs every scenario in its own C loop, no Python between requests, where it "
                                 "has one (ort_run, tf_run, lite_run, ov_run, pjrt_run; not IREE) that runs the "
                                 "artifact's sizes on the CPU and builds here, else the Python lanes, the reason "
-                                "recorded), python (the format's serve worker, one Python thread per lane, for every "
+                                "recorded; a format with a C loop first gets a short Offline probe in both drivers, "
+                                "0.5 s each, and its rounds run in the faster, both rates recorded as driver_probe), "
+                                "python (the format's serve worker, one Python thread per lane, for every "
                                 "format: for calls of microseconds the lanes, not the runtime, limit the rate) or "
                                 "native (as auto, but a consumer that fails to build or run fails its row instead of "
                                 "falling back). Each row of load.json records its driver (throughput_config.driver) "
                                 "and, where the C loop was not used, why (native_refused); verdicts rank the two "
-                                "drivers' rows apart")
+                                "drivers' rows apart, except that a row whose Python lanes beat its C loop in the "
+                                "probe is ranked with the C loops")
     g[TIMING].add_argument("--seed", type=int, default=_DEFAULTS.seed,
                            help="seed of the Poisson arrival schedule (the same schedule for every format)")
 

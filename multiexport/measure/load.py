@@ -47,7 +47,8 @@ class LoadConfig:
     MultiStream scenario's K. driver: who issues the requests, per format; each row says which
     (`throughput_config["driver"]`, and where the C loop was not used under auto or native, `native_refused`: why).
     "auto": the native consumer's C loop where it has one that runs the artifact's sizes on this device and builds
-    here, else the Python lanes; "native": the same, but a consumer that fails to build or run is that row's
+    here, else the Python lanes; where both can run, a short Offline probe in each picks the faster for the rounds
+    (`throughput_config["driver_probe"]`: both rates, run.load); "native": the same, but a consumer that fails to build or run is that row's
     failure, not a fallback; "python": the serve worker's lanes (Python threads) for every format.
     """
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from ..results.bench import BASELINE_PREFIX
 from ..results.load import LoadResults, LoadRow, read_load_results
-from .load_verdicts import DRIVER_SHORT, by_driver, driver_of, multistream_verdict, number as _num, verdicts as verdicts
+from .load_verdicts import by_driver, driver_short, multistream_verdict, number as _num, verdicts as verdicts
 from .plots import PALETTE, latency_throughput, set_colors
 from .regression import PAIRED_AB, Check, Diff
 
@@ -194,7 +194,7 @@ def load_columns(out_dir: str | Path, columns: Sequence[str], rows: list[dict]) 
     for row in loaded.rows:
         server, peak = row.server, row.offline_peak()
         bound = f" (p99 <= {server.p99_bound_ms:g} ms)" if server else ""
-        driver = f" [{DRIVER_SHORT.get(driver_of(row), driver_of(row))}]" if mixed and row.ok else ""
+        driver = f" [{driver_short(row)}]" if mixed and row.ok else ""
         cells[row.name] = [
             (_range(server.max_rate_per_s, server.max_rate_low, server.max_rate_high) + bound + driver) if server
             else "-",

@@ -21,7 +21,8 @@ def number(value: float | None, unit: str = "") -> str:
 # Who issued a row's requests (`throughput_config["driver"]`): rows of different drivers are not ranked as equals.
 # Under "native" the consumer's C loop ran the scenario: its figures are the runtime's. Under "python" the serve
 # worker's Python lanes did: for calls of tens of microseconds the lanes, not the runtime, can set the rate
-# (benchmarks/load.md, the harness against a bare C loop: 0.11-0.76 of the C rate measured).
+# (benchmarks/load.md, the harness against a bare C loop: 0.11-0.76 of the C rate measured). A Python row that ran
+# there because auto's probe found its lanes faster than its own C loop is ranked with the C loops (`rank_group`).
 DRIVERS = {"native": "the C loops (not limited by the harness)",
            "python": "the Python lanes (the harness may limit them, not the runtime)"}
 
@@ -33,17 +34,43 @@ def driver_of(row: LoadRow) -> str:
     return str(row.throughput_config.get("driver") or "python")
 
 
+def probed_faster(row: LoadRow) -> bool:
+    """Whether `row` ran in the Python lanes because auto's probe found them faster than its own C loop
+    (`throughput_config["driver_probe"]`): then the harness did not limit it (it beat the bare loop)."""
+    probe = row.throughput_config.get("driver_probe")
+    return (driver_of(row) == "python" and isinstance(probe, dict)
+            and float(probe.get("python") or 0.0) > float(probe.get("native") or 0.0))
+
+
+def rank_group(row: LoadRow) -> str:
+    """The group a row is ranked in: "native" for the C loops' rows and the Python rows that beat their C loop
+    (`probed_faster`), else its driver."""
+    return "native" if probed_faster(row) else driver_of(row)
+
+
+def driver_short(row: LoadRow) -> str:
+    """The row's driver in a table cell ("C loop", "Python lanes", or "Python lanes, faster than its C loop")."""
+    short = DRIVER_SHORT.get(driver_of(row), driver_of(row))
+    return f"{short}, faster than its C loop" if probed_faster(row) else short
+
+
 def by_driver(rows: Sequence[LoadRow]) -> list[tuple[str, list[LoadRow]]]:
-    """`rows` grouped by driver, order kept within a group, the C loops' group first."""
+    """`rows` grouped as they are ranked (`rank_group`), order kept within a group, the C loops' group first."""
     groups: dict[str, list[LoadRow]] = {}
     for row in rows:
-        groups.setdefault(driver_of(row), []).append(row)
+        groups.setdefault(rank_group(row), []).append(row)
     return sorted(groups.items(), key=lambda kv: (kv[0] != "native", kv[0]))
 
 
 def _among(driver: str, groups: list) -> str:
-    """'among the C loops (...), ' when the rows ran under more than one driver, else ''."""
-    return f"among {DRIVERS.get(driver, driver)}, " if len(groups) > 1 else ""
+    """'among the C loops (...), ' when the rows ran under more than one driver, else ''; the C loops' group names
+    the Python lanes that beat their C loop when it holds any."""
+    if len(groups) < 2:
+        return ""
+    rows = dict(groups).get(driver, [])
+    if driver == "native" and any(probed_faster(r) for r in rows):
+        return "among the C loops and the Python lanes faster than their C loop (not limited by the harness), "
+    return f"among {DRIVERS.get(driver, driver)}, "
 
 
 def _server_ranking(served: list[LoadRow], bound_ms: float, lead: str) -> str:

@@ -110,7 +110,8 @@ class LoadRow:
     name: the runner's name (the format). artifact: its directory. status: "ok", or the failure's category.
     reason: why it failed. lanes: requests in flight at once (one thread each, each with its own prepared inputs).
     throughput_config: what the runtime was set to for throughput, as the runner reports it (e.g. OpenVINO's
-    PERFORMANCE_HINT and streams; "driver": "native" when the native consumer's C loop ran the scenarios).
+    PERFORMANCE_HINT and streams; "driver": "native" when the native consumer's C loop ran the scenarios;
+    "driver_probe": each driver's calls/s in auto's probe, where one ran).
     single_stream_p50_ms: one call at a time, no load (the single-stream figure the server ranking is compared
     against). server, offline, multistream: the scenarios' results.
     """

@@ -7,7 +7,9 @@ MultiStream figure (`run.load_serve.LoadRun`); only one worker runs at a time, t
 `driver="auto"` (the default) or `"native"` a format whose native consumer has the load loops runs the scenarios in
 that program instead (`run.load_native.native_loops` decides, and says why not), its worker waiting meanwhile (it
 still times the single-stream figure); the native loops run on the CPU (on another device every format stays on
-the Python driver).
+the Python driver). Under "auto" such a format first runs a short Offline probe in each driver (`PROBE_SECONDS`,
+alternating), then its rounds in the faster one: the C loop is not always the faster (LiteRT's example CNN on a quiet
+host: the Python Interpreter lanes 1.29x lite_run), and a row measured in the slower driver under-reports its format.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ from .paired import Servers
 from .runs import write_bench_feeds
 
 SINGLE_STREAM_SECONDS = 1.0
+# The driver probe under auto: each driver runs the Offline scenario on the example twice for this long, in the order
+# C, Python, Python, C (the same for every format), so a drift over the probe weighs on both alike: 0.5 s each.
+PROBE_SECONDS = 0.25
+PROBE_ORDER = ("native", "python", "python", "native")
 
 
 # -- the parent ------------------------------------------------------------------------------------------
@@ -66,6 +72,7 @@ class _Format:
     multistream: list[tuple[np.ndarray, float]] = field(default_factory=list)
     native: dict[int, NativeLoop] = field(default_factory=dict)  # per size index, under the native driver
     native_refused: str = ""  # under the auto or native driver: why this format runs in the Python lanes
+    probe: dict[str, float] = field(default_factory=dict)  # under auto: each driver's probe rate, calls/s
 
 
 def feeds_for(manifest: Manifest, directory: Path, batch_sizes: Sequence[int], seed: int
@@ -148,6 +155,8 @@ def _measure(artifacts: Sequence[tuple[str, Path]], config: LoadConfig, device: 
                 continue
             progress(f"{name}: load and warm up")
             _start(servers, fmt, config)
+            if fmt.native and config.driver == "auto" and name in servers.alive:
+                _probe(servers, fmt, config, progress)
         for i in range(config.rounds):
             live = [n for n in formats if n in servers.alive]
             order = live[i % len(live):] + live[:i % len(live)] if live else []
@@ -177,6 +186,48 @@ def _start(servers: Servers, fmt: _Format, config: LoadConfig) -> None:
     samples = servers.ask(fmt.name, TimeSlice(0, SINGLE_STREAM_SECONDS, 20, 100_000), Samples, servers.timeout)
     if samples is not None:
         fmt.single_p50_ms = summarize(np.load(samples.file)).p50_ms
+
+
+def _probe(servers: Servers, fmt: _Format, config: LoadConfig, progress: Callable[[str], None]) -> None:
+    """Under auto, a format with a C loop: a short Offline probe on the example in each driver (`PROBE_ORDER`), the
+    row's lanes and threads; the rounds then run in the faster (the C loop on a tie), both rates kept for the row.
+    A C loop that fails here leaves the format to the Python lanes, the failure its reason, as in `native_loops`."""
+    done: dict[str, list[float]] = {"native": [0.0, 0.0], "python": [0.0, 0.0]}
+    for driver in PROBE_ORDER:
+        if driver == "native":
+            try:
+                calls, seconds, _ = native_offline(fmt.native[0], config.lanes or config.threads, PROBE_SECONDS,
+                                                   servers.timeout)
+            except (MultiexportError, ValueError, OSError) as exc:
+                said = " ".join(str(exc).split())
+                _to_python(fmt, f"the native consumer failed here, so the Python lanes ran: {said[:1500]}")
+                return
+        else:
+            answer = servers.ask(fmt.name, LoadRun("offline", fmt.config["feeds"], 0, config.lanes, PROBE_SECONDS),
+                                 LoadAnswer, servers.timeout)
+            if answer is None:
+                return  # the worker failed: the row's failure
+            calls, seconds = answer.calls, answer.seconds
+        done[driver][0] += calls
+        done[driver][1] += seconds
+    fmt.probe = {d: round(c / s, 1) if s > 0 else 0.0 for d, (c, s) in done.items()}
+    if faster_driver(fmt.probe) == "python":
+        _to_python(fmt, "")
+    chosen = "the Python lanes" if not fmt.native else "the C loop"
+    progress(f"{fmt.name}: driver probe: C loop {fmt.probe['native']:,.0f} calls/s, Python lanes "
+             f"{fmt.probe['python']:,.0f} calls/s: {chosen} runs the rounds")
+
+
+def faster_driver(probe: dict[str, float]) -> str:
+    """The driver whose probe rate (calls/s) is higher: "python" only when its lanes beat the C loop, else "native"."""
+    return "python" if probe["python"] > probe["native"] else "native"
+
+
+def _to_python(fmt: _Format, why: str) -> None:
+    """The format's rounds run in the Python lanes after all (`why`: the C loop's failure; '' when it was slower)."""
+    for loop in fmt.native.values():
+        close(loop)
+    fmt.native, fmt.native_refused = {}, why
 
 
 def _ask(servers: Servers, fmt: _Format, request: LoadRun) -> LoadAnswer | None:
@@ -292,6 +343,8 @@ def _row(fmt: _Format, config: LoadConfig, failure: tuple[str, str] | None) -> L
         config_out = {"driver": "python", **config_out}
         if fmt.native_refused:
             config_out["native_refused"] = fmt.native_refused
+    if fmt.probe and fmt.config:
+        config_out["driver_probe"] = dict(fmt.probe)
     multistream = multistream_result(fmt.multistream, config.samples_per_query) if fmt.multistream else None
     return LoadRow(name=fmt.name, artifact=str(fmt.artifact), status=failure[0] if failure else "ok",
                    reason=failure[1] if failure else "", lanes=fmt.lanes, throughput_config=config_out,

@@ -243,3 +243,25 @@ def test_the_summary_columns_name_the_driver_when_the_rows_ran_under_two(tmp_pat
     LoadResults(config={"p99_ms": 10.0}, rows=[_driven(r, "native") for r in rows]).write(tmp_path / "load.json")
     _, out = load_columns(tmp_path, ["backend"], [{"backend": "onnx"}, {"backend": "iree"}])
     assert out[0]["max req/s at p99 bound"] == "300 [280, 320] (p99 <= 10 ms)"  # one driver: nothing to tell apart
+
+
+def test_a_python_row_that_beat_its_c_loop_is_ranked_with_the_c_loops(tmp_path):
+    # l ran in its Python lanes because auto's probe found them faster than its own C loop (what the harness costs
+    # did not limit it): ranked with c, not apart; i ran in Python lanes with no C loop to probe (IREE): apart
+    from multiexport.report.load import load_columns
+
+    lanes = dataclasses.replace(_row("l", 400.0, 380.0, 420.0, 1.0), throughput_config={
+        "driver": "python", "driver_probe": {"native": 32300.0, "python": 41700.0}})
+    rows = [_driven(_row("c", 300.0, 280.0, 320.0, 2.0), "native"), lanes,
+            _driven(_row("i", 900.0, 880.0, 920.0, 1.5), "python")]
+    server, _, _ = verdicts(rows, 10.0)
+    assert server == ("at p99 <= 10 ms, among the C loops and the Python lanes faster than their C loop (not limited "
+                      "by the harness), ship l: 400 req/s, the next best c: 300 req/s; among the Python lanes (the "
+                      "harness may limit them, not the runtime), i: 900 req/s")
+    # a probe the C loop won leaves a Python row (a fallback after it) apart: only a faster probe counts
+    slower = dataclasses.replace(lanes, throughput_config={"driver": "python",
+                                                           "driver_probe": {"native": 5.0, "python": 4.0}})
+    assert "among the C loops (not limited by the harness), ship c" in verdicts([rows[0], slower], 10.0)[0]
+    LoadResults(config={"p99_ms": 10.0}, rows=rows).write(tmp_path / "load.json")
+    _, out = load_columns(tmp_path, ["backend"], [{"backend": n} for n in ("c", "l", "i")])
+    assert out[1]["max req/s at p99 bound"] == "400 [380, 420] (p99 <= 10 ms) [Python lanes, faster than its C loop]"

@@ -3,6 +3,7 @@ sizes an artifact cannot take refused with a reason, and one broken artifact fai
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import numpy as np
@@ -231,9 +232,18 @@ def test_the_default_driver_picks_the_c_loop_where_the_consumer_has_one(seed):
     assert config.driver == "auto"
     onnx, iree = measure_load([("onnx", seed / "onnx"), ("iree", seed / "iree")], config).rows
     assert onnx.ok and iree.ok, (onnx.reason, iree.reason)
-    assert onnx.throughput_config["driver"] == "native" and onnx.throughput_config["consumer"] == "onnxruntime_c_api"
+    # auto probed ONNX in both drivers before its rounds (both rates kept) and ran them in the faster (on the seed
+    # the C loop, unless this machine's noise says otherwise: test_the_probe_runs_the_rounds_in_the_faster_driver
+    # plants a slowdown to decide it); IREE, with no C loop, was not probed
+    from multiexport.run.load import faster_driver
+
+    probe = onnx.throughput_config["driver_probe"]
+    assert set(probe) == {"native", "python"} and probe["native"] > 0 and probe["python"] > 0
+    assert onnx.throughput_config["driver"] == faster_driver(probe)
+    if faster_driver(probe) == "native":
+        assert onnx.throughput_config["consumer"] == "onnxruntime_c_api"
     assert "native_refused" not in onnx.throughput_config
-    assert iree.throughput_config["driver"] == "python"
+    assert iree.throughput_config["driver"] == "python" and "driver_probe" not in iree.throughput_config
     assert iree.throughput_config["native_refused"] == "the format has a native consumer (iree) without a load loop"
     assert onnx.offline[0].samples_per_s > 0 and iree.offline[0].samples_per_s > 0
     # on a device other than the CPU the C loops do not run: the Python lanes, saying why (no run needed to see it)
@@ -242,6 +252,24 @@ def test_the_default_driver_picks_the_c_loop_where_the_consumer_has_one(seed):
     assert native_loops(seed / "onnx", "onnx", [(0, {})], "auto", "tpu", 2, seed, 60) == (
         {}, "the native load loops run on the CPU, not on --device tpu")
     assert native_loops(seed / "onnx", "onnx", [(0, {})], "python", "cpu", 2, seed, 60) == ({}, "")
+
+
+def test_the_probe_runs_the_rounds_in_the_faster_driver(seed, monkeypatch):
+    # a real slowdown planted in the Python lanes (each request runs the runtime's call 20 times): the probe must
+    # find the C loop faster and run the rounds there; both rates are recorded; --driver native/python do not probe
+    from multiexport.measure.pairing import PLANTED_ENV
+    from multiexport.run.load import faster_driver
+
+    monkeypatch.setenv(PLANTED_ENV, "20")
+    config = LoadConfig(scenario="offline", seconds=0.2, rounds=1, threads=2)
+    (row,) = measure_load([("onnx", seed / "onnx")], config).rows
+    assert row.ok, row.reason
+    probe = row.throughput_config["driver_probe"]
+    assert row.throughput_config["driver"] == "native" and probe["native"] > probe["python"] > 0, probe
+    assert faster_driver({"native": 10.0, "python": 12.0}) == "python"  # the lanes chosen when they are faster
+    assert faster_driver({"native": 10.0, "python": 10.0}) == "native"  # a tie keeps the C loop
+    (row,) = measure_load([("onnx", seed / "onnx")], dataclasses.replace(config, driver="python")).rows
+    assert row.throughput_config["driver"] == "python" and "driver_probe" not in row.throughput_config
 
 
 def test_a_consumer_that_cannot_build_falls_back_to_the_python_lanes(seed, monkeypatch, tmp_path):
