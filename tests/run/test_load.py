@@ -266,10 +266,30 @@ def test_the_probe_runs_the_rounds_in_the_faster_driver(seed, monkeypatch):
     assert row.ok, row.reason
     probe = row.throughput_config["driver_probe"]
     assert row.throughput_config["driver"] == "native" and probe["native"] > probe["python"] > 0, probe
-    assert faster_driver({"native": 10.0, "python": 12.0}) == "python"  # the lanes chosen when they are faster
-    assert faster_driver({"native": 10.0, "python": 10.0}) == "native"  # a tie keeps the C loop
+    assert faster_driver({"native": 10.0, "python": 12.9}) == "python"  # the lanes chosen when clearly faster
+    assert faster_driver({"native": 10.0, "python": 10.5}) == "native"  # within the margin: the C loop kept
     (row,) = measure_load([("onnx", seed / "onnx")], dataclasses.replace(config, driver="python")).rows
     assert row.throughput_config["driver"] == "python" and "driver_probe" not in row.throughput_config
+
+
+def test_a_probe_won_by_the_python_lanes_runs_the_rounds_there_ranked_with_the_c_loops(seed, monkeypatch):
+    # no lever here slows ort_run's C loop, so the probe's verdict is the one thing replaced (the probe still runs
+    # both drivers for real): the rounds then run in the Python lanes, the C loop closed, and the row ranks with the
+    # C loops where IREE's (no C loop, no probe) stays apart
+    import multiexport.run.load as run_load
+    from multiexport.report.load_verdicts import by_driver
+
+    config = LoadConfig(scenario="offline", seconds=0.2, rounds=1, threads=2)
+    monkeypatch.setattr(run_load, "faster_driver", lambda probe: "python")
+    onnx, iree = measure_load([("onnx", seed / "onnx"), ("iree", seed / "iree")], config).rows
+    assert onnx.ok and iree.ok, (onnx.reason, iree.reason)
+    got = onnx.throughput_config
+    assert got["driver"] == "python" and "consumer" not in got and "native_refused" not in got, got
+    assert got["driver_probe"]["native"] > 0 and got["driver_probe"]["python"] > 0 and onnx.offline[0].calls > 0
+    if got["driver_probe"]["python"] > got["driver_probe"]["native"]:  # the rates themselves say the lanes won
+        assert [[r.name for r in rows] for _, rows in by_driver([onnx, iree])] == [["onnx"], ["iree"]]
+    else:  # they did not (this run's true verdict was the C loop): the row is not credited with beating it
+        assert [g for g, _ in by_driver([onnx, iree])] == ["python"]
 
 
 def test_a_consumer_that_cannot_build_falls_back_to_the_python_lanes(seed, monkeypatch, tmp_path):
