@@ -39,6 +39,7 @@ from ..measure.load import (
     spread,
 )
 from ..report.load import verdicts
+from ..results.bench import BASELINE_PREFIX
 from ..results.load import LoadResults, LoadRow, OfflinePoint
 from ..system.timing_lock import machine_share
 from .load_native import NativeLoop, close, native_loops, native_multistream, native_offline, native_server
@@ -78,6 +79,7 @@ class _Format:
     native: dict[int, NativeLoop] = field(default_factory=dict)  # per size index, under the native driver
     native_refused: str = ""  # under the auto or native driver: why this format runs in the Python lanes
     probe: dict[str, float] = field(default_factory=dict)  # under auto: each driver's probe rate, calls/s
+    probe_note: str = ""  # under auto: why the rounds did not run in the driver the probe chose ('' when they did)
 
 
 def feeds_for(manifest: Manifest, directory: Path, batch_sizes: Sequence[int], seed: int
@@ -161,7 +163,8 @@ def _measure(artifacts: Sequence[tuple[str, Path]], config: LoadConfig, device: 
             progress(f"{name}: load and warm up")
             _start(servers, fmt, config)
             if fmt.native and config.driver == "auto" and name in servers.alive:
-                _probe(servers, fmt, config, progress)
+                _probe(servers, fmt, config)
+        _choose_drivers(formats, progress)
         for i in range(config.rounds):
             live = [n for n in formats if n in servers.alive]
             order = live[i % len(live):] + live[:i % len(live)] if live else []
@@ -193,10 +196,10 @@ def _start(servers: Servers, fmt: _Format, config: LoadConfig) -> None:
         fmt.single_p50_ms = summarize(np.load(samples.file)).p50_ms
 
 
-def _probe(servers: Servers, fmt: _Format, config: LoadConfig, progress: Callable[[str], None]) -> None:
+def _probe(servers: Servers, fmt: _Format, config: LoadConfig) -> None:
     """Under auto, a format with a C loop: a short Offline probe on the example in each driver (`PROBE_ORDER`), the
-    row's lanes and threads; the rounds then run in the faster (`faster_driver`), both rates kept for the row.
-    A C loop that fails here leaves the format to the Python lanes, the failure its reason, as in `native_loops`."""
+    row's lanes and threads, both rates kept for the row (`_choose_drivers` then picks). A C loop that fails here
+    leaves the format to the Python lanes, the failure its reason, as in `native_loops`."""
     done: dict[str, list[float]] = {"native": [0.0, 0.0], "python": [0.0, 0.0]}
     for driver in PROBE_ORDER:
         if driver == "native":
@@ -216,11 +219,26 @@ def _probe(servers: Servers, fmt: _Format, config: LoadConfig, progress: Callabl
         done[driver][0] += calls
         done[driver][1] += seconds
     fmt.probe = {d: round(c / s, 1) if s > 0 else 0.0 for d, (c, s) in done.items()}
-    if faster_driver(fmt.probe) == "python":
-        _to_python(fmt, "")
-    chosen = "the Python lanes" if not fmt.native else "the C loop"
-    progress(f"{fmt.name}: driver probe: C loop {fmt.probe['native']:,.0f} calls/s, Python lanes "
-             f"{fmt.probe['python']:,.0f} calls/s: the rounds run in {chosen}")
+
+
+def _choose_drivers(formats: dict[str, _Format], progress: Callable[[str], None]) -> None:
+    """Each probed format's rounds in the driver its probe chose (`faster_driver`), except that a format and its
+    baseline (`baseline:NAME`, the paired throughput check's two rows) whose probes chose differently both keep the
+    C loop: the paired check divides one row's rates by the other's, which only means something from one driver."""
+    choice = {name: faster_driver(fmt.probe) for name, fmt in formats.items() if fmt.probe}
+    for name, fmt in formats.items():
+        if name not in choice:
+            continue
+        partner = name.removeprefix(BASELINE_PREFIX) if name.startswith(BASELINE_PREFIX) else BASELINE_PREFIX + name
+        split = partner in choice and choice[partner] != choice[name]
+        if split:
+            fmt.probe_note = "the C loop: the probe of its paired row chose the other driver"
+        elif choice[name] == "python":
+            _to_python(fmt, "")
+        chosen = "the Python lanes" if not fmt.native else "the C loop"
+        progress(f"{name}: driver probe: C loop {fmt.probe['native']:,.0f} calls/s, Python lanes "
+                 f"{fmt.probe['python']:,.0f} calls/s: the rounds run in {chosen}"
+                 + (" (its paired row's probe chose the other driver)" if split else ""))
 
 
 def faster_driver(probe: dict[str, float]) -> str:
@@ -351,6 +369,8 @@ def _row(fmt: _Format, config: LoadConfig, failure: tuple[str, str] | None) -> L
             config_out["native_refused"] = fmt.native_refused
     if fmt.probe and fmt.config:
         config_out["driver_probe"] = dict(fmt.probe)
+        if fmt.probe_note:
+            config_out["driver_probe_overruled"] = fmt.probe_note
     multistream = multistream_result(fmt.multistream, config.samples_per_query) if fmt.multistream else None
     return LoadRow(name=fmt.name, artifact=str(fmt.artifact), status=failure[0] if failure else "ok",
                    reason=failure[1] if failure else "", lanes=fmt.lanes, throughput_config=config_out,

@@ -307,3 +307,20 @@ def test_a_consumer_that_cannot_build_falls_back_to_the_python_lanes(seed, monke
     (row,) = measure_load([("onnx", seed / "onnx")], LoadConfig(scenario="offline", seconds=0.2, rounds=1,
                                                                  threads=2, driver="native")).rows
     assert not row.ok and "ort_run" in row.reason and "compiling" in row.reason
+
+
+def test_a_format_and_its_baseline_split_by_their_probes_both_keep_the_c_loop(seed, monkeypatch):
+    # the paired throughput check divides the baseline's rates by the new's: from two drivers that ratio would be the
+    # drivers', not the artifacts'. The probe's verdicts are replaced (lanes for the first probed, the C loop for the
+    # second: no lever here slows one C loop and not the other); both probes run for real and both rows keep ort_run
+    import multiexport.run.load as run_load
+    from multiexport.results.bench import BASELINE_PREFIX
+
+    verdicts = iter(["python", "native"])
+    monkeypatch.setattr(run_load, "faster_driver", lambda probe: next(verdicts))
+    config = LoadConfig(scenario="offline", seconds=0.2, rounds=1, threads=2)
+    rows = measure_load([("onnx", seed / "onnx"), (BASELINE_PREFIX + "onnx", seed / "onnx")], config).rows
+    for row in rows:
+        assert row.ok and row.throughput_config["driver"] == "native", row.throughput_config
+        assert row.throughput_config["driver_probe"]["python"] > 0
+        assert "paired row" in row.throughput_config["driver_probe_overruled"]
