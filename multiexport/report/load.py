@@ -260,12 +260,14 @@ def throughput_checks(base: LoadResults, current: LoadResults, max_slowdown: flo
                 and old.server.max_rate_per_s and new.server.max_rate_per_s is not None):
             pairs.append((f"max req/s@p99<={old.server.p99_bound_ms:g}ms", old.server.max_rate_per_s,
                           old.server.max_rate_low, new.server.max_rate_per_s, new.server.max_rate_high))
+        drivers = (f"; drivers differ: {driver_short(old)} then, {driver_short(new)} now"
+                   if driver_short(old) != driver_short(new) else "")  # auto's probe can choose differently per run
         for name, was, was_low, got, got_high in pairs:
             ratio = was / got if got else math.inf
             apart = got_high is not None and was_low is not None and got_high < was_low
             verdict = "regression" if ratio > limit and apart else ("slower" if ratio > 1 else "ok")
             checks.append(Check(old.name, name, verdict, f"{_num(was)} -> {_num(got)} ({ratio:.2f}x lower; "
-                                f"threshold {limit:g}x, rounds {'apart' if apart else 'overlap'})",
+                                f"threshold {limit:g}x, rounds {'apart' if apart else 'overlap'}{drivers})",
                                 base=was, current=got, ratio=ratio))
     return checks
 

@@ -99,6 +99,12 @@ def test_the_gate_fails_a_throughput_drop_past_the_threshold_with_rounds_apart()
     assert checks[("c", "throughput")].verdict == "missing"
     # the default threshold (CROSS_RUN_THROUGHPUT, 2x) does not flag a 1.43x drop
     assert all(c.verdict != "regression" for c in throughput_checks(base, now, None) if c.backend == "a")
+    assert "drivers differ" not in checks[("a", "offline samples/s@8")].detail
+    # auto's probe put a in its Python lanes in the baseline run and in its C loop now: the detail says so
+    probed = dataclasses.replace(base.rows[0], throughput_config={"driver": "python",
+                                                                  "driver_probe": {"native": 9.0, "python": 12.0}})
+    (check, *_) = throughput_checks(LoadResults(rows=[probed]), LoadResults(rows=[_driven(now.rows[0], "native")]), 1.2)
+    assert check.detail.endswith("drivers differ: Python lanes, faster than its C loop then, C loop now)"), check.detail
 
 
 def test_a_tie_on_the_ladder_is_ranked_by_the_offline_peak_and_said():
