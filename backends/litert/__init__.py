@@ -66,7 +66,6 @@ from .convert import (
 from .describe import (
     LiteRTOptions,
     facts_of,
-    partitions_of,
     requires_of,
     signature_tensors,
     versions_of,
@@ -75,7 +74,7 @@ from .describe import (
 from .facts import LiteRTFacts
 from .intermediates import litert_intermediates
 from .native import LiteConsumer, litert_section
-from .runner import FLEX, LiteRTRunner, open_interpreter, prepare_in_child, signature_of
+from .runner import FLEX, LiteRTRunner, allocate_in_child, open_interpreter, signature_of
 
 # Leaf dtypes TFLite builtins have no general kernels for: a legalization failure with one of these
 # leaves is a dtype gap (bf16/f16 matmuls, f64 arithmetic, float8 casts, uint8 adds), not a missing op.
@@ -129,15 +128,17 @@ class LiteRTBackend(Backend):
         except ConversionFailed as exc:  # classify() names a dtype gap by the leaves' dtypes
             exc.leaf_dtypes = sorted({leaf.dtype for leaf in (*signature.inputs, *signature.outputs)})
             raise
-        if options.precision != "fp32":
-            self._check_prepares(out_dir / MODEL_FILE, blob, options.precision)
+        # XNNPACK's partitions, counted in a child process (runner.allocate_in_child), which a reduced model's
+        # check reads too: one child prepares the model for both
+        partitions = (self._check_prepares(out_dir / MODEL_FILE, blob, options.precision)
+                      if options.precision != "fp32" else allocate_in_child(str(out_dir / MODEL_FILE))[0])
         meta, used_ops = model_metadata(blob), op_names(blob)
         params: Any = [front[leaf.name].param for leaf in signature.inputs]  # the SavedModel's keys (aliases)
         output_params: Any = [leaf.alias for leaf in signature.outputs]
         # no XNNPACK in this process: its packed copy of the weights would sit beside the target's (describe.py)
         tensors = signature_tensors(str(out_dir / MODEL_FILE), signature, params, output_params, stablehlo)
         flex = [op for op in used_ops if op.startswith("custom:Flex")]
-        model = (len(blob), meta, partitions_of(str(out_dir / MODEL_FILE)))
+        model = (len(blob), meta, partitions)
         return FormatResult(
             files={"model": MODEL_FILE}, used=[front[leaf.name].used for leaf in signature.inputs], params=params,
             output_params=output_params, versions=versions_of(tf, stablehlo, stage.manifest, meta),
@@ -149,21 +150,23 @@ class LiteRTBackend(Backend):
             precision=self._precision(options, blob, calibration, tf.__version__),
         )
 
-    def _check_prepares(self, path: Path, blob: bytes, precision: str) -> None:
+    def _check_prepares(self, path: Path, blob: bytes, precision: str) -> int | None:
         """A reduced model whose kernels cannot be prepared is refused before this process opens it: one whose
         int8 ADD/SUB LiteRT would abort on names the op and the range calibration gave it (unsupported-precision);
-        any other native crash preparing it, found in a child process, is `crashed` here, not this process's end."""
+        any other native crash preparing it, found in a child process, is `crashed` here, not this process's end.
+        Returns the XNNPACK partitions that child counted (`allocate_in_child`)."""
 
         gap = requantization_gap(blob)
         if gap:
             raise ExportError(f"Backend '{self.name}' | no {precision} artifact: {gap}. The calibration met float32's "
                               "extremes (an attention mask's finfo(float32).min bias, a clamp to float32's max): a "
                               "finite bias such as -1e9 quantizes", backend=self.name, category="unsupported-precision")
-        died = prepare_in_child(str(path))
+        partitions, died = allocate_in_child(str(path))
         if died:
             raise ExportError(f"Backend '{self.name}' | LiteRT's interpreter died by {died} preparing the {precision} "
                               "model (native code in a kernel's Prepare, seen in a child process): no such artifact",
                               backend=self.name, category="crashed")
+        return partitions
 
     def _samples(self, signature, options, front):
         """(the int8 calibration feeds keyed by the signature's input names, leaves the SavedModel dropped left

@@ -53,29 +53,6 @@ def tensor_of(interpreter: Any, index: int) -> dict[str, Any]:
             "shape_signature": [int(d) for d in details["shape_signature"]]}
 
 
-# Counts XNNPACK's partitions in a child process: `-I` so nothing beside the artifact or in PYTHON* is imported.
-_PARTITIONS_IN_CHILD = ("import sys\nfrom ai_edge_litert.interpreter import Interpreter\n"
-                        "i = Interpreter(model_path=sys.argv[1], num_threads=1)\n"
-                        "try:\n    i.allocate_tensors()\nexcept (RuntimeError, ValueError):\n    sys.exit(3)\n"
-                        "print(sum(op['op_name'] == 'DELEGATE' for op in i._get_ops_details()))\n")
-
-
-def partitions_of(path: str, timeout: float = 600.0) -> int | None:
-    """XNNPACK partitions (DELEGATE nodes) of the model at `path` at its own shapes, counted in a child process
-    that holds only the .tflite: XNNPACK packs the weights when it is applied (+1.4x the weights measured), and
-    the exporting process still holds the target's. None when the tensors cannot be allocated or the child dies
-    (the load check then says why)."""
-    import subprocess
-    import sys
-
-    try:
-        proc = subprocess.run([sys.executable, "-I", "-c", _PARTITIONS_IN_CHILD, path], capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None
-    return int(proc.stdout.split()[-1]) if proc.returncode == 0 and proc.stdout.split() else None
-
-
 def warnings_of(signature: Signature, flex: list[str], external_weights: str) -> list[str]:
     """Flex ops, symbolic dims (several XNNPACK partitions) and external weights a .tflite cannot keep apart."""
     warnings = []

@@ -141,29 +141,42 @@ def open_interpreter(path: str, threads: int):
     return Interpreter(model_path=path, num_threads=threads)
 
 
-# Prepares a model in a child process: `-I` so nothing beside the artifact or in PYTHON* variables is imported.
-_PREPARE_IN_CHILD = ("import sys\nfrom ai_edge_litert.interpreter import Interpreter\n"
-            "Interpreter(model_path=sys.argv[1], num_threads=1).allocate_tensors()\n")
+# Prepares a model in a child process (`-I`: nothing beside the artifact or in PYTHON* variables is imported) and
+# prints its XNNPACK partitions (DELEGATE nodes); exit 3 when the tensors cannot be allocated (a Python error).
+_ALLOCATE_IN_CHILD = ("import sys\nfrom ai_edge_litert.interpreter import Interpreter\n"
+                      "i = Interpreter(model_path=sys.argv[1], num_threads=1)\n"
+                      "try:\n    i.allocate_tensors()\nexcept (RuntimeError, ValueError):\n    sys.exit(3)\n"
+                      "print(sum(op['op_name'] == 'DELEGATE' for op in i._get_ops_details()))\n")
 
 
-def prepare_in_child(path: str, timeout: float = 600.0) -> str | None:
-    """The name of the signal that killed a child process preparing the model at `path` (allocate_tensors: every
-    kernel's Prepare), or None when it prepared, failed with a Python error or timed out (the in-process load
-    then says which). A kernel that aborts in native code would otherwise take the exporting process with it."""
+def allocate_in_child(path: str, timeout: float = 600.0) -> tuple[int | None, str | None]:
+    """Prepare the model at `path` (allocate_tensors: every kernel's Prepare, XNNPACK applied) in a child process:
+    (its XNNPACK partitions at the model's own shapes, None when the tensors cannot be allocated, the child died or
+    timed out; the name of the signal that killed the child, or None). In a child because a kernel that aborts in
+    native code would otherwise take the exporting process with it, and because XNNPACK packs the weights when it
+    is applied (+1.4x the weights) while the exporting process still holds the target's."""
     import signal
     import subprocess
     import sys
 
     try:
-        proc = subprocess.run([sys.executable, "-I", "-c", _PREPARE_IN_CHILD, path], capture_output=True, timeout=timeout)
+        proc = subprocess.run([sys.executable, "-I", "-c", _ALLOCATE_IN_CHILD, path], capture_output=True,
+                              text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return None
-    if proc.returncode >= 0:
-        return None
-    try:
-        return signal.Signals(-proc.returncode).name
-    except ValueError:
-        return f"signal {-proc.returncode}"
+        return None, None
+    if proc.returncode < 0:
+        try:
+            return None, signal.Signals(-proc.returncode).name
+        except ValueError:
+            return None, f"signal {-proc.returncode}"
+    return (int(proc.stdout.split()[-1]) if proc.returncode == 0 and proc.stdout.split() else None), None
+
+
+def prepare_in_child(path: str, timeout: float = 600.0) -> str | None:
+    """The name of the signal that killed a child process preparing the model at `path`, or None when it prepared,
+    failed with a Python error or timed out (the in-process load then says which): `allocate_in_child`'s second
+    answer."""
+    return allocate_in_child(path, timeout)[1]
 
 
 def signature_of(interpreter) -> dict[str, dict[str, int]] | None:
