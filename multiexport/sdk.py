@@ -17,6 +17,7 @@ The surface, by concern:
   the stage a backend builds on (`export_stage`), TPU-only failures (`tpu_only`).
 - Native consumers: `NativeConsumer`, `Recipe`, `Request`, `Call`, `Program` and the native section's helpers.
 - Files and versions: atomic writes, `inside`, `current_umask`, `iter_safetensors`, `dist_version`, `parse_dtype`.
+- A child process an export starts: `report_child_peak` (its own peak memory, into the row's figures).
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ from .files.safetensors import iter_safetensors
 from .leaves import Leaf, Signature
 from .leaves.weights import WEIGHTS_FILE, LiftedWeights, embedded, externalizes, module_function, plan
 from .native.runtimes import NativeBuildError, package_dir, tpu_presence, tpu_variables
+from .system.descendants import report_child_peak
 from .versions import dist_version
 
 __all__ = [
@@ -147,4 +149,6 @@ __all__ = [
     "misshapen",
     # locate: a module with symbolic dimensions refined to one feed's sizes (XLA's and the SavedModel's hooks)
     "refine_module",
+    # a child process the export started, its own peak memory as it measured it (the row's export child peak)
+    "report_child_peak",
 ]

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from multiexport.sdk import RunError, Runner
+from multiexport.sdk import RunError, Runner, report_child_peak
 
 from .convert import SCATTER_REGION_OPS, SIGNATURE_KEY, scatter_regions
 
@@ -142,11 +142,15 @@ def open_interpreter(path: str, threads: int):
 
 
 # Prepares a model in a child process (`-I`: nothing beside the artifact or in PYTHON* variables is imported) and
-# prints its XNNPACK partitions (DELEGATE nodes); exit 3 when the tensors cannot be allocated (a Python error).
+# prints its XNNPACK partitions (DELEGATE nodes) and its own peak resident size (VmHWM, bytes; 0 where /proc has
+# none); exit 3 when the tensors cannot be allocated (a Python error).
 _ALLOCATE_IN_CHILD = ("import sys\nfrom ai_edge_litert.interpreter import Interpreter\n"
                       "i = Interpreter(model_path=sys.argv[1], num_threads=1)\n"
                       "try:\n    i.allocate_tensors()\nexcept (RuntimeError, ValueError):\n    sys.exit(3)\n"
-                      "print(sum(op['op_name'] == 'DELEGATE' for op in i._get_ops_details()))\n")
+                      "n = sum(op['op_name'] == 'DELEGATE' for op in i._get_ops_details())\n"
+                      "try:\n    hwm = [int(l.split()[1]) * 1024 for l in open('/proc/self/status') "
+                      "if l.startswith('VmHWM:')][0]\nexcept (OSError, IndexError):\n    hwm = 0\n"
+                      "print(n, hwm)\n")
 
 
 def allocate_in_child(path: str, timeout: float = 600.0) -> tuple[int | None, str | None]:
@@ -169,7 +173,11 @@ def allocate_in_child(path: str, timeout: float = 600.0) -> tuple[int | None, st
             return None, signal.Signals(-proc.returncode).name
         except ValueError:
             return None, f"signal {-proc.returncode}"
-    return (int(proc.stdout.split()[-1]) if proc.returncode == 0 and proc.stdout.split() else None), None
+    said = proc.stdout.split()[-2:] if proc.returncode == 0 else []
+    if len(said) != 2 or not all(word.isdigit() for word in said):
+        return None, None
+    report_child_peak(int(said[1]))  # the export's memory includes this child's (the row's export child peak)
+    return int(said[0]), None
 
 
 def prepare_in_child(path: str, timeout: float = 600.0) -> str | None:

@@ -228,7 +228,7 @@ def _in_workers(ctx: Context, prep: Prepared, plans: list[WorkerPlan], slots: in
                 "multiexport.compare(...), which exports in this process"))
         else:
             done[name] = _record(ctx.out / name, round(job.reply.seconds, 3), round(job.reply.cpu_seconds, 3),
-                                 job.reply.peak_rss_bytes)
+                                 job.reply.peak_rss_bytes, job.reply.child_peak_rss_bytes)
     for name in retry:  # each export a dead worker did not finish, alone in a fresh worker
         done.update(_in_worker(ctx, prep, [name]))
     return done
@@ -247,12 +247,13 @@ def _job(ctx: Context, prep: Prepared, name: str, names: list[str], pooled: bool
     return ExportJob(name, ctx.out / name, encode(options))
 
 
-def _record(directory: Path, seconds: float | None, cpu_seconds: float | None, peak_rss_bytes: int | None) -> Exported:
+def _record(directory: Path, seconds: float | None, cpu_seconds: float | None, peak_rss_bytes: int | None,
+            child_peak_rss_bytes: int | None = None) -> Exported:
     """The export's outcome: its timings, and the row's facts from the manifest on disk."""
     manifest = Manifest.read(directory)
     return Exported(
         artifact=str(directory), manifest=manifest, seconds=seconds, cpu_seconds=cpu_seconds,
-        peak_rss_bytes=peak_rss_bytes,
+        peak_rss_bytes=peak_rss_bytes, child_peak_rss_bytes=child_peak_rss_bytes,
         binding=tuple(Binding(b.name, b.used, b.param, _caller_key(manifest, b)) for b in manifest.inputs),
         warnings=tuple(manifest.warnings), weights={k: v for k, v in manifest.weights.items() if k != "tensors"},
         versions=dict(manifest.versions), requires=dict(manifest.requires), supports=dict(manifest.supports),

@@ -52,6 +52,7 @@ class Exported:
     weights: where the artifact keeps its weights (the manifest's, tensors left out).
     versions, requires, supports: the manifest's. setup: one-time setup the export paid (`format.setup`).
     artifact_bytes: every file the export wrote. precision_facts: the manifest's `precision`, as data.
+    child_peak_rss_bytes: the largest peak of a process the export started (None: none, or in this process).
     """
 
     artifact: str
@@ -68,6 +69,7 @@ class Exported:
     setup: dict[str, Any] | None
     artifact_bytes: int
     precision_facts: dict[str, Any] | None
+    child_peak_rss_bytes: int | None = None
 
 
 @dataclass(frozen=True)

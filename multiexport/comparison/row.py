@@ -40,6 +40,7 @@ def build_row(outcomes: RowOutcomes, interrupted: bool = False) -> BackendResult
         warnings=list(ex.warnings) if ex is not None else [],
         export_setup=ex.setup if ex is not None else None,
         export_peak_rss_bytes=ex.peak_rss_bytes if ex is not None else None,
+        export_child_peak_rss_bytes=ex.child_peak_rss_bytes if ex is not None else None,
         weights=dict(ex.weights) if ex is not None else None,
         versions=dict(ex.versions) if ex is not None else {},
         requires=dict(ex.requires) if ex is not None else {},

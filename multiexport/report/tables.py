@@ -79,7 +79,9 @@ def export_rows(results: Results) -> list[list[str]]:
         share = (f"{seconds:.2f} s ({100 * seconds / r.export_seconds:.0f}%): {setup.get('what', '')}"
                  if isinstance(seconds, (int, float)) and seconds and r.export_seconds else "-")
         rows.append([name, f"{r.export_seconds:.2f}", _opt(r.export_cpu_seconds, "{:.2f}"), share,
-                     mib(r.export_peak_rss_bytes), storage_text(r.weights or {})])
+                     mib(r.export_peak_rss_bytes) + (f" (its child {mib(r.export_child_peak_rss_bytes)})"
+                                                     if r.export_child_peak_rss_bytes else ""),
+                     storage_text(r.weights or {})])
     return rows
 
 

@@ -96,6 +96,8 @@ class BackendResult:
     warnings: the artifact's warnings.
     export_setup: one-time setup the export paid (e.g. jax2onnx's plugin import).
     export_peak_rss_bytes: the export worker's peak resident memory.
+    export_child_peak_rss_bytes: the largest peak resident memory of a process the export started (LiteRT's
+        prepare child, iree-compile), sampled while it ran; None when it started none or ran in this process.
     weights: where the artifact keeps the weights.
     versions: the producer versions the artifact records; requires: what a consumer needs.
     supports: what the artifact accepts (sizes, platforms).
@@ -120,6 +122,7 @@ class BackendResult:
     warnings: list[str] = field(default_factory=list)
     export_setup: dict[str, Any] | None = None
     export_peak_rss_bytes: int | None = None
+    export_child_peak_rss_bytes: int | None = None
     weights: dict[str, Any] | None = None
     versions: dict[str, str] = field(default_factory=dict)
     requires: dict[str, Any] = field(default_factory=dict)

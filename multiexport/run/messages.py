@@ -74,6 +74,8 @@ class ExportReply:
     seconds, cpu_seconds: the export's wall and CPU time. fingerprint: the target's example values and
     weights as this worker loaded them (the parent refuses an export of a different target).
     peak_rss_bytes: the worker's peak resident size so far. target_load: how the target was built.
+    child_peak_rss_bytes: the largest peak resident size of a process the export started (LiteRT's prepare
+    child, iree-compile), sampled while it ran (system.descendants); None when it started none.
     """
 
     seconds: float
@@ -81,6 +83,7 @@ class ExportReply:
     fingerprint: str
     peak_rss_bytes: int | None = None
     target_load: TargetLoad | None = None
+    child_peak_rss_bytes: int | None = None
 
 
 @dataclass(frozen=True)

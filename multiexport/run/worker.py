@@ -33,6 +33,7 @@ from ..leaves import build_signature, load_target
 from ..leaves.factory_cache import ENV, off_in_timed_worker, use_in_export_worker
 from ..measure.bench import BenchConfig, bench_sizes, directory_bytes, memory_now
 from ..results import BenchResult
+from ..system.descendants import DescendantPeak
 from ..system.exits import target_cannot_exit
 from ..system.process import die_with_parent
 from .messages import DeviceStatus, ExportReply, Loaded, TargetLoad, decode, encode, read_bench_index
@@ -219,10 +220,12 @@ def _export_one(target, signature, fingerprint: str, job, made: set[str], loaded
             options = dataclasses.replace(options, stage_artifact=None)
         backend = get_backend(name)
         t0, c0 = time.perf_counter(), time.process_time()
-        export_artifact(backend, target.fn, signature, artifact, options)
+        with DescendantPeak() as children:  # a converter's own processes hold memory too
+            export_artifact(backend, target.fn, signature, artifact, options)
         write_text_atomic(out / "export.json", encode(ExportReply(
             seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0, fingerprint=fingerprint,
-            peak_rss_bytes=memory_now()["peak_rss_bytes"], target_load=loaded)))
+            peak_rss_bytes=memory_now()["peak_rss_bytes"], target_load=loaded,
+            child_peak_rss_bytes=children.peak_bytes)))
         made.add(str(Path(artifact).resolve()))
     except Exception as exc:
         write_failure(out, exc, "export", backend)

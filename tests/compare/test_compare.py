@@ -137,6 +137,20 @@ def test_cli_compare_on_the_seed_example(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["backends"]["xla"]["status"] == "ok"
 
 
+def test_an_exports_own_child_process_is_in_its_row_at_its_own_peak(tmp_path):
+    """LiteRT's export prepares the model in a child process (its XNNPACK partitions): that child's peak resident
+    memory is the export's too, in results.json and the report; XLA's export starts no process and has none."""
+    pytest.importorskip("ai_edge_litert")
+    proc = run_cli("compare", "--backends", "xla,litert", "--out-dir", tmp_path, "--trials", "1", "--no-bench")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "results.json").read_text())["backends"]
+    child = rows["litert"]["export_child_peak_rss_bytes"]
+    # its own ~36 MiB: a figure that counted the pages the fork copied would be near the worker's ~750 MiB
+    assert child is not None and 16 << 20 < child < rows["litert"]["export_peak_rss_bytes"] // 4, rows["litert"]
+    assert rows["xla"]["export_child_peak_rss_bytes"] is None
+    assert "(its child " in (tmp_path / "report.md").read_text()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--tol", "out.nope=rtol:1"], "Tolerance 'out.nope' | matched no leaf"),
     (["--tol", "out=rtol:inf"], "expected a finite number >= 0"),
