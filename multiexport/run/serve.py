@@ -215,7 +215,9 @@ def _prepare(state: dict, request: Prepare) -> ColdStart:
         feed = load_npz(directory / entry.file)
         # Only the worker that built its target from the build cache counts JAX's cache reads: any other
         # worker (ONNX's, IREE's, ...) would import JAX for it, 0.35 s of its timed cold start and its memory.
-        with (_cache_events() if built_from_cache else contextlib.nullcontext({})) as reads:
+        events: contextlib.AbstractContextManager[dict[str, int]] = (
+            _cache_events() if built_from_cache else contextlib.nullcontext({}))
+        with events as reads:
             prepared, size = cold_start(runner, feed, entry.batch)
         if built_from_cache:  # the cache the target was built from is off: its cold start reads nothing (recorded)
             state["build_cache"]["cold_start_reads"] = state["build_cache"].get("cold_start_reads", 0) + sum(
