@@ -27,7 +27,8 @@ def report_child_peak(peak_bytes: int | None) -> None:
 
 
 class DescendantPeak:
-    """While open, a thread samples every descendant of this process: `peak_bytes` is the largest VmHWM one
+    """While open, a thread samples every descendant this process started meanwhile (one already running when
+    it opened, such as a server a caller keeps, is not the work watched): `peak_bytes` is the largest VmHWM one
     reached (None when none ran, or where /proc cannot say). A descendant that lives less than `interval` may
     be missed, and one is read at most `interval` before it exits: a lower bound, exact for a child whose
     peak lasts longer than that (a converter's child loading the weights does). A sample reads /proc once:
@@ -39,6 +40,7 @@ class DescendantPeak:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._own_cmdline = _read(Path("/proc/self/cmdline"))
+        self._before: set[tuple[int, int]] = set()
 
     def add(self, peak_bytes: int | None) -> None:
         """Count one descendant's peak, however it was measured."""
@@ -47,6 +49,7 @@ class DescendantPeak:
 
     def __enter__(self) -> "DescendantPeak":
         _open.append(self)
+        self._before = set(descendants(os.getpid()))
         if Path("/proc/self/status").is_file():
             self._thread = threading.Thread(target=self._run, name="multiexport-descendant-peak", daemon=True)
             self._thread.start()
@@ -66,15 +69,18 @@ class DescendantPeak:
                 return
 
     def _sample(self) -> None:
-        for pid in descendants(os.getpid()):
+        for pid, started in descendants(os.getpid()):
+            if (pid, started) in self._before:
+                continue  # running before this opened
             if _read(Path(f"/proc/{pid}/cmdline")) == self._own_cmdline:
                 continue  # forked, not yet exec'd: its pages are still this process's copy
             self.add(vm_hwm(pid))
 
 
-def descendants(root: int) -> list[int]:
-    """The live processes below `root` (children, theirs, ...), from /proc's parent ids; [] without /proc."""
-    children: dict[int, list[int]] = {}
+def descendants(root: int) -> list[tuple[int, int]]:
+    """The live processes below `root` (children, theirs, ...) as (pid, start time in clock ticks since boot: a
+    reused pid is another process), from /proc's parent ids; [] without /proc."""
+    children: dict[int, list[tuple[int, int]]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -87,13 +93,14 @@ def descendants(root: int) -> list[int]:
             continue  # exited meanwhile
         # the fields after the command name, which is in parentheses and may hold anything
         fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 1 and fields[1].isdigit():
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], [root]
+        if len(fields) > 19 and fields[1].isdigit() and fields[19].isdigit():  # ppid; starttime (stat's 22nd)
+            children.setdefault(int(fields[1]), []).append((int(entry), int(fields[19])))
+    found: list[tuple[int, int]] = []
+    todo = [root]
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
-            todo.append(child)
+            todo.append(child[0])
     return found
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -40,10 +42,26 @@ def test_a_grandchild_counts_and_nothing_started_is_none():
     assert idle.peak_bytes is None
 
 
+def test_a_child_running_before_it_opened_is_not_counted():
+    """Only what starts while it is open is the work watched: a process the caller already keeps (a server, a
+    test fixture's) is not, however large."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD.format(300).replace("0.6", "30")])
+    try:
+        deadline = time.monotonic() + 60
+        while (vm_hwm(proc.pid) or 0) < 300 << 20 and time.monotonic() < deadline:
+            time.sleep(0.05)  # until it holds its 300 MiB
+        with DescendantPeak() as watched:
+            _run("-c", HOLD.format(1))
+        assert watched.peak_bytes is not None and watched.peak_bytes < 200 << 20
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_descendants_and_vm_hwm_read_a_live_child():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert proc.pid in descendants(__import__("os").getpid())
+        assert proc.pid in [pid for pid, _ in descendants(os.getpid())]
         assert vm_hwm(proc.pid) is not None and vm_hwm(proc.pid) > 0
     finally:
         proc.kill()
