@@ -50,6 +50,7 @@ def test_a_child_running_before_it_opened_is_not_counted():
         deadline = time.monotonic() + 60
         while (vm_hwm(proc.pid) or 0) < 300 << 20 and time.monotonic() < deadline:
             time.sleep(0.05)  # until it holds its 300 MiB
+        assert (vm_hwm(proc.pid) or 0) >= 300 << 20  # else the check below would prove nothing
         with DescendantPeak() as watched:
             _run("-c", HOLD.format(1))
         assert watched.peak_bytes is not None and watched.peak_bytes < 200 << 20
