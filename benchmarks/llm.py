@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from multiexport.system.descendants import vm_hwm
+
 VAL_RANGES = {"decode": ("token", "pos"), "prefill": ("tokens",)}
 
 
@@ -129,17 +131,6 @@ def _available() -> int:
     return 1 << 62
 
 
-def _hwm(pid: int) -> int:
-    """The process's peak RSS so far (VmHWM: its own address space since exec), 0 once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def child(argv: list[str], log: Path, timeout: float) -> dict[str, Any]:
     """Run argv to completion (stdout and stderr to `log`); its exit code, wall seconds and peak RSS (its VmHWM,
     sampled every 0.2 s: wait4's ru_maxrss would also count the parent's pages the fork copied before the exec),
@@ -153,7 +144,7 @@ def child(argv: list[str], log: Path, timeout: float) -> dict[str, Any]:
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         while True:
-            peak = max(peak, _hwm(proc.pid))
+            peak = max(peak, vm_hwm(proc.pid) or 0)  # its own address space since exec; gone: 0
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
