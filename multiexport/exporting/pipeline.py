@@ -25,7 +25,7 @@ from ..dtypes import parse_dtype
 from ..errors import ExportError, MultiexportError, leaf_message
 from ..versions import base_versions, utc_now
 from .contract import EXPORT_DRIVER, Artifact, Backend, ExportOptions, FormatResult, RunOptions
-from .facts import StageMade
+from .facts import STATIC_FALLBACK_KEY, FallbackFacts, StageMade, StaticSizesFacts
 from .format_result import check_result
 from .inventory import (  # noqa: F401  (re-exported: they were defined here)
     EXAMPLE_INPUTS,
@@ -112,15 +112,19 @@ def _export_sizes(backend: Backend, fn: Callable[..., Any], signature: "Signatur
     not built, and compare reports it `size-unsupported`.
     """
     sized = dataclasses.replace(options, static_sizes={}, fallback_sizes={})
+    staged = _stage_models(options.stage_artifact)
     built: dict[str, Manifest] = {}
     not_built = {key: "not attempted" for key in fallback.dropped}
     for sizes in fallback.sizes:
         key = size_key(sizes)
         sub = staging / size_dir(sizes)
         sub.mkdir(parents=True)
+        # A stage that holds fixed sizes itself gives each size its own model (reused when made as this size's
+        # stage would be), instead of converting the stage again at every size.
+        at_size = dataclasses.replace(sized, stage_artifact=staged.get(key)) if staged else sized
         try:  # int8's calibration samples resized to this model's sizes
             built[key] = export_into(backend, fn, specialize(signature, sizes), sub,
-                                     calibrated_at(sized, signature, dict(sizes), staging), resolved)
+                                     calibrated_at(at_size, signature, dict(sizes), staging), resolved)
         except ExportError as exc:
             if not built:
                 raise ExportError(f"{symbolic} (a static export at {key} failed too: {describe_failure(exc)})",
@@ -130,6 +134,29 @@ def _export_sizes(backend: Backend, fn: Callable[..., Any], signature: "Signatur
     remove_calibration_scratch(staging)  # before the inventory: not part of the artifact
     manifest = manifest_for(backend, signature, options, resolved, built, not_built, symbolic, staging)
     manifest.write(staging)
+
+
+def _stage_models(directory: str | None) -> dict[str, str]:
+    """A static-sizes stage artifact's models: size key ("b=2") -> its sub-artifact directory; {} for any other
+    stage, or one that cannot be read (the stage is then exported afresh, as for any stage not reused)."""
+    if not directory:
+        return {}
+    try:
+        fallback = _fixed_sizes(Manifest.read(directory))
+    except (MultiexportError, OSError, ValueError):
+        return {}
+    return {key: str(Path(directory) / rel) for key, rel in fallback.models.items()} if fallback else {}
+
+
+def _fixed_sizes(manifest: Manifest) -> FallbackFacts | None:
+    """What a static-sizes artifact holds (its format.static_fallback, read typed), else None (also for facts
+    that do not read: such a stage is then treated as any other)."""
+    if STATIC_FALLBACK_KEY not in manifest.format:
+        return None
+    try:
+        return StaticSizesFacts.from_json(manifest.format, f"Artifact '{manifest.backend}'").static_fallback
+    except MultiexportError:
+        return None
 
 
 def _empty(directory: Path) -> None:
@@ -169,6 +196,7 @@ class _frontend:
                                             stage_artifact=None, precision=FP32, calibration=None)
         reused = reusable_stage(stage, self.signature, stage_options, self.options.stage_artifact)
         if reused is not None:
+            self._symbolic_or_refuse(stage.name, reused)
             self.how = StageMade(stage.name, "reused the stage artifact exported beside this one",
                                  os.path.relpath(reused.directory, self.parent))
             return reused
@@ -180,8 +208,22 @@ class _frontend:
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise ExportError(f"Backend '{self.backend.name}' | its {stage.name} stage failed: {exc}",
                               backend=self.backend.name, category=exc.category) from exc
+        self._symbolic_or_refuse(stage.name, made)
         self.how = StageMade(stage.name, "exported for this artifact (its export time includes it)")
         return made
+
+    def _symbolic_or_refuse(self, stage: str, artifact: Artifact) -> None:
+        """A stage that fell back to fixed sizes cannot carry this export's symbolic dimensions: an ExportError
+        with the stage's own reason and category, so this export falls back to fixed sizes too (from the stage's
+        models where it was exported beside this one), instead of failing inside the format on files it lacks."""
+        fixed = _fixed_sizes(artifact.manifest)
+        if fixed is None or not self.signature.symbolic_dims:
+            return
+        self.__exit__()  # the refused stage's temporary directory, if it has one
+        raise ExportError(
+            f"Backend '{self.backend.name}' | its {stage} stage holds fixed sizes only ({'; '.join(fixed.models)}), "
+            f"so it cannot keep the symbolic dimension(s) {', '.join(self.signature.symbolic_dims)} either; the "
+            f"{stage} export said: {fixed.why}", backend=self.backend.name, category=fixed.category or "export-failed")
 
     def __exit__(self, *exc_info) -> None:
         if self.tmp is not None:

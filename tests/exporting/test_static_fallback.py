@@ -120,3 +120,42 @@ def test_a_symbolic_model_off_by_less_than_gross_is_kept_and_left_to_parity(tmp_
     row = results.backends["xla_perturbed"]
     assert row.status is Status.PARITY_FAILED, row.reason
     assert row.supports["dims"] == {"b": "any"}
+
+
+def _gpt2() -> Target:
+    """keras-hub's GPT2Backbone (a real model): jax2onnx cannot trace it with a symbolic batch (keras hands
+    jnp.arange a None), and the StableHLO route takes static shapes only, so its ONNX artifact holds fixed sizes."""
+    pytest.importorskip("keras_hub")
+    if not (get_backend("onnx").available().ok and get_backend("openvino").available().ok):
+        pytest.skip("onnx or openvino unavailable")
+    from benchmarks.real_models import keras_hub_gpt2
+
+    return keras_hub_gpt2()
+
+
+def test_openvino_on_a_fixed_size_onnx_stage_falls_back_from_the_stages_models(tmp_path):
+    """OpenVINO builds on the ONNX export beside it. When that stage holds fixed sizes only, OpenVINO's symbolic
+    export says so in one line with the stage's own reason (it failed inside OpenVINO on a file the stage lacks,
+    KeyError 'model'), and each of its sizes reuses the stage's model of that size instead of converting again."""
+    model = _gpt2()
+    results = compare(model, backends=["onnx", "openvino"], out_dir=tmp_path, trials=1, bench=None,
+                      val_ranges={"inputs.token_ids": (1, 100)})
+    assert {b: r.status for b, r in results.backends.items()} == {"onnx": Status.OK, "openvino": Status.OK}
+    ov = load(tmp_path / "openvino").manifest.format["static_fallback"]
+    assert ov["why"].startswith("Backend 'openvino' | its onnx stage holds fixed sizes only (b=2; b=1; b=5), so it "
+                                "cannot keep the symbolic dimension(s) b either; the onnx export said: Backend 'onnx' | "
+                                "jax2onnx's arange plugin cannot convert the function"), ov["why"]
+    for key, rel in ov["models"].items():
+        stage = load(tmp_path / "openvino" / rel).manifest.format["stage"]
+        assert stage["made"] == "reused the stage artifact exported beside this one", (key, stage)
+        # reused_from is relative to the directory holding the model that reused it
+        assert (tmp_path / "openvino" / rel).parent.joinpath(stage["reused_from"]).resolve() == \
+            (tmp_path / "onnx" / rel).resolve()
+
+
+def test_openvino_alone_says_why_its_fresh_onnx_stage_cannot_keep_the_symbolic_batch(tmp_path):
+    model = _gpt2()
+    artifact = export(model, out_dir=tmp_path / "ov", backend="openvino")
+    why = artifact.manifest.format["static_fallback"]["why"]
+    assert why.startswith("Backend 'openvino' | its onnx stage holds fixed sizes only (b="), why
+    assert not list(tmp_path.glob(".openvino-stage-*")), "the refused stage's temporary directory is removed"
