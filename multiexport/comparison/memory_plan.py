@@ -23,6 +23,7 @@ from ..errors import MultiexportError, UsageError
 from ..exporting.precision import split_variant
 from ..exporting.registry import backend_class
 from ..measure.pairing import PER_WORKER_BYTES, available_memory
+from ..system.descendants import status_bytes
 
 __all__ = ["AVAILABLE_ENV", "EXPORT", "FOOTPRINT_ENV", "REFERENCE", "RUNNER", "Footprint", "Footprints",
            "MemoryPlan", "available_now", "footprints", "plan_memory", "rss_of"]
@@ -229,14 +230,7 @@ def _pair(value: object) -> Footprint | None:
 
 def rss_of(pid: int) -> int:
     """A live process's resident size in bytes (0 when it is gone or the system cannot say)."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    return status_bytes(pid, "VmRSS") or 0
 
 
 def _size(value: int) -> str:

@@ -43,6 +43,7 @@ from .precision import FP32, calibrated_at, check_weights_quantizable, remove_ca
 from .registry import get_backend
 from .stablehlo import evaluate_dim
 from .static_fallback import describe_failure, manifest_for, plan, size_dir, size_key, specialize
+from .static_runner import models_of
 from .symbolic_check import wrong_result
 
 if TYPE_CHECKING:
@@ -137,15 +138,18 @@ def _export_sizes(backend: Backend, fn: Callable[..., Any], signature: "Signatur
 
 
 def _stage_models(directory: str | None) -> dict[str, str]:
-    """A static-sizes stage artifact's models: size key ("b=2") -> its sub-artifact directory; {} for any other
-    stage, or one that cannot be read (the stage is then exported afresh, as for any stage not reused)."""
+    """A static-sizes stage artifact's models: size key ("b=2") -> its sub-artifact directory, each checked to lie
+    inside it (`static_runner.models_of`); {} for any other stage, or one that cannot be read (the stage is then
+    exported afresh, as for any stage not reused)."""
     if not directory:
         return {}
     try:
-        fallback = _fixed_sizes(Manifest.read(directory))
+        manifest = Manifest.read(directory)
+        if STATIC_FALLBACK_KEY not in manifest.format:
+            return {}
+        return {key: str(path) for key, path in models_of(manifest, Path(directory)).items()}
     except (MultiexportError, OSError, ValueError):
         return {}
-    return {key: str(Path(directory) / rel) for key, rel in fallback.models.items()} if fallback else {}
 
 
 def _fixed_sizes(manifest: Manifest) -> FallbackFacts | None:

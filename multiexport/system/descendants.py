@@ -106,10 +106,20 @@ def descendants(root: int) -> list[tuple[int, int]]:
 
 def vm_hwm(pid: int) -> int | None:
     """The process's peak resident size in bytes (VmHWM), None if it is gone or has no address space."""
+    return status_bytes(pid, "VmHWM")
+
+
+def status_bytes(pid: int, key: str) -> int | None:
+    """A size field of /proc/PID/status (VmRSS, VmHWM, ...) in bytes; None when the process is gone, has no
+    such field (no address space) or the system cannot say."""
     status = _read(Path(f"/proc/{pid}/status"))
+    prefix = key.encode() + b":"
     for line in (status or b"").splitlines():
-        if line.startswith(b"VmHWM:"):
-            return int(line.split()[1]) * 1024
+        if line.startswith(prefix):
+            try:
+                return int(line.split()[1]) * 1024
+            except (ValueError, IndexError):
+                return None
     return None
 
 

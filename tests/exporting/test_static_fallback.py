@@ -7,6 +7,8 @@ shape logic, one of them numerically wrong so a fallback artifact can be shown t
 
 from __future__ import annotations
 
+import json
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -151,6 +153,15 @@ def test_openvino_on_a_fixed_size_onnx_stage_falls_back_from_the_stages_models(t
         # reused_from is relative to the directory holding the model that reused it
         assert (tmp_path / "openvino" / rel).parent.joinpath(stage["reused_from"]).resolve() == \
             (tmp_path / "onnx" / rel).resolve()
+
+    # a stage whose manifest points a size's model out of the stage is not reused for it: exported afresh
+    from multiexport.exporting.pipeline import _stage_models
+
+    assert sorted(_stage_models(str(tmp_path / "onnx"))) == ["b=1", "b=2", "b=5"]
+    manifest = json.loads((tmp_path / "onnx" / "manifest.json").read_text())
+    manifest["format"]["static_fallback"]["models"]["b=2"] = "../../elsewhere"
+    (tmp_path / "onnx" / "manifest.json").write_text(json.dumps(manifest))
+    assert _stage_models(str(tmp_path / "onnx")) == {}
 
 
 def test_openvino_alone_says_why_its_fresh_onnx_stage_cannot_keep_the_symbolic_batch(tmp_path):
