@@ -147,6 +147,20 @@ class StaticOnlyXla(XlaBackend):
         return super()._export_impl(job)
 
 
+class StaticSmallOnlyXla(XlaBackend):
+    """Like StaticOnlyXla, and it cannot build a static model of batch 4 or more either: a fallback artifact that
+    lacks some of the sizes a compare checks."""
+
+    name = "xla_static_small"
+
+    def _export_impl(self, job):
+        if job.signature.symbolic_dims:
+            raise RuntimeError("Symbolic dimension used in a context that requires a constant")
+        if any(leaf.shape and isinstance(leaf.shape[0], int) and leaf.shape[0] >= 4 for leaf in job.signature.inputs):
+            raise RuntimeError("this converter holds batches of at most 3")
+        return super()._export_impl(job)
+
+
 class StaticOnlyPerturbedXla(PerturbedXla):
     """Like StaticOnlyXla, but its static artifacts are numerically wrong (1e-3 added to float outputs)."""
 
@@ -227,4 +241,4 @@ class AutographRunCrashingXla(_Faulty):
 ALL = {cls.name: f"tests.fault_backends:{cls.__name__}"
        for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, KilledXla, SleepyXla, DiesWhileTimedXla,
                     ExportFailingXla, ExportCrashingXla, AutographExportCrashingXla, AutographRunCrashingXla,
-                    StaticOnlyXla, StaticOnlyPerturbedXla, SymbolicWrongXla)}
+                    StaticOnlyXla, StaticSmallOnlyXla, StaticOnlyPerturbedXla, SymbolicWrongXla)}

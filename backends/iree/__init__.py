@@ -113,7 +113,7 @@ class IreeBackend(Backend):
                       "note": "an IREE runtime of the same release as the compiler (a .vmfb is tied to its IREE "
                               "version); llvm-cpu code needs this host's CPU features"},
             format=facts_of(compiled, signature, weights, drivers, choice, declaration, args),
-            warnings=warnings, weights=weights, fixed_dims=compiled.sizes,
+            warnings=warnings, weights=weights,
             platforms=["cpu" if t == "llvm-cpu" else "cuda" for t in targets],
             declared=declared_dtypes(declaration, [signature.inputs[i] for i in arg_index], list(signature.outputs)),
             native=native, precision=precision,

@@ -1,9 +1,12 @@
-"""The steps of IREE's export, each a function: compile the module (specialised to the example's sizes when the
-symbolic one fails), write its files, choose the CPU driver, and describe the result."""
+"""The steps of IREE's export, each a function: compile the module, write its files, choose the CPU driver, and
+describe the result.
+
+A symbolic module IREE cannot compile fails here with IREE's own words; the export driver's static-size fallback
+(multiexport.exporting.static_fallback) then compiles one module per requested size, as for every format, so the
+artifact holds each size a compare checks, not the example's alone."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -18,13 +21,10 @@ from multiexport.sdk import (
     LiftedWeights,
     NoNativeSection,
     Signature,
-    concrete_specs,
     embedded,
-    evaluate_dim,
     export_module,
     parse_dtype,
     plan,
-    present,
     usable_cpus,
     write_bytes_atomic,
 )
@@ -51,8 +51,6 @@ class Compiled:
     compile_exported found in the module (custom calls, shape assertions); vmfb: the compiled bytes.
     flags: the compile flags used; base_flags: those without the performance flags; config: the CPU config chosen.
     targets: IREE's target backends; lifted: the lifted weights, or None.
-    sizes: the symbolic dims' sizes when the symbolic module failed and this one is specialised, else None.
-    dynamic_error: what IREE said of the symbolic module then.
     """
 
     exported: Any
@@ -64,33 +62,19 @@ class Compiled:
     config: CpuConfig
     targets: list[str]
     lifted: LiftedWeights | None
-    sizes: dict[str, int] | None = None
-    dynamic_error: str | None = None
 
 
 def compile_module(job: ExportJob[IreeOptions]) -> Compiled:
     """The module lowered for cpu (the StableHLO of ordinary ops is the same for every platform, and one module
-    with no platform-index argument serves all IREE targets) and compiled; specialised to the example's sizes
-    when IREE cannot compile the symbolic module."""
+    with no platform-index argument serves all IREE targets) and compiled."""
     fn, signature, options = job.fn, job.signature, job.options
     targets, arch = targets_for(options.platforms)
     base_flags = [*compile_flags(targets, arch, x64=signature.x64), *PRECISION_FLAGS.get(options.precision, ())]
     lifted = plan(fn, signature, options.external_weights)
-    n = len(signature.inputs)
     exported = export_module(fn, signature, keep_unused=options.keep_unused, platforms=("cpu",), lifted=lifted)
     config = cpu_config(job.backend_options, targets, exported.mlir_module())
-    try:
-        made = _compile(exported, targets, base_flags, config, lifted, n)
-        return Compiled(exported, *made, base_flags, config, targets, lifted)
-    except ExportError as exc:
-        sizes = signature.example_sizes() or None
-        if sizes is None:
-            raise
-        dynamic_error = getattr(exc, "diagnostics", str(exc))
-    exported = export_module(fn, signature, keep_unused=options.keep_unused, platforms=("cpu",),
-                             lifted=lifted, specs=concrete_specs(signature, sizes))
-    made = _compile(exported, targets, base_flags, config, lifted, n)
-    return Compiled(exported, *made, base_flags, config, targets, lifted, sizes, dynamic_error)
+    made = _compile(exported, targets, base_flags, config, lifted, len(signature.inputs))
+    return Compiled(exported, *made, base_flags, config, targets, lifted)
 
 
 def _compile(exported: Any, targets: list[str], base_flags: list[str], config: CpuConfig,
@@ -137,23 +121,15 @@ def choose_cpu_driver(option: str, out_dir: Path, files: dict[str, str], signatu
 def native_and_warnings(signature: Signature, arg_index: list[int], compiled: Compiled, driver: str
                         ) -> tuple[dict[str, Any] | None, list[str]]:
     """The native section for iree-run-module (None, with a warning saying why, when it cannot take the artifact)
-    and the export's warnings: a specialised build, custom call targets."""
-    sizes, warnings = compiled.sizes, []
+    and the export's warnings: custom call targets."""
+    warnings = []
     try:
-        native = iree_section([(i, at_sizes(signature.inputs[i], sizes)) for i in arg_index],
-                              [at_sizes(leaf, sizes) for leaf in signature.outputs], driver=driver,
+        native = iree_section([(i, signature.inputs[i]) for i in arg_index], list(signature.outputs), driver=driver,
                               module=MODULE, function=FUNCTION,
                               parameters=f"{PARAMETER_SCOPE}={WEIGHTS_FILE}" if compiled.lifted else None)
     except NoNativeSection as exc:
         native = None
         warnings.append(f"no native section: {exc}")
-    if sizes is not None:
-        dynamic_error = present(compiled.dynamic_error, "set with sizes, when the symbolic module failed")
-        shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
-        warnings.append(
-            f"specialised: IREE could not compile the symbolic module, so this artifact is compiled for "
-            f"{shown} only (every leaf at the example's shape); other sizes are not supported by it. IREE said: "
-            f"{dynamic_error.splitlines()[0][:500]}")
     if compiled.notes["custom_call_targets"]:
         warnings.append(f"the module calls custom call targets {compiled.notes['custom_call_targets']}")
     return native, warnings
@@ -189,19 +165,9 @@ def facts_of(compiled: Compiled, signature: Signature, weights: dict[str, Any], 
         module_signature=declaration,
         module_args=[str(a.name) for a in args if a.kind == "leaf"],
         module_results=[leaf.name for leaf in signature.outputs],
-        dynamic=compiled.sizes is None and bool(signature.symbolic_dims),
-        specialised_to=compiled.sizes,
-        dynamic_compile_error=compiled.dynamic_error,
+        dynamic=bool(signature.symbolic_dims),
         stablehlo={"lowered_for": "cpu", **compiled.notes, "shape_assertions_why": SHAPE_ASSERTIONS_WHY},
     )
-
-
-def at_sizes(leaf: Leaf, sizes: dict[str, int] | None) -> Leaf:
-    """The leaf with the symbolic dims a specialised build fixed written as their sizes."""
-    if not sizes or not leaf.is_symbolic:
-        return leaf
-    return dataclasses.replace(leaf, shape=tuple(d if isinstance(d, int) else evaluate_dim(d, sizes)
-                                                 for d in leaf.shape))
 
 
 def declaration_of(vmfb: bytes) -> str:

@@ -26,8 +26,8 @@ class IreeFacts(FormatFacts):
     host_cpu_note: why llvm-cpu code may not run on other CPUs, or None without llvm-cpu.
     function: the module function a consumer calls. module_signature: its declaration.
     module_args, module_results: the leaves the function takes and returns, in order.
-    dynamic: whether the module keeps symbolic dims. specialised_to: dim -> the one size it was compiled
-        for when the symbolic module failed to compile, else None; dynamic_compile_error: that failure.
+    dynamic: whether the module keeps symbolic dims (a module IREE cannot compile with them is not written: the
+        export driver's static-size fallback compiles one per size, each with its own facts).
     stablehlo: what was done to the StableHLO before compiling, and why.
     """
 
@@ -44,6 +44,4 @@ class IreeFacts(FormatFacts):
     module_args: list[str]
     module_results: list[str]
     dynamic: bool
-    specialised_to: dict[str, int] | None
-    dynamic_compile_error: str | None
     stablehlo: dict[str, Any]

@@ -149,11 +149,15 @@ def _evidence(ctx: Context, prep: Prepared, fixed: dict[str, list[int]]) -> tupl
     refs = [prep.ref_outputs[i] for i in indices]
     excluded_names = {e.trial for e in prep.excluded}
     excluded = [e for e in prep.excluded if e.trial in {t.name for t in trials}]
-    if fixed and config.inputs is None:  # as much evidence at the artifact's own size as others get at theirs
+    skipped = [t.name for t in prep.trials if not supported(t.dims, fixed)]
+    if fixed and skipped and config.inputs is None:
+        # As much evidence at the artifact's own sizes as others get at theirs: trials it cannot take are
+        # replaced by as many at its first size, numbered after the compare's own (an artifact holding every
+        # size the compare checks takes every trial and gets none: "random0 b=1" twice was two different feeds)
         rng = np.random.default_rng(config.seed + 7)
         setting = {d: sizes[0] for d, sizes in fixed.items()}
         label = " ".join(f"{d}={v}" for d, v in setting.items())
-        for t in range(config.trials):
+        for t in range(config.trials, 2 * config.trials):
             extra = trial_at(prep.sig.inputs, prep.sig.example_feed(), setting, rng, f"random{t} {label}",
                              config.val_ranges)
             trials.append(extra)
@@ -161,12 +165,11 @@ def _evidence(ctx: Context, prep: Prepared, fixed: dict[str, list[int]]) -> tupl
         for e in out_of_domain([prep.trials[0], *trials[len(indices):]], [prep.ref_outputs[0], *refs[len(indices):]]):
             excluded.append(e)
             excluded_names.add(e.trial)
-    skipped = [t.name for t in prep.trials if not supported(t.dims, fixed)]
     return [(t, r) for t, r in zip(trials, refs) if t.name not in excluded_names], excluded, skipped
 
 
 def _fits(manifest: Manifest, feed) -> bool:
-    """Whether a feed has the shapes the artifact takes (a specialised artifact takes one size only)."""
+    """Whether a feed has the shapes the artifact takes (one holding a model per size takes those sizes only)."""
     try:
         check_feed(manifest.inputs, feed)
     except InputError:

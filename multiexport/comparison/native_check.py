@@ -1,7 +1,8 @@
 """`compare --native`: one backend's artifact run from disk by its native, Python-free consumer.
 
 On the same trials as its Python runner (those the consumer can take: a symbolic XLA artifact runs
-the static modules refined for the sizes compare asked the export for), its outputs are checked against
+the static modules refined for the sizes compare asked the export for; an artifact holding one model per size
+runs each trial in the model of its size), its outputs are checked against
 jax.jit with the same tolerances, and its per-call latency is measured inside the program at each batch
 size the Python runner was timed at, for as many calls. One native failure is that row's native
 verdict; it never touches the Python verdict or the other rows.
@@ -9,7 +10,7 @@ verdict; it never touches the Python verdict or the other rows.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from ..errors import BackendUnavailable, MultiexportError, RunError, present
 from ..exporting.feed import check_signature_feed
 from ..exporting.native_section import consumer_for
 from ..exporting.precision import split_variant
+from ..exporting.static_runner import holds_models, models_of, size_key
 from ..measure.accuracy import judge
 from ..measure.bench import summarize
 from ..measure.pairing import all_ratios
@@ -43,7 +45,8 @@ def check_native(ctx: Context, prep: Prepared, name: str, exported: Exported, ch
     if prep.device.chosen not in declared.devices:
         return NativeResult(consumer, Status.NO_GPU,
                             f"this consumer runs on {', '.join(declared.devices)} only, not on {prep.device.chosen}")
-    if not manifest.native:
+    models = _size_models(manifest, directory)
+    if not manifest.native and models is None:
         return NativeResult(consumer, Status.UNAVAILABLE, "the artifact has no native section (re-export it)")
     # On a GPU plan pjrt_run loads jax's CUDA PJRT plugin (the static modules are refined for cuda there).
     # Compare exported this artifact itself, into the directory it claimed, and its run worker loaded it
@@ -56,9 +59,9 @@ def check_native(ctx: Context, prep: Prepared, name: str, exported: Exported, ch
         return NativeResult(consumer, Status.UNAVAILABLE, str(exc))
     except MultiexportError as exc:
         return NativeResult(consumer, Status.RUN_FAILED, str(exc))
-    usable = [(t, r) for t, r in checked if native_supports(manifest.native, t.dims) is None]
-    skipped = [f"{t.name} ({native_supports(manifest.native, t.dims)})" for t, _ in checked
-               if native_supports(manifest.native, t.dims) is not None]
+    usable = [(t, r) for t, r in checked if _supports(manifest, models, t.dims) is None]
+    skipped = [f"{t.name} ({_supports(manifest, models, t.dims)})" for t, _ in checked
+               if _supports(manifest, models, t.dims) is not None]
     if not usable:
         return NativeResult(consumer, Status.SIZE_UNSUPPORTED, "; ".join(skipped) or "no trial to run", command)
     ctx.progress(f"{name}: native run ({consumer}) on {len(usable)} trials")
@@ -99,7 +102,7 @@ def _latency(ctx: Context, prep: Prepared, name: str, exported: Exported, bench:
                                     "the Python runner has no latency at this size to set beside it"))
             continue
         dims = _dims(prep.sig, feed)
-        why = native_supports(manifest.native, dims)
+        why = _supports(manifest, _size_models(manifest, exported.artifact), dims)
         if why:
             sizes.append(NativeSize(batch, Status.SIZE_UNSUPPORTED, why))
             continue
@@ -178,6 +181,23 @@ def apply_paired(ctx: Context, prep: Prepared, rows: Rows, timed: dict[str, Any]
             if python is not None and len(python.samples.get(i, [])) == rounds:
                 size.ratio = all_ratios({name: python.samples[i], name + NATIVE_SUFFIX: slices}, batch)[0]
             native.sizes[at] = size
+
+
+def _size_models(manifest, directory) -> list[str] | None:
+    """The size keys of an artifact holding one model per size (each run natively by the model of its size:
+    native.run.size_model), else None."""
+    if manifest.native or not holds_models(manifest):
+        return None
+    return list(models_of(manifest, directory))
+
+
+def _supports(manifest, models: list[str] | None, dims: Mapping[str, int]) -> str | None:
+    """None when the native consumer can run at `dims`, else why not: a size the artifact holds no model for,
+    or one a symbolic XLA artifact has no refined static module for (measure.plan.native_supports)."""
+    if models is None:
+        return native_supports(manifest.native, dims)
+    key = size_key({d: dims[d] for d in manifest.symbolic_dims if d in dims})
+    return None if key in models else f"no model for {key} (the artifact holds {'; '.join(models)})"
 
 
 def _dims(sig, feed) -> dict[str, int]:

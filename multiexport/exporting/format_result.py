@@ -29,8 +29,6 @@ class FormatResult:
     declared: leaf name -> dtype the artifact itself declares for each input it takes and each output,
         read back from the written files; the core refuses an artifact whose declared dtypes differ from
         the leaves' (a manifest never states a dtype the artifact does not take).
-    fixed_dims: symbolic dimension -> the one size the artifact was compiled for, when the backend had to
-        specialise (the manifest then states concrete shapes and `supports` says so).
     platforms: the platforms the artifact runs on (`["cpu"]`, `["cpu", "cuda"]`).
     native: what the format's native consumer needs (see multiexport.native), or None.
     setup: one-time setup this export paid, e.g. ExportSetup(9.8, "jax2onnx plugin import").
@@ -47,7 +45,6 @@ class FormatResult:
     warnings: list[str] = field(default_factory=list)
     weights: dict[str, Any] = field(default_factory=dict)
     declared: dict[str, str] | None = None
-    fixed_dims: dict[str, int] | None = None
     platforms: list[str] = field(default_factory=lambda: ["cpu"])
     native: dict[str, Any] | None = None
     setup: ExportSetup | None = None

@@ -44,7 +44,7 @@ def inventory_sha256(directory: Path) -> dict[str, str]:
     return {rel: sha256_file(directory / rel) for rel in inventory(directory)}
 
 
-def write_example_inputs(signature: "Signature", out_dir: Path, fixed: dict[str, int]) -> bool:
+def write_example_inputs(signature: "Signature", out_dir: Path) -> bool:
     """The target's example values as example_inputs.npz, so `multiexport run DIR` works as is."""
     examples = signature.example_feed()
     if len(examples) != len(signature.inputs) or sum(a.nbytes for a in examples.values()) > EXAMPLE_LIMIT_BYTES:

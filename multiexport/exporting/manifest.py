@@ -205,7 +205,8 @@ class Manifest:
         return [leaf for leaf in self.inputs if not leaf.used]
 
     def fixed_sizes(self) -> dict[str, list[int]]:
-        """Symbolic dims the artifact supports only at some sizes (a specialised build), with those sizes."""
+        """Symbolic dims the artifact supports only at some sizes (one model per size: the static-size
+        fallback), with those sizes."""
         return {d: list(v) for d, v in (self.supports.dims or {}).items() if v != "any"}
 
     def external_weights(self) -> list[str]:

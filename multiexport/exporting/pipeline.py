@@ -41,7 +41,6 @@ from .manifest_records import Supports, Weights
 from .outdir import claimed, disk_error
 from .precision import FP32, calibrated_at, check_weights_quantizable, remove_calibration_scratch
 from .registry import get_backend
-from .stablehlo import evaluate_dim
 from .static_fallback import describe_failure, manifest_for, plan, size_dir, size_key, specialize
 from .static_runner import models_of
 from .symbolic_check import wrong_result
@@ -274,24 +273,23 @@ def build_manifest(backend: Backend, signature: "Signature", options: ExportOpti
                    result: FormatResult, staging: Path, stage: StageMade | None = None) -> Manifest:
     """The manifest: the core's common fields, the backend's facts, and the inventory of what was written
     (stage: how the stage it builds on was made, recorded as format.stage)."""
-    fixed = result.fixed_dims or {}
     files = dict(result.files)
-    if write_example_inputs(signature, staging, fixed):
+    if write_example_inputs(signature, staging):
         files["example_inputs"] = EXAMPLE_INPUTS
     native = result.native
     if native is not None:
         # A consumer reads inputs/ only where the export wrote it: never a section naming files that are not there.
         native = {**native, "inputs_written": write_native_inputs(signature, staging, native)}
-    dims = {d: ([fixed[d]] if d in fixed else "any") for d in signature.symbolic_dims}
+    dims = dict.fromkeys(signature.symbolic_dims, "any")
     check_result(backend, options.precision, result)
     fmt = result.format.with_core(stage, result.setup).to_json()
     return Manifest(
         backend=backend.name,
         target=signature.name,
-        inputs=bindings(signature.inputs, result.used, result.params, fixed),
-        outputs=bindings(signature.outputs, [True] * len(signature.outputs), result.output_params, fixed),
+        inputs=bindings(signature.inputs, result.used, result.params),
+        outputs=bindings(signature.outputs, [True] * len(signature.outputs), result.output_params),
         keep_unused=options.keep_unused,
-        symbolic_dims=[d for d in signature.symbolic_dims if d not in fixed],
+        symbolic_dims=list(signature.symbolic_dims),
         files=files,
         versions={**base_versions(), **result.versions},
         created=utc_now(),
@@ -309,27 +307,11 @@ def build_manifest(backend: Backend, signature: "Signature", options: ExportOpti
     )
 
 
-def bindings(leaves: Sequence[Any], used: Sequence[bool], params: Sequence[int | str | None],
-             fixed: dict[str, int] | None = None) -> list[LeafBinding]:
-    """LeafBindings for signature leaves, with the format's used flags and parameter ids.
-
-    fixed: symbolic dims the artifact was specialised to; those dims are written as their sizes.
-    """
-    out = []
-    for leaf, u, p in zip(leaves, used, params, strict=True):
-        shape: list[int | str] = list(leaf.shape)
-        if fixed:
-            shape = [d if isinstance(d, int) or not set(_symbols(d)) <= set(fixed) else evaluate_dim(d, fixed)
-                     for d in shape]
-        out.append(LeafBinding(name=leaf.name, alias=leaf.alias, shape=shape, dtype=leaf.dtype, used=bool(u), param=p,
-                               weak_type=leaf.weak_type, key_impl=leaf.key_impl))
-    return out
-
-
-def _symbols(dim: str) -> list[str]:
-    import re
-
-    return [s for s in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", dim) if s not in ("floordiv", "mod", "max", "min")]
+def bindings(leaves: Sequence[Any], used: Sequence[bool], params: Sequence[int | str | None]) -> list[LeafBinding]:
+    """LeafBindings for signature leaves, with the format's used flags and parameter ids."""
+    return [LeafBinding(name=leaf.name, alias=leaf.alias, shape=list(leaf.shape), dtype=leaf.dtype, used=bool(u),
+                        param=p, weak_type=leaf.weak_type, key_impl=leaf.key_impl)
+            for leaf, u, p in zip(leaves, used, params, strict=True)]
 
 
 def audit_dtypes(backend: str, manifest: Manifest, result: FormatResult) -> None:

@@ -147,7 +147,7 @@ def manifest_for(backend: "Backend", signature: "Signature", options: "ExportOpt
                 for leaf, sub in zip(leaves, subs)]
 
     files = {f"model {key}": f"{size_dir(parse_key(key))}/manifest.json" for key in built}
-    if write_example_inputs(signature, staging, {}):
+    if write_example_inputs(signature, staging):
         files["example_inputs"] = EXAMPLE_INPUTS
     dims: dict[str, list[int]] = {}
     for key in built:

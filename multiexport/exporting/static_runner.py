@@ -63,6 +63,25 @@ def models_of(manifest: "Manifest", directory: Path) -> dict[str, Path]:
     return out
 
 
+def holds_models(manifest: "Manifest") -> bool:
+    """Whether `manifest` is a fallback artifact's (one model per size, no model of its own)."""
+    return FORMAT_KEY in manifest.format
+
+
+def model_at(manifest: "Manifest", directory: Path, sizes: Mapping[str, int] | None, backend: str) -> Path:
+    """The sub-artifact of a fallback artifact built for `sizes` (None: the first, the example's); RunError
+    `size-unsupported` naming the sizes it holds when none was built for them."""
+    models = models_of(manifest, directory)
+    if sizes is None:
+        return next(iter(models.values()))
+    key = size_key({d: sizes[d] for d in manifest.symbolic_dims if d in sizes})
+    if key not in models:
+        raise RunError(f"Artifact '{directory}' | got {key}, expected one of the sizes it was built for: "
+                       f"{'; '.join(models)} (its converter could not keep the symbolic dimension)",
+                       backend=backend, category="size-unsupported")
+    return models[key]
+
+
 class StaticSizesRunner(Runner):
     """Runs a fallback artifact: each feed goes to the model built for the sizes it binds.
 
@@ -80,12 +99,9 @@ class StaticSizesRunner(Runner):
     def runner_for(self, sizes: Mapping[str, int]) -> Runner:
         """The loaded runner of the model for `sizes` (RunError `size-unsupported` when none was built)."""
         key = size_key({d: sizes[d] for d in self.manifest.symbolic_dims if d in sizes})
-        if key not in self.models:
-            raise RunError(f"Artifact '{self.directory}' | got {key}, expected one of the sizes it was built for: "
-                           f"{'; '.join(self.models)} (its converter could not keep the symbolic dimension)",
-                           backend=self.backend.name, category="size-unsupported")
         if key not in self.runners:
-            self.runners[key] = self.backend.load(self.models[key], self.options)
+            model = model_at(self.manifest, self.directory, sizes, self.backend.name)
+            self.runners[key] = self.backend.load(model, self.options)
         return self.runners[key]
 
     def prepare(self, feed: Mapping[str, Any]) -> Any:

@@ -29,6 +29,7 @@ from ..exporting.native_consumer import Call, NativeConsumer
 from ..exporting.native_section import CONSUMERS, INPUT_DIR, OUTPUT_DIR, check_section, consumer_for, npy_describes
 from ..exporting.options import check_run_device
 from ..exporting.registry import get_backend
+from ..exporting.static_runner import holds_models, model_at
 from ..files.npz import load_npz
 from ..files.temporary import make_temporary
 from ..system.process import run_command
@@ -71,6 +72,19 @@ def _checked(directory: Path, trust_artifact: bool) -> tuple[Manifest, dict[str,
     return manifest, native
 
 
+def size_model(directory: Path, feed: Mapping[str, Any] | None) -> Path:
+    """The directory whose native section runs: the artifact itself, or, for an artifact holding one model per
+    size (its converter could not keep the symbolic dims: no native section of its own), the model built for
+    the sizes `feed` binds (None: the first model, the example's; RunError `size-unsupported` naming the sizes
+    it holds when it has none for them). Each size's model is a complete artifact with its own native section,
+    checked like any other."""
+    manifest = Manifest.read(directory)
+    if manifest.native is not None or not holds_models(manifest):
+        return directory
+    sizes = check_feed(manifest.inputs, feed)[1] if feed is not None else None
+    return model_at(manifest, directory, sizes, manifest.backend)
+
+
 def _consumer_checked(directory: Path, trust_artifact: bool) -> tuple[Manifest, dict[str, Any], NativeConsumer]:
     manifest = Manifest.read(directory)
     consumer = consumer_for(manifest.backend)
@@ -101,8 +115,9 @@ def command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DIR, out
     device: for XLA without `plugin`, which installed PJRT plugin runs it ("cpu"; "gpu": jax's CUDA plugin; "tpu":
     libtpu; "auto": the TPU where this machine has one the consumer can use, else the CPU; `device_for`).
     trust_artifact: skip the trust gate (`Backend.check_untrusted`); the program itself is always multiexport's.
+    An artifact holding one model per size gives the command of its first model's (the example's size).
     """
-    directory = Path(artifact_dir).resolve()
+    directory = size_model(Path(artifact_dir).resolve(), None)
     manifest, native, consumer = _consumer_checked(directory, trust_artifact)
     lowered = [str(p).lower() for p in manifest.supports.get("platforms") or []]
     device = device_for(consumer, device, lowered)
@@ -132,9 +147,10 @@ def print_command(artifact_dir: str | os.PathLike, *, inputs_dir: str = INPUT_DI
     """One shell line that runs the artifact natively without Python: `cd DIR && mkdir -p outputs && env -i ...`.
 
     By default it reads the example inputs the export wrote to the artifact's inputs/ (file names:
-    native.args[].file) and writes outputs/ there.
+    native.args[].file) and writes outputs/ there. An artifact holding one model per size gives its first
+    model's line (the example's size), in that model's directory.
     """
-    directory = Path(artifact_dir).resolve()
+    directory = size_model(Path(artifact_dir).resolve(), None)
     argv, env = command(directory, inputs_dir=inputs_dir, outputs_dir=outputs_dir, **kwargs)
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return (f"cd {shlex.quote(str(directory))} && mkdir -p {shlex.quote(outputs_dir)} && "
@@ -147,10 +163,11 @@ def run(artifact_dir: str | os.PathLike, feed: Mapping[str, Any], *, iters: int 
     """Run the artifact natively on `feed` (leaf name -> array), checked against the manifest first.
 
     A symbolic XLA artifact runs the refined static module of the sizes the feed binds; the program
-    refuses sizes the artifact has no module for, naming those it has.
+    refuses sizes the artifact has no module for, naming those it has. An artifact holding one model per size
+    (the static-size fallback) runs the model of the sizes the feed binds (`size_model`).
     """
     check_timeout(timeout)
-    directory = Path(artifact_dir).resolve()
+    directory = size_model(Path(artifact_dir).resolve(), feed)
     manifest, native, consumer = _consumer_checked(directory, trust_artifact)
     arrays, _ = check_feed(manifest.inputs, feed)
     # Our programs read bfloat16 / float8 .npy files as opaque bytes (V2, V1), dtype taken from the manifest;

@@ -132,7 +132,7 @@ def test_native_command_reproduces_python_runner_from_a_copied_artifact(built, n
 def test_symbolic_batch_runs_at_two_sizes_in_both_runners(built):
     target, sig, artifact = built("transformer")
     m = artifact.manifest
-    assert m.symbolic_dims == ["b"] and m.format["dynamic"] and m.format["specialised_to"] is None
+    assert m.symbolic_dims == ["b"] and m.format["dynamic"] and "static_fallback" not in m.format
     assert m.inputs[-1].shape == ["b", 16, 64] and m.outputs[0].shape == ["b", 16, 64]
     assert m.format["stablehlo"]["dot_generals_batched"] > 0  # the rewrite that makes Dense on [b, s, d] compile
     assert "tensor<?x16x64xf32>" in m.format["module_signature"]
@@ -158,23 +158,35 @@ def test_removed_shape_assertions_are_checked_before_every_call(built):
             run(feed)
 
 
-def test_symbolic_module_iree_cannot_compile_is_specialised_and_says_so(tmp_path):
+def test_symbolic_module_iree_cannot_compile_gets_one_module_per_size_in_iree_s_words(tmp_path):
+    """IREE 3.13 cannot lower stablehlo.dynamic_reshape: the export driver's static-size fallback compiles a module
+    per size (the example's alone for a plain export; `fallback_sizes` adds others), each a complete IREE artifact
+    with its own native section, and the reason is IREE's own message."""
+
     def flatten(batch):  # reshape over a symbolic dim: stablehlo.dynamic_reshape, which IREE 3.13 cannot lower
         return {"flat": batch["x"].reshape(-1) * 2.0}
 
     target = Target(flatten, args=({"x": np.arange(12, dtype=np.float32).reshape(3, 4)},), name="flatten",
                     symbolic_batch="b", batch_leaves=("batch.*",))
     sig = build_signature(target)
-    m = IreeBackend().export(target.fn, sig, tmp_path / "a").manifest
-    assert m.format["specialised_to"] == {"b": 3} and not m.format["dynamic"]
-    assert "dynamic_reshape" in m.format["dynamic_compile_error"]
-    assert any(w.startswith("specialised:") and "compiled for b=3 only" in w and "dynamic_reshape" in w
-               for w in m.warnings)
-    assert m.symbolic_dims == [] and m.inputs[0].shape == [3, 4] and m.outputs[0].shape == [12]
+    m = IreeBackend().export(target.fn, sig, tmp_path / "a", ExportOptions(fallback_sizes={"b": (1, 5)})).manifest
+    fallback = m.format["static_fallback"]
+    assert list(fallback["models"]) == ["b=3", "b=1", "b=5"]  # the example's first
+    assert fallback["why"].startswith("Backend 'iree' | iree-compile rejected the module") and \
+        "dynamic_reshape" in fallback["why"], fallback["why"]
+    assert m.supports["dims"] == {"b": [1, 3, 5]} and m.symbolic_dims == ["b"]
     runner = IreeBackend().load(tmp_path / "a")
-    assert_faithful(runner(sig.example_feed()), reference_outputs(target, sig, sig.example_feed()), sig)
-    with pytest.raises(InputError, match="Input 'batch.x' \\| got shape \\(4, 4\\), expected shape \\(3, 4\\)"):
-        runner({"batch.x": np.zeros((4, 4), np.float32)})
+    for b in (1, 3, 5):
+        feed = {"batch.x": np.arange(4 * b, dtype=np.float32).reshape(b, 4)}
+        want = reference_outputs(target, sig, feed)
+        assert_faithful(runner(feed), want, sig)
+        assert_faithful(run_native(tmp_path / "a", feed), want, sig, f"native b={b}")  # the model of its size
+        model = Manifest.read(tmp_path / "a" / fallback["models"][f"b={b}"])
+        assert model.native is not None and not model.format["dynamic"] and model.inputs[0].shape == [b, 4]
+    for run in (runner, lambda f: run_native(tmp_path / "a", f)):
+        with pytest.raises(RunError, match="got b=4, expected one of the sizes it was built for: b=3; b=1; b=5"):
+            run({"batch.x": np.zeros((4, 4), np.float32)})
+    assert "/static/b3 && " in native.print_command(tmp_path / "a")  # the example's model, where it lies
 
 
 def test_function_iree_rejects_is_a_typed_compile_failure_with_iree_message(tmp_path):

@@ -23,7 +23,8 @@ def sqrt_edge() -> Target:
 
 
 def flatten() -> Target:
-    """A reshape over a symbolic batch: IREE 3.13 cannot lower stablehlo.dynamic_reshape, so it specialises."""
+    """A reshape over a symbolic batch: IREE 3.13 cannot lower stablehlo.dynamic_reshape, so it falls back to one
+    module per size."""
     return Target(lambda batch: {"flat": batch["x"].reshape(-1) * 2.0},
                   args=({"x": np.arange(12, dtype=np.float32).reshape(3, 4)},), name="flatten",
                   symbolic_batch="b", batch_leaves=("batch.*",))
@@ -40,16 +41,22 @@ def test_a_trial_outside_the_models_domain_is_left_out_and_said(tmp_path):
 
 
 @pytest.mark.skipif(not get_backend("iree").available().ok, reason="iree unavailable")
-def test_a_specialised_artifact_is_checked_and_timed_only_at_its_size(tmp_path):
+def test_a_symbolic_module_iree_cannot_compile_is_checked_timed_and_run_natively_at_every_size(tmp_path):
+    """IREE compiles one module per size the compare checks (it once compiled the example's alone, and b=1 and b=5
+    went unchecked and untimed): every trial is checked, each once and under its own name, every size timed, the
+    native consumer runs each trial in the model of its size; the verdict says the artifact takes those sizes only."""
     results = compare(flatten(), backends=["xla", "iree"], out_dir=tmp_path, trials=1, dim_sizes={"b": (1, 3, 5)},
-                      batch_sizes=(1, 3), bench=BENCH, paired=False)
+                      batch_sizes=(1, 3), bench=BENCH, paired=False, native=True)
     iree = results.backends["iree"]
     assert iree.status is Status.OK, iree.reason
-    assert "not supported by this artifact: trials" in iree.reason
-    assert iree.supports["dims"] == {"b": [3]}
-    assert all("b=3" in t or t == "example" for t in iree.parity.trials) and len(iree.parity.trials) >= 2
+    assert "not supported by this artifact" not in iree.reason
+    assert iree.supports["dims"] == {"b": [1, 3, 5]}
+    assert sorted(iree.parity.trials) == sorted(t.name for t in results.trials)  # each trial once, no extra
     sizes = {s.batch: s for s in iree.bench.sizes}
-    assert sizes[1].status is Status.SIZE_UNSUPPORTED and sizes[1].latency is None
-    assert sizes[3].status is Status.OK and sizes[3].latency is not None
-    caveats = " ".join(recommend(results).caveats)
-    assert "iree: size-unsupported: its artifact supports b=3 only" in caveats
+    assert all(sizes[b].status is Status.OK and sizes[b].latency is not None for b in (1, 3))
+    native = iree.native
+    assert native.status is Status.OK and native.parity.passed, native.reason
+    assert sorted(native.parity.trials) == sorted(t.name for t in results.trials)
+    assert {s.batch for s in native.sizes if s.status is Status.OK and s.latency is not None} == {1, 3}
+    assert "/static/b3 " in native.command  # the example's model, in its own directory
+    assert "iree takes b=1,3,5 only" in recommend(results).verdict, recommend(results).verdict

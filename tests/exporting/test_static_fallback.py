@@ -95,6 +95,23 @@ def test_a_compare_checks_and_times_a_fallback_artifact_at_every_size_it_checks(
     assert any("b=1" in t for t in row.parity.trials) and any("b=4" in t for t in row.parity.trials)
     assert {s.batch: s.status for s in row.bench.sizes} == {1: Status.OK, 4: Status.OK}
     assert any("fixed sizes only" in w and "requires a constant" in w for w in row.warnings)
+    # holding every size the compare checks, it is checked on the compare's own trials, each once
+    assert sorted(row.parity.trials) == sorted(t.name for t in results.trials)
+
+
+def test_a_fallback_artifact_lacking_sizes_gets_as_many_trials_at_its_own_under_names_of_their_own(
+        tmp_path, fault_backends):
+    """The trials at a size the artifact lacks are replaced by as many at its first size, numbered after the
+    compare's own: two feeds never share a name (they did: "random0 b=1" was the compare's and an extra one)."""
+    results = compare(scaled(), backends=["xla_static_small"], out_dir=tmp_path, trials=2, bench=None,
+                      dim_sizes={"b": (1, 4)})
+    row = results.backends["xla_static_small"]
+    assert row.status is Status.OK, row.reason
+    assert row.supports["dims"] == {"b": [1, 2]}
+    assert "not supported by this artifact: trials random0 b=4, random1 b=4" in row.reason
+    names = row.parity.trials
+    assert len(set(names)) == len(names), names
+    assert {"random0 b=1", "random1 b=1", "random2 b=1", "random3 b=1"} <= set(names), names
 
 
 def test_a_fallback_artifact_that_disagrees_with_jax_is_parity_failed(tmp_path, fault_backends):

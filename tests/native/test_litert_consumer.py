@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from multiexport import ArtifactError, examples, export
+from multiexport import ArtifactError, RunError, examples, export
 from multiexport.exporting import ExportOptions
 from multiexport.exporting.registry import get_backend
 from multiexport.files.npz import load_npz, save_npz
@@ -186,13 +186,16 @@ def test_lite_run_itself_refuses_what_the_model_does_not_match_in_one_line(expor
 
 
 @pytest.mark.subprocess
-def test_a_static_fallback_artifact_is_refused_naming_its_models_which_run_natively(exported):
+def test_a_static_fallback_artifact_runs_each_feed_natively_in_the_model_of_its_size(exported):
     directory, sig, feeds = exported["fallback"]
-    with pytest.raises(ArtifactError, match=r"holds one model per size \(b=1: static/b1, b=2: static/b2, "
-                                            r"b=3: static/b3\)"):
-        run(directory, load_npz(feeds[0][0]))
-    native = run(directory / "static" / "b3", load_npz(feeds[0][0]))
-    _assert_same("litert", None, native.outputs, _want(feeds[0][1]), sig, "litert/fallback b=3")
+    feed = load_npz(feeds[0][0])
+    native = run(directory, feed)  # the model of the feed's size, as run from its own directory
+    _assert_same("litert", None, native.outputs, _want(feeds[0][1]), sig, "litert/fallback")
+    size = next(iter(feed.values())).shape[0]
+    direct = run(directory / "static" / f"b{size}", feed)
+    assert all(np.array_equal(native.outputs[k], direct.outputs[k]) for k in direct.outputs)
+    with pytest.raises(RunError, match=r"got b=7, expected one of the sizes it was built for: b=2; b=1; b=3"):
+        run(directory, {name: np.repeat(value[:1], 7, axis=0) for name, value in feed.items()})
 
 
 def test_a_litert_release_the_declarations_were_not_checked_against_is_unavailable(monkeypatch):

@@ -20,11 +20,12 @@ import sys
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 
 from multiexport import examples
 from multiexport.backends.onnx.native import find_onnxruntime
-from multiexport.errors import ArtifactError
+from multiexport.errors import ArtifactError, RunError
 from multiexport.exporting import ExportOptions
 from multiexport.exporting.registry import get_backend
 from multiexport.files.npz import load_npz, save_npz
@@ -195,24 +196,30 @@ def test_declaration_unless_a_real_header_is_named(monkeypatch, tmp_path):
 
 
 @pytest.mark.subprocess
-def test_a_static_size_fallback_artifact_is_refused_naming_its_models(exported, tmp_path):
-    """An artifact of the static-size fallback (one complete artifact per size under static/, no native
-    section at the top) is refused by run.py and by the program alike, naming the models; the model of a
-    size, run from its own directory, is an ordinary artifact."""
+def test_a_static_size_fallback_artifact_runs_each_feed_in_the_model_of_its_size(exported, tmp_path):
+    """An artifact of the static-size fallback (one complete artifact per size under static/, no native section at
+    the top): run.py runs a feed in the model of its size, and refuses a size it holds none for, naming those it
+    holds; the program itself, pointed at the top directory, refuses in one line naming the models."""
     directory, sig, _ = exported["symbolic_batch"]
     top = tmp_path / "fallback"  # the files the manifest lists stay in place: only the format facts change
     shutil.copytree(directory, top)
     shutil.copytree(directory, top / "static" / "b3")
     manifest = json.loads((directory / "manifest.json").read_text())
     manifest["native"] = None
-    manifest["format"] = {"static_fallback": {"models": {"b=3": "static/b3"}}}
+    manifest["format"] = {"static_fallback": {"why": "the converter took no symbolic b", "category": "unsupported-op",
+                                              "models": {"b=3": "static/b3"}}}
     (top / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArtifactError, match=r"holds one model per size \(b=3: static/b3\)"):
-        run(top, sig.example_feed())
+    feed = sig.example_feed()
+    assert feed["batch.x"].shape[0] == 3
+    got = run(top, feed)
+    assert got.outputs["out.y"].shape[0] == 3
+    assert np.array_equal(got.outputs["out.y"], run(top / "static" / "b3", feed).outputs["out.y"])
+    at_two = {name: value[:2] if name.startswith("batch.") else value for name, value in feed.items()}
+    with pytest.raises(RunError, match=r"got b=2, expected one of the sizes it was built for: b=3"):
+        run(top, at_two)
     proc = subprocess.run([str(build("ort_run"))], cwd=top, env={}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "holds one model per size (the first: b=3 in static/b3)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
-    assert run(top / "static" / "b3", sig.example_feed()).outputs["out.y"].shape[0] == 3
 
 
 @pytest.mark.subprocess
