@@ -202,12 +202,25 @@ def footprints(names: Sequence[str]) -> dict[str, Footprints]:
     result = {n: _declared(n) for n in names}
     for item in filter(None, (part.strip() for part in given.split(","))):
         match = re.fullmatch(r"([\w.@-]+)=([0-9.]+)x\+([0-9.]+)", item)
-        factor, fixed = (float(match.group(2)), float(match.group(3))) if match else (math.nan, math.nan)
+        factor, fixed = (_number(match.group(2)), _number(match.group(3))) if match else (math.nan, math.nan)
         if match is None or not (math.isfinite(factor) and math.isfinite(fixed)):
             raise UsageError(f"${FOOTPRINT_ENV} | got {item!r}, expected NAME=FACTORx+GIB (e.g. openvino=4x+1.5)")
+        try:
+            backend_class(split_variant(match.group(1))[0])
+        except MultiexportError:  # a misspelt name would leave the footprint it meant to set at the default
+            raise UsageError(f"${FOOTPRINT_ENV} | got {item!r}: '{match.group(1)}' names no backend, expected "
+                             "NAME=FACTORx+GIB with NAME a backend (e.g. openvino=4x+1.5)") from None
         if match.group(1) in result:
             result[match.group(1)] = replace(result[match.group(1)], export=Footprint(factor, int(fixed * GIB)))
     return result
+
+
+def _number(text: str) -> float:
+    """A decimal the footprint's pattern let through ("1.2.3" matches [0-9.]+), else NaN (refused above)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 def _declared(name: str) -> Footprints:

@@ -86,8 +86,9 @@ class BackendResult:
     status: what happened (see `Status.meaning`); reason: why, and what to do, when not ok.
     display: the backend's summary and chart colour, so reports need no backend installed.
     artifact: the artifact directory.
-    export_seconds: wall time of the export (in its worker); export_cpu_seconds: CPU time it used
-        (exports may overlap in time, so wall time alone would overstate each).
+    export_seconds: wall time of the export (in its worker); export_cpu_seconds: CPU time it used, the
+        processes it started and waited for included (iree-compile; exports may overlap in time, so wall time
+        alone would overstate each).
     binding: per input leaf: used, param, and the key a caller must still feed (caller_key).
     parity: the parity verdict over the trials it was checked on.
     error_vs_float64: per output leaf, max |error| / max |truth| against the function run in float64.
@@ -96,8 +97,9 @@ class BackendResult:
     warnings: the artifact's warnings.
     export_setup: one-time setup the export paid (e.g. jax2onnx's plugin import).
     export_peak_rss_bytes: the export worker's peak resident memory.
-    export_child_peak_rss_bytes: the largest peak resident memory of a process the export started (LiteRT's
-        prepare child, iree-compile), sampled while it ran; None when it started none or ran in this process.
+    export_child_peak_rss_bytes: the most resident memory the processes the export started held (LiteRT's
+        prepare child, iree-compile): at once, or one alone at its own peak; sampled every 0.1 s while they
+        ran, so a lower bound for a peak shorter than that; None when it started none or ran in this process.
     weights: where the artifact keeps the weights.
     versions: the producer versions the artifact records; requires: what a consumer needs.
     supports: what the artifact accepts (sizes, platforms).

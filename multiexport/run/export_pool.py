@@ -118,8 +118,11 @@ def _collect(taken: list[ExportJob], work: dict[str, Path], outcome: Outcome, ti
     or the one it died on after another export, comes back empty (to run again alone)."""
     reached, left = True, {}
     for i, job in enumerate(taken):
-        reply, failure = _read(work[job.name] / "export.json"), None
-        if reply is None and (work[job.name] / "error.json").is_file():
+        reply, unreadable = _read(work[job.name] / "export.json")
+        failure = None
+        if unreadable is not None:  # written, so the export ended: what it says cannot be used (a bug)
+            failure = ("internal-error", f"the export worker's result for {job.name} does not decode: {unreadable}")
+        elif reply is None and (work[job.name] / "error.json").is_file():
             failure = classify(outcome, work[job.name], timeout)  # its own clean error report
         elif reply is None and reached:
             reached = False  # the worker ended on this export: the ones after it never ran there
@@ -133,9 +136,12 @@ def _collect(taken: list[ExportJob], work: dict[str, Path], outcome: Outcome, ti
     return left
 
 
-def _read(path: Path) -> ExportReply | None:
-    """An export worker's export.json, or None when it wrote none (or one that does not parse)."""
+def _read(path: Path) -> tuple[ExportReply | None, str | None]:
+    """An export worker's export.json: (the reply, None); (None, None) when it wrote none; (None, why) when it
+    wrote one that cannot be read or decoded (an export that ended, whose result must not pass for a crash)."""
+    if not path.is_file():
+        return None, None
     try:
-        return decode(ExportReply, path.read_text(), str(path)) if path.is_file() else None
-    except (OSError, InputError):
-        return None
+        return decode(ExportReply, path.read_text(), str(path)), None
+    except (OSError, InputError) as exc:
+        return None, " ".join(str(exc).split())[:500]

@@ -109,6 +109,15 @@ def test_the_environment_replaces_the_figures_and_a_bad_value_is_one_line(monkey
     monkeypatch.setenv(FOOTPRINT_ENV, "openvino=4")
     with pytest.raises(UsageError, match="expected NAME=FACTORx\\+GIB"):
         footprints(["openvino"])
+    for bad in ("onnx=1.2.3x+1", "onnx=.x+1", "onnx=2x+."):  # the pattern lets them through; float() does not
+        monkeypatch.setenv(FOOTPRINT_ENV, bad)
+        with pytest.raises(UsageError, match=f"got '{re.escape(bad)}', expected NAME=FACTORx\\+GIB"):
+            footprints(["onnx"])
+    monkeypatch.setenv(FOOTPRINT_ENV, "onxx=4x+1")  # a misspelt name left onnx's footprint at its default
+    with pytest.raises(UsageError, match="'onxx' names no backend"):
+        footprints(["onnx"])
+    monkeypatch.setenv(FOOTPRINT_ENV, "iree@fp16=4x+1")  # a variant of a backend this compare does not run: kept
+    assert footprints(["iree@fp16", "onnx"])["iree@fp16"].export == Footprint(4.0, GIB)
 
 
 def test_a_backend_declares_its_own_measured_footprints_and_the_environment_overrides_them(monkeypatch):
