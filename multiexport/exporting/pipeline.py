@@ -152,14 +152,12 @@ def _stage_models(directory: str | None) -> dict[str, str]:
 
 
 def _fixed_sizes(manifest: Manifest) -> FallbackFacts | None:
-    """What a static-sizes artifact holds (its format.static_fallback, read typed), else None (also for facts
-    that do not read: such a stage is then treated as any other)."""
+    """What a static-sizes artifact holds (its format.static_fallback, read typed), else None. Facts that do not
+    read (a stage manifest edited by hand) are ArtifactError naming the field: the artifact says it holds fixed
+    sizes, so it cannot be taken as one that keeps the symbolic dims."""
     if STATIC_FALLBACK_KEY not in manifest.format:
         return None
-    try:
-        return StaticSizesFacts.from_json(manifest.format, f"Artifact '{manifest.backend}'").static_fallback
-    except MultiexportError:
-        return None
+    return StaticSizesFacts.from_json(manifest.format, f"Artifact '{manifest.backend}'").static_fallback
 
 
 def _empty(directory: Path) -> None:
@@ -219,8 +217,16 @@ class _frontend:
         """A stage that fell back to fixed sizes cannot carry this export's symbolic dimensions: an ExportError
         with the stage's own reason and category, so this export falls back to fixed sizes too (from the stage's
         models where it was exported beside this one), instead of failing inside the format on files it lacks."""
-        fixed = _fixed_sizes(artifact.manifest)
-        if fixed is None or not self.signature.symbolic_dims:
+        if not self.signature.symbolic_dims:
+            return
+        try:
+            fixed = _fixed_sizes(artifact.manifest)
+        except MultiexportError as exc:
+            self.__exit__()
+            raise ExportError(f"Backend '{self.backend.name}' | its {stage} stage says it holds fixed sizes, but its "
+                              f"manifest does not say which: {exc}", backend=self.backend.name,
+                              category="export-failed") from None
+        if fixed is None:
             return
         self.__exit__()  # the refused stage's temporary directory, if it has one
         raise ExportError(

@@ -180,6 +180,19 @@ def test_openvino_on_a_fixed_size_onnx_stage_falls_back_from_the_stages_models(t
     (tmp_path / "onnx" / "manifest.json").write_text(json.dumps(manifest))
     assert _stage_models(str(tmp_path / "onnx")) == {}
 
+    # a stage that says it holds fixed sizes without saying which: OpenVINO says so, and exports every size afresh
+    from multiexport.exporting import ExportOptions
+    from multiexport.exporting.pipeline import export_artifact
+
+    manifest["format"]["static_fallback"]["models"] = list(manifest["format"]["static_fallback"]["models"].values())
+    (tmp_path / "onnx" / "manifest.json").write_text(json.dumps(manifest))
+    options = ExportOptions(fallback_sizes={"b": (1, 5)}, stage_artifact=str(tmp_path / "onnx"))
+    again = export_artifact(get_backend("openvino"), model.fn, signature(model), tmp_path / "ov2", options)
+    why = again.manifest.format["static_fallback"]["why"]
+    assert why.startswith("Backend 'openvino' | its onnx stage says it holds fixed sizes, but its manifest does not "
+                          "say which: Artifact 'onnx' | format.static_fallback.models | got list"), why
+    assert sorted(again.manifest.format["static_fallback"]["models"]) == ["b=1", "b=2", "b=5"]
+
 
 def test_openvino_alone_says_why_its_fresh_onnx_stage_cannot_keep_the_symbolic_batch(tmp_path):
     model = _gpt2()
