@@ -42,7 +42,8 @@ class DescendantPeak:
     or where /proc cannot say). A sample reads only this process's subtree (/proc/PID/task/*/children). A
     descendant that lives less than `interval` may be missed, and one is read at most `interval` before it
     exits: a lower bound, exact for a child whose peak lasts longer than that (a converter's child loading the
-    weights does). Where no thread can start, it measures nothing and the work runs all the same."""
+    weights does). A process that leaves the tree (a double fork, reparented to init) is no longer seen. Where
+    no thread can start, it measures nothing and the work runs all the same."""
 
     def __init__(self, interval: float = SAMPLE_S) -> None:
         self.interval = interval

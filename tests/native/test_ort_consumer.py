@@ -220,6 +220,11 @@ def test_a_static_size_fallback_artifact_runs_each_feed_in_the_model_of_its_size
     proc = subprocess.run([str(build("ort_run"))], cwd=top, env={}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "holds one model per size (the first: b=3 in static/b3)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+    inner = json.loads((top / "static" / "b3" / "manifest.json").read_text())
+    inner["backend"] = "xla"  # a model of another format: its consumer is not the one the artifact names
+    (top / "static" / "b3" / "manifest.json").write_text(json.dumps(inner))
+    with pytest.raises(ArtifactError, match=r"its model static/b3 is a 'xla' artifact, expected 'onnx'"):
+        run(top, feed)
 
 
 @pytest.mark.subprocess
