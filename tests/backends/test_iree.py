@@ -388,3 +388,45 @@ def test_a_diagnostic_whose_location_comes_first_keeps_its_message():
             "to legalize operation 'stablehlo.dynamic_reshape'\n<unknown>:0: note: see current operation\n\n"
             "Invoked with:\n iree-compile ...")
     assert _diagnostics(text) == "error: failed to legalize operation 'stablehlo.dynamic_reshape'"
+
+
+def _counting_compiles(monkeypatch) -> list[list[str]]:
+    """Every iree-compile run's extra flags, the real compiler still doing the work."""
+    from multiexport.backends.iree import compile as iree_compile
+
+    seen: list[list[str]] = []
+    real = iree_compile.compile_vmfb
+
+    def counted(stablehlo, targets, flags, *args, **kwargs):
+        seen.append(list(flags))
+        return real(stablehlo, targets, flags, *args, **kwargs)
+
+    monkeypatch.setattr(iree_compile, "compile_vmfb", counted)
+    return seen
+
+
+def test_a_module_rejected_with_a_performance_flag_compiles_without_it_and_says_so(tmp_path, monkeypatch):
+    """A flag iree-compile rejects must not cost the artifact (the real compiler refusing a real flag)."""
+    from multiexport.backends.iree import export as iree_export
+    from multiexport.backends.iree.config import CpuConfig
+
+    bad = "--iree-no-such-performance-flag"
+    monkeypatch.setattr(iree_export, "cpu_config", lambda *a: CpuConfig(flags=(bad,), why={"data_tiling": "test"}))
+    seen = _counting_compiles(monkeypatch)
+    target = examples.mlp()
+    m = IreeBackend().export(target.fn, build_signature(target), tmp_path / "a").manifest
+    assert [bad in flags for flags in seen] == [True, False]
+    assert m.format["cpu_config"]["rejected"].startswith(f"iree-compile rejected the module with {bad}")
+
+
+def test_a_symbolic_module_refused_for_its_dynamic_shapes_is_not_compiled_again_without_the_flags(tmp_path,
+                                                                                             monkeypatch):
+    """dynamic_reshape is refused whatever the flags: one symbolic attempt, then one compile per size."""
+    seen = _counting_compiles(monkeypatch)
+    target = Target(lambda batch: {"flat": batch["x"].reshape(-1) * 2.0},
+                    args=({"x": np.arange(12, dtype=np.float32).reshape(3, 4)},), name="flatten",
+                    symbolic_batch="b", batch_leaves=("batch.*",))
+    m = IreeBackend().export(target.fn, build_signature(target), tmp_path / "a",
+                             ExportOptions(fallback_sizes={"b": (1,)})).manifest
+    assert sorted(m.format["static_fallback"]["models"]) == ["b=1", "b=3"]
+    assert len(seen) == 3, seen  # symbolic (refused), b=3, b=1
