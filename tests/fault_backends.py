@@ -14,6 +14,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from multiexport.backends.xla import XlaBackend, XlaRunner
 
@@ -148,16 +149,17 @@ class StaticOnlyXla(XlaBackend):
 
 
 class StaticSmallOnlyXla(XlaBackend):
-    """Like StaticOnlyXla, and it cannot build a static model of batch 4 or more either: a fallback artifact that
-    lacks some of the sizes a compare checks."""
+    """Like StaticOnlyXla, and it cannot build a static model whose first input holds 12 elements or more either:
+    a fallback artifact that lacks some of the sizes (or, over two dims, combinations of sizes) a compare checks."""
 
     name = "xla_static_small"
 
     def _export_impl(self, job):
         if job.signature.symbolic_dims:
             raise RuntimeError("Symbolic dimension used in a context that requires a constant")
-        if any(leaf.shape and isinstance(leaf.shape[0], int) and leaf.shape[0] >= 4 for leaf in job.signature.inputs):
-            raise RuntimeError("this converter holds batches of at most 3")
+        first = job.signature.inputs[0]
+        if int(np.prod(first.shape)) >= 12:
+            raise RuntimeError(f"this converter holds inputs of at most 11 elements, got {first.shape}")
         return super()._export_impl(job)
 
 

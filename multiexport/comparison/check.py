@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping
 
 import numpy as np
@@ -22,6 +23,7 @@ from ..errors import InputError, present
 from ..exporting.feed import check_feed
 from ..exporting.manifest import Manifest
 from ..exporting.precision import split_variant
+from ..exporting.static_runner import holds_models, models_of, parse_key
 from ..measure.accuracy import judge
 from ..measure.inputs import trial_at
 from ..measure.parity import check_parity, inputs_note
@@ -104,12 +106,45 @@ class _RowPlan:
     only: str
 
 
+@dataclass(frozen=True)
+class _Sizes:
+    """The sizes an artifact takes.
+
+    fixed: symbolic dim -> the sizes it takes of it (empty: any size).
+    held: for an artifact holding one model per size, the size bindings it holds a model for (a pair of dims
+        takes only the combinations built, not every product of their sizes), in its order, the example's first;
+        None otherwise.
+    """
+
+    fixed: dict[str, list[int]]
+    held: list[dict[str, int]] | None
+
+    def takes(self, dims: Mapping[str, int]) -> bool:
+        """Whether a feed binding `dims` has a model (or fits the fixed sizes)."""
+        if self.held is not None:
+            return any(all(dims.get(d) == v for d, v in one.items()) for one in self.held)
+        return supported(dims, self.fixed)
+
+    def first(self) -> dict[str, int]:
+        """A binding the artifact was built for: its first model's (the example's), else each dim's first size."""
+        return dict(self.held[0]) if self.held else {d: sizes[0] for d, sizes in self.fixed.items()}
+
+
+def _sizes(exported: Exported) -> _Sizes:
+    manifest = exported.manifest
+    held = None
+    if holds_models(manifest) and exported.artifact is not None:
+        held = [parse_key(key) for key in models_of(manifest, Path(exported.artifact))]
+    return _Sizes(manifest.fixed_sizes(), held)
+
+
 def _plan(ctx: Context, prep: Prepared, name: str, exported: Exported) -> _RowPlan:
     manifest = exported.manifest
-    fixed = manifest.fixed_sizes()
-    checked, excluded, skipped = _evidence(ctx, prep, fixed)
+    sizes = _sizes(exported)
+    fixed = sizes.fixed
+    checked, excluded, skipped = _evidence(ctx, prep, sizes)
     unsupported = {b: unsupported_reason(name, fixed) for b, feed in prep.bench_feeds
-                   if fixed and not _fits(manifest, feed)}
+                   if fixed and not _fits(manifest, sizes, feed)}
     only = f" (at {', '.join(f'{d}={s}' for d, s in fixed.items())} only)" if fixed else ""
     return _RowPlan(checked, excluded, skipped, unsupported, only)
 
@@ -139,23 +174,23 @@ def _judge(ctx: Context, prep: Prepared, name: str, plan: _RowPlan, outcome: Art
                    error_vs_float64=error, native=native)
 
 
-def _evidence(ctx: Context, prep: Prepared, fixed: dict[str, list[int]]) -> tuple[list, list, list[str]]:
-    """The trials an artifact built for `fixed` sizes only (empty: any size) is checked on, with their
-    reference outputs: (trial, ref) pairs that are evidence, the excluded trials among them (outputs out of
-    the model's domain), and the names of the trials it does not support."""
-    config = ctx.config
-    indices = [i for i, t in enumerate(prep.trials) if supported(t.dims, fixed)]
+def _evidence(ctx: Context, prep: Prepared, sizes: _Sizes) -> tuple[list, list, list[str]]:
+    """The trials an artifact taking `sizes` only is checked on, with their reference outputs: (trial, ref)
+    pairs that are evidence, the excluded trials among them (outputs out of the model's domain), and the names
+    of the trials it does not support."""
+    config, fixed = ctx.config, sizes.fixed
+    indices = [i for i, t in enumerate(prep.trials) if sizes.takes(t.dims)]
     trials = [prep.trials[i] for i in indices]
     refs = [prep.ref_outputs[i] for i in indices]
     excluded_names = {e.trial for e in prep.excluded}
     excluded = [e for e in prep.excluded if e.trial in {t.name for t in trials}]
-    skipped = [t.name for t in prep.trials if not supported(t.dims, fixed)]
+    skipped = [t.name for t in prep.trials if not sizes.takes(t.dims)]
     if fixed and skipped and config.inputs is None:
         # As much evidence at the artifact's own sizes as others get at theirs: trials it cannot take are
         # replaced by as many at its first size, numbered after the compare's own (an artifact holding every
         # size the compare checks takes every trial and gets none: "random0 b=1" twice was two different feeds)
         rng = np.random.default_rng(config.seed + 7)
-        setting = {d: sizes[0] for d, sizes in fixed.items()}
+        setting = sizes.first()  # a binding it holds a model for, not a product of per-dim sizes it may lack
         label = " ".join(f"{d}={v}" for d, v in setting.items())
         for t in range(config.trials, 2 * config.trials):
             extra = trial_at(prep.sig.inputs, prep.sig.example_feed(), setting, rng, f"random{t} {label}",
@@ -168,10 +203,11 @@ def _evidence(ctx: Context, prep: Prepared, fixed: dict[str, list[int]]) -> tupl
     return [(t, r) for t, r in zip(trials, refs) if t.name not in excluded_names], excluded, skipped
 
 
-def _fits(manifest: Manifest, feed) -> bool:
-    """Whether a feed has the shapes the artifact takes (one holding a model per size takes those sizes only)."""
+def _fits(manifest: Manifest, sizes: _Sizes, feed) -> bool:
+    """Whether a feed has the shapes the artifact takes: its leaves' shapes, and for an artifact holding one model
+    per size (whose leaves stay symbolic), a size it holds a model for."""
     try:
-        check_feed(manifest.inputs, feed)
+        _, dims = check_feed(manifest.inputs, feed)
     except InputError:
         return False
-    return True
+    return sizes.takes(dims)

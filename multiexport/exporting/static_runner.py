@@ -59,7 +59,11 @@ def models_of(manifest: "Manifest", directory: Path) -> dict[str, Path]:
         if set(sizes) != set(manifest.symbolic_dims):
             raise ArtifactError(f"Artifact '{directory}' | format.{FORMAT_KEY}.models key {key!r}, expected a size "
                                 f"for each of {', '.join(manifest.symbolic_dims)}")
-        out[size_key(sizes)] = inside(directory, rel, "static model")
+        model = inside(directory, rel, "static model")
+        if model.resolve() == Path(directory).resolve():  # a link back to itself: loading it would never end
+            raise ArtifactError(f"Artifact '{directory}' | format.{FORMAT_KEY}.models[{key!r}] is the artifact itself, "
+                                "expected the directory of that size's model inside it")
+        out[size_key(sizes)] = model
     return out
 
 
@@ -70,16 +74,29 @@ def holds_models(manifest: "Manifest") -> bool:
 
 def model_at(manifest: "Manifest", directory: Path, sizes: Mapping[str, int] | None, backend: str) -> Path:
     """The sub-artifact of a fallback artifact built for `sizes` (None: the first, the example's); RunError
-    `size-unsupported` naming the sizes it holds when none was built for them."""
+    `size-unsupported` naming the sizes it holds when none was built for them. ArtifactError when that model is
+    not a model of the artifact's own format with a model of its own (another format's artifact, or a fallback
+    artifact again, which is no model of a size)."""
+    from .manifest import Manifest
+
     models = models_of(manifest, directory)
     if sizes is None:
-        return next(iter(models.values()))
-    key = size_key({d: sizes[d] for d in manifest.symbolic_dims if d in sizes})
+        key = next(iter(models))
+    else:
+        key = size_key({d: sizes[d] for d in manifest.symbolic_dims if d in sizes})
     if key not in models:
         raise RunError(f"Artifact '{directory}' | got {key}, expected one of the sizes it was built for: "
                        f"{'; '.join(models)} (its converter could not keep the symbolic dimension)",
                        backend=backend, category="size-unsupported")
-    return models[key]
+    model = models[key]
+    inner = Manifest.read(model)
+    where = f"Artifact '{directory}' | its model of {key} ({model.relative_to(Path(directory).resolve())})"
+    if inner.backend != manifest.backend:
+        raise ArtifactError(f"{where} is a '{inner.backend}' artifact, expected '{manifest.backend}' as the artifact "
+                            "holding it")
+    if holds_models(inner):
+        raise ArtifactError(f"{where} holds models per size itself, expected one model of that size")
+    return model
 
 
 class StaticSizesRunner(Runner):

@@ -82,12 +82,7 @@ def size_model(directory: Path, feed: Mapping[str, Any] | None) -> Path:
     if manifest.native is not None or not holds_models(manifest):
         return directory
     sizes = check_feed(manifest.inputs, feed)[1] if feed is not None else None
-    model = model_at(manifest, directory, sizes, manifest.backend)
-    inner = Manifest.read(model)
-    if inner.backend != manifest.backend:  # one artifact, one format: never another consumer than the one named
-        raise ArtifactError(f"Artifact '{directory}' | its model {model.relative_to(directory)} is a "
-                            f"'{inner.backend}' artifact, expected '{manifest.backend}' as the artifact holding it")
-    return model
+    return model_at(manifest, directory, sizes, manifest.backend)  # of this format, a model of one size
 
 
 def _consumer_checked(directory: Path, trust_artifact: bool) -> tuple[Manifest, dict[str, Any], NativeConsumer]:

@@ -4,9 +4,10 @@ An export can start processes of its own (LiteRT's prepare child, iree-compile):
 export's too, and it is what an out-of-memory killer sees on a machine sized for the weights. The kernel's
 figure for waited-for children (getrusage's ru_maxrss) also counts the pages a fork copied from the parent
 before its exec (a 4 GiB export worker's child would read 4 GiB), so every SAMPLE_S the live descendants are
-read from /proc instead: the sum of what they hold at once (VmRSS; a child forked but not exec'd counts only the
-pages it owns alone, Private_* of smaps_rollup, not the ones still shared with this process), and each one's
-own high-water mark (VmHWM) between two samples. A child that measures itself (its VmHWM as it exits) reports
+read from /proc instead: the sum of what they hold at once (each one's Pss, its share of the pages it maps, so a
+file two children map counts once; a child forked but not exec'd counts only the pages it owns alone, Private_*
+of smaps_rollup, not the ones still shared with this process), and each one's own high-water mark (VmHWM)
+between two samples. A child that measures itself (its VmHWM as it exits) reports
 that with `report_child_peak`, which sampling alone could miss for a child living less than SAMPLE_S.
 """
 
@@ -99,7 +100,9 @@ class DescendantPeak:
                 if (pid, started) in self._forked:
                     held += private_bytes(pid) or 0
                 continue
-            held += status_bytes(pid, "VmRSS") or 0
+            # its share of what it maps (Pss: a page two children map counts half in each, so the sum is what
+            # they hold together); its VmRSS where the system cannot say
+            held += rollup_bytes(pid, (b"Pss:",)) or status_bytes(pid, "VmRSS") or 0
             self.add(vm_hwm(pid))  # its own peak, which may have come between two samples
         self._forked = forked
         self.add(held)
@@ -175,12 +178,18 @@ def vm_hwm(pid: int) -> int | None:
 def private_bytes(pid: int) -> int | None:
     """The resident bytes only `pid` maps (smaps_rollup's Private_Clean + Private_Dirty): for a forked child, what
     it wrote or allocated since the fork, not the parent's pages it still shares. None when it cannot say."""
+    return rollup_bytes(pid, (b"Private_Clean:", b"Private_Dirty:"))
+
+
+def rollup_bytes(pid: int, keys: tuple[bytes, ...]) -> int | None:
+    """The sum of /proc/PID/smaps_rollup's `keys` fields in bytes; None when the process is gone or the system
+    has no smaps_rollup."""
     rollup = _read(Path(f"/proc/{pid}/smaps_rollup"))
     if rollup is None:
         return None
     total = 0
     for line in rollup.splitlines():
-        if line.startswith((b"Private_Clean:", b"Private_Dirty:")):
+        if line.startswith(keys):
             with contextlib.suppress(ValueError, IndexError):
                 total += int(line.split()[1]) * 1024
     return total

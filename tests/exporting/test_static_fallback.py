@@ -99,19 +99,42 @@ def test_a_compare_checks_and_times_a_fallback_artifact_at_every_size_it_checks(
     assert sorted(row.parity.trials) == sorted(t.name for t in results.trials)
 
 
-def test_a_fallback_artifact_lacking_sizes_gets_as_many_trials_at_its_own_under_names_of_their_own(
-        tmp_path, fault_backends):
-    """The trials at a size the artifact lacks are replaced by as many at its first size, numbered after the
-    compare's own: two feeds never share a name (they did: "random0 b=1" was the compare's and an extra one)."""
-    results = compare(scaled(), backends=["xla_static_small"], out_dir=tmp_path, trials=2, bench=None,
-                      dim_sizes={"b": (1, 4)})
+def test_a_fallback_artifact_lacking_sizes_is_checked_and_timed_at_those_it_holds(tmp_path, fault_backends):
+    """A size the artifact holds no model for is size-unsupported alone: the row keeps its parity and its other
+    sizes' latency (the timed feed at b=4 ran anyway and failed the whole row: the top manifest's leaves stay
+    symbolic, so every feed seemed to fit). Its trials there are replaced by as many at its first size, numbered
+    after the compare's own: two feeds never share a name (they did: "random0 b=1" was the compare's and an
+    extra one)."""
+    from multiexport.measure.bench import BenchConfig
+
+    results = compare(scaled(), backends=["xla", "xla_static_small"], out_dir=tmp_path, trials=2,
+                      dim_sizes={"b": (1, 4)}, batch_sizes=(1, 4), paired=False,
+                      bench=BenchConfig(warmup_iters=1, warmup_time=0.0, min_iters=5, bench_time=0.05))
     row = results.backends["xla_static_small"]
     assert row.status is Status.OK, row.reason
     assert row.supports["dims"] == {"b": [1, 2]}
     assert "not supported by this artifact: trials random0 b=4, random1 b=4" in row.reason
     names = row.parity.trials
     assert len(set(names)) == len(names), names
-    assert {"random0 b=1", "random1 b=1", "random2 b=1", "random3 b=1"} <= set(names), names
+    assert {"random0 b=1", "random1 b=1", "random2 b=2", "random3 b=2"} <= set(names), names  # at its first model
+    assert {s.batch: s.status for s in row.bench.sizes} == {1: Status.OK, 4: Status.SIZE_UNSUPPORTED}
+
+
+def test_over_two_dims_a_combination_of_held_sizes_that_was_not_built_is_not_run(tmp_path, fault_backends):
+    """b in {1, 3} and s in {2, 4} were each built, but b=3 with s=4 was not: that trial is skipped, not run
+    (every size of each dim was taken as every combination of them), and the row stays ok on the others."""
+    x = np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+    target = Target(lambda batch: {"y": jnp.tanh(batch["x"]) * 2.0}, args=({"x": x},), name="two_dims",
+                    polymorphic_shapes={"batch.x": "b, s"})
+    results = compare(target, backends=["xla_static_small"], out_dir=tmp_path, trials=1, bench=None,
+                      dim_sizes={"b": (1, 3), "s": (2, 4)})
+    row = results.backends["xla_static_small"]
+    assert row.status is Status.OK, row.reason
+    models = load(tmp_path / "xla_static_small").manifest.format["static_fallback"]["models"]
+    assert "b=3,s=4" not in models and {"b=1,s=4", "b=3,s=2"} <= set(models), models
+    on_3_4 = [t.name for t in results.trials if t.dims == {"b": 3, "s": 4}]
+    assert on_3_4 and not set(on_3_4) & set(row.parity.trials)
+    assert f"not supported by this artifact: trials {on_3_4[0]}" in row.reason
 
 
 def test_a_fallback_artifact_that_disagrees_with_jax_is_parity_failed(tmp_path, fault_backends):
@@ -200,3 +223,48 @@ def test_openvino_alone_says_why_its_fresh_onnx_stage_cannot_keep_the_symbolic_b
     why = artifact.manifest.format["static_fallback"]["why"]
     assert why.startswith("Backend 'openvino' | its onnx stage holds fixed sizes only (b="), why
     assert not list(tmp_path.glob(".openvino-stage-*")), "the refused stage's temporary directory is removed"
+
+
+def test_a_model_entry_that_is_no_model_of_the_artifact_is_one_line_not_a_loop(tmp_path, fault_backends):
+    """Hand-edited fallback artifacts (the inventory brought up to date, as a deliberate edit would): a size's
+    model that is the artifact itself (loading it loaded itself again until RecursionError), a model of another
+    format, a fallback artifact nested as a model: each one ArtifactError line, from the Python runner and the
+    native run alike."""
+    import os
+    import shutil
+
+    from multiexport import ArtifactError
+    from multiexport.native.run import run as native_run
+
+    from ..conftest import tamper
+
+    export(scaled(), tmp_path / "a", backend="xla_static_only")
+    feed = {"batch.x": np.ones((2, 4), np.float32)}
+
+    def manifest_of(directory):
+        return json.loads((directory / "manifest.json").read_text())
+
+    def set_models(directory, models):
+        data = manifest_of(directory)
+        data["format"]["static_fallback"]["models"] = models
+        (directory / "manifest.json").write_text(json.dumps(data))
+
+    loop = tmp_path / "loop"
+    shutil.copytree(tmp_path / "a", loop)
+    tamper(loop, lambda d: (os.symlink("..", d / "static" / "here"), set_models(d, {"b=2": "static/here"})))
+    other = tmp_path / "other"
+    shutil.copytree(tmp_path / "a", other)
+    model = other / "static" / "b2"
+    tamper(model, lambda d: (d / "manifest.json").write_text(json.dumps({**manifest_of(d), "backend": "xla"})))
+    tamper(other, lambda d: None)
+    nested = tmp_path / "nested"
+    shutil.copytree(tmp_path / "a", nested)
+    tamper(nested, lambda d: (shutil.copytree(tmp_path / "a", d / "static" / "inner"),
+                              set_models(d, {"b=2": "static/inner"})))
+    for directory, said in ((loop, "is the artifact itself"),
+                            (other, r"its model of b=2 \(static/b2\) is a 'xla' artifact, expected 'xla_static_only'"),
+                            (nested, r"its model of b=2 \(static/inner\) holds models per size itself")):
+        with pytest.raises(ArtifactError, match=said):
+            load(directory)(feed)
+        with pytest.raises(ArtifactError, match=said):
+            native_run(directory, feed)

@@ -223,7 +223,7 @@ def test_a_static_size_fallback_artifact_runs_each_feed_in_the_model_of_its_size
     inner = json.loads((top / "static" / "b3" / "manifest.json").read_text())
     inner["backend"] = "xla"  # a model of another format: its consumer is not the one the artifact names
     (top / "static" / "b3" / "manifest.json").write_text(json.dumps(inner))
-    with pytest.raises(ArtifactError, match=r"its model static/b3 is a 'xla' artifact, expected 'onnx'"):
+    with pytest.raises(ArtifactError, match=r"its model of b=3 \(static/b3\) is a 'xla' artifact, expected 'onnx'"):
         run(top, feed)
 
 

@@ -161,3 +161,20 @@ def test_no_thread_to_be_had_measures_nothing_and_the_work_runs(monkeypatch):
     from multiexport.system import descendants as module
 
     assert watched not in module._open
+
+
+def test_a_file_children_map_together_counts_once(tmp_path):
+    """Three children mapping the same 200 MiB file hold ~200 MiB together, not 600 (each one's VmRSS counts the
+    shared pages again: the figure is the sum of their shares, Pss)."""
+    path = tmp_path / "shared.bin"
+    with open(path, "wb") as fh:
+        fh.truncate(200 << 20)
+    reader = ("import mmap, time\n"
+              f"f = open({str(path)!r}, 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+              "s = sum(m[i] for i in range(0, len(m), 4096)); time.sleep(1.5)\n")
+    three = ("import subprocess, sys\n"
+             f"ps = [subprocess.Popen([sys.executable, '-c', {reader!r}]) for _ in range(3)]\n"
+             "assert all(p.wait() == 0 for p in ps)\n")
+    with DescendantPeak() as watched:
+        _run("-c", three)
+    assert watched.peak_bytes is not None and 190 << 20 < watched.peak_bytes < 400 << 20, watched.peak_bytes >> 20
