@@ -23,7 +23,7 @@ from ..errors import InputError, present
 from ..exporting.feed import check_feed
 from ..exporting.manifest import Manifest
 from ..exporting.precision import split_variant
-from ..exporting.static_runner import holds_models, models_of, parse_key
+from ..exporting.static_runner import has_model, held_sizes
 from ..measure.accuracy import judge
 from ..measure.inputs import trial_at
 from ..measure.parity import check_parity, inputs_note
@@ -121,9 +121,7 @@ class _Sizes:
 
     def takes(self, dims: Mapping[str, int]) -> bool:
         """Whether a feed binding `dims` has a model (or fits the fixed sizes)."""
-        if self.held is not None:
-            return any(all(dims.get(d) == v for d, v in one.items()) for one in self.held)
-        return supported(dims, self.fixed)
+        return has_model(self.held, dims) if self.held is not None else supported(dims, self.fixed)
 
     def first(self) -> dict[str, int]:
         """A binding the artifact was built for: its first model's (the example's), else each dim's first size."""
@@ -132,9 +130,7 @@ class _Sizes:
 
 def _sizes(exported: Exported) -> _Sizes:
     manifest = exported.manifest
-    held = None
-    if holds_models(manifest) and exported.artifact is not None:
-        held = [parse_key(key) for key in models_of(manifest, Path(exported.artifact))]
+    held = held_sizes(manifest, Path(exported.artifact)) if exported.artifact is not None else None
     return _Sizes(manifest.fixed_sizes(), held)
 
 

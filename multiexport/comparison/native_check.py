@@ -18,7 +18,7 @@ from ..errors import BackendUnavailable, MultiexportError, RunError, present
 from ..exporting.feed import check_signature_feed
 from ..exporting.native_section import consumer_for
 from ..exporting.precision import split_variant
-from ..exporting.static_runner import holds_models, models_of, size_key
+from ..exporting.static_runner import has_model, held_sizes, size_key
 from ..measure.accuracy import judge
 from ..measure.bench import summarize
 from ..measure.pairing import all_ratios
@@ -183,21 +183,21 @@ def apply_paired(ctx: Context, prep: Prepared, rows: Rows, timed: dict[str, Any]
             native.sizes[at] = size
 
 
-def _size_models(manifest, directory) -> list[str] | None:
-    """The size keys of an artifact holding one model per size (each run natively by the model of its size:
-    native.run.size_model), else None."""
-    if manifest.native or not holds_models(manifest):
-        return None
-    return list(models_of(manifest, directory))
+def _size_models(manifest, directory) -> list[dict[str, int]] | None:
+    """The size bindings of an artifact holding one model per size, without a native section of its own (each
+    run natively by the model of its size: native.run.size_model), else None."""
+    return None if manifest.native else held_sizes(manifest, directory)
 
 
-def _supports(manifest, models: list[str] | None, dims: Mapping[str, int]) -> str | None:
+def _supports(manifest, held: list[dict[str, int]] | None, dims: Mapping[str, int]) -> str | None:
     """None when the native consumer can run at `dims`, else why not: a size the artifact holds no model for,
     or one a symbolic XLA artifact has no refined static module for (measure.plan.native_supports)."""
-    if models is None:
+    if held is None:
         return native_supports(manifest.native, dims)
+    if has_model(held, dims):
+        return None
     key = size_key({d: dims[d] for d in manifest.symbolic_dims if d in dims})
-    return None if key in models else f"no model for {key} (the artifact holds {'; '.join(models)})"
+    return f"no model for {key} (the artifact holds {'; '.join(size_key(h) for h in held)})"
 
 
 def _dims(sig, feed) -> dict[str, int]:

@@ -72,6 +72,19 @@ def holds_models(manifest: "Manifest") -> bool:
     return FORMAT_KEY in manifest.format
 
 
+def held_sizes(manifest: "Manifest", directory: Path) -> list[dict[str, int]] | None:
+    """The size bindings a fallback artifact holds a model for, in its order (the example's first); None for any
+    other artifact."""
+    if not holds_models(manifest):
+        return None
+    return [parse_key(key) for key in models_of(manifest, directory)]
+
+
+def has_model(held: Sequence[Mapping[str, int]], dims: Mapping[str, int]) -> bool:
+    """Whether a feed binding `dims` has a model among `held` (over two dims: that combination, not each size)."""
+    return any(all(dims.get(d) == v for d, v in one.items()) for one in held)
+
+
 def model_at(manifest: "Manifest", directory: Path, sizes: Mapping[str, int] | None, backend: str) -> Path:
     """The sub-artifact of a fallback artifact built for `sizes` (None: the first, the example's); RunError
     `size-unsupported` naming the sizes it holds when none was built for them. ArtifactError when that model is
