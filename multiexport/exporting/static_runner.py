@@ -15,12 +15,12 @@ from ..errors import ArtifactError, RunError
 from ..files import inside
 from .facts import STATIC_FALLBACK_KEY, StaticSizesFacts
 from .feed import check_feed
+from .manifest import Manifest
 from .options import RunOptions
 from .runner import Runner
 
 if TYPE_CHECKING:
     from .contract import Backend
-    from .manifest import Manifest
 
 FORMAT_KEY = STATIC_FALLBACK_KEY  # the manifest's format facts of a fallback artifact live under this key
 STATIC_MODELS_DIR = "static"
@@ -90,8 +90,6 @@ def model_at(manifest: "Manifest", directory: Path, sizes: Mapping[str, int] | N
     `size-unsupported` naming the sizes it holds when none was built for them. ArtifactError when that model is
     not a model of the artifact's own format with a model of its own (another format's artifact, or a fallback
     artifact again, which is no model of a size)."""
-    from .manifest import Manifest
-
     models = models_of(manifest, directory)
     if sizes is None:
         key = next(iter(models))
