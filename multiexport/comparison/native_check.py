@@ -59,9 +59,9 @@ def check_native(ctx: Context, prep: Prepared, name: str, exported: Exported, ch
         return NativeResult(consumer, Status.UNAVAILABLE, str(exc))
     except MultiexportError as exc:
         return NativeResult(consumer, Status.RUN_FAILED, str(exc))
-    usable = [(t, r) for t, r in checked if _supports(manifest, models, t.dims) is None]
-    skipped = [f"{t.name} ({_supports(manifest, models, t.dims)})" for t, _ in checked
-               if _supports(manifest, models, t.dims) is not None]
+    why_not = [_supports(manifest, models, t.dims) for t, _ in checked]
+    usable = [pair for pair, why in zip(checked, why_not) if why is None]
+    skipped = [f"{t.name} ({why})" for (t, _), why in zip(checked, why_not) if why is not None]
     if not usable:
         return NativeResult(consumer, Status.SIZE_UNSUPPORTED, "; ".join(skipped) or "no trial to run", command)
     ctx.progress(f"{name}: native run ({consumer}) on {len(usable)} trials")
@@ -83,13 +83,14 @@ def check_native(ctx: Context, prep: Prepared, name: str, exported: Exported, ch
     status, reason = judged(verdict, accuracy, notes)
     result = NativeResult(consumer, status, reason, command, verdict)
     if config.bench and bench is not None:
-        result.sizes = _latency(ctx, prep, name, exported, bench, kwargs)
+        result.sizes = _latency(ctx, prep, name, exported, bench, kwargs, models)
     return result
 
 
-def _latency(ctx: Context, prep: Prepared, name: str, exported: Exported, bench: BenchResult, kwargs
-             ) -> list[NativeSize]:
-    """Per-call latency inside the native program at each size the Python runner was timed at."""
+def _latency(ctx: Context, prep: Prepared, name: str, exported: Exported, bench: BenchResult, kwargs,
+             held: list[dict[str, int]] | None) -> list[NativeSize]:
+    """Per-call latency inside the native program at each size the Python runner was timed at (held: the
+    artifact's size models, `_size_models`)."""
     config, manifest = ctx.config, exported.manifest
     timing = present(config.bench, "native latency is measured only with a benchmark")
     python = {s.batch: s for s in bench.sizes}
@@ -102,7 +103,7 @@ def _latency(ctx: Context, prep: Prepared, name: str, exported: Exported, bench:
                                     "the Python runner has no latency at this size to set beside it"))
             continue
         dims = _dims(prep.sig, feed)
-        why = _supports(manifest, _size_models(manifest, exported.artifact), dims)
+        why = _supports(manifest, held, dims)
         if why:
             sizes.append(NativeSize(batch, Status.SIZE_UNSUPPORTED, why))
             continue

@@ -25,7 +25,7 @@ from ..dtypes import parse_dtype
 from ..errors import ExportError, MultiexportError, leaf_message
 from ..versions import base_versions, utc_now
 from .contract import EXPORT_DRIVER, Artifact, Backend, ExportOptions, FormatResult, RunOptions
-from .facts import STATIC_FALLBACK_KEY, FallbackFacts, StageMade, StaticSizesFacts
+from .facts import FallbackFacts, StageMade, StaticSizesFacts
 from .format_result import check_result
 from .inventory import (  # noqa: F401  (re-exported: they were defined here)
     EXAMPLE_INPUTS,
@@ -42,7 +42,7 @@ from .outdir import claimed, disk_error
 from .precision import FP32, calibrated_at, check_weights_quantizable, remove_calibration_scratch
 from .registry import get_backend
 from .static_fallback import describe_failure, manifest_for, plan, size_dir, size_key, specialize
-from .static_runner import models_of
+from .static_runner import holds_models, models_of
 from .symbolic_check import wrong_result
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def _stage_models(directory: str | None) -> dict[str, str]:
         return {}
     try:
         manifest = Manifest.read(directory)
-        if STATIC_FALLBACK_KEY not in manifest.format:
+        if not holds_models(manifest):
             return {}
         return {key: str(path) for key, path in models_of(manifest, Path(directory)).items()}
     except (MultiexportError, OSError, ValueError):
@@ -155,7 +155,7 @@ def _fixed_sizes(manifest: Manifest) -> FallbackFacts | None:
     """What a static-sizes artifact holds (its format.static_fallback, read typed), else None. Facts that do not
     read (a stage manifest edited by hand) are ArtifactError naming the field: the artifact says it holds fixed
     sizes, so it cannot be taken as one that keeps the symbolic dims."""
-    if STATIC_FALLBACK_KEY not in manifest.format:
+    if not holds_models(manifest):
         return None
     return StaticSizesFacts.from_json(manifest.format, f"Artifact '{manifest.backend}'").static_fallback
 

@@ -129,6 +129,14 @@ def descendants(root: int, skip: frozenset[tuple[int, int]] | set[tuple[int, int
     return found
 
 
+def children_of(pid: int) -> list[int]:
+    """`pid`'s living children, every thread's: /proc/PID/task/*/children, or every /proc/*/stat on a kernel
+    without that file."""
+    if _has_children_files(pid):
+        return _children_of(pid)
+    return sorted(_children_by_parent().get(pid, []))
+
+
 def _has_children_files(pid: int) -> bool:
     with contextlib.suppress(OSError, IndexError):
         task = os.listdir(f"/proc/{pid}/task")[0]

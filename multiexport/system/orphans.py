@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
+from .descendants import children_of
+
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 
@@ -51,25 +53,7 @@ def adopt_orphans() -> Adopted:
 
 def children() -> list[int]:
     """The process ids of this process's living children (every thread's), from /proc."""
-    found: set[int] = set()
-    with contextlib.suppress(OSError):
-        tasks = os.listdir("/proc/self/task")
-        if not os.path.exists(f"/proc/self/task/{tasks[0]}/children"):  # a kernel without CONFIG_PROC_CHILDREN
-            return _children_by_parent()
-        for task in tasks:
-            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as fh:
-                found.update(int(pid) for pid in fh.read().split())
-    return sorted(found)
-
-
-def _children_by_parent() -> list[int]:
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry}/stat") as fh:
-                if int(fh.read().rsplit(")", 1)[1].split()[1]) == me:  # the field after the state: ppid
-                    found.append(int(entry))
-    return found
+    return children_of(os.getpid())
 
 
 def stop_leftovers(adopted: Adopted = Adopted(), wait_s: float = 2.0) -> list[int]:
