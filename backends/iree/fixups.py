@@ -41,13 +41,20 @@ def prepare_stablehlo(exported, weights: Sequence[str] = ()) -> tuple[bytes, dic
        rank > 2 becomes a batched one against the rhs broadcast along that dimension. IREE would flatten
        it into a 2-D dot with `dynamic_reshape`, which IREE 3.13 cannot lower (flax Dense on
        [b, seq, d]); the batched form lowers straight to linalg and computes the same numbers.
+    4. A `gather` whose dynamic indices end in an index vector of one element, made by appending that
+       size-1 dimension to a tensor (a `dynamic_broadcast_in_dim` keeping every dimension in place, as
+       jnp.take and an embedding lookup lower), reads that tensor instead, with the same
+       `index_vector_dim` (now its rank: the implicit trailing index vector of one element, the same
+       gather by StableHLO's definition). IREE 3.13 canonicalizes the explicit form into a gather and a
+       `stablehlo.reshape` to a dynamic shape, which its verifier then rejects (keras-hub's token
+       embedding on [b, seq]: "'stablehlo.reshape' op result #0 must be statically shaped").
     """
     from jax.extend import mlir as jmlir
     from jax.extend.mlir import ir
     from jax.extend.mlir.dialects import stablehlo as hlo
 
     notes: dict[str, Any] = {"shape_assertions_removed": 0, "dynamic_broadcasts_annotated": 0, "dot_generals_batched": 0,
-             "custom_call_targets": []}
+             "gather_index_vectors_implicit": 0, "custom_call_targets": []}
     with ir_context() as ctx, ir.Location.unknown():
         module = parse_module(exported, ctx)
         ops: list[Any] = []
@@ -70,6 +77,8 @@ def prepare_stablehlo(exported, weights: Sequence[str] = ()) -> tuple[bytes, dic
                 notes["dynamic_broadcasts_annotated"] += 1
             elif op.name == "stablehlo.dot_general" and _batch_dot_general(op, ir, hlo):
                 notes["dot_generals_batched"] += 1
+            elif op.name == "stablehlo.gather" and _implicit_index_vector(op, ir, hlo):
+                notes["gather_index_vectors_implicit"] += 1
         if weights:
             return _bind_parameters(module, weights, ir).encode(), notes
         version = hlo.get_version_from_compatibility_requirement(hlo.StablehloCompatibilityRequirement.WEEK_4)
@@ -156,3 +165,34 @@ def _batch_dot_general(op, ir, hlo) -> bool:
     return True
 
 
+
+
+def _implicit_index_vector(op, ir, hlo) -> bool:
+    """Make a dynamic gather's one-element index vector implicit (rewrite 4 of `prepare_stablehlo`); True if done.
+
+    Only where the indices are `dynamic_broadcast_in_dim(x, dims=[0, ..., r-1])` of rank r + 1 ending in a
+    static 1, each dimension of x equal to the result's: static and the same, or dynamic (the broadcast's
+    known non-expanding dimensions, rewrite 2), so the indices are x with a trailing 1 and nothing else.
+    """
+    indices = op.operands[1]
+    indices_type = ir.RankedTensorType(indices.type)
+    numbers = hlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+    rank = indices_type.rank
+    if (indices_type.has_static_shape or numbers.index_vector_dim != rank - 1
+            or indices_type.is_dynamic_dim(rank - 1) or indices_type.shape[rank - 1] != 1):
+        return False
+    producer = indices.owner
+    if not isinstance(producer, (ir.Operation, ir.OpView)) or producer.name != "stablehlo.dynamic_broadcast_in_dim":
+        return False
+    source = producer.operands[0]
+    source_type = ir.RankedTensorType(source.type)
+    if (source_type.rank != rank - 1
+            or list(ir.DenseI64ArrayAttr(producer.attributes["broadcast_dimensions"])) != list(range(rank - 1))):
+        return False
+    for i in range(rank - 1):
+        if source_type.is_dynamic_dim(i) != indices_type.is_dynamic_dim(i):
+            return False
+        if not source_type.is_dynamic_dim(i) and source_type.shape[i] != indices_type.shape[i]:
+            return False
+    op.operands[1] = source
+    return True

@@ -28,11 +28,6 @@ def stablehlo_model(fn, signature, opset: int):
 
 
 
-    if signature.symbolic_dims:
-        raise ExportError(f"Backend 'onnx' | route 'stablehlo' converts static shapes only, got the symbolic "
-                          f"dimension{'s' if len(signature.symbolic_dims) > 1 else ''} "
-                          f"{', '.join(signature.symbolic_dims)} (each fixed size is converted on its own)",
-                          backend="onnx", category="unsupported-signature")
     try:
         exported = export_module(fn, signature, keep_unused=True)
     except Exception as exc:
@@ -43,7 +38,9 @@ def stablehlo_model(fn, signature, opset: int):
     try:
         with ir_context() as ctx:
             module = parse_module(exported, ctx)
-            proto = convert_module(module, names, outputs, opset, signature.name or "model")
+            shapes = ([list(leaf.shape) for leaf in signature.inputs], [list(leaf.shape) for leaf in signature.outputs]
+                      ) if signature.symbolic_dims else (None, None)
+            proto = convert_module(module, names, outputs, opset, signature.name or "model", *shapes)
     except Unsupported as exc:
         raise ExportError(f"Backend 'onnx' | route 'stablehlo' has no ONNX form for {exc.op}"
                           f"{': ' + exc.why if exc.why else ''}", backend="onnx", category="unsupported-op") from exc

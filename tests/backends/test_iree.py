@@ -147,6 +147,32 @@ def test_symbolic_batch_runs_at_two_sizes_in_both_runners(built):
         assert_faithful(run_native(artifact.directory, feed), want, sig, f"native b={batch}")
 
 
+def test_a_symbolic_embedding_lookup_compiles_as_one_symbolic_module(tmp_path):
+    """jnp.take of a table by ids [b, s] (an embedding: keras-hub's GPT-2 and every decoder's first op) lowers to a
+    gather whose indices get a trailing index vector of one element; IREE 3.13 turns that form into a reshape to a
+    dynamic shape its verifier refuses. Read with the implicit index vector it compiles once for every b, and
+    computes what jax.jit does at sizes the example does not have, in both runners."""
+
+    def embed(params, batch):
+        return {"h": jnp.take(params["table"], batch["ids"], axis=0) * 2.0}
+
+    table = np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32)
+    target = Target(embed, args=({"table": table}, {"ids": np.array([[1, 2, 3], [4, 5, 9]], np.int32)}),
+                    name="embed", symbolic_batch="b", batch_leaves=("batch.*",))
+    sig = build_signature(target)
+    m = IreeBackend().export(target.fn, sig, tmp_path / "a").manifest
+    assert "static_fallback" not in m.format and m.supports["dims"] == {"b": "any"}, m.warnings
+    assert m.format["stablehlo"]["gather_index_vectors_implicit"] == 1
+    runner = IreeBackend().load(tmp_path / "a")
+    for b in (1, 5):
+        ids = np.random.default_rng(b).integers(0, 10, size=(b, 3)).astype(np.int32)
+        feed = {**sig.example_feed(), "batch.ids": ids}
+        want = reference_outputs(target, sig, feed)
+        assert np.array_equal(want[sig.outputs[0].name], table[ids] * 2.0)  # the rows asked for, not a constant
+        assert_faithful(runner(feed), want, sig, f"python b={b}")
+        assert_faithful(run_native(tmp_path / "a", feed), want, sig, f"native b={b}")
+
+
 def test_removed_shape_assertions_are_checked_before_every_call(built):
     _, sig, artifact = built("symbolic_batch")
     stablehlo = artifact.manifest.format["stablehlo"]

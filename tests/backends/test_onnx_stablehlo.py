@@ -123,16 +123,85 @@ def test_the_route_refuses_what_onnx_cannot_express_naming_the_op(fn, args, op, 
     assert f"route 'stablehlo' has no ONNX form for {op}" in str(info.value) and words in str(info.value)
 
 
-def test_a_symbolic_signature_goes_to_one_static_model_per_size(tmp_path):
-    from ..cases import case
+def decoder_block() -> Target:
+    """A decoder's first layer on token ids [b, 6]: an embedding lookup, a padding mask, layer norm, causal
+    attention, a flatten over the batch and a dense head; its symbolic module holds every dynamic op the route
+    writes (dynamic broadcasts, a dynamic reshape, a dynamic iota, dimension sizes, shape assertions)."""
+    rng = np.random.default_rng(0)
+    params = {"embed": rng.normal(size=(20, 8)).astype(np.float32),
+              "qkv": (rng.normal(size=(8, 24)) / 3).astype(np.float32),
+              "head": (rng.normal(size=(48, 4)) / 7).astype(np.float32)}
+    ids = rng.integers(0, 20, size=(2, 6)).astype(np.int32)
+    mask = np.ones((2, 6), np.int32)
+    mask[1, 4:] = 0
 
-    c = case("symbolic_batch")
-    target = c.make()
+    def block(params, batch):
+        h = jnp.take(params["embed"], batch["ids"], axis=0)
+        h = (h - h.mean(-1, keepdims=True)) / jnp.sqrt(h.var(-1, keepdims=True) + 1e-5)
+        q, k, v = jnp.split(h @ params["qkv"], 3, axis=-1)
+        positions = jax.lax.broadcasted_iota(jnp.int32, (h.shape[0], 6, 6), 2)
+        causal = positions <= jax.lax.broadcasted_iota(jnp.int32, (h.shape[0], 6, 6), 1)
+        keep = causal & (batch["mask"][:, None, :] > 0)
+        scores = jnp.where(keep, jnp.einsum("bqd,bkd->bqk", q, k) / jnp.sqrt(8.0), -1e9)
+        attended = jnp.einsum("bqk,bkd->bqd", jax.nn.softmax(scores, axis=-1), v)
+        rows = jnp.arange(h.shape[0], dtype=jnp.float32)[:, None]  # an iota along the batch itself
+        return {"logits": attended.reshape(h.shape[0], -1) @ params["head"] + rows}
+
+    return Target(block, args=(params, {"ids": ids, "mask": mask}), name="decoder_block", symbolic_batch="b",
+                  batch_leaves=("batch.*",))
+
+
+def test_a_symbolic_module_becomes_one_graph_whose_inputs_name_the_dimension(tmp_path):
+    """The route converts the symbolic module once: the graph's inputs and outputs carry `b`, its dynamic sizes are
+    computed in the graph, and it matches jax.jit at sizes the example does not have (jax2onnx is not asked)."""
+    import onnx
+
+    target = decoder_block()
+    sig, artifact = export(target, tmp_path / "a")
+    m = artifact.manifest
+    assert "static_fallback" not in m.format and m.supports["dims"] == {"b": "any"}, m.warnings
+    graph = onnx.load(str(tmp_path / "a" / "model.onnx")).graph
+    dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
+    assert dims["batch.ids"] == ["b", 6] and dims["batch.mask"] == ["b", 6], dims
+    assert [d.dim_param or d.dim_value for d in graph.output[0].type.tensor_type.shape.dim] == ["b", 4]
+    assert {"Shape", "Range"} <= {n.op_type for n in graph.node}  # sizes read at run time, not constants
+    runner = OnnxBackend().load(artifact.directory)
+    for batch in (1, 2, 5):
+        feed = feed_for(sig, batch)
+        feed["batch.ids"] = np.random.default_rng(batch).integers(0, 20, size=(batch, 6)).astype(np.int32)
+        want = reference_outputs(target, sig, feed)
+        got = runner(feed)
+        leaf = sig.outputs[0]
+        assert got[leaf.name].shape == (batch, 4) and np.ptp(want[leaf.name]) > 0.1  # not a constant output
+        verdict = compare_leaf(leaf.name, got[leaf.name], want[leaf.name], leaf.dtype, default_tolerance(leaf.dtype))
+        assert verdict.passed, (batch, verdict.reasons)
+
+
+def test_an_op_the_route_writes_at_fixed_sizes_only_sends_a_symbolic_module_to_one_model_per_size(tmp_path):
+    """A reverse along the symbolic dimension has no dynamic form here: the route refuses it naming the op, and the
+    export's static-size fallback converts one model per size, each matching jax.jit."""
+    target = Target(lambda batch: {"y": jnp.flip(batch["x"], axis=0) * 2.0},
+                    args=({"x": np.arange(6, dtype=np.float32).reshape(3, 2)},), name="flip_batch",
+                    symbolic_batch="b", batch_leaves=("batch.*",))
     sig, artifact = export(target, tmp_path / "a", fallback_sizes={"b": (1, 7)})
     facts = artifact.manifest.format["static_fallback"]
-    assert "route 'stablehlo' converts static shapes only" in facts["why"]
+    assert "no ONNX form for stablehlo.reverse: with a dynamic (symbolic) dimension" in facts["why"], facts["why"]
     assert set(facts["models"]) == {"b=1", "b=3", "b=7"}  # the sizes asked for and the example's
     assert artifact.manifest.supports["dims"] == {"b": [1, 3, 7]}
+    for batch in (1, 3, 7):
+        assert_parity(target, sig, artifact, batch)
+
+
+def test_a_shape_assertion_the_runner_does_not_check_is_not_dropped(tmp_path):
+    """An input of size 2*b: jax.export asserts the size is even, which a runner binding plain names does not check,
+    so the route refuses the module naming the assertion instead of writing a graph that takes an odd size."""
+    target = Target(lambda x: {"y": x * 2.0}, args=(np.arange(12, dtype=np.float32).reshape(4, 3),),
+                    name="even_rows", polymorphic_shapes={"*": "2*b, 3"})
+    assert [leaf.shape for leaf in build_signature(target).inputs] == [("2*b", 3)]
+    with pytest.raises(ExportError) as info:
+        export(target, tmp_path / "a")
+    assert info.value.category == "unsupported-op"
+    assert "target 'shape_assertion'" in str(info.value) and "not a plain name (2*b)" in str(info.value)
 
 
 @pytest.mark.subprocess

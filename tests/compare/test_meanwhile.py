@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
+import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from multiexport import examples
 from multiexport.comparison import compare
-from multiexport.comparison.meanwhile import MEANWHILE_WEIGHTS, reference_meanwhile
+from multiexport.comparison.meanwhile import MEANWHILE_NICE, MEANWHILE_WEIGHTS, reference_meanwhile, yield_to_exports
 from multiexport.comparison.memory_plan import GIB, Footprints, plan_memory
 from multiexport.results import Status
 
@@ -104,3 +107,31 @@ def test_a_reference_failure_beside_the_exports_is_raised_not_lost(tmp_path):
                 target_spec=spec, dim_sizes={"b": [3]})
     assert not (tmp_path / "out" / "results.json").exists() or '"state": "finished"' not in (
         tmp_path / "out" / "results.json").read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own nice value is Linux's")
+def test_the_reference_thread_yields_the_cores_to_the_exports_and_only_that_thread():
+    """yield_to_exports lowers the priority of the thread that runs the reference's rest (read back from the
+    kernel's record of that thread), not the compare's own thread, which must not run slower after it."""
+
+    def nice_of(tid: int) -> int:
+        fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[16])  # field 19 of stat: nice
+
+    main = threading.get_native_id()
+    before = nice_of(main)
+    seen = {}
+
+    def work():
+        tid = threading.get_native_id()
+        seen["before"] = nice_of(tid)
+        yield_to_exports()
+        seen["after"] = nice_of(tid)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    if seen["before"] >= 19:
+        pytest.skip("this process already runs at the lowest priority: nothing lower to go to")
+    assert seen["after"] == min(19, seen["before"] + MEANWHILE_NICE) > seen["before"]
+    assert nice_of(main) == before

@@ -61,10 +61,18 @@ def onnx_type(dtype: np.dtype | str) -> int:
 
 @dataclass(frozen=True)
 class TensorType:
-    """A static tensor type: shape and numpy dtype name (`float32`, `bool`, `bfloat16`)."""
+    """A tensor type: shape and numpy dtype name (`float32`, `bool`, `bfloat16`).
 
-    shape: tuple[int, ...]
+    shape: each dimension's size; None for a dynamic one (a symbolic dimension, only in a symbolic conversion).
+    dtype: the numpy dtype name.
+    """
+
+    shape: tuple[int | None, ...]
     dtype: str
+
+    @property
+    def dynamic(self) -> bool:
+        return any(d is None for d in self.shape)
 
     @property
     def rank(self) -> int:
@@ -139,13 +147,24 @@ class Builder:
         return self.root.small.get(name)
 
     def ints(self, values: Sequence[int]) -> str:
-        return self.const(np.asarray(list(values), dtype=np.int64), hint="i")
+        values = list(values)
+        if any(v is None for v in values):  # a dynamic dimension has no constant: the caller must compute it
+            raise Unsupported("shape", f"a constant of sizes {values} with a dynamic dimension")
+        return self.const(np.asarray(values, dtype=np.int64), hint="i")
 
     # -- small compositions used by many ops --------------------------------------------------
     def cast(self, x: str, dtype: str) -> str:
         return self.op1("Cast", [x], to=onnx_type(dtype))
 
-    def reshape(self, x: str, shape: Sequence[int]) -> str:
+    def reshape(self, x: str, shape: Sequence[int | None]) -> str:
+        """x reshaped to `shape`; one dynamic dimension (None) is inferred from the element count (-1), which is
+        exact when every other size is known and non-zero. More than one is refused (it would be ambiguous)."""
+        shape = list(shape)
+        if None in shape:
+            if shape.count(None) > 1 or 0 in shape:
+                raise Unsupported("reshape", f"to {shape}: more than one dynamic dimension (or a zero size beside "
+                                             "one) cannot be inferred from the element count")
+            shape = [-1 if d is None else d for d in shape]
         return self.op1("Reshape", [x, self.ints(shape)])
 
     def transpose(self, x: str, perm: Sequence[int]) -> str:
@@ -162,3 +181,31 @@ class Builder:
 
     def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
         return self.op1("Unsqueeze", [x, self.ints(axes)])
+
+
+class Lazy(str):
+    """An ONNX name that stands for a larger tensor (`shape`, None for a dynamic dimension) by numpy
+    broadcasting; `dims`: the ONNX name of that shape as an int64 tensor, for a dynamic one. See Converter.lazy."""
+
+    shape: tuple[int | None, ...]
+    dims: str | None
+
+    def __new__(cls, name: str, shape: tuple[int | None, ...], dims: str | None = None) -> "Lazy":
+        made = super().__new__(cls, name)
+        made.shape = tuple(shape)
+        made.dims = dims
+        if dims is None and None in made.shape:
+            raise Unsupported("broadcast", f"a lazy broadcast to {list(made.shape)} without its shape tensor")
+        return made
+
+
+class LazyShape(tuple):
+    """A dynamic shape a lazy result stands for (None per dynamic dimension) and `dims`, the ONNX name of that
+    shape as an int64 tensor (Converter.broadcast_inputs returns it; Converter.lazy_result reads it)."""
+
+    dims: str
+
+    def __new__(cls, shape, dims: str) -> "LazyShape":
+        made = super().__new__(cls, shape)
+        made.dims = dims
+        return made

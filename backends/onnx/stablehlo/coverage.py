@@ -22,9 +22,13 @@ handler in backends/onnx/stablehlo/ops/; do not edit by hand. -->
 The ONNX backend's `stablehlo` route (`--backend-option onnx.route=stablehlo`, or `auto` when jax2onnx fails)
 converts the module `jax.export` wrote, op by op. Every op it has a handler for is listed here with the ONNX
 ops its test cases require in the converted graph and the input dtypes they run with; each case is exported,
-converted, run in ONNX Runtime and compared with `jax.jit` (tests/backends/test_stablehlo_ops.py). Static
-shapes only: a symbolic module is converted once per fixed size. A *refused* op is one the route names in its
-error, with the reason, instead of writing a wrong graph.
+converted, run in ONNX Runtime and compared with `jax.jit` (tests/backends/test_stablehlo_ops.py). A module
+with symbolic dimensions is converted once, its graph inputs named by them (`b`) and every dynamic size computed
+in the graph, when each op holding a dynamic dimension is one written that way (elementwise ops, transpose,
+concatenate, reduce, dot_general, a gather from a static table, custom_call shape assertions (the runner checks
+them), and the dynamic shape ops: `convert.DYNAMIC_OPS`); any other is converted once per fixed size (the
+static-size fallback). A *refused* op is one the route names in its error, with the reason, instead of writing a
+wrong graph.
 
 | StableHLO op | ONNX ops | dtypes tested | cases | notes |
 |---|---|---|---|---|

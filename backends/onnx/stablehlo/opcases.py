@@ -40,7 +40,7 @@ EDGES = (0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0)
 class Arg:
     """One input of a case."""
 
-    shape: tuple[int, ...]  # static shape (the route converts static modules only)
+    shape: tuple[int, ...]  # static shape (symbolic modules: tests/backends/test_onnx_stablehlo.py)
     dtype: str = "float32"  # numpy dtype name
     # Where the values come from: normal (N(0, 1)), positive ([0.5, 2]), unit ((-0.9, 0.9)), int (-5..5, 0..9
     # unsigned), count (1..6: exponents, divisors), bool, index (-2..5: out of range both ways, to check clamping), shift (0..width+3: StableHLO's

@@ -7,4 +7,6 @@ from . import bits, control, elementwise, indexing, linalg, reduce, shape
 
 _MODULES = (control, elementwise, bits, shape, linalg, reduce, indexing)
 HANDLERS = {name: handler for module in _MODULES for name, handler in module.HANDLERS.items()}
+# The elementwise ops (one value per element, every operand of the result's shape): shape-agnostic handlers.
+ELEMENTWISE_KINDS = tuple(name for name in elementwise.HANDLERS if name != "stablehlo.constant")
 CASES = tuple(c for module in _MODULES for c in getattr(module, "CASES", ()))

@@ -33,14 +33,27 @@ def composite(cx, op) -> list[str]:
 
 def custom_call(cx, op) -> list[str]:
     refuse_custom_call(cx, op)
+    if _target(cx, op) == "shape_assertion":
+        return []  # checked by whoever runs the graph (Converter.assertions_checked)
     return cx.inputs(op)  # a sharding annotation: the value itself on one device
 
 
+def _target(cx, op) -> str:
+    return cx.ir.StringAttr(cx.attr(op, "call_target_name")).value
+
+
 def refuse_custom_call(cx, op) -> None:
-    """Raise for every custom_call but a one-operand sharding annotation, naming its target."""
-    target = cx.ir.StringAttr(cx.attr(op, "call_target_name")).value
+    """Raise for every custom_call but a one-operand sharding annotation and, in a symbolic conversion whose
+    assertions the runner checks, jax.export's `shape_assertion` (no result: dropped), naming its target."""
+    target = _target(cx, op)
     if target == "Sharding" and len(op.operands) == 1:
         return
+    if target == "shape_assertion" and cx.symbolic and cx.assertions_checked and not op.operation.results:
+        return
+    if target == "shape_assertion":
+        raise Unsupported("stablehlo.custom_call", "target 'shape_assertion': jax.export's check of a symbolic "
+                                                   "input dimension that is not a plain name (2*b), which a runner "
+                                                   "binding names does not make, so the graph cannot leave it out")
     raise Unsupported("stablehlo.custom_call", f"target '{target}': a call into code outside StableHLO "
                                                "(a library kernel or a platform callback) has no ONNX form")
 

@@ -181,7 +181,7 @@ def convert(cx, op) -> list[str]:
     src, dst = cx.type_of(op.operands[0]), cx.type_of(op.result)
     (x,), lazy = cx.broadcast_inputs(op)
     if src.dtype == dst.dtype:
-        return [x]  # the same name: lazy or not as it was
+        return [cx.lazy_result(x, lazy)]  # the same name, standing for what it stood for
     return [cx.lazy_result(cx.b.cast(x, dst.dtype), lazy)]
 
 

@@ -36,7 +36,11 @@ def _dot(cx, op, lb: list[int], rb: list[int], lc: list[int], rc: list[int]) -> 
         x = b.cast(x, compute)
     if rt.dtype != compute:
         y = b.cast(y, compute)
-    size = lambda t, dims: math.prod(t.shape[d] for d in dims)  # noqa: E731
+
+    def size(t, dims):  # a dynamic dimension among them: unknown here (Builder.reshape infers one)
+        sizes = [t.shape[d] for d in dims]
+        return None if None in sizes else math.prod(sizes)
+
     # The common forms MatMul takes as they are: x[..., k] @ w[k, n], and batched [B.., m, k] @ [B.., k, n].
     direct = (not lb and len(lc) == 1 and lc[0] == lt.rank - 1 and rt.rank == 2 and rc == [0]
               and lt.rank >= 1) or (

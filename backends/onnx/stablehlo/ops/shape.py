@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..builder import Unsupported
+from ..builder import Lazy, Unsupported
 from ..opcases import Arg, example, f32, i32, jnp, lax
 
 _INT64_MAX = 2**63 - 1
@@ -110,17 +110,27 @@ def pad(cx, op) -> list[str]:
 def iota(cx, op) -> list[str]:
     t = cx.type_of(op.result)
     dim = cx.int_attr(op, "iota_dimension")
+    line = _iota_line(cx, t, dim)
+    if tuple(_placed(t, dim)) == t.shape:
+        return [line]
+    return [cx.lazy_result(line, t.shape)]
+
+
+def _placed(t, dim: int) -> list:
+    shaped = [1] * t.rank
+    shaped[dim] = t.shape[dim]
+    return shaped
+
+
+def _iota_line(cx, t, dim: int) -> str:
+    """0, 1, ... along `dim` of type `t` (static there), other dimensions 1."""
     if t.dtype.startswith(("bfloat16", "float8")) or t.dtype == "bool":
         line = cx.b.cast(cx.b.const(np.arange(t.shape[dim], dtype=np.float32)), t.dtype)
     else:
         line = cx.b.const(np.arange(t.shape[dim]).astype(t.dtype))
-    shaped = [1] * t.rank
-    shaped[dim] = t.shape[dim]
     if t.rank != 1:
-        line = cx.b.reshape(line, shaped)
-    if tuple(shaped) == t.shape:
-        return [line]
-    return [cx.lazy_result(line, t.shape)]
+        line = cx.b.reshape(line, _placed(t, dim))
+    return line
 
 
 def reverse(cx, op) -> list[str]:
@@ -134,7 +144,85 @@ def reverse(cx, op) -> list[str]:
 
 def get_dimension_size(cx, op) -> list[str]:
     src = cx.type_of(op.operands[0])
-    return [cx.b.const(np.asarray(src.shape[cx.int_attr(op, "dimension")], dtype=np.int32))]
+    dim = cx.int_attr(op, "dimension")
+    if src.shape[dim] is not None:
+        return [cx.b.const(np.asarray(src.shape[dim], dtype=np.int32))]
+    # A symbolic dimension: read from the tensor at run time (a lazy one expanded: its own tensor has 1 there).
+    size = cx.b.op1("Shape", [cx.name(op.operands[0])], start=dim, end=dim + 1)
+    return [cx.b.reshape(cx.b.cast(size, "int32"), [])]
+
+
+def _int64(cx, value) -> str:
+    """A dynamic op's shape (or index) operand as the int64 tensor ONNX's Reshape, Expand and Slice take."""
+    name = cx.name(value)
+    return name if cx.type_of(value).dtype == "int64" else cx.b.cast(name, "int64")
+
+
+def dynamic_broadcast_in_dim(cx, op) -> list[str]:
+    """broadcast_in_dim to a shape computed in the graph: the operand's dims moved into place (transposed, unit axes
+    inserted), then lazy like a static broadcast (Converter.lazy), expanded by its shape operand where needed."""
+    src, dst = cx.type_of(op.operands[0]), cx.type_of(op.result)
+    dims = cx.ints(op, "broadcast_dimensions")
+    shape = _int64(cx, op.operands[1])
+    if dims == list(range(dst.rank - src.rank, dst.rank)) and all(
+            s in (1, d) for s, d in zip(src.shape, dst.shape[dst.rank - src.rank:])):
+        # numpy broadcasting aligns trailing dims (a dynamic one is the result's: lax never expands it): the operand's
+        # own tensor, lazy or not, stands for the result as it is
+        raw = cx.raw_name(op.operands[0])
+        return [raw if src.shape == dst.shape and op.operands[0] not in cx.lazy else Lazy(raw, dst.shape, shape)]
+    order = sorted(range(len(dims)), key=dims.__getitem__)
+    x = cx.b.transpose(cx.name(op.operands[0]), order)
+    missing = [d for d in range(dst.rank) if d not in dims]
+    if missing:
+        x = cx.b.unsqueeze(x, missing)
+    placed = [1] * dst.rank
+    for i in order:
+        placed[dims[i]] = src.shape[i]
+    if tuple(placed) == dst.shape:
+        # Every dimension already its size: a dynamic one is never expanded (lax.broadcast_in_dim takes an operand
+        # dimension of 1 or of the result's size; a symbolic one is not 1), the rest are equal.
+        return [x]
+    return [Lazy(x, dst.shape, shape)]
+
+
+def dynamic_reshape(cx, op) -> list[str]:
+    dst = cx.type_of(op.result)
+    (x,) = [cx.name(op.operands[0])]
+    if not dst.dynamic:
+        return [cx.b.reshape(x, dst.shape)]
+    # allowzero: a 0 in the shape is a size of zero, as in StableHLO (not ONNX's "copy this dimension")
+    return [cx.b.op1("Reshape", [x, _int64(cx, op.operands[1])], allowzero=1)]
+
+
+def real_dynamic_slice(cx, op) -> list[str]:
+    """x[start:limit:stride] with the three as tensors (jnp.split, a slice of a symbolic dimension): ONNX Slice
+    takes them as they are, on every axis."""
+    x = cx.name(op.operands[0])
+    starts, limits, strides = (_int64(cx, v) for v in op.operands[1:])
+    axes = cx.b.ints(range(cx.type_of(op.operands[0]).rank))
+    return [cx.b.op1("Slice", [x, starts, limits, axes, strides])]
+
+
+def dynamic_iota(cx, op) -> list[str]:
+    """iota in a shape computed in the graph: the line along its dimension (its length read from the shape operand
+    when that dimension is dynamic), lazy to the whole shape."""
+    t = cx.type_of(op.result)
+    dim = cx.int_attr(op, "iota_dimension")
+    shape = _int64(cx, op.operands[0])
+    if t.shape[dim] is None:  # 0 .. n-1 with n read from the shape operand
+        n = cx.b.op1("Gather", [shape, cx.b.ints([dim])], axis=0)
+        count = cx.b.reshape(n, [])
+        line = cx.b.op1("Range", [cx.b.const(np.asarray(0, np.int64)), count, cx.b.const(np.asarray(1, np.int64))])
+        line = cx.b.cast(line, t.dtype) if t.dtype != "int64" else line
+        others = [d for d in range(t.rank) if d != dim]
+        line = cx.b.unsqueeze(line, others) if others else line
+    else:
+        line = _iota_line(cx, t, dim)
+    if tuple(_placed(t, dim)) == t.shape:
+        return [line]
+    if not t.dynamic:
+        return [cx.lazy_result(line, t.shape)]
+    return [Lazy(line, t.shape, shape)]
 
 
 HANDLERS = {
@@ -149,6 +237,10 @@ HANDLERS = {
     "stablehlo.iota": iota,
     "stablehlo.reverse": reverse,
     "stablehlo.get_dimension_size": get_dimension_size,
+    "stablehlo.dynamic_broadcast_in_dim": dynamic_broadcast_in_dim,
+    "stablehlo.dynamic_reshape": dynamic_reshape,
+    "stablehlo.dynamic_iota": dynamic_iota,
+    "stablehlo.real_dynamic_slice": real_dynamic_slice,
 }
 
 
@@ -158,6 +250,42 @@ func.func @main(%x: tensor<2x3xf32>) -> tensor<i32> {
   return %0 : tensor<i32>
 }"""
 _INDEX = Arg((), "int32", "index")
+# The dynamic ops with their shape operand a constant: how a static module would hold them (jax.export writes them
+# for symbolic dimensions, where the shape is computed; tests/backends/test_onnx_stablehlo.py converts those).
+_DYN_BROADCAST = """
+func.func @main(%x: tensor<2x3xf32>) -> tensor<3x4x2xf32> {
+  %s = stablehlo.constant dense<[3, 4, 2]> : tensor<3xi32>
+  %0 = stablehlo.dynamic_broadcast_in_dim %x, %s, dims = [2, 0] : (tensor<2x3xf32>, tensor<3xi32>) -> tensor<3x4x2xf32>
+  return %0 : tensor<3x4x2xf32>
+}"""
+_DYN_BROADCAST_TRAILING = """
+func.func @main(%x: tensor<3xf32>, %y: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %s = stablehlo.constant dense<[2, 3]> : tensor<2xi64>
+  %0 = stablehlo.dynamic_broadcast_in_dim %x, %s, dims = [1] : (tensor<3xf32>, tensor<2xi64>) -> tensor<2x3xf32>
+  %1 = stablehlo.multiply %0, %y : tensor<2x3xf32>
+  return %1 : tensor<2x3xf32>
+}"""
+_DYN_RESHAPE = """
+func.func @main(%x: tensor<2x3xf32>) -> tensor<3x2xf32> {
+  %s = stablehlo.constant dense<[3, 2]> : tensor<2xi32>
+  %0 = stablehlo.dynamic_reshape %x, %s : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<3x2xf32>
+  return %0 : tensor<3x2xf32>
+}"""
+_REAL_DYNAMIC_SLICE = """
+func.func @main(%x: tensor<4x6xf32>) -> tensor<2x2xf32> {
+  %start = stablehlo.constant dense<[1, 0]> : tensor<2xi32>
+  %limit = stablehlo.constant dense<[3, 6]> : tensor<2xi32>
+  %stride = stablehlo.constant dense<[1, 3]> : tensor<2xi32>
+  %0 = stablehlo.real_dynamic_slice %x, %start, %limit, %stride : (tensor<4x6xf32>, tensor<2xi32>, tensor<2xi32>, tensor<2xi32>) -> tensor<2x2xf32>
+  return %0 : tensor<2x2xf32>
+}"""
+_DYN_IOTA = """
+func.func @main(%x: tensor<2x3xi32>) -> tensor<2x3xi32> {
+  %s = stablehlo.constant dense<[2, 3]> : tensor<2xi32>
+  %0 = stablehlo.dynamic_iota %s, dim = 1 : (tensor<2xi32>) -> tensor<2x3xi32>
+  %1 = stablehlo.add %x, %0 : tensor<2x3xi32>
+  return %1 : tensor<2x3xi32>
+}"""
 
 CASES = (
     example("stablehlo.broadcast_in_dim", lambda x: jnp.broadcast_to(x[:, None, :], (2, 4, 3)), f32(2, 3),
@@ -184,5 +312,16 @@ CASES = (
             onnx="Reshape", name="leading-axis"),
     example("stablehlo.reverse", lambda x: jnp.flip(x, axis=1), f32(2, 3), onnx="Slice"),
     example("stablehlo.get_dimension_size", lambda x: jnp.int32(3), f32(2, 3), mlir=_DIM_SIZE,
-            note="a constant: static shapes only"),
+            note="a constant; a symbolic dimension is read at run time (Shape)"),
+    example("stablehlo.dynamic_broadcast_in_dim", lambda x: jnp.broadcast_to(x.T[:, None, :], (3, 4, 2)), f32(2, 3),
+            mlir=_DYN_BROADCAST, onnx=("Transpose", "Unsqueeze", "Expand"),
+            note="operand dims moved into place, expanded to the shape operand where a consumer needs it"),
+    example("stablehlo.dynamic_broadcast_in_dim", lambda x, y: x * y, f32(3), f32(2, 3), name="trailing",
+            mlir=_DYN_BROADCAST_TRAILING, onnx="Mul", note="trailing-aligned: the elementwise consumer broadcasts"),
+    example("stablehlo.dynamic_reshape", lambda x: x.reshape(3, 2), f32(2, 3), mlir=_DYN_RESHAPE, onnx="Reshape",
+            note="the shape operand as ONNX Reshape's (allowzero) where the result is dynamic"),
+    example("stablehlo.real_dynamic_slice", lambda x: x[1:3, 0:6:3], f32(4, 6), mlir=_REAL_DYNAMIC_SLICE,
+            onnx="Slice", note="starts, limits and strides as tensors"),
+    example("stablehlo.dynamic_iota", lambda x: x + lax.broadcasted_iota(jnp.int32, (2, 3), 1), i32(2, 3),
+            mlir=_DYN_IOTA, note="Range from the shape operand along a dynamic dimension"),
 )
