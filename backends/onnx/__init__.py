@@ -85,6 +85,7 @@ class OnnxBackend(Backend):
         options_type=OnnxOptions,
         precisions=("fp32", "fp16", "int8-dynamic", "int8"),
         export_memory=(1.5, 0.75), runner_memory=(2.0, 0.25),  # measured peaks, docs/large-models.md "Memory"
+        export_cost=2.4,  # median export seconds over the compare_time zoo (benchmarks/README.md)
     )
     presentation = Presentation(
         summary="ONNX (jax2onnx, or multiexport's StableHLO converter) run by ONNX Runtime, inputs named by leaf",
@@ -143,7 +144,8 @@ class OnnxBackend(Backend):
                 first_failure = exc
                 _clear(out_dir)
         try:
-            made = self._write(stablehlo_model(fn, signature, chosen.opset), signature, out_dir, job.options, chosen)
+            made = self._write(stablehlo_model(fn, signature, chosen.opset, job.options.static_sizes), signature, out_dir,
+                               job.options, chosen)
         except ExportError as exc:
             if route == "stablehlo":
                 raise

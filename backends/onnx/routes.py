@@ -21,13 +21,21 @@ from .stablehlo import Unsupported, convert_module
 ROUTES = ("auto", "jax2onnx", "stablehlo")
 
 
-def stablehlo_model(fn, signature, opset: int):
-    """The StableHLO route's onnx_ir model of the flat function: inputs named by leaf, outputs by output leaf."""
+def stablehlo_model(fn, signature, opset: int, static_sizes=None):
+    """The StableHLO route's onnx_ir model of the flat function: inputs named by leaf, outputs by output leaf.
+
+    A symbolic signature is converted symbolically, unless fixed sizes were asked for (`static_sizes`, as
+    `multiexport export --static-sizes` and `locate` ask): then this refuses it, and the export's static-size
+    fallback converts one model per size. Only a model converted at fixed sizes carries the op-by-op site table
+    `locate` maps (numbered like the module it instruments: the one refined to the trial's sizes)."""
     import onnx_ir as ir
     import onnx_ir.passes.common as passes
 
-
-
+    asked = {d: v for d, v in dict(static_sizes or {}).items() if d in signature.symbolic_dims}
+    if asked:
+        raise ExportError(f"Backend 'onnx' | route 'stablehlo' converts at the fixed sizes asked for "
+                          f"({', '.join(f'{d}={list(v)}' for d, v in asked.items())}), one model each",
+                          backend="onnx", category="unsupported-signature")
     try:
         exported = export_module(fn, signature, keep_unused=True)
     except Exception as exc:

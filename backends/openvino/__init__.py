@@ -94,6 +94,7 @@ class OpenVINOBackend(Backend):
                                         "(nncf.compress_weights: int8 weights, float activations), not activations "
                                         "quantized per call; openvino@int8 (calibrated) and onnx@int8-dynamic are"},
         export_memory=(1.5, 1.25), runner_memory=(2.0, 0.25),  # measured peaks, docs/large-models.md "Memory"
+        export_cost=0.6,  # median export seconds over the compare_time zoo (benchmarks/README.md)
     )
     presentation = Presentation(summary="OpenVINO CPU over the ONNX file (either ONNX route), inputs named by leaf",
                                 color="#17becf", order=60)

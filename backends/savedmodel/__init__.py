@@ -95,6 +95,7 @@ class SavedModelBackend(Backend):
                         for p in ("fp16", "int8-dynamic", "int8")},
         carries_code=True,
         export_memory=(1.5, 1.0), runner_memory=(1.5, 1.0),  # measured peaks, docs/large-models.md "Memory"
+        export_cost=3.5,  # median export seconds over the compare_time zoo (benchmarks/README.md)
     )
     presentation = Presentation(summary="TF SavedModel (jax2tf): serving_default keyed by leaf aliases",
                                 color="#d62728", order=20)

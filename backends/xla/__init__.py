@@ -66,6 +66,7 @@ class XlaBackend(Backend):
                             "astype, or a quantization library such as AQT), then exported like any function")
                         for p in ("fp16", "int8-dynamic", "int8")},
         export_memory=(1.5, 0.5), runner_memory=(1.5, 0.5),  # measured peaks, docs/large-models.md "Memory"
+        export_cost=0.7,  # median export seconds over the compare_time zoo (benchmarks/README.md)
     )
     presentation = Presentation(summary="XLA/PJRT: serialized jax.export.Exported and StableHLO bytecode",
                                 color="#1f77b4", order=10)

@@ -86,8 +86,12 @@ def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None,
 
 
 def export_groups(todo: list[str]) -> list[list[str]]:
-    """One group per worker: a stage followed by the backends built on it, else a backend alone. Groups with
-    a stage come first (the longest chains start first), then the others in the compare's order."""
+    """One group per worker: a stage followed by the backends built on it, else a backend alone; costliest
+    first (the summed `Backend.export_cost` of its backends; ties in the compare's order). The first workers
+    take the first groups and the pool hands out the rest in this order (`plan_workers`), so the longest
+    exports start first and the short ones fill in around them: taken last from the pool, IREE's compile (the
+    longest single export on most of the zoo's real models, one per size where it falls back) ran alone on
+    one core at the end of the export phase (keras_hub_gpt2: ~3 s; keras_mobilenetv2: 16 s)."""
     stage_of = {name: _builds_on(name) for name in todo}
     groups: list[list[str]] = []
     for name in todo:
@@ -95,7 +99,7 @@ def export_groups(todo: list[str]) -> list[list[str]]:
         if stage in todo:
             continue  # joins its stage's group
         groups.append([name, *(n for n in todo if stage_of[n] == name)])
-    return sorted(groups, key=lambda g: -len(g))
+    return sorted(groups, key=lambda g: -sum(_export_cost(n) for n in g))
 
 
 def _stage_in(names: list[str], name: str) -> str | None:
@@ -271,6 +275,13 @@ def _builds_on(name: str) -> str | None:
         return backend_class(name).builds_on
     except MultiexportError:
         return None
+
+
+def _export_cost(name: str) -> float:
+    try:
+        return float(backend_class(name).export_cost)
+    except MultiexportError:
+        return 1.0
 
 
 def _static_modules(name: str) -> bool:

@@ -49,10 +49,11 @@ def reference_meanwhile(ctx: Context, memory: MemoryPlan) -> bool:
 
 def yield_to_exports() -> None:
     """Lower the calling thread's CPU priority (Linux, where a thread has a nice value of its own): the exports
-    are what the compare waits on, this work only has to be done after them, so on cores the export workers keep
-    busy it takes the time they leave (measured on keras_hub_gpt2: the export phase's cores were saturated, and
-    the reference's other trials and rounding floor took 1-2 CPU seconds of them). Nothing timed runs in this
-    process; the thread ends with its work. Elsewhere (a thread id is no process id) it does nothing."""
+    are what the compare waits on, this work only has to be done after them. What runs in this thread yields
+    the cores to the export workers: tracing and XLA's compiles of the other trials' sizes (keras_hub_gpt2:
+    b=1 and b=5, most of this work); the computations themselves run on XLA's own thread pool, created at the
+    process's priority, and do not. Nothing timed runs in this process; the thread ends with its work.
+    Elsewhere (a thread id is no process id) it does nothing."""
     if sys.platform != "linux":
         return
     try:

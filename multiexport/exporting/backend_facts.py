@@ -41,6 +41,9 @@ class BackendFacts:
         the compare's memory plan (comparison/memory_plan.py) counts before starting it; None: the plan's default.
         A backend that `builds_on` another counts cumulatively (the stage's worker exports both).
     runner_memory: the run worker's peak the same way; None: the plan's default.
+    export_cost: a typical export's seconds relative to the others' (framework import, conversion, compile;
+        the zoo's figures in benchmarks/README.md "Compare time"): the compare starts the costliest exports
+        first and hands out the rest costliest first (comparison/exports.py `export_groups`).
     """
 
     name: str
@@ -58,6 +61,7 @@ class BackendFacts:
     precision_gaps: Mapping[str, str] = field(default_factory=dict)
     export_memory: tuple[float, float] | None = None
     runner_memory: tuple[float, float] | None = None
+    export_cost: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -92,6 +92,7 @@ class Backend:
     # Peak resident memory of the export and run workers, (x the weights, + GiB): the memory plan's figures.
     export_memory: ClassVar[tuple[float, float] | None] = None
     runner_memory: ClassVar[tuple[float, float] | None] = None
+    export_cost: ClassVar[float] = 1.0
     runtime_modules: ClassVar[tuple[str, ...]] = ()
     static_fallback: ClassVar[bool] = True
     facts_type: ClassVar[type[FormatFacts]] = FormatFacts

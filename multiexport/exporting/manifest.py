@@ -50,7 +50,7 @@ MANIFEST_SCHEMA: Final = "multiexport.manifest/2"
 # (no dependency): tests/exporting/test_manifest_schema.py checks it is the generated one and agrees with the reader.
 SCHEMA_PATH = Path(__file__).with_name("manifest.schema.json")
 _ALIAS = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-_DIM = re.compile(r"^[A-Za-z0-9_+\-*/(), ]+$")  # a symbol or an expression of symbols (jax.export syntax: floordiv(b, 2))
+_DIM = re.compile(r"^[A-Za-z0-9_+\-*/^(), ]+$")  # a symbol or an expression of symbols (jax.export syntax: floordiv(b, 2), b^2)
 _MAX_MANIFEST = 64 << 20
 # numpy's extended precision (x87 long double): no JAX array and no format has it.
 _NO_JAX_DTYPE = ("float128", "complex256")

@@ -37,7 +37,7 @@ _FIELD_RULES: dict[tuple[type, str], dict[str, Any]] = {
     (PrecisionFacts, "precision"): {"enum": list(PRECISIONS)},
     (CalibrationFacts, "samples"): {"minimum": 1},
 }
-_PATH_CHARS = r"[A-Za-z0-9_+\-*/(), ]"  # manifest._DIM's characters; a dim also has a letter (manifest._is_dim)
+_PATH_CHARS = r"[A-Za-z0-9_+\-*/^(), ]"  # manifest._DIM's characters; a dim also has a letter (manifest._is_dim)
 
 
 def generate() -> dict[str, Any]:

@@ -135,7 +135,7 @@ _DIM_FUNCTIONS = {"floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "m
 
 
 def evaluate_dim(dim: Any, sizes: dict[str, int]) -> int:
-    """A symbolic dimension as jax.export prints it (`b`, `2*b`, `floordiv(b, 2)`) at the given sizes."""
+    """A symbolic dimension as jax.export prints it (`b`, `2*b`, `b^2`, `floordiv(b, 2)`) at the given sizes."""
     import ast
     import re
 
@@ -144,10 +144,13 @@ def evaluate_dim(dim: Any, sizes: dict[str, int]) -> int:
     missing = names - set(sizes)
     if missing:
         raise KeyError(f"no size for {', '.join(sorted(missing))}")
-    tree = ast.parse(text, mode="eval")
+    tree = ast.parse(text.replace("^", "**"), mode="eval")  # jax writes a power as b^2
     allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Call, ast.Name, ast.Load, ast.Constant, ast.Add,
-               ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub)
-    if not all(isinstance(node, allowed) for node in ast.walk(tree)):
+               ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub, ast.Pow)
+    small_powers = all(isinstance(node.right, ast.Constant) and isinstance(node.right.value, int)
+                       and 0 <= node.right.value <= 8
+                       for node in ast.walk(tree) if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow))
+    if not all(isinstance(node, allowed) for node in ast.walk(tree)) or not small_powers:
         raise ValueError(f"dimension {text!r} is not an arithmetic expression of symbols")
     scope = {**_DIM_FUNCTIONS, **{n: int(sizes[n]) for n in names}}
     return int(eval(compile(tree, "<dim>", "eval"), {"__builtins__": {}}, scope))  # noqa: S307 (checked above)

@@ -204,6 +204,23 @@ def test_a_shape_assertion_the_runner_does_not_check_is_not_dropped(tmp_path):
     assert "target 'shape_assertion'" in str(info.value) and "not a plain name (2*b)" in str(info.value)
 
 
+def test_an_output_sized_b_squared_converts_symbolically_and_its_manifest_reads(tmp_path):
+    """An outer product over the batch flattened to [b*b, 4]: jax writes that dimension `b^2`. The manifest takes it
+    (a power is an expression of symbols), it evaluates at any b, and the graph matches jax.jit at sizes 1, 3, 5."""
+    from multiexport.exporting.stablehlo import evaluate_dim
+
+    target = Target(lambda x: {"y": (x[:, None, :] * x[None, :, :]).reshape(-1, 4)},
+                    args=(np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32),), name="outer_flat",
+                    symbolic_batch="b")
+    sig, artifact = export(target, tmp_path / "a")
+    assert artifact.manifest.outputs[0].shape == ["b^2", 4] and artifact.manifest.supports["dims"] == {"b": "any"}
+    assert evaluate_dim("b^2", {"b": 3}) == 9 and evaluate_dim("2*b^2 + 1", {"b": 2}) == 9
+    with pytest.raises(ValueError, match="not an arithmetic expression"):
+        evaluate_dim("b^b", {"b": 3})  # only small constant powers: nothing unbounded is computed
+    for batch in (1, 3, 5):
+        assert_parity(target, sig, artifact, batch)
+
+
 @pytest.mark.subprocess
 def test_the_dead_graph_is_one_category_with_and_without_the_benchmark(tmp_path):
     module = tmp_path / "pool5d_target.py"

@@ -43,6 +43,22 @@ def test_crash_hang_raise_kill_and_export_failure_become_rows_and_others_finish(
     assert set(data["backends"]) == set(rows) and data["backends"]["xla"]["parity"]["passed"]
 
 
+def test_the_costliest_exports_start_first_and_the_pool_hands_out_the_rest_costliest_first():
+    """Groups are ordered by their summed export_cost, so with two slots the SavedModel chain and IREE's compile
+    get the two workers and the ONNX chain and XLA are pooled: IREE taken last from the pool ran alone at the end."""
+    from multiexport.comparison.exports import WorkerPlan, export_groups, plan_workers
+    from multiexport.exporting.registry import backend_class
+
+    todo = ["xla", "savedmodel", "onnx", "iree", "litert", "openvino"]
+    groups = export_groups(todo)
+    assert groups == [["savedmodel", "litert"], ["iree"], ["onnx", "openvino"], ["xla"]]
+    costs = [sum(backend_class(n).export_cost for n in g) for g in groups]
+    assert costs == sorted(costs, reverse=True)
+    assert plan_workers(groups, 2) == [WorkerPlan(("savedmodel", "litert"), ("onnx", "openvino", "xla")),
+                                       WorkerPlan(("iree",), ("onnx", "openvino", "xla"))]
+    assert export_groups(["xla", "onnx"]) == [["onnx"], ["xla"]]  # not the compare's order: the costlier first
+
+
 def test_groups_beyond_the_slots_become_a_pool_every_worker_takes_from():
     from multiexport.comparison.exports import WorkerPlan, plan_workers
 
@@ -81,15 +97,20 @@ def test_two_stage_chains_in_one_worker_each_start_from_their_own_stage(tmp_path
         assert how["made"].startswith("reused") and how["reused_from"] == stage, (name, how)
 
 
-@pytest.mark.parametrize("backends", [("xla", "xla_export_crashes", "iree"), ("xla", "iree", "xla_export_crashes")])
+@pytest.mark.parametrize("backends", [("xla_export_crashes", "xla", "iree"), ("xla", "xla_export_crashes", "iree")])
 def test_a_pooled_export_is_taken_by_one_worker_and_a_death_in_the_pool_fails_alone(tmp_path, fault_backends, backends):
-    """Two slots, three exports: the third is pooled. Whether the export that aborts its worker is one's own
-    or the pooled one, it alone is `crashed`; the others are exported once each and pass."""
+    """Two slots, three exports: the cheapest is pooled (iree, the costliest, has a worker; the two xla exports
+    cost the same, so the compare's order decides). Whether the export that aborts its worker is one's own or
+    the pooled one, it alone is `crashed`; the others are exported once each and pass."""
+    from multiexport.comparison.exports import export_groups
+
+    pooled = export_groups(list(backends))[-1][0]
+    assert pooled == backends[1]  # the crashing export is own in the first case, pooled in the second
     seen: list[str] = []
     results = compare(examples.seed(), backends=list(backends), out_dir=tmp_path, trials=1, bench=None, export_jobs=2,
                       target_spec="multiexport.examples:seed", progress=seen.append)
-    assert f"{backends[2]}: export in a worker process (the first worker free)" in seen
-    assert any(f"then each takes the next of {backends[2]}" in line for line in seen), seen
+    assert f"{pooled}: export in a worker process (the first worker free)" in seen
+    assert any(f"then each takes the next of {pooled}" in line for line in seen), seen
     crashed = results.backends["xla_export_crashes"]
     assert crashed.status is Status.CRASHED and "SIGABRT" in crashed.reason
     for name in ("xla", "iree"):

@@ -14,6 +14,7 @@ import multiexport.exporting  # noqa: F401  (installs the export driver)
 from multiexport.cli import main
 from multiexport.leaves import Target
 from multiexport.locate import LocateConfig, locate
+from multiexport.sdk import SITE_TABLE_KEY
 
 from . import plant
 
@@ -130,3 +131,30 @@ def test_a_sum_that_cancels_is_faithful_when_it_differs_by_its_own_rounding(tmp_
         assert first.site.op == "stablehlo.reduce" and first.replay.verdict == "faithful"
         assert "own rounding" in first.replay.text
         assert answer.verdict.startswith("onnx: its outputs pass parity; the first divergence")
+
+
+def broadcast_mean(x):
+    m = jnp.broadcast_to(x.mean(0), x.shape)
+    return {"y": jnp.tanh(m * 2.0) @ x.T + jnp.arange(x.shape[0], dtype=jnp.float32)}
+
+
+def test_a_symbolic_target_on_the_stablehlo_route_is_mapped_op_by_op_at_the_trial_s_size(tmp_path):
+    """The StableHLO route converts a symbolic module once, numbered unlike the module locate instruments (refined to
+    the trial's sizes): locate's own export asks for fixed sizes, so the graph it examines is the trial size's model
+    and every op result maps; a symbolic graph (the compare's) carries no site table to mis-map."""
+    from multiexport.exporting import ExportOptions
+    from multiexport.exporting.registry import get_backend
+    from multiexport.leaves import build_signature
+
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    t = Target(broadcast_mean, args=(x,), name="broadcast_mean", symbolic_batch="b")
+    result = locate(t, LocateConfig(backends=("onnx",), out_dir=tmp_path / "loc", dim_sizes={"b": (5,)},
+                                    backend_options={"onnx": {"route": "stablehlo"}}), say=lambda line: None)
+    answer = result.backends[0]
+    assert not answer.error and answer.total > 0 and answer.mapped == answer.total, answer
+    symbolic = get_backend("onnx").export(t.fn, build_signature(t), tmp_path / "symbolic",
+                                          ExportOptions(backend_options={"route": "stablehlo"}))
+    assert symbolic.manifest.supports["dims"] == {"b": "any"}
+    table = json.loads(next(p.value for p in onnx.load(str(tmp_path / "symbolic" / "model.onnx")).metadata_props
+                            if p.key == SITE_TABLE_KEY))
+    assert table["sites"] == [] and table["ops"] == 0

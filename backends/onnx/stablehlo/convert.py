@@ -57,7 +57,9 @@ class Converter:
         self._depth = 0
         # The side table `locate` reads (the SDK's SiteTable): per op of `main` flattened (calls inlined, in order: the
         # numbering of multiexport's instrumented module), the ONNX names holding its results. `top_level` is True
-        # while a block of the flattened `main` is converted (main's, or a function it calls at top level).
+        # while a block of the flattened `main` is converted (main's, or a function it calls at top level). A symbolic
+        # conversion records none: `locate` numbers ops in the module refined to its trial's sizes, which a symbolic
+        # module's (its shape computations, dynamic ops, assertions) does not follow.
         self.sites = SiteTable()
         self.top_level = False
 
@@ -196,7 +198,7 @@ class Converter:
             self.top_level = top and kind == "func.call"  # a call's body is part of the flattened main
             outs = handler(self, op)
             self.top_level = False
-            if top and kind != "func.call":
+            if top and kind != "func.call" and not self.symbolic:  # numbered like a static module only
                 self.sites.record(kind, [str(o) for o in outs],
                                   [list(o.shape) if isinstance(o, Lazy) else None for o in outs])
             if len(outs) != len(results):
