@@ -221,6 +221,32 @@ def test_an_output_sized_b_squared_converts_symbolically_and_its_manifest_reads(
         assert_parity(target, sig, artifact, batch)
 
 
+def test_contractions_with_a_symbolic_batch_and_length_convert_symbolically(tmp_path):
+    """Attention's two einsums and a projection with both b and s symbolic: MatMul broadcasts the leading dims
+    itself, so no reshape needs two inferred sizes; the graph matches jax.jit at (b, s) pairs the example lacks."""
+
+    def attend(w, x):
+        scores = jnp.einsum("bqd,bkd->bqk", x, x) / 2.0
+        mixed = jnp.einsum("bqk,bkd->bqd", jax.nn.softmax(scores, axis=-1), x)
+        return {"y": jnp.einsum("bsd,ed->bse", mixed, w)}
+
+    rng = np.random.default_rng(0)
+    target = Target(attend, args=(rng.normal(size=(5, 4)).astype(np.float32), rng.normal(size=(2, 3, 4)).astype(np.float32)),
+                    name="attend", polymorphic_shapes={"x": "b, s, 4"})
+    sig, artifact = export(target, tmp_path / "a")
+    assert "static_fallback" not in artifact.manifest.format, artifact.manifest.warnings
+    assert artifact.manifest.supports["dims"] == {"b": "any", "s": "any"}
+    runner = OnnxBackend().load(artifact.directory)
+    for b, s in ((1, 1), (3, 7), (4, 2)):
+        feed = {**sig.example_feed(), "x": rng.normal(size=(b, s, 4)).astype(np.float32)}
+        want = reference_outputs(target, sig, feed)
+        leaf = sig.outputs[0]
+        got = runner(feed)[leaf.name]
+        assert got.shape == (b, s, 5)
+        verdict = compare_leaf(leaf.name, got, want[leaf.name], leaf.dtype, default_tolerance(leaf.dtype))
+        assert verdict.passed, ((b, s), verdict.reasons)
+
+
 @pytest.mark.subprocess
 def test_the_dead_graph_is_one_category_with_and_without_the_benchmark(tmp_path):
     module = tmp_path / "pool5d_target.py"

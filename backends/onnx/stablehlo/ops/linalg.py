@@ -52,6 +52,10 @@ def _dot(cx, op, lb: list[int], rb: list[int], lc: list[int], rc: list[int]) -> 
         # W[m, k] . x[n, k] (a vmapped Linear: weights on the left): x @ W^T gives [n, m], whose transpose is the
         # result; the caller's own transpose back to [n, m] then cancels it (Builder.transpose composes them).
         result = b.transpose(b.op1("MatMul", [y, b.transpose(x, [1, 0])]), [1, 0])
+    elif not lb and len(lc) == 1 and len(rf) == 1 and size(lt, lf) is None:
+        # Dynamic free dimensions (b, s): MatMul broadcasts x's leading dims itself, so x[*free, k] @ y[k, n] is
+        # already [*free, n], with no flattening (which could infer one dynamic size, not two)
+        result = b.op1("MatMul", [b.transpose(x, lf + lc), b.transpose(y, rc + rf)])
     elif not lb:
         x = b.transpose(x, lf + lc)
         y = b.transpose(y, rc + rf)
@@ -74,7 +78,8 @@ def _dot(cx, op, lb: list[int], rb: list[int], lc: list[int], rc: list[int]) -> 
         if [*batch, *(rt.shape[d] for d in rc), *(rt.shape[d] for d in rf)] != y3:
             y = b.reshape(y, y3)
         result = b.op1("MatMul", [x, y])
-        result = b.reshape(result, out.shape)
+        if not (None in out.shape and len(lb) == len(lf) == len(rf) == 1):  # else already [batch, m, n]
+            result = b.reshape(result, out.shape)
     if compute != out.dtype:
         result = b.cast(result, out.dtype)
     return result
