@@ -17,6 +17,7 @@ or error.json ({category, message}) with exit code 3, so the parent can tell a c
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -151,9 +152,19 @@ def export_main(argv: list[str]) -> int:
     jobs = [(args.backend, args.artifact, args.out, args.options),
             *((b, Path(a), Path(o), opts) for b, a, o, opts in args.then)]
     first_shared = len(jobs) - max(args.pool, 0)  # jobs from this index on are shared with other workers
+    with_stage: set[int] = set()  # shared exports claimed with their stage (below)
 
     def mine(i: int) -> bool:  # an own export, or a shared one this worker claimed first
-        return i < first_shared or _claim(jobs[i][2], args.claim_as)
+        if i < first_shared or i in with_stage:
+            return True
+        if not _claim(jobs[i][2], args.claim_as):
+            return False
+        # What builds on this export is claimed with it: exported in this worker right after, it starts from the
+        # stage this worker writes (another worker would convert the stage again: it reuses only its own)
+        for j in range(i + 1, len(jobs)):
+            if _stage_of(jobs[j][3]) == str(Path(jobs[i][1]).resolve()) and _claim(jobs[j][2], args.claim_as):
+                with_stage.add(j)
+        return True
 
     try:
         register_entries(args.register)
@@ -169,6 +180,16 @@ def export_main(argv: list[str]) -> int:
     # each shared export is claimed only when this worker reaches it, after the ones before it are done
     codes = [_export_one(target, signature, fingerprint, job, made, loaded) for i, job in enumerate(jobs) if mine(i)]
     return max(codes, default=0)
+
+
+def _stage_of(options_json: str) -> str | None:
+    """The resolved stage directory an export's options name, or None (none, or options that do not read: the
+    export itself reports those)."""
+    try:
+        stage = json.loads(options_json).get("stage_artifact")
+    except (ValueError, AttributeError):
+        return None
+    return str(Path(stage).resolve()) if isinstance(stage, str) and stage else None
 
 
 def _claim(out: Path, token: str) -> bool:

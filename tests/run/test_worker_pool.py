@@ -40,3 +40,34 @@ def test_an_exports_cpu_seconds_count_the_processes_it_waited_for():
                    check=True, timeout=120)
     assert _cpu_with_children() - before >= 0.45
     assert time.process_time() - own < 0.3  # the child's CPU, not this process's own
+
+
+def test_a_pooled_export_is_claimed_with_what_builds_on_it_so_its_stage_is_reused(tmp_path):
+    """Two real export workers, the ONNX -> OpenVINO chain in the pool: the worker that claims ONNX claims OpenVINO
+    with it, so OpenVINO starts from the ONNX file that worker wrote. Claimed one by one, the other worker (free
+    first, its own IREE export done while ONNX still converts) took OpenVINO and converted the stage again."""
+    import json
+
+    import pytest
+
+    from multiexport.exporting.manifest import Manifest
+    from multiexport.exporting.options import ExportOptions
+    from multiexport.exporting.registry import get_backend
+    from multiexport.run.export_pool import ExportJob, export_in_workers
+    from multiexport.run.messages import encode
+
+    if not all(get_backend(n).available().ok for n in ("onnx", "openvino", "iree")):
+        pytest.skip("onnx, openvino or iree unavailable")
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def job(name, **options):
+        return ExportJob(name, out / name, encode(ExportOptions(check_load=False, **options)))
+
+    owns = [[job("xla")], [job("iree")]]  # the xla worker reaches the pool first, the iree one while ONNX converts
+    pooled = [job("onnx"), job("openvino", stage_artifact=str(out / "onnx"))]
+    left = export_in_workers("multiexport.examples:seed", out, owns, pooled, slots=2, timeout=600)
+    assert all(outcome.reply is not None for outcome in left.values()), left
+    stage = Manifest.read(out / "openvino").format["stage"]
+    assert stage["made"].startswith("reused"), stage
+    assert json.loads((out / "openvino" / "manifest.json").read_text())["backend"] == "openvino"
