@@ -146,11 +146,11 @@ class Builder:
         """The value of `name` when it is a small constant, else None."""
         return self.root.small.get(name)
 
-    def ints(self, values: Sequence[int]) -> str:
-        values = list(values)
-        if any(v is None for v in values):  # a dynamic dimension has no constant: the caller must compute it
-            raise Unsupported("shape", f"a constant of sizes {values} with a dynamic dimension")
-        return self.const(np.asarray(values, dtype=np.int64), hint="i")
+    def ints(self, values: Sequence[int | None]) -> str:
+        listed = list(values)
+        if any(v is None for v in listed):  # a dynamic dimension has no constant: the caller must compute it
+            raise Unsupported("shape", f"a constant of sizes {listed} with a dynamic dimension")
+        return self.const(np.asarray(listed, dtype=np.int64), hint="i")
 
     # -- small compositions used by many ops --------------------------------------------------
     def cast(self, x: str, dtype: str) -> str:

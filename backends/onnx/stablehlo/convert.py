@@ -51,7 +51,7 @@ class Converter:
         # A lazy value with a dynamic dimension: the ONNX name of its full shape as an int64 tensor (the shape a
         # dynamic_broadcast_in_dim computed), which its Expand takes instead of a constant.
         self.lazy_dims: dict[Any, str] = {}
-        self._expanded: dict[tuple[int, str, tuple[int, ...]], str] = {}
+        self._expanded: dict[tuple[int, str, Any], str] = {}
         # Results a handler already wrote while converting an earlier op (a divide folded into an average pool).
         self.precomputed: dict[Any, str] = {}
         self._depth = 0
@@ -101,14 +101,14 @@ class Converter:
         dims = self.lazy_dims.get(value)
         key = (id(self.b), name, dims if dims is not None else self.lazy[value])
         if key not in self._expanded:
-            shape = dims if dims is not None else self.b.ints(self.lazy[value])  # type: ignore[arg-type]
+            shape = dims if dims is not None else self.b.ints(self.lazy[value])
             self._expanded[key] = self.b.op1("Expand", [name, shape])
         return self._expanded[key]
 
     def inputs(self, op: Any) -> list[str]:
         return [self.name(v) for v in op.operands]
 
-    def broadcast_inputs(self, op: Any) -> tuple[list[str], tuple[int, ...] | None]:
+    def broadcast_inputs(self, op: Any) -> tuple[list[str], tuple[int | None, ...] | None]:
         """Operand names for an elementwise op that broadcasts like numpy (lazy ones unexpanded), and the result
         shape when no operand has it (then the result is lazy too), else None."""
         shape = self.type_of(op.operation.results[0]).shape
@@ -200,7 +200,8 @@ class Converter:
             self.top_level = False
             if top and kind != "func.call" and not self.symbolic:  # numbered like a static module only
                 self.sites.record(kind, [str(o) for o in outs],
-                                  [list(o.shape) if isinstance(o, Lazy) else None for o in outs])
+                                  [[int(d) for d in o.shape if d is not None] if isinstance(o, Lazy) else None
+                                   for o in outs])  # static here: a symbolic conversion records none
             if len(outs) != len(results):
                 raise Unsupported(kind, f"wrote {len(outs)} values for {len(results)} results")
             for result, out in zip(results, outs):
@@ -337,7 +338,7 @@ def convert_module(module: Any, input_names: Sequence[str], output_names: Sequen
     from onnx import helper
 
     symbolic = input_shapes is not None
-    plain = symbolic and all(isinstance(d, int) or str(d).isidentifier() for shape in input_shapes for d in shape)
+    plain = all(isinstance(d, int) or str(d).isidentifier() for shape in input_shapes or () for d in shape)
     cx = Converter(module, HANDLERS, symbolic=symbolic, assertions_checked=plain)
     _refuse_early(cx, module)
     if "main" not in cx.functions:
@@ -357,8 +358,10 @@ def convert_module(module: Any, input_names: Sequence[str], output_names: Sequen
     out_types = [cx.type_of(v) for v in _terminator(block).operands]
     for r, o in zip(results, output_names):
         cx.b.nodes.append(helper.make_node("Identity", [r], [o], name=cx.names.fresh("n_output")))
-    ins = [list(s) for s in input_shapes] if input_shapes is not None else [list(t.shape) for t in arg_types]
-    outs = [list(s) for s in output_shapes] if output_shapes is not None else [list(t.shape) for t in out_types]
+    ins: list[list[Any]] = ([list(s) for s in input_shapes] if input_shapes is not None
+                            else [list(t.shape) for t in arg_types])
+    outs: list[list[Any]] = ([list(s) for s in output_shapes] if output_shapes is not None
+                             else [list(t.shape) for t in out_types])
     graph = helper.make_graph(
         cx.b.nodes, model_name,
         [helper.make_tensor_value_info(n, onnx_type(t.dtype), s) for n, t, s in zip(input_names, arg_types, ins)],
