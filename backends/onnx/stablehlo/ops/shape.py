@@ -10,11 +10,17 @@ from ..opcases import Arg, example, f32, i32, jnp, lax
 _INT64_MAX = 2**63 - 1
 
 
+def _trailing_aligned(src, dst, dims: list[int]) -> bool:
+    """Whether broadcasting `src` into `dst` along `dims` is numpy's own (trailing dims aligned, each 1 or the
+    result's size; a dynamic one is the result's: lax never expands it): nothing to move."""
+    return dims == list(range(dst.rank - src.rank, dst.rank)) and all(
+        s in (1, d) for s, d in zip(src.shape, dst.shape[dst.rank - src.rank:]))
+
+
 def broadcast_in_dim(cx, op) -> list[str]:
     src, dst = cx.type_of(op.operands[0]), cx.type_of(op.result)
     dims = cx.ints(op, "broadcast_dimensions")
-    if dims == list(range(dst.rank - src.rank, dst.rank)) and all(
-            s in (1, d) for s, d in zip(src.shape, dst.shape[dst.rank - src.rank:])):
+    if _trailing_aligned(src, dst, dims):
         # numpy broadcasting aligns trailing dims: nothing to move, and a lazy operand stays lazy
         raw = cx.raw_name(op.operands[0])
         return [raw if src.shape == dst.shape and op.operands[0] not in cx.lazy else cx.lazy_result(raw, dst.shape)]
@@ -163,13 +169,11 @@ def dynamic_broadcast_in_dim(cx, op) -> list[str]:
     inserted), then lazy like a static broadcast (Converter.lazy), expanded by its shape operand where needed."""
     src, dst = cx.type_of(op.operands[0]), cx.type_of(op.result)
     dims = cx.ints(op, "broadcast_dimensions")
-    shape = _int64(cx, op.operands[1])
-    if dims == list(range(dst.rank - src.rank, dst.rank)) and all(
-            s in (1, d) for s, d in zip(src.shape, dst.shape[dst.rank - src.rank:])):
-        # numpy broadcasting aligns trailing dims (a dynamic one is the result's: lax never expands it): the operand's
-        # own tensor, lazy or not, stands for the result as it is
+    if _trailing_aligned(src, dst, dims):  # the operand's own tensor, lazy or not, stands for the result as it is
         raw = cx.raw_name(op.operands[0])
-        return [raw if src.shape == dst.shape and op.operands[0] not in cx.lazy else Lazy(raw, dst.shape, shape)]
+        if src.shape == dst.shape and op.operands[0] not in cx.lazy:
+            return [raw]
+        return [Lazy(raw, dst.shape, _int64(cx, op.operands[1]))]
     order = sorted(range(len(dims)), key=dims.__getitem__)
     x = cx.b.transpose(cx.name(op.operands[0]), order)
     missing = [d for d in range(dst.rank) if d not in dims]
@@ -182,12 +186,12 @@ def dynamic_broadcast_in_dim(cx, op) -> list[str]:
         # Every dimension already its size: a dynamic one is never expanded (lax.broadcast_in_dim takes an operand
         # dimension of 1 or of the result's size; a symbolic one is not 1), the rest are equal.
         return [x]
-    return [Lazy(x, dst.shape, shape)]
+    return [Lazy(x, dst.shape, _int64(cx, op.operands[1]))]
 
 
 def dynamic_reshape(cx, op) -> list[str]:
     dst = cx.type_of(op.result)
-    (x,) = [cx.name(op.operands[0])]
+    x = cx.name(op.operands[0])
     if not dst.dynamic:
         return [cx.b.reshape(x, dst.shape)]
     # allowzero: a 0 in the shape is a size of zero, as in StableHLO (not ONNX's "copy this dimension")
@@ -208,8 +212,8 @@ def dynamic_iota(cx, op) -> list[str]:
     when that dimension is dynamic), lazy to the whole shape."""
     t = cx.type_of(op.result)
     dim = cx.int_attr(op, "iota_dimension")
-    shape = _int64(cx, op.operands[0])
-    if t.shape[dim] is None:  # 0 .. n-1 with n read from the shape operand
+    shape = _int64(cx, op.operands[0]) if t.dynamic else None  # a static result needs no shape from the graph
+    if shape is not None and t.shape[dim] is None:  # 0 .. n-1 with n read from the shape operand
         n = cx.b.op1("Gather", [shape, cx.b.ints([dim])], axis=0)
         count = cx.b.reshape(n, [])
         line = cx.b.op1("Range", [cx.b.const(np.asarray(0, np.int64)), count, cx.b.const(np.asarray(1, np.int64))])
@@ -220,7 +224,7 @@ def dynamic_iota(cx, op) -> list[str]:
         line = _iota_line(cx, t, dim)
     if tuple(_placed(t, dim)) == t.shape:
         return [line]
-    if not t.dynamic:
+    if shape is None:
         return [cx.lazy_result(line, t.shape)]
     return [Lazy(line, t.shape, shape)]
 
