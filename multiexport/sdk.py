@@ -111,6 +111,7 @@ from .exporting.tpu_only import tpu_only
 from .files import current_umask, inside, write_bytes_atomic, write_text_atomic
 from .files.safetensors import iter_safetensors
 from .leaves import Leaf, Signature
+from .leaves.signature import NeedsTarget
 from .leaves.weights import WEIGHTS_FILE, LiftedWeights, embedded, externalizes, module_function, plan
 from .native.runtimes import NativeBuildError, package_dir, tpu_presence, tpu_variables
 from .system.descendants import report_child_peak
@@ -122,6 +123,8 @@ __all__ = [
     "LeafBinding", "Leaf", "Manifest", "Option", "RunOptions", "Runner", "Signature",
     # errors
     "ArtifactError", "ExportError", "RunError", "UsageError", "leaf_message", "present",
+    # an export that needs the target's function in a worker that has not built it (not an Exception)
+    "NeedsTarget",
     # shared stages: StableHLO
     "ModuleArg", "concrete_specs", "evaluate_dim", "export_module", "exported_header", "ir_context", "leaf_binding",
     "module_attributes", "module_interface", "parse_module", "producer_version", "retarget",

@@ -75,6 +75,7 @@ class IreeBackend(Backend):
         carries_code=True,  # a .vmfb holds compiled machine code (not inspected: the README says so)
         export_memory=(2.0, 0.5), runner_memory=(2.0, 0.25),  # measured peaks, docs/large-models.md "Memory"
         export_cost=3.9,  # median export seconds over the compare_time zoo (benchmarks/README.md)
+        needs_target=False, export_modules=("iree.compiler",),
     )
     presentation = Presentation(summary="IREE: StableHLO compiled ahead of time to a .vmfb (llvm-cpu, cuda)",
                                 color="#9467bd", order=40)

@@ -99,6 +99,7 @@ class LiteRTBackend(Backend):
         precisions=("fp32", "fp16", "int8-dynamic", "int8"),
         export_memory=(2.0, 1.35), runner_memory=(2.5, 0.25),  # measured peaks, docs/large-models.md "Memory"
         export_cost=0.9,  # median export seconds over the compare_time zoo (benchmarks/README.md)
+        needs_target=False, export_modules=("tensorflow",),  # its converter is TensorFlow Lite's
     )
     presentation = Presentation(
         summary="LiteRT .tflite (TFLite converter from the SavedModel), TFLite builtins only, run by ai_edge_litert",

@@ -86,6 +86,7 @@ class OnnxBackend(Backend):
         precisions=("fp32", "fp16", "int8-dynamic", "int8"),
         export_memory=(1.5, 0.75), runner_memory=(2.0, 0.25),  # measured peaks, docs/large-models.md "Memory"
         export_cost=2.4,  # median export seconds over the compare_time zoo (benchmarks/README.md)
+        export_modules=("jax2onnx", "onnx_ir"),  # needs_target: jax2onnx traces the function (needs_target_for)
     )
     presentation = Presentation(
         summary="ONNX (jax2onnx, or multiexport's StableHLO converter) run by ONNX Runtime, inputs named by leaf",
@@ -95,6 +96,10 @@ class OnnxBackend(Backend):
         """ort_run on ONNX Runtime's C API (`native.OrtConsumer`)."""
 
         return OrtConsumer()
+
+    def needs_target_for(self, backend_options) -> bool:
+        """The jax2onnx route (tried first for "auto") traces the function; the StableHLO route reads the module."""
+        return self.resolve_options(backend_options).get("route") != "stablehlo"
 
     def _export_impl(self, job: ExportJob[OnnxOptions]) -> FormatResult:
         started = time.perf_counter()

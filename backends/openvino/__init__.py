@@ -95,6 +95,7 @@ class OpenVINOBackend(Backend):
                                         "quantized per call; openvino@int8 (calibrated) and onnx@int8-dynamic are"},
         export_memory=(1.5, 1.25), runner_memory=(2.0, 0.25),  # measured peaks, docs/large-models.md "Memory"
         export_cost=0.6,  # median export seconds over the compare_time zoo (benchmarks/README.md)
+        needs_target=False, export_modules=("openvino",),
     )
     presentation = Presentation(summary="OpenVINO CPU over the ONNX file (either ONNX route), inputs named by leaf",
                                 color="#17becf", order=60)

@@ -96,6 +96,7 @@ class SavedModelBackend(Backend):
         carries_code=True,
         export_memory=(1.5, 1.0), runner_memory=(1.5, 1.0),  # measured peaks, docs/large-models.md "Memory"
         export_cost=3.5,  # median export seconds over the compare_time zoo (benchmarks/README.md)
+        needs_target=False, export_modules=("tensorflow",),
     )
     presentation = Presentation(summary="TF SavedModel (jax2tf): serving_default keyed by leaf aliases",
                                 color="#d62728", order=20)

@@ -67,6 +67,7 @@ class XlaBackend(Backend):
                         for p in ("fp16", "int8-dynamic", "int8")},
         export_memory=(1.5, 0.5), runner_memory=(1.5, 0.5),  # measured peaks, docs/large-models.md "Memory"
         export_cost=0.7,  # median export seconds over the compare_time zoo (benchmarks/README.md)
+        needs_target=False,  # jax.export's module, which a compare hands its export workers
     )
     presentation = Presentation(summary="XLA/PJRT: serialized jax.export.Exported and StableHLO bytecode",
                                 color="#1f77b4", order=10)

@@ -12,6 +12,7 @@ load compiled (signature/factory_cache.py). Each export returns its outcome (`ou
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from ..results import Binding, Status
 from ..results.schema import to_data
 from ..run.export_pool import ExportJob, WorkerPlan, export_in_workers, plan_workers
 from ..run.messages import encode
+from .given import Given, example_outputs, handed_target, with_builder
 from .memory_plan import MemoryPlan, available_now, footprints, plan_memory
 from .outcomes import Exported, Failure
 from .stages import Context, Prepared
@@ -62,27 +64,49 @@ def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None,
     if not todo:
         return {name: done[name] for name in ctx.config.backends if name in done}
     groups = export_groups(todo)
-    jobs = export_jobs(ctx, prep, len(groups), memory)
     if ctx.spec is None:  # no TARGET string: in this process, one after another
         for name in (n for g in groups for n in g):
             stage = _builds_on(name)
             staged = done.get(stage) if stage is not None else None
             done[name] = _in_process(ctx, prep, name, staged.artifact if isinstance(staged, Exported) else None)
         return {name: done[name] for name in ctx.config.backends if name in done}
-    if not ctx.config.export_jobs and memory.exports_at_once < min(len(groups), ctx.threads):
-        # Memory, not cores, limits the overlap: a pooled worker would hold every framework it exported with
-        # at once, so each group gets a fresh worker, queued for a slot.
-        plans = [WorkerPlan(tuple(group)) for group in groups]
-    else:
-        plans = plan_workers(groups, jobs)
-    pool = plans[0].pooled
-    shared = [w.own for w in plans if len(w.own) > 1]
-    ctx.progress(f"export with {', '.join(todo)} ({jobs} at a time in {len(plans)} worker(s)"
-                 + (f"; together: {', '.join(' then '.join(g) for g in shared)}" if shared else "")
-                 + (f"; then each takes the next of {', '.join(pool)}" if pool else "") + ")"
-                 + (f"; {meanwhile}" if meanwhile else ""))
-    done.update(_in_workers(ctx, prep, plans, slots=jobs))
+    with handed_target(ctx, prep) as handoff, example_outputs(ctx, prep) as expected:
+        given = Given(handoff, expected)
+        if handoff is not None:
+            groups = with_builder(groups, [_needs_target(ctx, prep, group) for group in groups])
+        jobs = export_jobs(ctx, prep, len(groups), memory)
+        if not ctx.config.export_jobs and memory.exports_at_once < min(len(groups), ctx.threads):
+            # Memory, not cores, limits the overlap: a pooled worker would hold every framework it exported with
+            # at once, so each group gets a fresh worker, queued for a slot.
+            plans = [WorkerPlan(tuple(group)) for group in groups]
+        else:
+            plans = plan_workers(groups, jobs)
+        pool = plans[0].pooled
+        shared = [w.own for w in plans if len(w.own) > 1]
+        ctx.progress(f"export with {', '.join(todo)} ({jobs} at a time in {len(plans)} worker(s)"
+                     + (f"; together: {', '.join(' then '.join(g) for g in shared)}" if shared else "")
+                     + (f"; then each takes the next of {', '.join(pool)}" if pool else "") + ")"
+                     + ("; the target handed to the workers as its StableHLO modules, built only where an export "
+                        "needs it" if handoff is not None else "")
+                     + (f"; {meanwhile}" if meanwhile else ""))
+        done.update(_in_workers(ctx, prep, plans, slots=jobs, given=given))
     return {name: done[name] for name in ctx.config.backends if name in done}
+
+
+def _needs_target(ctx: Context, prep: Prepared, group: list[str]) -> bool:
+    """Whether a group's exports are best made where the target is built: one needs the function itself
+    (`Backend.needs_target_for`), or imports a framework this process already has since the target's build
+    (`Backend.export_modules`: keras-hub imports TensorFlow, so the SavedModel export costs that worker nothing
+    more, where another would import TensorFlow for it). Where it is planned never changes what it makes."""
+    for name in group:
+        try:
+            backend = get_backend(name)
+            options = _options(ctx, prep, name, None).backend_options
+            if backend.needs_target_for(options) or any(m in sys.modules for m in backend.export_modules):
+                return True
+        except MultiexportError:
+            return True
+    return False
 
 
 def export_groups(todo: list[str]) -> list[list[str]]:
@@ -199,13 +223,13 @@ def _in_process(ctx: Context, prep: Prepared, name: str, stage_artifact: str | N
     return _record(ctx.out / name, round(time.perf_counter() - t0, 3), None, None)
 
 
-def _in_worker(ctx: Context, prep: Prepared, names: list[str]) -> dict[str, Exported | Failure]:
+def _in_worker(ctx: Context, prep: Prepared, names: list[str], given: Given) -> dict[str, Exported | Failure]:
     """Export `names` in one worker, in order."""
-    return _in_workers(ctx, prep, [WorkerPlan(tuple(names))], slots=1, alone=True)
+    return _in_workers(ctx, prep, [WorkerPlan(tuple(names))], slots=1, alone=True, given=given)
 
 
 def _in_workers(ctx: Context, prep: Prepared, plans: list[WorkerPlan], slots: int,
-                alone: bool = False) -> dict[str, Exported | Failure]:
+                alone: bool = False, given: Given | None = None) -> dict[str, Exported | Failure]:
     """Export every plan's backends, one worker per plan, `slots` at a time (`run.export_pool`). An export a
     dead worker did not finish and no other took is exported again, alone (`alone`: this is that)."""
     done: dict[str, Exported | Failure] = {}
@@ -218,7 +242,9 @@ def _in_workers(ctx: Context, prep: Prepared, plans: list[WorkerPlan], slots: in
     pool_jobs = [_job(ctx, prep, name, pooled, True, alone) for name in pooled]
     own_jobs = [[_job(ctx, prep, name, own, False, alone) for name in own] for own in owns]
     spec = present(ctx.spec, "workers export from a TARGET string")
-    left = export_in_workers(spec, ctx.out, own_jobs, pool_jobs, slots, ctx.config.timeout)
+    given = given if given is not None else Given()
+    left = export_in_workers(spec, ctx.out, own_jobs, pool_jobs, slots, ctx.config.timeout, given.expected,
+                             given.handoff)
     retry = []
     for name, job in left.items():
         if job.failure is not None:
@@ -234,7 +260,7 @@ def _in_workers(ctx: Context, prep: Prepared, plans: list[WorkerPlan], slots: in
             done[name] = _record(ctx.out / name, round(job.reply.seconds, 3), round(job.reply.cpu_seconds, 3),
                                  job.reply.peak_rss_bytes, job.reply.child_peak_rss_bytes)
     for name in retry:  # each export a dead worker did not finish, alone in a fresh worker
-        done.update(_in_worker(ctx, prep, [name]))
+        done.update(_in_worker(ctx, prep, [name], given))
     return done
 
 

@@ -44,6 +44,11 @@ class BackendFacts:
     export_cost: a typical export's seconds relative to the others' (framework import, conversion, compile;
         the zoo's figures in benchmarks/README.md "Compare time"): the compare starts the costliest exports
         first and hands out the rest costliest first (comparison/exports.py `export_groups`).
+    needs_target: whether the export needs the target's function itself, not only the StableHLO modules a
+        compare hands its export workers (exporting/handoff.py); `Backend.needs_target_for` may say it per
+        options. A worker that exports only what needs no target never builds it.
+    export_modules: the frameworks the export imports (top-level modules): where the target already imports
+        them (keras-hub imports TensorFlow), the compare plans the export into the worker that builds the target.
     """
 
     name: str
@@ -62,6 +67,8 @@ class BackendFacts:
     export_memory: tuple[float, float] | None = None
     runner_memory: tuple[float, float] | None = None
     export_cost: float = 1.0
+    needs_target: bool = True
+    export_modules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

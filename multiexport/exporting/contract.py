@@ -93,6 +93,8 @@ class Backend:
     export_memory: ClassVar[tuple[float, float] | None] = None
     runner_memory: ClassVar[tuple[float, float] | None] = None
     export_cost: ClassVar[float] = 1.0
+    needs_target: ClassVar[bool] = True
+    export_modules: ClassVar[tuple[str, ...]] = ()
     runtime_modules: ClassVar[tuple[str, ...]] = ()
     static_fallback: ClassVar[bool] = True
     facts_type: ClassVar[type[FormatFacts]] = FormatFacts
@@ -109,6 +111,12 @@ class Backend:
         if self.options_type is NoOptions and self.options:
             return dict(resolved)
         return self.options_type(**resolved)
+
+    def needs_target_for(self, backend_options: Mapping[str, Any]) -> bool:
+        """Whether an export with these (unresolved) backend options needs the target's function itself, not
+        only the compare's handed StableHLO modules: `needs_target` unless the backend knows better per option.
+        Only where the compare plans the export depends on it; an export that needs the target anyway gets it."""
+        return self.needs_target
 
     def check_precision(self, precision: str) -> None:
         """ExportError (category unsupported-precision) naming what is missing when this backend has no

@@ -5,7 +5,9 @@ converter turned keras-hub's LlamaBackbone with a symbolic batch into a model of
 on every element, while the same model converted at a static batch was right (benchmarks/real_models/
 MATRIX.md, class 6). Parity would report `parity-failed`, an honest no where a working artifact was within
 reach. So the export's load check of a symbolic artifact compares its outputs with jax.jit's on the
-example, and a gross difference fails the export, which the static-size fallback then answers.
+example, and a gross difference fails the export, which the static-size fallback then answers. jax.jit's
+outputs come from the compare where it hands them (`remember`); an export worker that did not build the target
+(leaves/handed.py) runs the compare's module of the function instead.
 
 Only gross errors count here (beyond GROSS of a leaf's max |ref|, or a different NaN pattern): the
 compare's parity check, with its tolerances and every trial, still judges whatever is kept. A reduced-
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 
 from ..dtypes import is_float
+from ..leaves.handed import is_handed
 from .jit_runner import enable_x64_if_needed
 
 if TYPE_CHECKING:
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 
 GROSS = 1e-2
 GROSS_COSINE = 0.9
+CPU = ("cpu",)
 _MEMO: dict[tuple, dict[str, np.ndarray]] = {}  # one jax.jit per function and shapes in an export worker
 
 
@@ -67,17 +71,54 @@ def wrong_result(fn: Callable[..., Any], signature: "Signature", feed: Mapping[s
     return None
 
 
+def remember(fn: Callable[..., Any], signature: "Signature", outputs: Mapping[str, np.ndarray]) -> bool:
+    """Take `outputs` as jax.jit's outputs of `fn` at the signature's example, computed elsewhere: the
+    compare's reference on its first trial when that is the example (the export worker's target reproduces
+    the compare's example values and weights, or its fingerprint refuses every export it makes). Each export
+    worker then skips compiling the target for this check (keras_hub_gpt2: ~0.5 CPU s per worker; a model
+    with baked weights: a compile holding them as constants). Returns False, keeping nothing, for outputs
+    that are not one array per output leaf with the leaf's dtype and rank (and its fixed dimensions)."""
+    key = _key(fn, signature)
+    if key is None:
+        return False
+    kept = {}
+    for leaf in signature.outputs:
+        value = outputs.get(leaf.name)
+        if value is None:
+            return False
+        value = np.asarray(value)
+        if (value.dtype.name != leaf.dtype or value.ndim != len(leaf.shape)
+                or any(isinstance(d, int) and d != n for d, n in zip(leaf.shape, value.shape))):
+            return False
+        kept[leaf.name] = value
+    _MEMO[key] = kept
+    return True
+
+
+def _key(fn: Callable[..., Any], signature: "Signature") -> tuple | None:
+    """The memo's key: the function, the target and the example's shapes; None without example values."""
+    examples = signature.example_feed()
+    if any(leaf.name not in examples for leaf in signature.inputs):
+        return None
+    return (id(fn), signature.name, tuple((np.shape(examples[leaf.name]), np.asarray(examples[leaf.name]).dtype.str)
+                                          for leaf in signature.inputs))
+
+
 def _reference(fn: Callable[..., Any], signature: "Signature") -> dict[str, np.ndarray] | None:
     import jax
 
 
-    examples = signature.example_feed()
-    if any(leaf.name not in examples for leaf in signature.inputs):
+    key = _key(fn, signature)
+    if key is None:
         return None
+    examples = signature.example_feed()
     args = [np.asarray(examples[leaf.name]) for leaf in signature.inputs]
-    key = (id(fn), signature.name, tuple((a.shape, a.dtype.str) for a in args))
     if key not in _MEMO:
-        flat = jax.jit(signature.flat_function(fn))
-        outs = enable_x64_if_needed(signature.x64)(flat)(*args)
+        if is_handed(fn):  # an export worker that did not build the target: the compare's module of it, run here
+            call = fn.module(False, CPU, False).call
+        else:
+            call = jax.jit(signature.flat_function(fn))
+        with jax.default_device(jax.devices("cpu")[0]):
+            outs = enable_x64_if_needed(signature.x64)(call)(*args)
         _MEMO[key] = {leaf.name: np.asarray(o) for leaf, o in zip(signature.outputs, outs)}
     return _MEMO[key]

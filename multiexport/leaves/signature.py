@@ -24,6 +24,15 @@ def shape_text(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+class NeedsTarget(BaseException):
+    """Something needs the target's function or pytree, which a signature read back without its target (an
+    export worker's handed target, leaves/handed.py) does not have.
+
+    A BaseException, like KeyboardInterrupt: the converters' and the pipeline's `except Exception` must not turn
+    it into an export failure; only the worker catches it, builds the target and exports again.
+    """
+
+
 @dataclass(frozen=True)
 class Leaf:
     """One named array leaf of the inputs or outputs.
@@ -105,6 +114,8 @@ class Signature:
         import jax
 
         rebuild, fn = self._rebuild, fn or self._fn
+        if rebuild is None:  # read back without its target (leaves/handed.py): no pytree to rebuild
+            raise NeedsTarget(f"the function of '{self.name}' is needed")
         keys = [leaf.key_impl for leaf in self.inputs]
         out_keys = any(leaf.key_impl for leaf in self.outputs)
 
@@ -127,6 +138,8 @@ class Signature:
         """Output leaves back in the function's own output structure (in-process only)."""
         import jax
 
+        if self._out_treedef is None:
+            raise NeedsTarget(f"the outputs' structure of '{self.name}' is needed")
         return jax.tree_util.tree_unflatten(self._out_treedef, list(leaves))
 
     def example_feed(self) -> dict[str, np.ndarray]:

@@ -20,7 +20,9 @@ import numpy as np
 
 from ..errors import UsageError
 from ..files.safetensors import write_safetensors
+from .handed import is_handed
 from .naming import join_name
+from .signature import NeedsTarget
 
 WEIGHTS_FILE = "weights.safetensors"
 POLICIES = ("auto", "always", "never")
@@ -267,8 +269,13 @@ def closed_over_arrays(fn: Callable[..., Any], max_depth: int = 4) -> dict[Any, 
 
 
 def plan(fn: Callable[..., Any], signature, policy: str) -> LiftedWeights | None:
-    """The lifted weights when `policy` asks for them and there are any, else None (embed as they are)."""
-    return lift_weights(fn, signature) if should_lift(policy, signature) else None
+    """The lifted weights when `policy` asks for them and there are any, else None (embed as they are). Lifting
+    reads the function's closure: a handed target's (leaves/handed.py) is not there, so it needs the target."""
+    if not should_lift(policy, signature):
+        return None
+    if is_handed(fn):
+        raise NeedsTarget(f"the weights of '{signature.name}' are lifted from its function")
+    return lift_weights(fn, signature)
 
 
 def embedded(signature) -> dict[str, Any]:

@@ -62,10 +62,13 @@ class JobOutcome:
 
 
 def export_in_workers(spec: str, out: Path, owns: Sequence[Sequence[ExportJob]], pooled: Sequence[ExportJob],
-                      slots: int, timeout: float) -> dict[str, JobOutcome]:
+                      slots: int, timeout: float, expected: Path | None = None,
+                      handoff: Path | None = None) -> dict[str, JobOutcome]:
     """Run one worker per non-empty `owns` entry (or per entry, when there is a pool to take from), `slots`
     at a time, each building `spec`; {name: what its worker left}. `timeout` is per export: a worker gets it
-    once per export it may run. A dead worker's staging directories in `out` are removed."""
+    once per export it may run. A dead worker's staging directories in `out` are removed. expected: an .npz
+    of jax.jit's outputs at the target's example, given to every worker (`worker --expected`). handoff: the
+    compare's handed target (exporting/handoff.py), which every worker exports from where it can."""
     work = {job.name: start_work_dir("export") for jobs in [*owns, pooled] for job in jobs}
     launch = [(k, list(jobs)) for k, jobs in enumerate(owns) if jobs or pooled]
     if not launch:
@@ -73,8 +76,8 @@ def export_in_workers(spec: str, out: Path, owns: Sequence[Sequence[ExportJob]],
     limit = timeout * (max(len(jobs) for _, jobs in launch) + len(pooled))
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(slots, len(launch)))) as pool:
-            ended = list(pool.map(lambda item: _run_worker(spec, out, work, item[0], item[1], list(pooled), limit),
-                                  launch))
+            ended = list(pool.map(lambda item: _run_worker(spec, out, work, item[0], item[1], list(pooled), limit,
+                                                           expected, handoff), launch))
         if any(outcome.returncode != 0 for outcome in ended):
             remove_stale(out)  # a dead worker's staging directories and locks in the output directory
         claims = {job.name: _claimed_by(work[job.name]) for job in pooled}  # read once, every worker ended
@@ -93,7 +96,7 @@ def export_in_workers(spec: str, out: Path, owns: Sequence[Sequence[ExportJob]],
 
 
 def _run_worker(spec: str, out: Path, work: dict[str, Path], k: int, jobs: list[ExportJob], pooled: list[ExportJob],
-                timeout: float) -> Outcome:
+                timeout: float, expected: Path | None = None, handoff: Path | None = None) -> Outcome:
     """Worker `k`: its own jobs in order, then each pooled job it claims first."""
     first, *rest = [*jobs, *pooled]
     args = ["export", spec, first.name, str(first.out), str(work[first.name]), "--options", first.options]
@@ -101,6 +104,10 @@ def _run_worker(spec: str, out: Path, work: dict[str, Path], k: int, jobs: list[
         args += ["--then", job.name, str(job.out), str(work[job.name]), job.options]
     if pooled:
         args += ["--pool", str(len(pooled)), "--claim-as", str(k)]
+    if expected is not None:
+        args += ["--expected", str(expected)]
+    if handoff is not None:
+        args += ["--handoff", str(handoff)]
     with private_tmp() as tmp:
         return run_command(worker_command(*args), timeout=timeout, env=worker_environment(tmp))
 

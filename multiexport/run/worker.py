@@ -2,6 +2,7 @@
 
     python -m multiexport.run.worker export TARGET BACKEND ARTIFACT_DIR OUT_DIR [--options JSON]
                                             [--then BACKEND ARTIFACT_DIR OUT_DIR OPTIONS_JSON]...
+                                            [--handoff DIR] [--expected NPZ]
     python -m multiexport.run.worker run ARTIFACT_DIR OUT_DIR [--parity-feeds DIR] [--bench-feeds DIR --bench-config JSON]
     python -m multiexport.run.worker reference TARGET OUT_DIR [--bench-feeds DIR --bench-config JSON]
     python -m multiexport.run.worker devices BACKEND DEVICE OUT_DIR
@@ -17,32 +18,24 @@ or error.json ({category, message}) with exit code 3, so the parent can tell a c
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from ..exporting.contract import ExportOptions
-from ..exporting.pipeline import export_artifact
 from ..exporting.registry import get_backend
 from ..files import write_text_atomic
 from ..files.npz import load_npz, save_npz
 from ..files.temporary import is_temporary
-from ..leaves import build_signature, load_target
-from ..leaves.factory_cache import ENV, off_in_timed_worker, use_in_export_worker
+from ..leaves.factory_cache import ENV, off_in_timed_worker
 from ..measure.bench import BenchConfig, bench_sizes, directory_bytes, memory_now
 from ..results import BenchResult
-from ..system.descendants import DescendantPeak
 from ..system.exits import target_cannot_exit
 from ..system.process import die_with_parent
-from .messages import DeviceStatus, ExportReply, Loaded, TargetLoad, decode, encode, read_bench_index
+from .export_worker import export_main
+from .messages import DeviceStatus, Loaded, decode, encode, read_bench_index
 from .serve import peak_gflops, serve_main
-from .worker_io import CLEAN_FAILURE, load_runner, register_entries, write_failure
-
-if TYPE_CHECKING:
-    from .messages import TargetLoad
+from .worker_io import CLEAN_FAILURE, add_register_option, load_runner, register_entries, write_failure
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,11 +94,6 @@ def _exit_with_parent(argv: list[str], interval: float = 1.0) -> None:
     threading.Thread(target=watch, name="multiexport-parent-watch", daemon=True).start()
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--register", action="append", default=[], metavar="NAME=module:Class",
-                        help="a backend the parent registered at run time")
-
-
 def devices_main(argv: list[str]) -> int:
     """Write status.json {ok, reason} for BACKEND on DEVICE: the runtime's own answer, in this throwaway process."""
     parser = argparse.ArgumentParser(prog="python -m multiexport.run.worker devices")
@@ -113,7 +101,7 @@ def devices_main(argv: list[str]) -> int:
     parser.add_argument("backend")
     parser.add_argument("device")
     parser.add_argument("out", type=Path)
-    _common(parser)
+    add_register_option(parser)
     args = parser.parse_args(argv)
 
     register_entries(args.register)
@@ -124,140 +112,6 @@ def devices_main(argv: list[str]) -> int:
         answer = DeviceStatus(False, f"{type(exc).__name__}: {exc}")
     write_text_atomic(args.out / "status.json", encode(answer))
     return 0
-
-
-def export_main(argv: list[str]) -> int:
-    """Export TARGET with BACKEND into ARTIFACT_DIR, isolated from the parent (and from other converters).
-
-    `--then BACKEND ARTIFACT_DIR OUT_DIR OPTIONS` (repeatable) exports more backends in this process after
-    the first: compare sends a stage and the backends built on it together (the framework is imported and
-    the target traced once; a `stage_artifact` counts only once this process has made it). Each export
-    leaves export.json or error.json in its own OUT_DIR and a clean failure does not stop the next.
-    `--pool N --claim-as K`: the last N exports are shared with other workers; this one does each only if
-    it claims it first (creates OUT_DIR/claim, holding K, where none exists), else skips it.
-    """
-    parser = argparse.ArgumentParser(prog="python -m multiexport.run.worker export")
-    parser.add_argument("mode")
-    parser.add_argument("target")
-    parser.add_argument("backend")
-    parser.add_argument("artifact", type=Path)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--options", default="{}", help="ExportOptions as JSON (run.messages' codec)")
-    parser.add_argument("--then", nargs=4, action="append", default=[],
-                        metavar=("BACKEND", "ARTIFACT_DIR", "OUT_DIR", "OPTIONS"), help="one more export after it")
-    parser.add_argument("--pool", type=int, default=0, help="how many of the last exports are shared")
-    parser.add_argument("--claim-as", default="0", help="what this worker writes in a claim")
-    _common(parser)
-    args = parser.parse_args(argv)
-    jobs = [(args.backend, args.artifact, args.out, args.options),
-            *((b, Path(a), Path(o), opts) for b, a, o, opts in args.then)]
-    first_shared = len(jobs) - max(args.pool, 0)  # jobs from this index on are shared with other workers
-    with_stage: set[int] = set()  # shared exports claimed with their stage (below)
-
-    def mine(i: int) -> bool:  # an own export, or a shared one this worker claimed first
-        if i < first_shared or i in with_stage:
-            return True
-        if not _claim(jobs[i][2], args.claim_as):
-            return False
-        # What builds on this export is claimed with it: exported in this worker right after, it starts from the
-        # stage this worker writes (another worker would convert the stage again: it reuses only its own)
-        for j in range(i + 1, len(jobs)):
-            if _stage_of(jobs[j][3]) == str(Path(jobs[i][1]).resolve()) and _claim(jobs[j][2], args.claim_as):
-                with_stage.add(j)
-        return True
-
-    try:
-        register_entries(args.register)
-        target, loaded = _load_with_factory_cache(args.target)
-        signature = build_signature(target)
-        fingerprint = signature.fingerprint(target.fn)
-    except Exception as exc:
-        for i, job in enumerate(jobs):
-            if mine(i):
-                write_failure(job[2], exc, "export")
-        return CLEAN_FAILURE
-    made: set[str] = set()
-    # each shared export is claimed only when this worker reaches it, after the ones before it are done
-    codes = [_export_one(target, signature, fingerprint, job, made, loaded) for i, job in enumerate(jobs) if mine(i)]
-    return max(codes, default=0)
-
-
-def _stage_of(options_json: str) -> str | None:
-    """The resolved stage directory an export's options name, or None (none, or options that do not read: the
-    export itself reports those)."""
-    try:
-        stage = json.loads(options_json).get("stage_artifact")
-    except (ValueError, AttributeError):
-        return None
-    return str(Path(stage).resolve()) if isinstance(stage, str) and stage else None
-
-
-def _claim(out: Path, token: str) -> bool:
-    """Whether this worker is the first to claim the shared export whose directory is `out` (an exclusive
-    create: of two workers reaching it at once, exactly one gets it)."""
-    try:
-        fd = os.open(out / "claim", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as claim:
-        claim.write(token)
-    return True
-
-
-def _load_with_factory_cache(spec: str) -> tuple[Any, TargetLoad]:
-    """The TARGET, built from the programs the parent's load compiled (signature/factory_cache.py) when the
-    parent recorded them, and how it was built."""
-    import jax
-
-
-    cached = use_in_export_worker()
-    counts = {"/jax/compilation_cache/cache_hits": 0, "/jax/compilation_cache/cache_misses": 0}
-
-    def count(event: str, **_: object) -> None:
-        if event in counts:
-            counts[event] += 1
-
-    jax.monitoring.register_event_listener(count)
-    t0 = time.perf_counter()
-    try:
-        target = load_target(spec)
-    finally:
-        jax.monitoring.unregister_event_listener(count)
-    return target, TargetLoad(seconds=time.perf_counter() - t0, factory_cache=bool(cached),
-                              cache_hits=counts["/jax/compilation_cache/cache_hits"],
-                              cache_misses=counts["/jax/compilation_cache/cache_misses"])
-
-
-def _export_one(target, signature, fingerprint: str, job, made: set[str], loaded: TargetLoad | None = None) -> int:
-    import dataclasses
-
-
-    name, artifact, out, options_json = job
-    backend = None
-    try:
-        options = decode(ExportOptions, options_json, f"Export options of '{name}'")
-        if options.stage_artifact and str(Path(options.stage_artifact).resolve()) not in made:
-            # not made by this process: whatever is there may be stale
-            options = dataclasses.replace(options, stage_artifact=None)
-        backend = get_backend(name)
-        t0, c0 = time.perf_counter(), _cpu_with_children()
-        with DescendantPeak() as children:  # a converter's own processes hold memory too
-            export_artifact(backend, target.fn, signature, artifact, options)
-        write_text_atomic(out / "export.json", encode(ExportReply(
-            seconds=time.perf_counter() - t0, cpu_seconds=_cpu_with_children() - c0, fingerprint=fingerprint,
-            peak_rss_bytes=memory_now()["peak_rss_bytes"], target_load=loaded,
-            child_peak_rss_bytes=children.peak_bytes)))
-        made.add(str(Path(artifact).resolve()))
-    except Exception as exc:
-        write_failure(out, exc, "export", backend)
-        return CLEAN_FAILURE
-    return 0
-
-
-def _cpu_with_children() -> float:
-    """CPU seconds this process used so far, and the children it waited for (iree-compile runs in one)."""
-    times = os.times()
-    return time.process_time() + times.children_user + times.children_system
 
 
 def run_main(argv: list[str]) -> int:
@@ -273,7 +127,7 @@ def run_main(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int)
     parser.add_argument("--trust-artifact", action="store_true")
     parser.add_argument("--peak", action="store_true", help="also measure the machine's float32 matmul peak")
-    _common(parser)
+    add_register_option(parser)
     args = parser.parse_args(argv)
     stage, backend = "load", None
     try:

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from .messages import WorkerFailure
 
 
+def add_register_option(parser) -> None:
+    """The `--register NAME=module:Class` option every worker mode takes (backends the parent registered)."""
+    parser.add_argument("--register", action="append", default=[], metavar="NAME=module:Class",
+                        help="a backend the parent registered at run time")
+
+
 def register_entries(entries: list[str]) -> None:
     """Register the backends the parent registered at run time (NAME=module:Class each) in this process."""
     for entry in entries:

@@ -1,10 +1,13 @@
-"""run/worker.py's shared exports: a pooled export is done by the one worker that claims it first."""
+"""run/export_worker.py's shared exports (a pooled export is done by the one worker that claims it first) and what the compare
+hands its export workers."""
 
 from __future__ import annotations
 
 import multiprocessing
 
-from multiexport.run.worker import _claim
+import numpy as np
+
+from multiexport.run.export_worker import _claim
 
 
 def _race(out, token, barrier, results):
@@ -33,7 +36,7 @@ def test_an_exports_cpu_seconds_count_the_processes_it_waited_for():
     import sys
     import time
 
-    from multiexport.run.worker import _cpu_with_children
+    from multiexport.run.export_worker import _cpu_with_children
 
     before, own = _cpu_with_children(), time.process_time()
     subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"],
@@ -71,3 +74,101 @@ def test_a_pooled_export_is_claimed_with_what_builds_on_it_so_its_stage_is_reuse
     stage = Manifest.read(out / "openvino").format["stage"]
     assert stage["made"].startswith("reused"), stage
     assert json.loads((out / "openvino" / "manifest.json").read_text())["backend"] == "openvino"
+
+
+def test_export_workers_check_a_symbolic_artifact_against_the_outputs_the_compare_hands_them(tmp_path):
+    """`--expected`: the export worker's symbolic check takes jax.jit's outputs at the example from the compare
+    (its reference on the first trial) instead of compiling the target again. Handed outputs that are off by a
+    sign fail ONNX's symbolic model, so it falls back to fixed sizes: the worker judged by the file, not by a
+    compile of its own; handed the true outputs, the symbolic model stands."""
+    import pytest
+
+    from multiexport.exporting.manifest import Manifest
+    from multiexport.exporting.options import ExportOptions
+    from multiexport.exporting.registry import get_backend
+    from multiexport.files.npz import save_npz
+    from multiexport.leaves import build_signature, load_target
+    from multiexport.run.export_pool import ExportJob, export_in_workers
+    from multiexport.run.messages import encode
+
+    if not get_backend("onnx").available().ok:
+        pytest.skip("onnx unavailable")
+    spec = "multiexport.examples:mlp_dynamic"
+    target = load_target(spec)
+    sig = build_signature(target)
+    true = dict(zip([leaf.name for leaf in sig.outputs], sig.flat_function(target.fn)(*sig.examples)))
+    made = {}
+    for kind, outputs in (("true", true), ("negated", {n: -np.asarray(v) for n, v in true.items()})):
+        out = tmp_path / kind
+        out.mkdir()
+        expected = save_npz(tmp_path / f"{kind}.npz", outputs)
+        job = ExportJob("onnx", out / "onnx", encode(ExportOptions(fallback_sizes={"b": [1, 2]})))
+        left = export_in_workers(spec, out, [[job]], [], slots=1, timeout=600, expected=expected)
+        assert left["onnx"].reply is not None, left
+        made[kind] = Manifest.read(out / "onnx")
+    assert made["true"].symbolic_dims == ["b"] and "static_fallback" not in made["true"].format
+    fallback = made["negated"].format["static_fallback"]
+    assert "computes a wrong result" in fallback["why"] and "max err" in fallback["why"], fallback
+
+
+MODEL = '''
+import os
+import numpy as np
+from multiexport import Target
+
+with open(os.environ["HANDOFF_TEST_IMPORTS"], "a") as log:  # every process that imports this module says so
+    log.write(f"{os.getpid()}\\n")
+
+W = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+
+
+def target():
+    return Target(lambda x: {"y": x @ W}, args=(np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4),),
+                  name="handoff_model", symbolic_batch="b")
+'''
+
+
+def test_an_export_worker_given_the_handed_target_builds_it_only_for_an_export_that_needs_the_function(
+        tmp_path, monkeypatch):
+    """XLA exports from the compare's module: the worker never imports the target's module. ONNX's jax2onnx route
+    traces the function: the worker builds the target then, once, and both artifacts are made. A handoff that
+    does not read is as if none were given."""
+    import pytest
+
+    from multiexport.exporting.handoff import write_handoff
+    from multiexport.exporting.manifest import Manifest
+    from multiexport.exporting.options import ExportOptions
+    from multiexport.exporting.registry import get_backend
+    from multiexport.leaves import build_signature, load_target
+    from multiexport.run.export_pool import ExportJob, export_in_workers
+    from multiexport.run.messages import encode
+
+    if not get_backend("onnx").available().ok:
+        pytest.skip("onnx unavailable")
+    (tmp_path / "model.py").write_text(MODEL)
+    imports = tmp_path / "imports.log"
+    monkeypatch.setenv("HANDOFF_TEST_IMPORTS", str(imports))
+    spec = f"{tmp_path / 'model.py'}:target"
+    target = load_target(spec)  # the compare's own build
+    sig = build_signature(target)
+    fingerprint = sig.fingerprint(target.fn)
+    assert write_handoff(target.fn, sig, fingerprint, (tmp_path / "handoff").resolve())
+
+    def export(names, out, handoff):
+        out.mkdir()
+        imports.write_text("")
+        jobs = [ExportJob(name, out / name, encode(ExportOptions())) for name in names]
+        left = export_in_workers(spec, out, [jobs], [], slots=1, timeout=600, handoff=handoff)
+        assert all(left[name].reply is not None for name in names), left
+        return left, [line for line in imports.read_text().split() if line]
+
+    left, imported = export(["xla"], tmp_path / "a", tmp_path / "handoff")
+    assert imported == [] and left["xla"].reply.fingerprint == fingerprint
+    assert left["xla"].reply.target_load is None
+    left, imported = export(["xla", "onnx"], tmp_path / "b", tmp_path / "handoff")
+    assert len(imported) == 1 and left["onnx"].reply.fingerprint == fingerprint  # its own build, the same target
+    assert left["onnx"].reply.target_load is not None and Manifest.read(tmp_path / "b" / "onnx").backend == "onnx"
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "modules.json").write_text("{")
+    left, imported = export(["xla"], tmp_path / "c", tmp_path / "broken")
+    assert len(imported) == 1 and left["xla"].reply.fingerprint == fingerprint

@@ -1,0 +1,50 @@
+"""comparison/given.py: what the compare hands its export workers."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+
+from multiexport.comparison.given import example_outputs
+from multiexport.files.npz import load_npz
+from multiexport.leaves import build_signature
+from multiexport.leaves.target import Target
+
+
+def _prep(first_feed=None, device="cpu"):
+    w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    sig = build_signature(Target(lambda x: {"y": x @ w}, args=(np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4),),
+                                 name="handed", symbolic_batch="b"))
+    feed = sig.example_feed() if first_feed is None else first_feed
+    trial = types.SimpleNamespace(feed=feed)
+    return types.SimpleNamespace(sig=sig, trials=[trial], ref_outputs=[{"out.y": feed["x"] @ w}], ref_device=device)
+
+
+def _ctx(precision="default"):
+    return types.SimpleNamespace(config=types.SimpleNamespace(matmul_precision=precision))
+
+
+def test_the_reference_at_the_example_is_handed_to_the_export_workers_and_removed_after():
+    prep = _prep()
+    with example_outputs(_ctx(), prep) as path:
+        assert path is not None
+        np.testing.assert_array_equal(load_npz(path)["out.y"], prep.ref_outputs[0]["out.y"])
+    assert not path.exists() and not path.parent.exists()
+
+
+def test_no_outputs_are_handed_unless_the_first_trial_is_the_example_under_plain_jax_jit_on_the_cpu():
+    example = _prep().sig.example_feed()
+    other = {"x": example["x"] + 1}  # the user's own inputs as the first trial: not the example
+    wider = {"x": np.concatenate([example["x"], example["x"]])}
+    for ctx, prep in ((_ctx(), _prep(other)), (_ctx(), _prep(wider)), (_ctx(), _prep(device="gpu")),
+                      (_ctx("highest"), _prep()),
+                      (_ctx(), _prep_no_outputs())):
+        with example_outputs(ctx, prep) as path:
+            assert path is None
+
+
+def _prep_no_outputs():
+    prep = _prep()
+    prep.ref_outputs = []
+    return prep
