@@ -52,7 +52,7 @@ def export_module(fn: Callable[..., Any], signature, *, keep_unused: bool = Fals
     if is_handed(fn):  # the compare's module of the same target (leaves/handed.py), else NeedsTarget
         if lifted is not None or specs is not None:
             raise NeedsTarget(f"a module of '{signature.name}' with lifted weights or at fixed sizes")
-        return fn.module(keep_unused, platforms, donate)
+        return fn.module(keep_unused, platforms, donate, signature)
     kwargs: dict[str, Any] = {"platforms": tuple(platforms)} if platforms else {}
     flat, weight_specs = module_function(fn, signature, lifted)
     donated = donated_leaves(fn, signature) if donate else ()

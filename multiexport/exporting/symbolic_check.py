@@ -115,7 +115,7 @@ def _reference(fn: Callable[..., Any], signature: "Signature") -> dict[str, np.n
     args = [np.asarray(examples[leaf.name]) for leaf in signature.inputs]
     if key not in _MEMO:
         if is_handed(fn):  # an export worker that did not build the target: the compare's module of it, run here
-            call = fn.module(False, CPU, False).call
+            call = fn.module(False, CPU, False).call  # its symbolic module, at this signature's (fixed) sizes
         else:
             call = jax.jit(signature.flat_function(fn))
         with jax.default_device(jax.devices("cpu")[0]):

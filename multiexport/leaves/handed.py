@@ -63,12 +63,18 @@ class HandedFunction:
     modules: dict[ModuleKey, str]
     donates: bool
     name: str
+    leaves: tuple[tuple[str, tuple[Any, ...], str], ...] = ()
     _loaded: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def module(self, keep_unused: bool, platforms: Sequence[str] | None, donate: bool):
-        """The compare's `jax.export.Exported` for these arguments, else NeedsTarget."""
+    def module(self, keep_unused: bool, platforms: Sequence[str] | None, donate: bool,
+               signature: Signature | None = None):
+        """The compare's `jax.export.Exported` for these arguments, else NeedsTarget. signature: the one the
+        export asks for, which must be the handed one (`leaves`: each input and output leaf's name, shape and
+        dtype): one fixed at sizes by the static-size fallback is another function's module."""
         from jax import export
 
+        if signature is not None and _leaves(signature) != self.leaves:
+            raise NeedsTarget(f"a module of '{self.name}' for other leaves or shapes than the handed ones")
         resolved = tuple(platforms) if platforms else (export.default_export_platform(),)
         key = ModuleKey(bool(keep_unused), resolved, bool(donate and self.donates))
         file = self.modules.get(key)
@@ -132,15 +138,24 @@ def read_handed(directory: Path) -> Handed:
     examples = tuple(stored[f"{i}"] if present else None for i, present in enumerate(examples_present))
     if len(examples) != len(inputs):
         raise ValueError(f"{len(examples)} examples for {len(inputs)} input leaves")
+    outputs = tuple(_leaf(x) for x in data["outputs"])
     fn = HandedFunction(directory, {ModuleKey(bool(m["keep_unused"]), tuple(m["platforms"]), bool(m["donate"])):
                                     str(m["file"]) for m in modules["modules"]},
-                        bool(modules["donates"]), str(data["name"]))
+                        bool(modules["donates"]), str(data["name"]), _leaves_of(inputs, outputs))
     signature = Signature(
-        name=str(data["name"]), inputs=inputs, outputs=tuple(_leaf(x) for x in data["outputs"]),
+        name=str(data["name"]), inputs=inputs, outputs=outputs,
         collisions=tuple(AliasCollision(c["base"], tuple(c["names"]), tuple(c["aliases"])) for c in data["collisions"]),
         warnings=tuple(data["warnings"]), symbolic_dims=tuple(data["symbolic_dims"]), examples=examples,
         specs=_specs(inputs), weights=dict(data["weights"]), x64=bool(data["x64"]), _fn=fn)
     return Handed(signature, fn, str(modules["fingerprint"]))
+
+
+def _leaves(signature: Signature) -> tuple[tuple[str, tuple[Any, ...], str], ...]:
+    return _leaves_of(signature.inputs, signature.outputs)
+
+
+def _leaves_of(inputs: Sequence[Leaf], outputs: Sequence[Leaf]) -> tuple[tuple[str, tuple[Any, ...], str], ...]:
+    return tuple((leaf.name, tuple(leaf.shape), leaf.dtype) for leaf in (*inputs, *outputs))
 
 
 def _leaf(data: dict[str, Any]) -> Leaf:

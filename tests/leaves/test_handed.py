@@ -11,6 +11,7 @@ import pytest
 
 from multiexport.exporting.handoff import write_handoff
 from multiexport.exporting.stablehlo import export_module
+from multiexport.exporting.static_fallback import specialize
 from multiexport.leaves import build_signature
 from multiexport.leaves.handed import NeedsTarget, read_handed
 from multiexport.leaves.target import Target
@@ -51,6 +52,8 @@ def test_anything_that_needs_the_function_of_a_handed_target_raises_needs_target
                   lambda: handed.signature.unflatten_outputs([np.zeros((2, 3))]),
                   lambda: export_module(handed.fn, handed.signature, platforms=("tpu",)),  # a module not handed
                   lambda: export_module(handed.fn, handed.signature, specs=handed.signature.specs),  # fixed sizes
+                  # the static-size fallback's signature: the same function at b=2 is another module
+                  lambda: export_module(handed.fn, specialize(handed.signature, {"b": 2}), platforms=("cpu",)),
                   lambda: plan(handed.fn, heavy, "always")):  # weights lifted from its closure
         with pytest.raises(NeedsTarget):
             needs()

@@ -125,6 +125,12 @@ W = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
 def target():
     return Target(lambda x: {"y": x @ W}, args=(np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4),),
                   name="handoff_model", symbolic_batch="b")
+
+
+def flattening():  # reshape(b, -1) of a symbolic batch: a dynamic_reshape, which IREE compiles at fixed sizes only
+    return Target(lambda x: {"y": x.reshape(x.shape[0], -1) @ np.ones((8, 3), np.float32)},
+                  args=(np.linspace(0, 1, 16, dtype=np.float32).reshape(2, 2, 4),), name="flattening",
+                  symbolic_batch="b")
 '''
 
 
@@ -168,6 +174,18 @@ def test_an_export_worker_given_the_handed_target_builds_it_only_for_an_export_t
     left, imported = export(["xla", "onnx"], tmp_path / "b", tmp_path / "handoff")
     assert len(imported) == 1 and left["onnx"].reply.fingerprint == fingerprint  # its own build, the same target
     assert left["onnx"].reply.target_load is not None and Manifest.read(tmp_path / "b" / "onnx").backend == "onnx"
+    if get_backend("iree").available().ok:  # the static-size fallback needs the function at each size: built
+        fixed = f"{tmp_path / 'model.py'}:flattening"
+        flat_target = load_target(fixed)
+        flat_sig = build_signature(flat_target)
+        assert write_handoff(flat_target.fn, flat_sig, flat_sig.fingerprint(flat_target.fn), tmp_path / "flat")
+        (tmp_path / "d").mkdir()
+        imports.write_text("")
+        job = ExportJob("iree", tmp_path / "d" / "iree", encode(ExportOptions(fallback_sizes={"b": [1, 2]})))
+        left = export_in_workers(fixed, tmp_path / "d", [[job]], [], slots=1, timeout=600, handoff=tmp_path / "flat")
+        assert left["iree"].reply is not None, left
+        assert Manifest.read(tmp_path / "d" / "iree").format["static_fallback"]["models"], left
+        assert len([line for line in imports.read_text().split() if line]) == 1
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "modules.json").write_text("{")
     left, imported = export(["xla"], tmp_path / "c", tmp_path / "broken")
