@@ -21,11 +21,13 @@ from typing import Any, Mapping
 from ..environment import tpu_presence
 from ..errors import BackendUnavailable, ExportError, MultiexportError, present
 from ..exporting.contract import ExportOptions
+from ..exporting.handoff import CPU
 from ..exporting.manifest import Manifest
 from ..exporting.native_section import consumer_for
 from ..exporting.pipeline import export_artifact
 from ..exporting.precision import check_weights_quantizable, needs_calibration, split_variant
 from ..exporting.registry import backend_class, get_backend
+from ..leaves.weights import should_lift
 from ..measure.bench import memory_now
 from ..measure.plan import sizes_checked
 from ..results import Binding, Status
@@ -101,10 +103,14 @@ def _needs_target(ctx: Context, prep: Prepared, group: list[str]) -> bool:
     for name in group:
         try:
             backend = get_backend(name)
-            options = _options(ctx, prep, name, None).backend_options
-            if backend.needs_target_for(options) or any(m in sys.modules for m in backend.export_modules):
-                return True
+            options = _options(ctx, prep, name, None)
         except MultiexportError:
+            return True
+        # modules the handoff has none of: at fixed sizes, for another platform, with lifted weights
+        other = (options.static_sizes or tuple(options.platforms or CPU) != CPU
+                 or should_lift(options.external_weights, prep.sig))
+        if other or backend.needs_target_for(options.backend_options) or any(
+                m in sys.modules for m in backend.export_modules):
             return True
     return False
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import numpy as np
@@ -48,3 +49,39 @@ def _prep_no_outputs():
     prep = _prep()
     prep.ref_outputs = []
     return prep
+
+
+def test_the_exports_that_need_the_built_target_go_to_one_worker_the_others_never_build_it():
+    from multiexport.comparison.given import with_builder
+
+    groups = [["savedmodel", "litert"], ["iree"], ["onnx", "openvino"], ["xla"]]
+    assert with_builder(groups, [True, False, True, False]) == [
+        ["savedmodel", "litert", "onnx", "openvino"], ["iree"], ["xla"]]
+    # none or all need it: as planned (a merged group of everything would leave one worker for all)
+    assert with_builder(groups, [False] * 4) == groups and with_builder(groups, [True] * 4) == groups
+
+
+def test_an_export_is_planned_where_the_target_is_built_when_the_handoff_cannot_serve_it(monkeypatch):
+    """The planner's reasons, each on a real backend: jax2onnx's route traces the function; a framework the target
+    already imported (keras-hub imports TensorFlow); fixed sizes for a native consumer; another platform."""
+    import sys
+
+    from multiexport.comparison.config import CompareConfig
+    from multiexport.comparison.exports import _needs_target
+
+    prep = _prep()
+    prep.bench_feeds, prep.calibration = [], None
+    prep.trials[0].dims = {"b": 2}
+    prep.device = types.SimpleNamespace(chosen="cpu", tpu=False)
+
+    def ctx(**changes):
+        return types.SimpleNamespace(config=dataclasses.replace(CompareConfig(), **changes))
+
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    assert not _needs_target(ctx(), prep, ["iree"]) and not _needs_target(ctx(), prep, ["savedmodel", "litert"])
+    assert _needs_target(ctx(), prep, ["onnx", "openvino"])
+    assert not _needs_target(ctx(backends=("onnx",), backend_options={"onnx": {"route": "stablehlo"}}), prep, ["onnx"])
+    monkeypatch.setitem(sys.modules, "tensorflow", types.ModuleType("tensorflow"))
+    assert _needs_target(ctx(), prep, ["savedmodel", "litert"])
+    assert _needs_target(ctx(native=True), prep, ["xla"])  # PJRT's consumer compiles modules at fixed sizes
+    assert _needs_target(ctx(platforms=("cpu", "tpu")), prep, ["xla"])
