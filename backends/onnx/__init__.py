@@ -97,7 +97,7 @@ class OnnxBackend(Backend):
 
         return OrtConsumer()
 
-    def needs_target_for(self, backend_options) -> bool:
+    def needs_target_for(self, backend_options, signature) -> bool:
         """The jax2onnx route (tried first for "auto") traces the function; the StableHLO route reads the module."""
         return self.resolve_options(backend_options).get("route") != "stablehlo"
 

@@ -77,6 +77,10 @@ class XlaBackend(Backend):
 
         return PjrtConsumer()
 
+    def needs_target_for(self, backend_options, signature) -> bool:
+        """The HLO text (written for a module of fixed shapes) is lowered from the function itself."""
+        return not signature.symbolic_dims
+
     def _export_impl(self, job: ExportJob[NoOptions]) -> FormatResult:
         signature, options = job.signature, job.options
         lifted = plan(job.fn, signature, options.external_weights)

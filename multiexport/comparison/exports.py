@@ -97,20 +97,25 @@ def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None,
 
 def _needs_target(ctx: Context, prep: Prepared, group: list[str]) -> bool:
     """Whether a group's exports are best made where the target is built: one needs the function itself
-    (`Backend.needs_target_for`), or imports a framework this process already has since the target's build
-    (`Backend.export_modules`: keras-hub imports TensorFlow, so the SavedModel export costs that worker nothing
-    more, where another would import TensorFlow for it). Where it is planned never changes what it makes."""
+    (`Backend.needs_target_for`: ONNX's jax2onnx route; the stage a backend builds on when exported for it
+    alone), a module the handoff has none of (fixed sizes, another platform, lifted weights), or imports a
+    framework this process already has since the target's build (`Backend.export_modules`: keras-hub imports
+    TensorFlow, so the SavedModel export costs that worker nothing more, where another would import TensorFlow
+    for it). Where it is planned never changes what it makes."""
     for name in group:
         try:
             backend = get_backend(name)
             options = _options(ctx, prep, name, None)
+            stage = get_backend(backend.builds_on) if backend.builds_on and backend.builds_on not in group else None
+            stage_options = (backend.stage_options(backend.options_object(backend.resolve_options(
+                options.backend_options))) if stage is not None else {})
         except MultiexportError:
             return True
-        # modules the handoff has none of: at fixed sizes, for another platform, with lifted weights
         other = (options.static_sizes or tuple(options.platforms or CPU) != CPU
                  or should_lift(options.external_weights, prep.sig))
-        if other or backend.needs_target_for(options.backend_options) or any(
-                m in sys.modules for m in backend.export_modules):
+        if other or backend.needs_target_for(options.backend_options, prep.sig) or any(
+                m in sys.modules for m in backend.export_modules) or (
+                stage is not None and stage.needs_target_for(stage_options, prep.sig)):
             return True
     return False
 

@@ -112,9 +112,9 @@ class Backend:
             return dict(resolved)
         return self.options_type(**resolved)
 
-    def needs_target_for(self, backend_options: Mapping[str, Any]) -> bool:
-        """Whether an export with these (unresolved) backend options needs the target's function itself, not
-        only the compare's handed StableHLO modules: `needs_target` unless the backend knows better per option.
+    def needs_target_for(self, backend_options: Mapping[str, Any], signature: "Signature") -> bool:
+        """Whether an export of `signature` with these (unresolved) backend options needs the target's function
+        itself, not only the compare's handed StableHLO modules: `needs_target` unless the backend knows better.
         Only where the compare plans the export depends on it; an export that needs the target anyway gets it."""
         return self.needs_target
 

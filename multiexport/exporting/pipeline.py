@@ -209,6 +209,9 @@ class _frontend:
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise ExportError(f"Backend '{self.backend.name}' | its {stage.name} stage failed: {exc}",
                               backend=self.backend.name, category=exc.category) from exc
+        except BaseException:  # NeedsTarget (the export starts again from the built target), a signal: nothing left
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         self._symbolic_or_refuse(stage.name, made)
         self.how = StageMade(stage.name, "exported for this artifact (its export time includes it)")
         return made

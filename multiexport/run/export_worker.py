@@ -109,8 +109,9 @@ class _Targets:
                 self._remember(self.handed.fn, self.handed.signature)
 
     def export(self, job, made: set[str]) -> int:
-        """Export one job: from the handed target, else (or when that needs the function) the built one."""
-        if self.handed is not None:
+        """Export one job: from the handed target until this worker has built the target (then from that: an
+        export that needs the function would be tried twice), and from the built one when it needs it."""
+        if self.handed is not None and self.built is None:
             try:
                 return _export_one(self.handed.fn, self.handed.signature, self.handed.fingerprint, job, made)
             except NeedsTarget:

@@ -85,3 +85,10 @@ def test_an_export_is_planned_where_the_target_is_built_when_the_handoff_cannot_
     assert _needs_target(ctx(), prep, ["savedmodel", "litert"])
     assert _needs_target(ctx(native=True), prep, ["xla"])  # PJRT's consumer compiles modules at fixed sizes
     assert _needs_target(ctx(platforms=("cpu", "tpu")), prep, ["xla"])
+    assert _needs_target(ctx(), prep, ["openvino"])  # alone, its ONNX stage is exported for it: jax2onnx's route
+    assert not _needs_target(ctx(), prep, ["xla"])
+    static = _prep()
+    static.sig = build_signature(Target(lambda x: {"y": x * 2}, args=(np.ones((2, 4), np.float32),), name="static"))
+    static.bench_feeds, static.calibration, static.device = [], None, prep.device
+    static.trials[0].dims = {}
+    assert _needs_target(ctx(), static, ["xla"])  # its HLO text is lowered from the function

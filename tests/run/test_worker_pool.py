@@ -174,6 +174,9 @@ def test_an_export_worker_given_the_handed_target_builds_it_only_for_an_export_t
     left, imported = export(["xla", "onnx"], tmp_path / "b", tmp_path / "handoff")
     assert len(imported) == 1 and left["onnx"].reply.fingerprint == fingerprint  # its own build, the same target
     assert left["onnx"].reply.target_load is not None and Manifest.read(tmp_path / "b" / "onnx").backend == "onnx"
+    # once built, the worker exports from the built target: an export that needs it would be tried twice
+    left, imported = export(["onnx", "xla"], tmp_path / "b2", tmp_path / "handoff")
+    assert len(imported) == 1 and left["xla"].reply.target_load is not None
     if get_backend("iree").available().ok:  # the static-size fallback needs the function at each size: built
         fixed = f"{tmp_path / 'model.py'}:flattening"
         flat_target = load_target(fixed)
