@@ -40,7 +40,7 @@ from .files.npz import load_npz
 from .files.temporary import make_temporary
 from .leaves import Signature, Target, build_signature, load_target as resolve_target
 from .leaves.factory_cache import FactoryCache
-from .leaves.target import looks_like_file
+from .leaves.target import looks_like_file, top_level_packages
 from .measure.inputs import DEFAULT_DIM_SIZES, synthetic_samples
 from .measure.timeline import Timeline
 from .results import Results
@@ -341,8 +341,11 @@ def compare(target: TargetLike, *args: Any, config: CompareConfig | None = None,
         spec = target_spec(target)
         timeline = Timeline()
         timeline.mark(BUILD_STEP)
+        before = top_level_packages()
         with FactoryCache() as cache:  # the export workers build the target from the programs this load compiles
-            return run_compare(load_target(spec, cache), config, target_spec=spec, progress=say, timeline=timeline)
+            built = load_target(spec, cache)
+            return run_compare(built, config, target_spec=spec, progress=say, timeline=timeline,
+                               target_modules=top_level_packages() - before)
     return run_compare(as_target(target, *args, **dict(kwargs or {})), config, progress=say)
 
 

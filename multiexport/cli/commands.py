@@ -25,7 +25,7 @@ from ..files.paths import safe_component
 from ..files.text import visible
 from ..leaves import load_target as load_named_target
 from ..leaves.factory_cache import FactoryCache
-from ..leaves.target import DEFAULT_TARGET
+from ..leaves.target import DEFAULT_TARGET, top_level_packages
 from ..measure.accuracy import parse_accuracy
 from ..measure.bench import BenchConfig
 from ..measure.inputs import parse_dim_sizes, parse_val_ranges
@@ -246,8 +246,10 @@ def cmd_compare(args) -> int:
     timeline.mark(BUILD_STEP)
     spared = adopt_orphans()  # what the target starts and leaves (double-forked too) is stopped when the compare ends
     try:
+        before = top_level_packages()
         with FactoryCache() as cache:  # the export workers build the target from the programs this load compiles
-            return _compare(args, load_target(args.target, cache), start, early_workers, timeline)
+            built = load_target(args.target, cache)
+            return _compare(args, built, start, early_workers, timeline, top_level_packages() - before)
     finally:
         if early_workers is not None:
             early_workers.close()  # if the compare did not adopt them (the target failed to load)
@@ -264,7 +266,7 @@ def requested_backends(args) -> list[str]:
     return default_names() if args.backends == "all" else split(args.backends)
 
 
-def _compare(args, target, start: float, early_workers, timeline) -> int:
+def _compare(args, target, start: float, early_workers, timeline, target_modules: frozenset[str] = frozenset()) -> int:
     if args.out_dir is None:  # the default beside where the command started, wherever the factory moved the cwd
         args.out_dir = getattr(args, "cwd", Path.cwd()) / "multiexport-out" / safe_component(target.name)
     config = compare_config(args)
@@ -295,7 +297,7 @@ def _compare(args, target, start: float, early_workers, timeline) -> int:
     try:
         with target_output_to_stderr():
             results = compare(target, config, target_spec=spec(args), progress=progress, early_workers=early_workers,
-                              timeline=timeline)
+                              timeline=timeline, target_modules=target_modules)
     finally:
         if status is not None:
             status.stop()

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 def compare(target: Target, config: CompareConfig | None = None, *, target_spec: str | None = None,
             progress: Callable[[str], None] = lambda message: None, early_workers: EarlyWorkers | None = None,
-            timeline: Timeline | None = None, **options: Any) -> Results:
+            timeline: Timeline | None = None, target_modules: frozenset[str] = frozenset(), **options: Any) -> Results:
     """Export `target` with each backend, run each artifact in a worker, check parity, benchmark.
 
     Give a `CompareConfig`, or its fields as keyword arguments. target_spec (a TARGET string) lets every
@@ -47,7 +47,9 @@ def compare(target: Target, config: CompareConfig | None = None, *, target_spec:
     like every backend; without it, exports run in this process one after another. early_workers: paired
     workers started for target_spec before the target was built (`comparison.timing.start_early`, as the
     CLI does), adopted when they fit this compare, else closed. timeline: the caller's, when it started the
-    clock before (building the target); results.json gets every step. Returns the Results, also written
+    clock before (building the target); results.json gets every step. target_modules: the top-level packages
+    the caller's build of the target imported (`leaves.target.top_level_packages`, after minus before): the
+    export plan puts the exports that need the built target in one worker only then. Returns the Results, also written
     to the output directory with report.md and report.html.
     """
     remove_orphaned()  # what an earlier run killed outright could not remove itself (the CLI does it too)
@@ -57,7 +59,7 @@ def compare(target: Target, config: CompareConfig | None = None, *, target_spec:
         raise UsageError(f"compare | got a CompareConfig and options {', '.join(options)}, expected one or the other")
     with stop_on_signals():
         return run_compare(target, config, target_spec, progress, early_workers, report=write_reports,
-                           timeline=timeline)
+                           timeline=timeline, target_modules=target_modules)
 
 
 __all__ = ["CompareConfig", "CompareOptions", "Interrupted", "compare"]

@@ -12,7 +12,6 @@ load compiled (signature/factory_cache.py). Each export returns its outcome (`ou
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -21,12 +20,12 @@ from typing import Any, Mapping
 from ..environment import tpu_presence
 from ..errors import BackendUnavailable, ExportError, MultiexportError, present
 from ..exporting.contract import ExportOptions
-from ..exporting.handoff import CPU
 from ..exporting.manifest import Manifest
 from ..exporting.native_section import consumer_for
 from ..exporting.pipeline import export_artifact
 from ..exporting.precision import check_weights_quantizable, needs_calibration, split_variant
 from ..exporting.registry import backend_class, get_backend
+from ..leaves.handed import CPU
 from ..leaves.weights import should_lift
 from ..measure.bench import memory_now
 from ..measure.plan import sizes_checked
@@ -74,7 +73,7 @@ def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None,
         return {name: done[name] for name in ctx.config.backends if name in done}
     with handed_target(ctx, prep) as handoff, example_outputs(ctx, prep) as expected:
         given = Given(handoff, expected)
-        if handoff is not None:
+        if handoff is not None and ctx.target_modules:  # a build that imported nothing costs no worker much
             groups = with_builder(groups, [_needs_target(ctx, prep, group) for group in groups])
         jobs = export_jobs(ctx, prep, len(groups), memory)
         if not ctx.config.export_jobs and memory.exports_at_once < min(len(groups), ctx.threads):
@@ -99,7 +98,7 @@ def _needs_target(ctx: Context, prep: Prepared, group: list[str]) -> bool:
     """Whether a group's exports are best made where the target is built: one needs the function itself
     (`Backend.needs_target_for`: ONNX's jax2onnx route; the stage a backend builds on when exported for it
     alone), a module the handoff has none of (fixed sizes, another platform, lifted weights), or imports a
-    framework this process already has since the target's build (`Backend.export_modules`: keras-hub imports
+    framework the target's build imported (`Backend.export_modules` in `Context.target_modules`: keras-hub imports
     TensorFlow, so the SavedModel export costs that worker nothing more, where another would import TensorFlow
     for it). Where it is planned never changes what it makes."""
     for name in group:
@@ -114,7 +113,7 @@ def _needs_target(ctx: Context, prep: Prepared, group: list[str]) -> bool:
         other = (options.static_sizes or tuple(options.platforms or CPU) != CPU
                  or should_lift(options.external_weights, prep.sig))
         if other or backend.needs_target_for(options.backend_options, prep.sig) or any(
-                m in sys.modules for m in backend.export_modules) or (
+                m.partition(".")[0] in ctx.target_modules for m in backend.export_modules) or (
                 stage is not None and stage.needs_target_for(stage_options, prep.sig)):
             return True
     return False
@@ -240,7 +239,7 @@ def _in_worker(ctx: Context, prep: Prepared, names: list[str], given: Given) -> 
 
 
 def _in_workers(ctx: Context, prep: Prepared, plans: list[WorkerPlan], slots: int,
-                alone: bool = False, given: Given | None = None) -> dict[str, Exported | Failure]:
+                given: Given, alone: bool = False) -> dict[str, Exported | Failure]:
     """Export every plan's backends, one worker per plan, `slots` at a time (`run.export_pool`). An export a
     dead worker did not finish and no other took is exported again, alone (`alone`: this is that)."""
     done: dict[str, Exported | Failure] = {}
@@ -253,7 +252,6 @@ def _in_workers(ctx: Context, prep: Prepared, plans: list[WorkerPlan], slots: in
     pool_jobs = [_job(ctx, prep, name, pooled, True, alone) for name in pooled]
     own_jobs = [[_job(ctx, prep, name, own, False, alone) for name in own] for own in owns]
     spec = present(ctx.spec, "workers export from a TARGET string")
-    given = given if given is not None else Given()
     left = export_in_workers(spec, ctx.out, own_jobs, pool_jobs, slots, ctx.config.timeout, given.expected,
                              given.handoff)
     retry = []

@@ -60,18 +60,19 @@ if TYPE_CHECKING:
 
 def run_compare(target: Target, config: CompareConfig, spec: str | None, progress: Callable[[str], None],
                 early: EarlyWorkers | None = None, report: Callable[[Results, Path], object] | None = None,
-                timeline: Timeline | None = None) -> Results:
+                timeline: Timeline | None = None, target_modules: frozenset[str] = frozenset()) -> Results:
     """Every stage of one compare of `target` under `config`; the Results, also written to the output
     directory (with the reports `report` writes) however the run ends.
 
     spec: the TARGET string workers rebuild the target from (None: exports and the reference run here).
     progress: called with one line per step. early: paired workers the caller started for `spec` before the
     target was built, adopted when they fit. timeline: the caller's, when its clock started earlier.
+    target_modules: the top-level packages the caller's build of the target imported (`Context.target_modules`).
     """
     ctx = Context(target=target, config=config, spec=spec,
                   out=Path(config.out_dir or Path("multiexport-out") / safe_component(target.name)),
                   threads=config.runtime_threads(), timeline=timeline if timeline is not None else Timeline(),
-                  say=progress, report=report)
+                  say=progress, report=report, target_modules=target_modules)
     return _Run(ctx, early).run()
 
 

@@ -46,6 +46,8 @@ class Context:
     say: the caller's progress callback, one line per step.
     report: writes the reports beside results.json (the caller's: `run`/`comparison` sit below `report` in the
         import order); called before the directory is marked finished, also when a signal stopped the run.
+    target_modules: the top-level packages the target's build imported in this process (empty when the caller
+        built it beforehand): where the export plan puts the exports that need the built target.
     """
 
     target: Target
@@ -56,6 +58,7 @@ class Context:
     timeline: Timeline
     say: Callable[[str], None]
     report: Callable[[Results, Path], object] | None
+    target_modules: frozenset[str] = frozenset()
 
     def progress(self, message: str) -> None:
         """One step begins: said to the caller and marked on the timeline."""

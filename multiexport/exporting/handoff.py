@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..files import write_bytes_atomic, write_text_atomic
-from ..leaves.handed import MODULES_FILE, ModuleKey, write_signature
+from ..leaves.handed import CPU, MODULES_FILE, ModuleKey, write_signature
 from ..leaves.signature import Signature
 from .stablehlo import donated_leaves, export_module
 
 # Past this many baked bytes (weights closed over, which every module embeds) nothing is handed: the workers
 # build the target, as they did, rather than the compare writing and every worker reading them.
 HANDOFF_LIMIT_BYTES = 64 << 20
-CPU = ("cpu",)
 
 
 def write_handoff(fn: Callable[..., Any], signature: Signature, fingerprint: str, directory: Path) -> bool:

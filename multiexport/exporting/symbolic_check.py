@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 
 from ..dtypes import is_float
-from ..leaves.handed import is_handed
+from ..leaves.handed import CPU, is_handed
 from .jit_runner import enable_x64_if_needed
 
 if TYPE_CHECKING:
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 GROSS = 1e-2
 GROSS_COSINE = 0.9
-CPU = ("cpu",)
 _MEMO: dict[tuple, dict[str, np.ndarray]] = {}  # one jax.jit per function and shapes in an export worker
 
 

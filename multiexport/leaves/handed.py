@@ -28,8 +28,9 @@ from .signature import Leaf, NeedsTarget, Signature
 SIGNATURE_FILE = "signature.json"
 EXAMPLES_FILE = "examples.npz"
 MODULES_FILE = "modules.json"
+CPU = ("cpu",)  # the platforms of every module handed
 
-__all__ = ["EXAMPLES_FILE", "MODULES_FILE", "SIGNATURE_FILE", "Handed", "HandedFunction", "ModuleKey", "NeedsTarget",
+__all__ = ["CPU", "EXAMPLES_FILE", "MODULES_FILE", "SIGNATURE_FILE", "Handed", "HandedFunction", "ModuleKey", "NeedsTarget",
            "is_handed", "read_handed", "write_signature"]
 
 

@@ -85,6 +85,12 @@ class Target:
         return dataclasses.replace(self, **changes)
 
 
+def top_level_packages() -> frozenset[str]:
+    """The top-level packages this process has imported (a snapshot: `after - before` around a target's build is
+    what the build imported, keras-hub's TensorFlow say, for the compare's export plan)."""
+    return frozenset(name.partition(".")[0] for name in list(sys.modules))
+
+
 def load_target(spec: str | None) -> Target:
     """Resolve a TARGET string (or None for the built-in seed example) to a `Target`."""
     if spec is None or spec == "":

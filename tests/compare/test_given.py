@@ -61,11 +61,9 @@ def test_the_exports_that_need_the_built_target_go_to_one_worker_the_others_neve
     assert with_builder(groups, [False] * 4) == groups and with_builder(groups, [True] * 4) == groups
 
 
-def test_an_export_is_planned_where_the_target_is_built_when_the_handoff_cannot_serve_it(monkeypatch):
+def test_an_export_is_planned_where_the_target_is_built_when_the_handoff_cannot_serve_it():
     """The planner's reasons, each on a real backend: jax2onnx's route traces the function; a framework the target
     already imported (keras-hub imports TensorFlow); fixed sizes for a native consumer; another platform."""
-    import sys
-
     from multiexport.comparison.config import CompareConfig
     from multiexport.comparison.exports import _needs_target
 
@@ -74,20 +72,13 @@ def test_an_export_is_planned_where_the_target_is_built_when_the_handoff_cannot_
     prep.trials[0].dims = {"b": 2}
     prep.device = types.SimpleNamespace(chosen="cpu", tpu=False)
 
-    def ctx(**changes):
-        return types.SimpleNamespace(config=dataclasses.replace(CompareConfig(), **changes))
+    def ctx(imported=frozenset(), **changes):  # imported: what the target's build imported (Context.target_modules)
+        return types.SimpleNamespace(config=dataclasses.replace(CompareConfig(), **changes), target_modules=imported)
 
-    from multiexport.exporting.registry import get_backend
-
-    # this process as a compare whose target imported none of the exports' frameworks (other tests here did)
-    for name in ("iree", "savedmodel", "litert", "onnx", "openvino", "xla"):
-        for module in get_backend(name).export_modules:
-            monkeypatch.delitem(sys.modules, module, raising=False)
     assert not _needs_target(ctx(), prep, ["iree"]) and not _needs_target(ctx(), prep, ["savedmodel", "litert"])
     assert _needs_target(ctx(), prep, ["onnx", "openvino"])
     assert not _needs_target(ctx(backends=("onnx",), backend_options={"onnx": {"route": "stablehlo"}}), prep, ["onnx"])
-    monkeypatch.setitem(sys.modules, "tensorflow", types.ModuleType("tensorflow"))
-    assert _needs_target(ctx(), prep, ["savedmodel", "litert"])
+    assert _needs_target(ctx(frozenset({"keras_hub", "tensorflow"})), prep, ["savedmodel", "litert"])
     assert _needs_target(ctx(native=True), prep, ["xla"])  # PJRT's consumer compiles modules at fixed sizes
     assert _needs_target(ctx(platforms=("cpu", "tpu")), prep, ["xla"])
     assert _needs_target(ctx(), prep, ["openvino"])  # alone, its ONNX stage is exported for it: jax2onnx's route

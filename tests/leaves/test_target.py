@@ -1,3 +1,4 @@
+import sys
 import textwrap
 
 import pytest
@@ -131,3 +132,24 @@ def test_a_module_in_the_working_directory_resolves_from_the_console_script(tmp_
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert '"name": "double"' in proc.stdout or '"target": "double"' in proc.stdout
+
+
+def test_what_a_targets_build_imported_is_the_top_level_packages_new_after_it(tmp_path, monkeypatch):
+    """The compare plans exports by the frameworks the target's build imported (keras-hub's TensorFlow): the
+    packages new after the build, by top-level name, not everything this process ever imported."""
+    from multiexport.leaves.target import load_target, top_level_packages
+
+    package = tmp_path / "handoff_probe_framework"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("VALUE = 2.0\n")
+    (tmp_path / "probe_model.py").write_text(
+        "import numpy as np\nfrom handoff_probe_framework.sub import VALUE\nfrom multiexport import Target\n"
+        "target = Target(lambda x: x * VALUE, args=(np.ones(3, np.float32),), name='probe')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = top_level_packages()
+    load_target(f"{tmp_path / 'probe_model.py'}:target")
+    new = top_level_packages() - before
+    assert "handoff_probe_framework" in new and "numpy" not in new and "multiexport" not in new
+    for name in [m for m in sys.modules if m.startswith(("handoff_probe_framework", "probe_model"))]:
+        monkeypatch.delitem(sys.modules, name)
