@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..environment import tpu_presence
 from ..errors import BackendUnavailable, ExportError, MultiexportError, present
@@ -38,15 +38,31 @@ from .memory_plan import MemoryPlan, available_now, footprints, plan_memory
 from .outcomes import Exported, Failure
 from .stages import Context, Prepared
 
+if TYPE_CHECKING:
+    from ..leaves import Signature
+    from ..run.devices import DevicePlan
+    from ..run.export_pool import AheadWorker
+
 __all__ = ["WorkerPlan", "export_all", "export_groups", "export_jobs", "plan_for", "plan_workers", "say_plan"]
 
 
 def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None,
-               meanwhile: str = "") -> dict[str, Exported | Failure]:
+               meanwhile: str = "", ahead: AheadWorker | None = None) -> dict[str, Exported | Failure]:
     """Every export the compare asks for: {backend: its artifact, or why there is none} (a row the gate
     stops, before any export, is a `Failure` of stage "gate"; one the memory plan refuses, of status
     insufficient-memory). memory: the plan `plan_for` made (else made here, with no early workers).
-    meanwhile: what this process does while the workers export (`meanwhile.py`), added to the phase's step."""
+    meanwhile: what this process does while the workers export (`meanwhile.py`), added to the phase's step.
+    ahead: an export worker building the target since the signature (`comparison.ahead`): the worker whose
+    exports need the built target, else closed."""
+    try:
+        return _export_all(ctx, prep, memory, meanwhile, ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()  # ran, or not used (nothing to do when it ran)
+
+
+def _export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None, meanwhile: str,
+                ahead: AheadWorker | None) -> dict[str, Exported | Failure]:
     done: dict[str, Exported | Failure] = {}
     todo = []
     for name in ctx.config.backends:
@@ -73,8 +89,13 @@ def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None,
         return {name: done[name] for name in ctx.config.backends if name in done}
     with handed_target(ctx, prep) as handoff, example_outputs(ctx, prep) as expected:
         given = Given(handoff, expected)
+        builds = handoff is None  # without a handoff every worker builds the target
         if handoff is not None and ctx.target_modules:  # a build that imported nothing costs no worker much
-            groups = with_builder(groups, [_needs_target(ctx, prep, group) for group in groups])
+            needs = [_needs_target(ctx, prep, group) for group in groups]
+            groups, builds = with_builder(groups, needs), any(needs)  # the one that builds comes first
+        if ahead is not None and not builds:
+            ahead.close()
+            ahead = None
         jobs = export_jobs(ctx, prep, len(groups), memory)
         if not ctx.config.export_jobs and memory.exports_at_once < min(len(groups), ctx.threads):
             # Memory, not cores, limits the overlap: a pooled worker would hold every framework it exported with
@@ -89,8 +110,10 @@ def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None,
                      + (f"; then each takes the next of {', '.join(pool)}" if pool else "") + ")"
                      + ("; the target handed to the workers as its StableHLO modules, built only where an export "
                         "needs it" if handoff is not None else "")
+                     + ("; the first worker started after the signature, to build the target meanwhile"
+                        if ahead is not None else "")
                      + (f"; {meanwhile}" if meanwhile else ""))
-        done.update(_in_workers(ctx, prep, plans, slots=jobs, given=given))
+        done.update(_in_workers(ctx, prep, plans, slots=jobs, given=given, ahead=ahead))
     return {name: done[name] for name in ctx.config.backends if name in done}
 
 
@@ -154,8 +177,13 @@ def export_jobs(ctx: Context, prep: Prepared, count: int, memory: MemoryPlan | N
 def plan_for(ctx: Context, prep: Prepared, early: Mapping[str, int]) -> MemoryPlan:
     """The memory plan of this compare's exports (`memory_plan.plan_memory`), beside the live early workers
     `early` (name -> resident bytes), from the memory available now and this process's resident size."""
-    weights = int(prep.sig.weights.get("baked_bytes", 0)) + int(prep.sig.weights.get("input_bytes", 0))
-    names = [n for n in ctx.config.backends if n not in prep.device.excluded]
+    return plan_with(ctx, prep.sig, prep.device, early)
+
+
+def plan_with(ctx: Context, sig: Signature, device: DevicePlan, early: Mapping[str, int]) -> MemoryPlan:
+    """`plan_for` from the signature and the device plan alone (before the reference: `comparison.ahead`)."""
+    weights = int(sig.weights.get("baked_bytes", 0)) + int(sig.weights.get("input_bytes", 0))
+    names = [n for n in ctx.config.backends if n not in device.excluded]
     available, source = available_now()
     return plan_memory(weights, available, int(memory_now()["rss_bytes"]), export_groups(names), early,
                        footprints(names), source)
@@ -239,9 +267,10 @@ def _in_worker(ctx: Context, prep: Prepared, names: list[str], given: Given) -> 
 
 
 def _in_workers(ctx: Context, prep: Prepared, plans: list[WorkerPlan], slots: int,
-                given: Given, alone: bool = False) -> dict[str, Exported | Failure]:
-    """Export every plan's backends, one worker per plan, `slots` at a time (`run.export_pool`). An export a
-    dead worker did not finish and no other took is exported again, alone (`alone`: this is that)."""
+                given: Given, alone: bool = False, ahead: AheadWorker | None = None) -> dict[str, Exported | Failure]:
+    """Export every plan's backends, one worker per plan, `slots` at a time (`run.export_pool`; the first in
+    `ahead` when given). An export a dead worker did not finish and no other took is exported again, alone
+    (`alone`: this is that)."""
     done: dict[str, Exported | Failure] = {}
     names = [n for w in plans for n in (*w.own, *w.pooled)]
     for name in dict.fromkeys(names):
@@ -253,7 +282,7 @@ def _in_workers(ctx: Context, prep: Prepared, plans: list[WorkerPlan], slots: in
     own_jobs = [[_job(ctx, prep, name, own, False, alone) for name in own] for own in owns]
     spec = present(ctx.spec, "workers export from a TARGET string")
     left = export_in_workers(spec, ctx.out, own_jobs, pool_jobs, slots, ctx.config.timeout, given.expected,
-                             given.handoff)
+                             given.handoff, ahead)
     retry = []
     for name, job in left.items():
         if job.failure is not None:

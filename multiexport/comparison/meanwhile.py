@@ -21,6 +21,7 @@ from .exports import export_all
 from .prepare import finish_reference, rounding_leaves
 
 if TYPE_CHECKING:
+    from ..run.export_pool import AheadWorker
     from .memory_plan import MemoryPlan
     from .outcomes import Exported, Failure
     from .stages import Context, Prepared
@@ -63,12 +64,12 @@ def yield_to_exports() -> None:
         pass
 
 
-def exports_beside_reference(ctx: Context, prep: Prepared, memory: MemoryPlan
+def exports_beside_reference(ctx: Context, prep: Prepared, memory: MemoryPlan, ahead: AheadWorker | None = None
                              ) -> tuple[Mapping[str, Exported | Failure], Prepared]:
-    """`export_all` in this thread, `finish_reference` in another meanwhile (announced, not marked: the
-    export step holds its seconds and says so); (the exports' outcomes, the finished Prepared). What the
-    reference raised is raised here once the exports are done; should it still run then, that wait is a
-    step of its own."""
+    """`export_all` in this thread (with `ahead`, the worker building the target since the signature),
+    `finish_reference` in another meanwhile (announced, not marked: the export step holds its seconds and
+    says so); (the exports' outcomes, the finished Prepared). What the reference raised is raised here once
+    the exports are done; should it still run then, that wait is a step of its own."""
     box: dict = {}
 
     def work() -> None:
@@ -86,7 +87,7 @@ def exports_beside_reference(ctx: Context, prep: Prepared, memory: MemoryPlan
         work_said.append("measures how far rounding moves its outputs")
     # (worded apart from the other steps' words: benchmarks/compare_time.py sorts steps by them)
     exports = export_all(ctx, prep, memory, meanwhile=(
-        f"meanwhile this process {' and '.join(work_said)}" if work_said else ""))
+        f"meanwhile this process {' and '.join(work_said)}" if work_said else ""), ahead=ahead)
     if thread.is_alive():
         ctx.progress("reference outputs of the other trials and how far rounding moves them (begun beside the "
                      "exports) finish")

@@ -60,10 +60,11 @@ def plan_devices(ctx: Context) -> DevicePlan:
     return plan
 
 
-def prepare(ctx: Context, device: DevicePlan) -> Prepared:
+def prepare(ctx: Context, device: DevicePlan, on_signature: Callable[[Signature], None] | None = None) -> Prepared:
     """The signature, the trials and jax.jit's outputs on the first, with its determinism check: what the
     exports need (`finish_reference` adds the rest). Every check that needs the signature runs before
-    anything is printed or run, so a usage error is one line."""
+    anything is printed or run, so a usage error is one line. on_signature: called with the signature once
+    it is checked, before the reference (the session starts the export worker that builds the target)."""
     config, target = ctx.config, ctx.target
     sig = build_signature(target)
     check_patterns(config.tolerances, [leaf.name for leaf in sig.outputs], "Tolerance")
@@ -72,6 +73,8 @@ def prepare(ctx: Context, device: DevicePlan) -> Prepared:
     feeds = (bench_feeds(sig, trials, config.batch_sizes, config.seed, config.val_ranges, target.batch_leaves)
              if config.bench else [])
     ctx.progress(f"signature of '{target.name}': {len(sig.inputs)} input leaves, {len(sig.outputs)} outputs")
+    if on_signature is not None:
+        on_signature(sig)
     jax_gpu = device.chosen == "gpu" and (device.found.get("xla") or {}).get("gpu")
     ref_device = "gpu" if jax_gpu else "cpu"
     ref_runner = ReferenceRunner(target, sig, ref_device, matmul_precision=config.matmul_precision)

@@ -28,6 +28,7 @@ from ..results.schema import from_data
 from ..run.rundir import claim_run_dir, mark, mark_in_place
 from ..system.process import stop_requested
 from ..system.timing_lock import MachineLock, machine_share
+from .ahead import start_ahead
 from .check import check_row, check_rows_paired
 from .exports import export_all, plan_for, say_plan
 from .meanwhile import exports_beside_reference, reference_meanwhile
@@ -50,9 +51,10 @@ from .timing import (
 from .tpu_stage import tpu_stage
 
 if TYPE_CHECKING:
-    from ..leaves import Target
+    from ..leaves import Signature, Target
     from ..results import BenchResult, Pairing
     from ..run.devices import DevicePlan
+    from ..run.export_pool import AheadWorker
     from .config import CompareConfig
     from .memory_plan import MemoryPlan
     from .timing import EarlyWorkers
@@ -89,6 +91,7 @@ class _Run:
         self.pairing: Pairing | None = None
         self.reference_bench: BenchResult | None = None
         self.memory: MemoryPlan | None = None
+        self.ahead: AheadWorker | None = None  # the export worker building the target since the signature
 
     def rows(self, interrupted: bool = False) -> Rows:
         """The rows as the outcomes so far make them."""
@@ -143,7 +146,12 @@ class _Run:
                 workers = prespawn(ctx, self.early, None)
                 self.early = None
             self.device = plan_devices(ctx)
-            self.prepared = prep = prepare(ctx, self.device)
+            started = workers
+
+            def on_signature(sig: Signature) -> None:  # the export worker that builds the target, started now
+                self.ahead = start_ahead(ctx, sig, present(self.device, "planned"), early_rss(started))
+
+            self.prepared = prep = prepare(ctx, self.device, on_signature if early_start else None)
             if not early_start:
                 workers = prespawn(ctx, self.early, self.device)
                 self.early = None
@@ -160,11 +168,14 @@ class _Run:
             say_plan(ctx, memory)
             if memory.close_early:
                 workers = close_early(workers)
+            if self.ahead is not None and (memory.refused or memory.close_early):
+                self.ahead.close()  # memory is tight after all: the plan's workers start as planned
+                self.ahead = None
             if reference_meanwhile(ctx, memory):
-                exports, self.prepared = exports_beside_reference(ctx, prep, memory)
+                exports, self.prepared = exports_beside_reference(ctx, prep, memory, self.ahead)
             else:
                 self.prepared = finish_reference(ctx, prep, ctx.progress)
-                exports = export_all(ctx, self.prepared, memory)
+                exports = export_all(ctx, self.prepared, memory, ahead=self.ahead)
             prep = self.prepared
             for name, export in exports.items():
                 outcomes[name] = dataclasses.replace(outcomes[name], export=export)
@@ -187,6 +198,9 @@ class _Run:
             if tm.servers is not None:
                 self.pairing = paired_rounds(ctx, prep, tm, self.rows(), self.reference_bench)
         finally:
+            if self.ahead is not None:
+                self.ahead.close()  # used (then nothing to do), or the run stopped before the exports
+                self.ahead = None
             for servers in (workers.servers, tm.servers):
                 if servers is not None:
                     servers.close()

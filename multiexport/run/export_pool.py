@@ -9,17 +9,28 @@ caller to run again, each alone.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import InputError
+from ..errors import InputError, InternalError, present
 from ..exporting.outdir import remove_stale
+from ..system.piped import Pending
 from ..system.process import Outcome, run_command
 from .messages import ExportReply, decode
-from .workers import classify, classify_outcome, private_tmp, start_work_dir, worker_command, worker_environment
+from .workers import (
+    AHEAD,
+    classify,
+    classify_outcome,
+    private_tmp,
+    start_work_dir,
+    worker_command,
+    worker_environment,
+)
 
 
 @dataclass(frozen=True)
@@ -61,23 +72,63 @@ class JobOutcome:
     failure: tuple[str, str] | None = None
 
 
+class AheadWorker:
+    """An export worker started before its jobs are planned: it builds the target at once (`worker export
+    --ahead TARGET`), then waits for its command line on stdin (`export_in_workers` gives it the first
+    worker's). Started where the compare's own build ended, it builds while the compare computes its first
+    reference and writes the handoff: the worker that builds the target starts its exports that much sooner.
+    `close` ends it if no plan used it."""
+
+    def __init__(self, spec: str):
+        self.spec = spec
+        self._tmp = contextlib.ExitStack()
+        tmp = self._tmp.enter_context(private_tmp())
+        self._pending: Pending | None = Pending(worker_command("export", AHEAD, spec),
+                                                env=worker_environment(tmp))
+
+    def run(self, args: Sequence[str], timeout: float) -> Outcome:
+        """Run the worker with `args` (as `worker_command` would be given them), once."""
+        pending = present(self._pending, "an ahead worker runs once")
+        self._pending = None
+        try:
+            return pending.finish(json.dumps(list(args)), timeout)
+        finally:
+            self._tmp.close()
+
+    def close(self) -> None:
+        """End it unused (nothing happens if it ran)."""
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+        self._tmp.close()
+
+
 def export_in_workers(spec: str, out: Path, owns: Sequence[Sequence[ExportJob]], pooled: Sequence[ExportJob],
                       slots: int, timeout: float, expected: Path | None = None,
-                      handoff: Path | None = None) -> dict[str, JobOutcome]:
+                      handoff: Path | None = None, ahead: AheadWorker | None = None) -> dict[str, JobOutcome]:
     """Run one worker per non-empty `owns` entry (or per entry, when there is a pool to take from), `slots`
     at a time, each building `spec`; {name: what its worker left}. `timeout` is per export: a worker gets it
     once per export it may run. A dead worker's staging directories in `out` are removed. expected: an .npz
     of jax.jit's outputs at the target's example, given to every worker (`worker --expected`). handoff: the
-    compare's handed target (exporting/handoff.py), which every worker exports from where it can."""
+    compare's handed target (exporting/handoff.py), which every worker exports from where it can. ahead: a
+    worker of `spec` started earlier (`AheadWorker`), run as the first worker (whose group builds the target),
+    closed if there is none."""
+    if ahead is not None and ahead.spec != spec:
+        raise InternalError(f"the ahead export worker builds {ahead.spec!r}, expected {spec!r}")
     work = {job.name: start_work_dir("export") for jobs in [*owns, pooled] for job in jobs}
     launch = [(k, list(jobs)) for k, jobs in enumerate(owns) if jobs or pooled]
+    if not launch or launch[0][0] != 0:
+        if ahead is not None:
+            ahead.close()
+            ahead = None
     if not launch:
         return {}
     limit = timeout * (max(len(jobs) for _, jobs in launch) + len(pooled))
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(slots, len(launch)))) as pool:
             ended = list(pool.map(lambda item: _run_worker(spec, out, work, item[0], item[1], list(pooled), limit,
-                                                           expected, handoff), launch))
+                                                           expected, handoff, ahead if item[0] == 0 else None),
+                                  launch))
         if any(outcome.returncode != 0 for outcome in ended):
             remove_stale(out)  # a dead worker's staging directories and locks in the output directory
         claims = {job.name: _claimed_by(work[job.name]) for job in pooled}  # read once, every worker ended
@@ -91,13 +142,16 @@ def export_in_workers(spec: str, out: Path, owns: Sequence[Sequence[ExportJob]],
         remove_stale(out)
         raise
     finally:
+        if ahead is not None:
+            ahead.close()  # ran (nothing to do), or never reached (the wait stopped first)
         for path in work.values():
             shutil.rmtree(path, ignore_errors=True)
 
 
 def _run_worker(spec: str, out: Path, work: dict[str, Path], k: int, jobs: list[ExportJob], pooled: list[ExportJob],
-                timeout: float, expected: Path | None = None, handoff: Path | None = None) -> Outcome:
-    """Worker `k`: its own jobs in order, then each pooled job it claims first."""
+                timeout: float, expected: Path | None = None, handoff: Path | None = None,
+                ahead: AheadWorker | None = None) -> Outcome:
+    """Worker `k`: its own jobs in order, then each pooled job it claims first (in `ahead` when given)."""
     first, *rest = [*jobs, *pooled]
     args = ["export", spec, first.name, str(first.out), str(work[first.name]), "--options", first.options]
     for job in rest:
@@ -108,6 +162,8 @@ def _run_worker(spec: str, out: Path, work: dict[str, Path], k: int, jobs: list[
         args += ["--expected", str(expected)]
     if handoff is not None:
         args += ["--handoff", str(handoff)]
+    if ahead is not None:
+        return ahead.run(args, timeout)
     with private_tmp() as tmp:
         return run_command(worker_command(*args), timeout=timeout, env=worker_environment(tmp))
 

@@ -10,12 +10,15 @@ error.json in its own OUT_DIR; a clean failure does not stop the next.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from ..errors import InternalError
 from ..exporting.contract import ExportOptions
 from ..exporting.pipeline import export_artifact
 from ..exporting.registry import get_backend
@@ -29,9 +32,10 @@ from ..measure.bench import memory_now
 from ..system.descendants import DescendantPeak
 from .messages import ExportReply, TargetLoad, decode, encode
 from .worker_io import CLEAN_FAILURE, add_register_option, register_entries, write_failure
+from .workers import AHEAD
 
 
-def export_main(argv: list[str]) -> int:
+def export_main(argv: list[str], built: _Targets | None = None) -> int:
     """Export TARGET with BACKEND into ARTIFACT_DIR, isolated from the parent (and from other converters).
 
     `--then BACKEND ARTIFACT_DIR OUT_DIR OPTIONS` (repeatable) exports more backends in this process after
@@ -40,7 +44,11 @@ def export_main(argv: list[str]) -> int:
     leaves export.json or error.json in its own OUT_DIR and a clean failure does not stop the next.
     `--pool N --claim-as K`: the last N exports are shared with other workers; this one does each only if
     it claims it first (creates OUT_DIR/claim, holding K, where none exists), else skips it.
+    `export --ahead TARGET`: build TARGET first, then read this command line (a JSON list) on stdin
+    (`_export_ahead`). built: the target that built, for the command line read.
     """
+    if len(argv) > 1 and argv[1] == AHEAD:
+        return _export_ahead(argv)
     parser = argparse.ArgumentParser(prog="python -m multiexport.run.worker export")
     parser.add_argument("mode")
     parser.add_argument("target")
@@ -84,7 +92,7 @@ def export_main(argv: list[str]) -> int:
             if mine(i):
                 write_failure(job[2], exc, "export")
         return CLEAN_FAILURE
-    targets = _Targets(args.target, args.handoff, args.expected)
+    targets = _Targets(args.target, args.handoff, args.expected) if built is None else built.given(args)
     made: set[str] = set()
     # each shared export is claimed only when this worker reaches it, after the ones before it are done
     return max((targets.export(job, made) for i, job in enumerate(jobs) if mine(i)), default=0)
@@ -107,6 +115,21 @@ class _Targets:
                 self.handed = None
             else:
                 self._remember(self.handed.fn, self.handed.signature)
+
+    def given(self, args: argparse.Namespace) -> "_Targets":
+        """This target (built ahead) for the command line read after: its reference outputs remembered for
+        the symbolic check; its handoff read only where the build failed (the exports that need only the
+        handed modules are made from them, as in a worker that never built)."""
+        if args.target != self.spec:
+            raise InternalError(f"the ahead export worker built {self.spec!r}, then was told to export {args.target!r}")
+        self.expected = args.expected
+        if self.built is not None:
+            fn, signature, _, _ = self.built
+            self._remember(fn, signature)
+        elif args.handoff is not None:
+            with contextlib.suppress(Exception):  # unreadable: each export fails with the build's failure
+                self.handed = read_handed(args.handoff)
+        return self
 
     def export(self, job, made: set[str]) -> int:
         """Export one job: from the handed target until this worker has built the target (then from that: an
@@ -145,6 +168,28 @@ class _Targets:
                 remember(fn, signature, load_npz(self.expected, "The compare's reference outputs"))
             except Exception:  # noqa: BLE001
                 pass
+
+
+def _export_ahead(argv: list[str]) -> int:
+    """`export --ahead TARGET [--register ...]`: build TARGET now (a failure is kept, and is each export's that
+    needs the target), then run the command line read on stdin (a JSON list, --register added); nothing read
+    (the compare did not use this worker): exit 0."""
+    parser = argparse.ArgumentParser(prog="python -m multiexport.run.worker export --ahead")
+    parser.add_argument("mode")
+    parser.add_argument(AHEAD, action="store_true", required=True)
+    parser.add_argument("target")
+    add_register_option(parser)
+    args = parser.parse_args(argv)
+    targets = _Targets(args.target, None, None)
+    with contextlib.suppress(Exception):  # kept in targets.failed
+        targets._build()
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0
+    given = json.loads(line)
+    if not isinstance(given, list) or not all(isinstance(a, str) for a in given):
+        raise InternalError(f"the ahead export worker read {line[:200]!r}, expected a JSON list of arguments")
+    return export_main([*given, *(a for r in args.register for a in ("--register", r))], built=targets)
 
 
 def _stage_of(options_json: str) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any, Sequence, TypeVar
 from ..errors import InputError
 from ..measure.pairing import FIRST_ONLY, PLANTED_ENV, fresh_name, is_fresh
 from ..results.bench import BASELINE_PREFIX
-from ..system.process import Served, ServedExit
+from ..system.piped import Served, ServedExit
 from .messages import ColdStart, Imported, Load, Loaded, Prepare, WorkerFailure, decode_answer, encode_request
 from .worker import thread_env
 from .workers import classify_outcome, start_work_dir, worker_command, worker_environment

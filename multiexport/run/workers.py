@@ -49,6 +49,11 @@ class WorkerResult:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
+# `worker export AHEAD TARGET`: an export worker that builds TARGET, then reads its command line on stdin
+# (run.export_pool.AheadWorker)
+AHEAD = "--ahead"
+
+
 def worker_command(*args: str) -> list[str]:
     # -P: the working directory (a sweep's spec folder, the user's) is not first on the module path, so no
     # `multiexport/` there runs instead of ours; a target module there still imports (leaves.target appends it)

@@ -26,11 +26,11 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
-from ..errors import Interrupted, present
+from ..errors import Interrupted
 from .oom import oom_kill_count
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_POLL_S = 0.25
+POLL_S = 0.25
 _OUTPUT_LIMIT = 1 << 20
 _stop: int | None = None
 _active = False  # a stop_on_signals block is open
@@ -86,131 +86,40 @@ def run_command(cmd: Sequence[str], *, timeout: float, cwd: str | os.PathLike | 
     start = time.monotonic()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
-            with _stop_signals_deferred():  # a signal between fork and Popen's return would orphan the child
-                argv, child_env = _dying_with_parent(cmd, env)
-                proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd,
-                                        env=child_env, start_new_session=True)
+            proc = start_child(cmd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd)
         except OSError as exc:
             return Outcome(None, "", "", start_error=f"{type(exc).__name__}: {exc}")
-        timed_out, cpu = False, None
-        try:
-            code, cpu = _wait(proc, start + timeout)
-            _kill(proc)  # ended: what it started and left running in its session (a factory's child) goes too
-        except TimeoutError:
-            timed_out = True
-            code = _kill(proc)
-        except BaseException:
-            _kill(proc)
-            raise
-        after = oom_kill_count()
-        return Outcome(code, _tail(out), _tail(err), timed_out=timed_out,
-                       oom_kills=None if before is None or after is None else after - before,
-                       seconds=time.monotonic() - start, cpu_seconds=cpu)
+        return reap(proc, out, err, start, before, start + timeout)
 
 
-class Served:
-    """A long-lived child that answers one JSON line per request on its stdout (a paired-benchmark worker).
-
-    It runs in its own session like every child; a request waits in slices for its answer, so a stop
-    signal or a timeout kills the child (and what it started) instead of hanging; a child that dies
-    mid-request ends the request with its `outcome()`. `close()` asks it to quit and reaps it.
-    """
-
-    def __init__(self, cmd: Sequence[str], *, env: Mapping[str, str] | None = None):
-        raise_if_stopped()
-        self._err = tempfile.TemporaryFile()
-        self._buffer = b""
-        self.timed_out = False
-        self._oom_before = oom_kill_count()
-        with _stop_signals_deferred():
-            argv, child_env = _dying_with_parent(cmd, env)
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
-                                         env=child_env, start_new_session=True)
-
-    def request(self, line: str, timeout: float) -> dict:
-        """Send one JSON line (the caller's codec made it), return the child's one-line JSON answer; raises
-        ServedExit if the child is gone."""
-        raise_if_stopped()
-        try:
-            stdin = present(self.proc.stdin, "the worker is started with stdin=PIPE")
-            stdin.write((line.rstrip("\n") + "\n").encode())
-            stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise ServedExit(self.outcome()) from None
-        return self.read_answer(timeout)
-
-    def read_answer(self, timeout: float) -> dict:
-        """The child's next JSON line (e.g. the one it writes when it is ready)."""
-        import json
-
-        deadline = time.monotonic() + timeout
-        fd = present(self.proc.stdout, "the worker is started with stdout=PIPE").fileno()
-        while b"\n" not in self._buffer:
-            raise_if_stopped()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self.timed_out = True
-                self.kill()
-                raise ServedExit(self.outcome())
-            ready, _, _ = select.select([fd], [], [], min(_POLL_S, remaining))
-            if ready:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    raise ServedExit(self.outcome())
-                self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        try:
-            return json.loads(line)
-        except ValueError:
-            self.kill()
-            raise ServedExit(self.outcome(f"answered {line[:200]!r}, expected one JSON line")) from None
-
-    def outcome(self, note: str = "") -> Outcome:
-        """How the child ended (reaped here; killed first if it is still running)."""
-        if self.proc.poll() is None:
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._err.seek(0)
-        after = oom_kill_count()
-        return Outcome(self.proc.returncode, note, _tail(self._err), timed_out=self.timed_out,
-                       oom_kills=None if self._oom_before is None or after is None else after - self._oom_before)
-
-    def kill(self) -> None:
-        _kill(self.proc)
-
-    def ask_to_quit(self) -> None:
-        """Send the quit request without waiting (`close` then waits): several children can end at once."""
-        if self.proc.poll() is None and self.proc.stdin is not None and not self.proc.stdin.closed:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.write(b'{"cmd": "quit"}\n')
-                self.proc.stdin.close()  # end of input is a quit request too
-
-    def close(self, timeout: float = 10.0) -> None:
-        """Ask the child to quit; kill it if it does not within `timeout` (at once when stopping on a signal)."""
-        if self.proc.poll() is None and _stop is not None:
-            self.kill()
-        if self.proc.poll() is None:
-            self.ask_to_quit()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        _kill(self.proc)  # ended: its session's leftovers too
-        for stream in (self.proc.stdin, self.proc.stdout):
-            with contextlib.suppress(OSError):
-                if stream is not None:
-                    stream.close()
-        self._err.close()
+def start_child(cmd: Sequence[str], *, env: Mapping[str, str] | None, stdout, stderr, stdin,
+                cwd: str | os.PathLike | None = None) -> subprocess.Popen:
+    """Start `cmd` in a session of its own, dying with the calling thread (every child here starts so);
+    OSError when it cannot start."""
+    with _stop_signals_deferred():  # a signal between fork and Popen's return would orphan the child
+        argv, child_env = _dying_with_parent(cmd, env)
+        return subprocess.Popen(argv, stdout=stdout, stderr=stderr, stdin=stdin, cwd=cwd, env=child_env,
+                                start_new_session=True)
 
 
-class ServedExit(Exception):
-    """A served child ended (crashed, was killed, timed out) while a request was open."""
-
-    def __init__(self, outcome: Outcome):
-        super().__init__(outcome.how_it_ended())
-        self.outcome = outcome
+def reap(proc: subprocess.Popen, out, err, start: float, oom_before: int | None, deadline: float) -> Outcome:
+    """Wait for `proc` (started at monotonic `start`, its output in the files `out` and `err`) until `deadline`
+    (killed past it, or on a stop request, which raises), kill what it left in its session, and say how it
+    ended (`oom_before`: the cgroup's OOM kills when it started)."""
+    timed_out, cpu = False, None
+    try:
+        code, cpu = _wait(proc, deadline)
+        kill_child(proc)  # ended: what it started and left running in its session (a factory's child) goes too
+    except TimeoutError:
+        timed_out = True
+        code = kill_child(proc)
+    except BaseException:
+        kill_child(proc)
+        raise
+    after = oom_kill_count()
+    return Outcome(code, output_tail(out), output_tail(err), timed_out=timed_out,
+                   oom_kills=None if oom_before is None or after is None else after - oom_before,
+                   seconds=time.monotonic() - start, cpu_seconds=cpu)
 
 
 PARENT_ENV = "MULTIEXPORT_PARENT_PID"  # a multiexport worker: die with this pid (run.worker does it first thing)
@@ -268,7 +177,7 @@ def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int, float | None]:
             if remaining <= 0:
                 raise TimeoutError
             if fd is not None:
-                ready, _, _ = select.select([fd], [], [], min(_POLL_S, remaining))
+                ready, _, _ = select.select([fd], [], [], min(POLL_S, remaining))
                 if not ready:
                     continue
                 pid, status, usage = os.wait4(proc.pid, 0)
@@ -285,7 +194,7 @@ def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int, float | None]:
             os.close(fd)
 
 
-def _kill(proc: subprocess.Popen) -> int:
+def kill_child(proc: subprocess.Popen) -> int:
     """Kill the child's whole session (its process group: the child leads it, so its id is not reused
     while a member lives) and reap the child; returns its exit code."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -299,7 +208,8 @@ def _kill(proc: subprocess.Popen) -> int:
     return proc.returncode
 
 
-def _tail(fh) -> str:
+def output_tail(fh) -> str:
+    """The last MiB of a child's output file."""
     fh.seek(0, os.SEEK_END)
     size = fh.tell()
     fh.seek(max(0, size - _OUTPUT_LIMIT))

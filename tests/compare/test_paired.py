@@ -97,7 +97,7 @@ def test_a_paired_worker_answers_nothing_before_its_timed_load(tmp_path):
     from multiexport.leaves import build_signature
     from multiexport.run.messages import Imported, TimeSlice, decode_answer, encode_request
     from multiexport.run.workers import worker_command
-    from multiexport.system.process import Served
+    from multiexport.system.piped import Served
 
     target = examples.seed()
     sig = build_signature(target)

@@ -4,6 +4,7 @@ hands its export workers."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 
 import numpy as np
 
@@ -193,3 +194,100 @@ def test_an_export_worker_given_the_handed_target_builds_it_only_for_an_export_t
     (tmp_path / "broken" / "modules.json").write_text("{")
     left, imported = export(["xla"], tmp_path / "c", tmp_path / "broken")
     assert len(imported) == 1 and left["xla"].reply.fingerprint == fingerprint
+
+
+AHEAD_MODEL = MODEL + '''
+
+def failing_in_workers():  # builds in the compare's process, fails in a worker's
+    if os.environ.get("AHEAD_TEST_FAIL"):
+        raise RuntimeError("the factory fails in this process")
+    return target()
+'''
+
+
+def _imported(log) -> list[str]:
+    return [line for line in log.read_text().split() if line] if log.exists() else []
+
+
+def test_an_export_worker_started_ahead_builds_the_target_before_its_jobs_and_exports_them_from_it(
+        tmp_path, monkeypatch):
+    """`AheadWorker`: the worker imports the target's module and builds it before it is told what to export
+    (the module's import is logged while no job exists yet); then it runs the first worker's jobs from that
+    build (no second import, both exports from the built target: the same fingerprint as the compare's), while
+    the second worker exports from the handoff without building. Unused, it is ended and reaped."""
+    import time
+
+    import pytest
+
+    from multiexport.exporting.handoff import write_handoff
+    from multiexport.exporting.options import ExportOptions
+    from multiexport.exporting.registry import get_backend
+    from multiexport.leaves import build_signature, load_target
+    from multiexport.run.export_pool import AheadWorker, ExportJob, export_in_workers
+    from multiexport.run.messages import encode
+
+    if not (get_backend("onnx").available().ok and get_backend("iree").available().ok):
+        pytest.skip("onnx or iree unavailable")
+    (tmp_path / "model.py").write_text(AHEAD_MODEL)
+    imports = tmp_path / "imports.log"
+    monkeypatch.setenv("HANDOFF_TEST_IMPORTS", str(imports))
+    spec = f"{tmp_path / 'model.py'}:target"
+    target = load_target(spec)
+    sig = build_signature(target)
+    fingerprint = sig.fingerprint(target.fn)
+    assert write_handoff(target.fn, sig, fingerprint, (tmp_path / "handoff").resolve())
+    imports.write_text("")
+    ahead = AheadWorker(spec)
+    deadline = time.monotonic() + 300
+    while not _imported(imports) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_imported(imports)) == 1  # built, with no job given yet
+    out = tmp_path / "out"
+    out.mkdir()
+    owns = [[ExportJob("onnx", out / "onnx", encode(ExportOptions())), ExportJob("xla", out / "xla", encode(ExportOptions()))],
+            [ExportJob("iree", out / "iree", encode(ExportOptions()))]]
+    left = export_in_workers(spec, out, owns, [], slots=2, timeout=600, handoff=tmp_path / "handoff", ahead=ahead)
+    assert all(outcome.reply is not None and outcome.reply.fingerprint == fingerprint for outcome in left.values()), left
+    assert len(_imported(imports)) == 1  # the ahead worker's build served its jobs; the other worker never built
+    assert left["onnx"].reply.target_load is not None and left["xla"].reply.target_load is not None
+    assert left["iree"].reply.target_load is None  # exported from the handed module
+    imports.write_text("")
+    unused = AheadWorker(spec)
+    deadline = time.monotonic() + 300
+    while not _imported(imports) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(_imported(imports)[0])
+    unused.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_an_ahead_worker_whose_build_fails_exports_what_the_handoff_serves_and_fails_the_rest_with_why(
+        tmp_path, monkeypatch):
+    """The target builds in the compare but not in the worker: as in a worker that never built ahead, the export
+    that needs the function fails with the factory's own error, and the one the handed module serves is made."""
+    import pytest
+
+    from multiexport.exporting.handoff import write_handoff
+    from multiexport.exporting.options import ExportOptions
+    from multiexport.exporting.registry import get_backend
+    from multiexport.leaves import build_signature, load_target
+    from multiexport.run.export_pool import AheadWorker, ExportJob, export_in_workers
+    from multiexport.run.messages import encode
+
+    if not get_backend("onnx").available().ok:
+        pytest.skip("onnx unavailable")
+    (tmp_path / "model.py").write_text(AHEAD_MODEL)
+    monkeypatch.setenv("HANDOFF_TEST_IMPORTS", str(tmp_path / "imports.log"))
+    spec = f"{tmp_path / 'model.py'}:failing_in_workers"
+    target = load_target(spec)
+    sig = build_signature(target)
+    assert write_handoff(target.fn, sig, sig.fingerprint(target.fn), (tmp_path / "handoff").resolve())
+    monkeypatch.setenv("AHEAD_TEST_FAIL", "1")  # for the worker started now
+    ahead = AheadWorker(spec)
+    out = tmp_path / "out"
+    out.mkdir()
+    jobs = [ExportJob("xla", out / "xla", encode(ExportOptions())), ExportJob("onnx", out / "onnx", encode(ExportOptions()))]
+    left = export_in_workers(spec, out, [jobs], [], slots=1, timeout=600, handoff=tmp_path / "handoff", ahead=ahead)
+    assert left["xla"].reply is not None and left["xla"].reply.target_load is None, left
+    assert left["onnx"].reply is None and "the factory fails in this process" in left["onnx"].failure[1], left

@@ -132,3 +132,38 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_a_pending_child_runs_before_its_input_then_to_completion_with_it(tmp_path):
+    """`Pending`: the child starts at once (it writes a file before reading anything), then gets its one line
+    and ends as `run_command`'s children do; its timeout counts from `finish`."""
+    from multiexport.system.piped import Pending
+
+    started = tmp_path / "started"
+    code = (f"import sys; open({str(started)!r}, 'w').write('yes'); line = sys.stdin.readline(); "
+            "print('got', line.strip()); sys.exit(3)")
+    pending = Pending([sys.executable, "-c", code])
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.read_text() == "yes"  # before any input was given
+    out = pending.finish('["a", "b"]', timeout=60)
+    assert out.returncode == 3 and out.stdout.strip() == 'got ["a", "b"]' and out.cpu_seconds is not None
+
+
+def test_a_pending_child_past_its_timeout_is_killed_and_one_cancelled_is_gone(tmp_path):
+    from multiexport.system.piped import Pending
+
+    pid_file = tmp_path / "pid"
+    sleeper = (f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)")
+    out = Pending([sys.executable, "-c", sleeper]).finish("ignored", timeout=3)
+    assert out.timed_out and not _alive(int(pid_file.read_text()))
+    pid_file.unlink()
+    pending = Pending([sys.executable, "-c", sleeper])
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pending.cancel()
+    assert not _alive(int(pid_file.read_text()))
+    missing = Pending(["/nonexistent/program"])
+    assert "FileNotFoundError" in missing.finish("x", timeout=5).start_error
