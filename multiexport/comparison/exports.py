@@ -110,7 +110,7 @@ def _export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None, meanwhi
                      + (f"; then each takes the next of {', '.join(pool)}" if pool else "") + ")"
                      + ("; the target handed to the workers as its StableHLO modules, built only where an export "
                         "needs it" if handoff is not None else "")
-                     + ("; the first worker started after the signature, to build the target meanwhile"
+                     + ("; the worker that needs the built target started at the signature"
                         if ahead is not None else "")
                      + (f"; {meanwhile}" if meanwhile else ""))
         done.update(_in_workers(ctx, prep, plans, slots=jobs, given=given, ahead=ahead))

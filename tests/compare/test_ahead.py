@@ -19,7 +19,7 @@ from multiexport.leaves import build_signature
 from multiexport.leaves.target import Target
 from multiexport.results import Status
 
-STARTED = "the first worker started after the signature"
+STARTED = "the worker that needs the built target started at the signature"
 
 MODEL = '''
 import os
