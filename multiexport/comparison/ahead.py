@@ -1,7 +1,7 @@
-"""The export worker that builds the target, started as soon as the signature is known.
+"""The export worker that builds the target, started before the compare's first reference.
 
 Where the target's build imports a framework (keras-hub: TensorFlow, ~4 CPU s), the export worker that
-builds it is the longest of the export phase. Started only once the compare has planned its exports, it
+builds it is the longest of the export phase. Started only once the compare had planned its exports, it
 began that build after the compare's first reference and handoff. Started here instead (`run.export_pool.
 AheadWorker`), it builds meanwhile, on the core this process leaves idle while its reference compiles, and
 the export plan gives it the exports that need the built target (`exports.export_all`). What it exports
@@ -13,24 +13,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping
 
 from ..run.export_pool import AheadWorker
-from .exports import plan_with
+from .exports import export_groups, needs_target, plan_for
 
 if TYPE_CHECKING:
-    from ..leaves import Signature
-    from ..run.devices import DevicePlan
-    from .stages import Context
+    from .stages import Context, Prepared
 
 
-def start_ahead(ctx: Context, sig: Signature, device: DevicePlan, early: Mapping[str, int]) -> AheadWorker | None:
-    """The export worker that builds the target, started now; None where it would not help or might not fit:
-    no TARGET string (exports in this process), a target whose build imported nothing (a worker builds it
-    in about the time it imports jax), or memory for fewer than two exports at once beside the early workers
-    `early` (name -> resident bytes), as the memory plan counts them: this worker holds the target while this
-    process computes its reference."""
-    if ctx.spec is None or not ctx.target_modules or not ctx.config.backends:
+def start_ahead(ctx: Context, planned: Prepared, early: Mapping[str, int]) -> AheadWorker | None:
+    """The export worker that builds the target, started now (`planned`: the Prepared before any reference
+    output, `prepare.prepare`); None where it would not help or might not fit: no TARGET string (exports in
+    this process), a target whose build imported nothing (a worker builds it in about the time it imports
+    jax), one core (no idle core to build on), no export that needs the built target (as the export plan
+    decides it: `exports.needs_target`), or memory for fewer exports at once than there are export groups
+    (up to two) beside the early workers `early` (name -> resident bytes): this worker holds the target
+    while this process computes its reference."""
+    if ctx.spec is None or not ctx.target_modules or ctx.threads < 2:
         return None
-    plan = plan_with(ctx, sig, device, early)
-    groups = len({*plan.export_need} - {*plan.refused})
-    if plan.refused or plan.close_early or plan.exports_at_once < min(2, groups):
+    plan = plan_for(ctx, planned, early)
+    groups = [g for g in export_groups([n for n in plan.export_need if n not in plan.refused])]
+    if not groups or plan.refused or plan.close_early or plan.exports_at_once < min(2, len(groups)):
+        return None
+    if not any(needs_target(ctx, planned, group) for group in groups):
         return None
     return AheadWorker(ctx.spec)

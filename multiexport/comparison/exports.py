@@ -34,13 +34,11 @@ from ..results.schema import to_data
 from ..run.export_pool import ExportJob, WorkerPlan, export_in_workers, plan_workers
 from ..run.messages import encode
 from .given import Given, example_outputs, handed_target, with_builder
-from .memory_plan import MemoryPlan, available_now, footprints, plan_memory
+from .memory_plan import MEASURED, MemoryPlan, available_now, footprints, plan_memory, rss_of
 from .outcomes import Exported, Failure
 from .stages import Context, Prepared
 
 if TYPE_CHECKING:
-    from ..leaves import Signature
-    from ..run.devices import DevicePlan
     from ..run.export_pool import AheadWorker
 
 __all__ = ["WorkerPlan", "export_all", "export_groups", "export_jobs", "plan_for", "plan_workers", "say_plan"]
@@ -52,17 +50,8 @@ def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None,
     stops, before any export, is a `Failure` of stage "gate"; one the memory plan refuses, of status
     insufficient-memory). memory: the plan `plan_for` made (else made here, with no early workers).
     meanwhile: what this process does while the workers export (`meanwhile.py`), added to the phase's step.
-    ahead: an export worker building the target since the signature (`comparison.ahead`): the worker whose
-    exports need the built target, else closed."""
-    try:
-        return _export_all(ctx, prep, memory, meanwhile, ahead)
-    finally:
-        if ahead is not None:
-            ahead.close()  # ran, or not used (nothing to do when it ran)
-
-
-def _export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None, meanwhile: str,
-                ahead: AheadWorker | None) -> dict[str, Exported | Failure]:
+    ahead: an export worker building the target since before the reference (`comparison.ahead`): the worker
+    whose exports need the built target, else closed here (the session closes it however the run ends)."""
     done: dict[str, Exported | Failure] = {}
     todo = []
     for name in ctx.config.backends:
@@ -91,7 +80,7 @@ def _export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None, meanwhi
         given = Given(handoff, expected)
         builds = handoff is None  # without a handoff every worker builds the target
         if handoff is not None and ctx.target_modules:  # a build that imported nothing costs no worker much
-            needs = [_needs_target(ctx, prep, group) for group in groups]
+            needs = [needs_target(ctx, prep, group) for group in groups]
             groups, builds = with_builder(groups, needs), any(needs)  # the one that builds comes first
         if ahead is not None and not builds:
             ahead.close()
@@ -117,7 +106,7 @@ def _export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None, meanwhi
     return {name: done[name] for name in ctx.config.backends if name in done}
 
 
-def _needs_target(ctx: Context, prep: Prepared, group: list[str]) -> bool:
+def needs_target(ctx: Context, prep: Prepared, group: list[str]) -> bool:
     """Whether a group's exports are best made where the target is built: one needs the function itself
     (`Backend.needs_target_for`: ONNX's jax2onnx route; the stage a backend builds on when exported for it
     alone), a module the handoff has none of (fixed sizes, another platform, lifted weights), or imports a
@@ -174,17 +163,17 @@ def export_jobs(ctx: Context, prep: Prepared, count: int, memory: MemoryPlan | N
     return max(1, min(count, ctx.threads, memory.exports_at_once))
 
 
-def plan_for(ctx: Context, prep: Prepared, early: Mapping[str, int]) -> MemoryPlan:
+def plan_for(ctx: Context, prep: Prepared, early: Mapping[str, int], ahead: AheadWorker | None = None) -> MemoryPlan:
     """The memory plan of this compare's exports (`memory_plan.plan_memory`), beside the live early workers
-    `early` (name -> resident bytes), from the memory available now and this process's resident size."""
-    return plan_with(ctx, prep.sig, prep.device, early)
-
-
-def plan_with(ctx: Context, sig: Signature, device: DevicePlan, early: Mapping[str, int]) -> MemoryPlan:
-    """`plan_for` from the signature and the device plan alone (before the reference: `comparison.ahead`)."""
-    weights = int(sig.weights.get("baked_bytes", 0)) + int(sig.weights.get("input_bytes", 0))
-    names = [n for n in ctx.config.backends if n not in device.excluded]
+    `early` (name -> resident bytes), from the memory available now and this process's resident size. ahead:
+    the export worker started before the reference (`comparison.ahead`), one of the export workers the plan
+    budgets: what it holds already counts as available (measured memory only; a figure the user gives is
+    taken as given)."""
+    weights = int(prep.sig.weights.get("baked_bytes", 0)) + int(prep.sig.weights.get("input_bytes", 0))
+    names = [n for n in ctx.config.backends if n not in prep.device.excluded]
     available, source = available_now()
+    if ahead is not None and ahead.pid is not None and available is not None and source == MEASURED:
+        available += rss_of(ahead.pid)
     return plan_memory(weights, available, int(memory_now()["rss_bytes"]), export_groups(names), early,
                        footprints(names), source)
 

@@ -29,6 +29,7 @@ __all__ = ["AVAILABLE_ENV", "EXPORT", "FOOTPRINT_ENV", "REFERENCE", "RUNNER", "F
            "MemoryPlan", "available_now", "footprints", "plan_memory", "rss_of"]
 
 AVAILABLE_ENV = "MULTIEXPORT_MEMORY_AVAILABLE"
+MEASURED = "MemAvailable"  # `available_now`'s source when it measured (not the figure AVAILABLE_ENV gives)
 FOOTPRINT_ENV = "MULTIEXPORT_MEMORY_FOOTPRINT"
 GIB = 1 << 30
 
@@ -135,7 +136,7 @@ class MemoryPlan:
 
 
 def plan_memory(weights: int, available: int | None, parent_rss: int, groups: Sequence[Sequence[str]],
-                early: Mapping[str, int], footprint: Mapping[str, Footprints], source: str = "MemAvailable"
+                early: Mapping[str, int], footprint: Mapping[str, Footprints], source: str = MEASURED
                 ) -> MemoryPlan:
     """The plan for exporting `groups` (one export worker each: a stage then what builds on it) of a target
     with `weights` bytes, `available` bytes free now, beside the live early workers `early` (name -> RSS).
@@ -184,7 +185,7 @@ def available_now() -> tuple[int | None, str]:
     when set, else the kernel's MemAvailable."""
     given = os.environ.get(AVAILABLE_ENV)
     if given is None or not given.strip():
-        return available_memory(), "MemAvailable"
+        return available_memory(), MEASURED
     try:
         value = int(given)
     except ValueError:

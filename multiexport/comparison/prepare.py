@@ -60,11 +60,12 @@ def plan_devices(ctx: Context) -> DevicePlan:
     return plan
 
 
-def prepare(ctx: Context, device: DevicePlan, on_signature: Callable[[Signature], None] | None = None) -> Prepared:
+def prepare(ctx: Context, device: DevicePlan, on_planned: Callable[[Prepared], None] | None = None) -> Prepared:
     """The signature, the trials and jax.jit's outputs on the first, with its determinism check: what the
     exports need (`finish_reference` adds the rest). Every check that needs the signature runs before
-    anything is printed or run, so a usage error is one line. on_signature: called with the signature once
-    it is checked, before the reference (the session starts the export worker that builds the target)."""
+    anything is printed or run, so a usage error is one line. on_planned: called before the reference with
+    what the export plan reads (this Prepared without any reference output: the signature, the trials, the
+    device plan, the calibration), so the session can start the export worker that builds the target."""
     config, target = ctx.config, ctx.target
     sig = build_signature(target)
     check_patterns(config.tolerances, [leaf.name for leaf in sig.outputs], "Tolerance")
@@ -73,22 +74,24 @@ def prepare(ctx: Context, device: DevicePlan, on_signature: Callable[[Signature]
     feeds = (bench_feeds(sig, trials, config.batch_sizes, config.seed, config.val_ranges, target.batch_leaves)
              if config.bench else [])
     ctx.progress(f"signature of '{target.name}': {len(sig.inputs)} input leaves, {len(sig.outputs)} outputs")
-    if on_signature is not None:
-        on_signature(sig)
     jax_gpu = device.chosen == "gpu" and (device.found.get("xla") or {}).get("gpu")
     ref_device = "gpu" if jax_gpu else "cpu"
     ref_runner = ReferenceRunner(target, sig, ref_device, matmul_precision=config.matmul_precision)
+    unmeasured = Reference(kind="jax.jit", jax_version=dist_version("jax"), device=ref_device,
+                           lifted_weights=ref_runner.lifted_weights, deterministic=False)
+    planned = Prepared(device=device, sig=sig, trials=trials, bench_feeds=feeds, ref_device=ref_device,
+                       ref_runner=ref_runner, ref_outputs=(), excluded=(), truth=None, reference=unmeasured,
+                       environment={}, fingerprint=None, sensitivity={}, nondeterministic=None,
+                       calibration=_calibration(ctx, sig, trials), reference_pending=True)
+    if on_planned is not None:
+        on_planned(planned)
     ctx.progress("reference outputs (jax.jit) for the first trial, and its determinism check")
     first = _reference_outputs(target.name, ref_runner, trials[:1])
     why = nondeterminism(target, sig, ref_runner, trials[0].feed)
-    reference = Reference(kind="jax.jit", jax_version=dist_version("jax"), device=ref_device,
-                          lifted_weights=ref_runner.lifted_weights, deterministic=why is None)
-    return Prepared(device=device, sig=sig, trials=trials, bench_feeds=feeds, ref_device=ref_device,
-                    ref_runner=ref_runner, ref_outputs=first, excluded=(), truth=None, reference=reference,
-                    environment=environment(),
-                    fingerprint=sig.fingerprint(target.fn) if ctx.spec is not None else None,
-                    sensitivity={}, nondeterministic=why, calibration=_calibration(ctx, sig, trials),
-                    reference_pending=True)
+    return dataclasses.replace(planned, ref_outputs=first, reference=dataclasses.replace(unmeasured, deterministic=why is None),
+                               environment=environment(),
+                               fingerprint=sig.fingerprint(target.fn) if ctx.spec is not None else None,
+                               nondeterministic=why)
 
 
 def finish_reference(ctx: Context, prep: Prepared, say: Callable[[str], None]) -> Prepared:

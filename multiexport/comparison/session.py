@@ -51,7 +51,7 @@ from .timing import (
 from .tpu_stage import tpu_stage
 
 if TYPE_CHECKING:
-    from ..leaves import Signature, Target
+    from ..leaves import Target
     from ..results import BenchResult, Pairing
     from ..run.devices import DevicePlan
     from ..run.export_pool import AheadWorker
@@ -148,10 +148,10 @@ class _Run:
             self.device = plan_devices(ctx)
             started = workers
 
-            def on_signature(sig: Signature) -> None:  # the export worker that builds the target, started now
-                self.ahead = start_ahead(ctx, sig, present(self.device, "planned"), early_rss(started))
+            def on_planned(planned: Prepared) -> None:  # the export worker that builds the target, started now
+                self.ahead = start_ahead(ctx, planned, early_rss(started))
 
-            self.prepared = prep = prepare(ctx, self.device, on_signature if early_start else None)
+            self.prepared = prep = prepare(ctx, self.device, on_planned if early_start else None)
             if not early_start:
                 workers = prespawn(ctx, self.early, self.device)
                 self.early = None
@@ -164,7 +164,7 @@ class _Run:
             workers = recheck_prespawn(workers, prep)
             # before any export: what cannot fit even alone is refused, the early workers closed if the exports
             # need their memory
-            self.memory = memory = plan_for(ctx, prep, early_rss(workers))
+            self.memory = memory = plan_for(ctx, prep, early_rss(workers), self.ahead)
             say_plan(ctx, memory)
             if memory.close_early:
                 workers = close_early(workers)

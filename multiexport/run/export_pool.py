@@ -75,16 +75,25 @@ class JobOutcome:
 class AheadWorker:
     """An export worker started before its jobs are planned: it builds the target at once (`worker export
     --ahead TARGET`), then waits for its command line on stdin (`export_in_workers` gives it the first
-    worker's). Started where the compare's own build ended, it builds while the compare computes its first
-    reference and writes the handoff: the worker that builds the target starts its exports that much sooner.
-    `close` ends it if no plan used it."""
+    worker's). Started before the compare's first reference (comparison/ahead.py), it builds while the
+    compare computes that reference and writes the handoff: the worker that builds the target starts its
+    exports that much sooner. `close` ends it if no plan used it.
+
+    spec: the TARGET it builds. pid: its process id (None when it could not start).
+    """
 
     def __init__(self, spec: str):
         self.spec = spec
         self._tmp = contextlib.ExitStack()
-        tmp = self._tmp.enter_context(private_tmp())
-        self._pending: Pending | None = Pending(worker_command("export", AHEAD, spec),
-                                                env=worker_environment(tmp))
+        try:
+            tmp = self._tmp.enter_context(private_tmp())
+            self._pending: Pending | None = Pending(worker_command("export", AHEAD, spec),
+                                                    env=worker_environment(tmp))
+        except BaseException:  # a signal meanwhile: its $TMPDIR goes too
+            self._tmp.close()
+            raise
+        proc = self._pending.proc
+        self.pid = proc.pid if proc is not None else None
 
     def run(self, args: Sequence[str], timeout: float) -> Outcome:
         """Run the worker with `args` (as `worker_command` would be given them), once."""

@@ -13,7 +13,7 @@ import pytest
 from multiexport import compare
 from multiexport.comparison.ahead import start_ahead
 from multiexport.comparison.config import CompareConfig
-from multiexport.comparison.exports import plan_with
+from multiexport.comparison.exports import plan_for
 from multiexport.comparison.memory_plan import AVAILABLE_ENV
 from multiexport.leaves import build_signature
 from multiexport.leaves.target import Target
@@ -39,9 +39,22 @@ def target():
     return Target(lambda x: {{"y": x @ W}}, args=(X,), name="ahead_model", symbolic_batch="b")
 
 
+def _draw():
+    # not before a second process (the export worker started ahead) has imported this module: the compare's
+    # reference waits for it, so the worker surely exists and has built when the compare stops
+    import time
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with open(os.environ["AHEAD_TEST_IMPORTS"]) as log:
+            if len(log.read().split()) >= 2:
+                break
+        time.sleep(0.05)
+    return np.float32(np.random.rand())
+
+
 def drawing():  # draws a number at run time: not deterministic, stopped before any export
     def fn(x):
-        noise = jax.pure_callback(lambda: np.float32(np.random.rand()), jax.ShapeDtypeStruct((), np.float32))
+        noise = jax.pure_callback(_draw, jax.ShapeDtypeStruct((), np.float32))
         return {{"y": x @ W + noise}}
     return Target(fn, args=(X,), name="drawing")
 '''
@@ -76,6 +89,7 @@ def test_a_target_whose_build_imports_a_module_has_its_builder_started_after_the
     the signature (it imported the model before the exports were planned), and both rows pass. Only this process
     and that worker import the model."""
     model, log = _model(tmp_path, monkeypatch)
+    monkeypatch.setenv(AVAILABLE_ENV, str(64 * 2**30))  # a loaded machine must not change the plan
     seen: list[str] = []
     results = compare(f"{model}:target", backends=["xla", "onnx"], out_dir=tmp_path / "out", trials=1, bench=None,
                       progress=seen.append)
@@ -92,38 +106,73 @@ def test_a_target_whose_build_imports_a_module_has_its_builder_started_after_the
 
 def test_a_compare_stopped_before_its_exports_leaves_no_worker_started_ahead(tmp_path, monkeypatch):
     """A target that draws random numbers at run time stops after its determinism check: the export worker started
-    after the signature is ended with it, as every row says why."""
-    model, _ = _model(tmp_path, monkeypatch)
+    before the reference (its reference waits until that worker has imported the model) is ended with it, as every
+    row says why."""
+    model, log = _model(tmp_path, monkeypatch)
+    monkeypatch.setenv(AVAILABLE_ENV, str(64 * 2**30))
     before = set(_children())
     results = compare(f"{model}:drawing", backends=["xla", "onnx"], out_dir=tmp_path / "out", trials=1, bench=None)
     assert all(row.status is Status.NONDETERMINISTIC_TARGET for row in results.backends.values())
+    workers = set(log.read_text().split()) - {str(os.getpid())}
+    assert len(workers) == 1, workers  # the worker started ahead built the model
     assert set(_children()) - before == set()
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(workers.pop()), 0)
 
 
-def _ctx(spec="multiexport.examples:seed", imported=frozenset({"keras_hub"})):
-    return types.SimpleNamespace(spec=spec, target_modules=imported, threads=2,
-                                 config=dataclasses.replace(CompareConfig(), backends=("xla", "onnx", "iree")))
+def _ctx(spec="multiexport.examples:seed", imported=frozenset({"keras_hub", "tensorflow"}), threads=2,
+         backends=("xla", "onnx", "iree")):
+    return types.SimpleNamespace(spec=spec, target_modules=imported, threads=threads,
+                                 config=dataclasses.replace(CompareConfig(), backends=backends))
 
 
-def _sig():
+def _planned():
+    """What `prepare` hands the session before the reference: the export plan's inputs, no outputs."""
     w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
-    return build_signature(Target(lambda x: {"y": x @ w}, args=(np.ones((2, 4), np.float32),), name="m"))
+    sig = build_signature(Target(lambda x: {"y": x @ w}, args=(np.ones((2, 4), np.float32),), name="m",
+                                 symbolic_batch="b"))
+    return types.SimpleNamespace(sig=sig, trials=[types.SimpleNamespace(feed=sig.example_feed(), dims={"b": 2})],
+                                 bench_feeds=[], calibration=None,
+                                 device=types.SimpleNamespace(chosen="cpu", excluded={}, tpu=False))
 
 
-def test_no_worker_is_started_ahead_without_a_target_string_an_import_or_memory_for_two_exports(monkeypatch):
-    device = types.SimpleNamespace(chosen="cpu", excluded={}, tpu=False)
-    assert start_ahead(_ctx(spec=None), _sig(), device, {}) is None  # exports in this process
-    assert start_ahead(_ctx(imported=frozenset()), _sig(), device, {}) is None  # its build imported nothing
+def test_a_worker_is_started_ahead_only_where_an_export_needs_the_built_target_and_memory_holds_the_plan(monkeypatch):
+    """Never without a TARGET string, an import by the build, a second core, or an export that needs the built
+    target (XLA and IREE export from the handed modules); one export group (SavedModel then LiteRT, TensorFlow
+    imported by the target) needs one export at a time, three groups two; below that, none."""
     monkeypatch.setenv(AVAILABLE_ENV, str(64 * 2**30))
-    need = max(plan_with(_ctx(), _sig(), device, {}).export_need.values())
+    planned = _planned()
+    assert start_ahead(_ctx(spec=None), planned, {}) is None  # exports in this process
+    assert start_ahead(_ctx(imported=frozenset()), planned, {}) is None  # its build imported nothing
+    assert start_ahead(_ctx(threads=1), planned, {}) is None  # no idle core to build on
+    assert start_ahead(_ctx(backends=("xla", "iree")), planned, {}) is None  # nothing needs the built target
+    one_group = start_ahead(_ctx(backends=("savedmodel", "litert")), planned, {})
+    assert one_group is not None and one_group.pid is not None
+    one_group.close()
+    need = max(plan_for(_ctx(), planned, {}).export_need.values())
     monkeypatch.setenv(AVAILABLE_ENV, str(int(1.5 * need)))  # one export at a time, as the memory plan counts
-    assert start_ahead(_ctx(), _sig(), device, {}) is None
+    assert start_ahead(_ctx(), planned, {}) is None
     monkeypatch.setenv(AVAILABLE_ENV, str(int(2.5 * need)))
-    ahead = start_ahead(_ctx(), _sig(), device, {})
+    ahead = start_ahead(_ctx(), planned, {})
     assert ahead is not None
     ahead.close()
 
 
-@pytest.fixture(autouse=True)
-def _no_leftover_env(monkeypatch):
-    monkeypatch.delenv("AHEAD_TEST_FAIL", raising=False)
+def test_the_memory_the_ahead_worker_holds_counts_as_available_to_the_plan_that_budgets_it(monkeypatch):
+    """The plan after the reference counts that worker as one of its export workers: measured memory, which the
+    worker's build has already taken, gets its resident size back (a tight plan refused a row the worker was
+    exporting); a figure the user gives is taken as given."""
+    from multiexport.comparison import exports
+    from multiexport.comparison.memory_plan import MEASURED, rss_of
+    from multiexport.run.export_pool import AheadWorker
+
+    ahead = AheadWorker("multiexport.examples:seed")
+    try:
+        assert ahead.pid is not None and rss_of(ahead.pid) > 0
+        monkeypatch.setattr(exports, "available_now", lambda: (4 * 2**30, MEASURED))
+        measured = plan_for(_ctx(), _planned(), {}, ahead).available
+        assert measured is not None and measured > 4 * 2**30
+        monkeypatch.setattr(exports, "available_now", lambda: (4 * 2**30, f"${AVAILABLE_ENV}"))
+        assert plan_for(_ctx(), _planned(), {}, ahead).available == 4 * 2**30
+    finally:
+        ahead.close()

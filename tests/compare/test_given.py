@@ -65,7 +65,7 @@ def test_an_export_is_planned_where_the_target_is_built_when_the_handoff_cannot_
     """The planner's reasons, each on a real backend: jax2onnx's route traces the function; a framework the target
     already imported (keras-hub imports TensorFlow); fixed sizes for a native consumer; another platform."""
     from multiexport.comparison.config import CompareConfig
-    from multiexport.comparison.exports import _needs_target
+    from multiexport.comparison.exports import needs_target
 
     prep = _prep()
     prep.bench_feeds, prep.calibration = [], None
@@ -75,16 +75,16 @@ def test_an_export_is_planned_where_the_target_is_built_when_the_handoff_cannot_
     def ctx(imported=frozenset(), **changes):  # imported: what the target's build imported (Context.target_modules)
         return types.SimpleNamespace(config=dataclasses.replace(CompareConfig(), **changes), target_modules=imported)
 
-    assert not _needs_target(ctx(), prep, ["iree"]) and not _needs_target(ctx(), prep, ["savedmodel", "litert"])
-    assert _needs_target(ctx(), prep, ["onnx", "openvino"])
-    assert not _needs_target(ctx(backends=("onnx",), backend_options={"onnx": {"route": "stablehlo"}}), prep, ["onnx"])
-    assert _needs_target(ctx(frozenset({"keras_hub", "tensorflow"})), prep, ["savedmodel", "litert"])
-    assert _needs_target(ctx(native=True), prep, ["xla"])  # PJRT's consumer compiles modules at fixed sizes
-    assert _needs_target(ctx(platforms=("cpu", "tpu")), prep, ["xla"])
-    assert _needs_target(ctx(), prep, ["openvino"])  # alone, its ONNX stage is exported for it: jax2onnx's route
-    assert not _needs_target(ctx(), prep, ["xla"])
+    assert not needs_target(ctx(), prep, ["iree"]) and not needs_target(ctx(), prep, ["savedmodel", "litert"])
+    assert needs_target(ctx(), prep, ["onnx", "openvino"])
+    assert not needs_target(ctx(backends=("onnx",), backend_options={"onnx": {"route": "stablehlo"}}), prep, ["onnx"])
+    assert needs_target(ctx(frozenset({"keras_hub", "tensorflow"})), prep, ["savedmodel", "litert"])
+    assert needs_target(ctx(native=True), prep, ["xla"])  # PJRT's consumer compiles modules at fixed sizes
+    assert needs_target(ctx(platforms=("cpu", "tpu")), prep, ["xla"])
+    assert needs_target(ctx(), prep, ["openvino"])  # alone, its ONNX stage is exported for it: jax2onnx's route
+    assert not needs_target(ctx(), prep, ["xla"])
     static = _prep()
     static.sig = build_signature(Target(lambda x: {"y": x * 2}, args=(np.ones((2, 4), np.float32),), name="static"))
     static.bench_feeds, static.calibration, static.device = [], None, prep.device
     static.trials[0].dims = {}
-    assert _needs_target(ctx(), static, ["xla"])  # its HLO text is lowered from the function
+    assert needs_target(ctx(), static, ["xla"])  # its HLO text is lowered from the function

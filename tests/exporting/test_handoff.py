@@ -52,7 +52,7 @@ def test_an_export_from_the_handed_target_is_the_export_from_the_target(tmp_path
                        feed)
 
 
-def test_an_export_that_needs_the_function_stops_with_needs_target_and_leaves_nothing(tmp_path):
+def test_an_export_that_needs_the_function_stops_withneeds_target_and_leaves_nothing(tmp_path):
     if not get_backend("onnx").available().ok:
         pytest.skip("onnx unavailable")
     target = _mlp()

@@ -39,7 +39,7 @@ def test_a_handed_signature_reads_back_the_compares_leaves_examples_and_symbolic
     assert handed.fingerprint == "fingerprint-of-it"
 
 
-def test_anything_that_needs_the_function_of_a_handed_target_raises_needs_target(tmp_path):
+def test_anything_that_needs_the_function_of_a_handed_target_raisesneeds_target(tmp_path):
     target = _target()
     sig = build_signature(target)
     write_handoff(target.fn, sig, "f", tmp_path)

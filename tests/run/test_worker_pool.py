@@ -7,6 +7,7 @@ import multiprocessing
 import os
 
 import numpy as np
+import pytest
 
 from multiexport.run.export_worker import _claim
 
@@ -115,6 +116,7 @@ def test_export_workers_check_a_symbolic_artifact_against_the_outputs_the_compar
 MODEL = '''
 import os
 import numpy as np
+import pytest
 from multiexport import Target
 
 with open(os.environ["HANDOFF_TEST_IMPORTS"], "a") as log:  # every process that imports this module says so
@@ -291,3 +293,30 @@ def test_an_ahead_worker_whose_build_fails_exports_what_the_handoff_serves_and_f
     left = export_in_workers(spec, out, [jobs], [], slots=1, timeout=600, handoff=tmp_path / "handoff", ahead=ahead)
     assert left["xla"].reply is not None and left["xla"].reply.target_load is None, left
     assert left["onnx"].reply is None and "the factory fails in this process" in left["onnx"].failure[1], left
+
+
+def test_an_ahead_worker_no_launched_worker_takes_is_ended_and_the_others_export_as_planned(tmp_path, monkeypatch):
+    """The first plan has nothing to export (every export of it was refused or unavailable): the worker started
+    ahead for it is ended, not left waiting on its stdin, and the other plan's worker exports."""
+    import time
+
+    from multiexport.exporting.options import ExportOptions
+    from multiexport.run.export_pool import AheadWorker, ExportJob, export_in_workers
+    from multiexport.run.messages import encode
+
+    (tmp_path / "model.py").write_text(AHEAD_MODEL)
+    imports = tmp_path / "imports.log"
+    monkeypatch.setenv("HANDOFF_TEST_IMPORTS", str(imports))
+    spec = f"{tmp_path / 'model.py'}:target"
+    ahead = AheadWorker(spec)
+    deadline = time.monotonic() + 300
+    while not _imported(imports) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out = tmp_path / "out"
+    out.mkdir()
+    left = export_in_workers(spec, out, [[], [ExportJob("xla", out / "xla", encode(ExportOptions()))]], [], slots=2,
+                             timeout=600, ahead=ahead)
+    assert left["xla"].reply is not None, left
+    assert len(_imported(imports)) == 2  # the ahead worker's build, then the second plan's own worker's
+    with pytest.raises(ProcessLookupError):
+        os.kill(ahead.pid, 0)
