@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from multiexport.backends.onnx import OnnxBackend
 from multiexport.backends.xla import XlaBackend, XlaRunner
 
 
@@ -244,3 +245,11 @@ ALL = {cls.name: f"tests.fault_backends:{cls.__name__}"
        for cls in (PerturbedXla, CrashingXla, HangingXla, RaisingXla, OomXla, KilledXla, SleepyXla, DiesWhileTimedXla,
                     ExportFailingXla, ExportCrashingXla, AutographExportCrashingXla, AutographRunCrashingXla,
                     StaticOnlyXla, StaticSmallOnlyXla, StaticOnlyPerturbedXla, SymbolicWrongXla)}
+
+
+class MissingOnnx(OnnxBackend):
+    """The ONNX backend on a machine without its converter: a module it requires is not installed (for real:
+    nothing provides it). Not in ALL: registered only by the tests that use it."""
+
+    name = "onnx_missing"
+    requires = ("multiexport_test_module_nothing_provides",)

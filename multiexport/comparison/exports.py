@@ -226,7 +226,7 @@ def _precision_refused(name: str, prep: Prepared) -> Failure | None:
     return None
 
 
-def _unavailable(name: str) -> Failure | None:
+def unavailable(name: str) -> Failure | None:
     """Why `name`'s backend cannot export here (its libraries missing), or None."""
     try:
         status = get_backend(name).available()
@@ -237,9 +237,9 @@ def _unavailable(name: str) -> Failure | None:
 
 def _in_process(ctx: Context, prep: Prepared, name: str, stage_artifact: str | None) -> Exported | Failure:
     """Export in this process (no TARGET string to load the function elsewhere)."""
-    unavailable = _unavailable(name)
-    if unavailable is not None:
-        return unavailable
+    missing = unavailable(name)
+    if missing is not None:
+        return missing
     ctx.progress(f"{name}: export")
     t0 = time.perf_counter()
     try:
@@ -263,8 +263,8 @@ def _in_workers(ctx: Context, prep: Prepared, plans: list[WorkerPlan], slots: in
     done: dict[str, Exported | Failure] = {}
     names = [n for w in plans for n in (*w.own, *w.pooled)]
     for name in dict.fromkeys(names):
-        if (unavailable := _unavailable(name)) is not None:
-            done[name] = unavailable
+        if (missing := unavailable(name)) is not None:
+            done[name] = missing
     pooled = [n for n in plans[0].pooled if n not in done]
     owns = [[n for n in w.own if n not in done] for w in plans]
     pool_jobs = [_job(ctx, prep, name, pooled, True, alone) for name in pooled]

@@ -138,7 +138,8 @@ def _planned():
 
 def test_a_worker_is_started_ahead_only_where_an_export_needs_the_built_target_and_memory_holds_the_plan(monkeypatch):
     """Never without a TARGET string, an import by the build, a second core, or an export that needs the built
-    target (XLA and IREE export from the handed modules); one export group (SavedModel then LiteRT, TensorFlow
+    target (XLA and IREE export from the handed modules; an ONNX whose converter is missing exports nothing);
+    one export group (SavedModel then LiteRT, TensorFlow
     imported by the target) needs one export at a time, three groups two; below that, none."""
     monkeypatch.setenv(AVAILABLE_ENV, str(64 * 2**30))
     planned = _planned()
@@ -146,6 +147,13 @@ def test_a_worker_is_started_ahead_only_where_an_export_needs_the_built_target_a
     assert start_ahead(_ctx(imported=frozenset()), planned, {}) is None  # its build imported nothing
     assert start_ahead(_ctx(threads=1), planned, {}) is None  # no idle core to build on
     assert start_ahead(_ctx(backends=("xla", "iree")), planned, {}) is None  # nothing needs the built target
+    from multiexport.exporting.registry import register, unregister
+
+    register("onnx_missing", "tests.fault_backends:MissingOnnx")
+    try:  # ONNX's jax2onnx route needs it, but its converter is not installed here: no export will
+        assert start_ahead(_ctx(backends=("xla", "onnx_missing")), planned, {}) is None
+    finally:
+        unregister("onnx_missing")
     one_group = start_ahead(_ctx(backends=("savedmodel", "litert")), planned, {})
     assert one_group is not None and one_group.pid is not None
     one_group.close()
