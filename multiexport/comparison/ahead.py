@@ -24,9 +24,9 @@ def start_ahead(ctx: Context, planned: Prepared, early: Mapping[str, int]) -> Ah
     output, `prepare.prepare`); None where it would not help or might not fit: no TARGET string (exports in
     this process), a target whose build imported nothing (a worker builds it in about the time it imports
     jax), one core (no idle core to build on), no export that needs the built target among those whose
-    converters are installed here (as the export plan decides it: `exports.needs_target`), or memory for fewer exports at once than there are export groups
-    (up to two) beside the early workers `early` (name -> resident bytes): this worker holds the target
-    while this process computes its reference."""
+    converters are installed here (as the export plan decides it: `exports.needs_target`), or memory for
+    fewer exports at once than there are export groups (up to two) beside the early workers `early` (name ->
+    resident bytes): this worker holds the target while this process computes its reference."""
     if ctx.spec is None or not ctx.target_modules or ctx.threads < 2:
         return None
     plan = plan_for(ctx, planned, early)

@@ -88,10 +88,9 @@ def prepare(ctx: Context, device: DevicePlan, on_planned: Callable[[Prepared], N
     ctx.progress("reference outputs (jax.jit) for the first trial, and its determinism check")
     first = _reference_outputs(target.name, ref_runner, trials[:1])
     why = nondeterminism(target, sig, ref_runner, trials[0].feed)
-    return dataclasses.replace(planned, ref_outputs=first, reference=dataclasses.replace(unmeasured, deterministic=why is None),
-                               environment=environment(),
-                               fingerprint=sig.fingerprint(target.fn) if ctx.spec is not None else None,
-                               nondeterministic=why)
+    return dataclasses.replace(planned, ref_outputs=first, nondeterministic=why, environment=environment(),
+                               reference=dataclasses.replace(unmeasured, deterministic=why is None),
+                               fingerprint=sig.fingerprint(target.fn) if ctx.spec is not None else None)
 
 
 def finish_reference(ctx: Context, prep: Prepared, say: Callable[[str], None]) -> Prepared:
