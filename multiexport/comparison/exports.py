@@ -39,13 +39,13 @@ from .outcomes import Exported, Failure
 from .stages import Context, Prepared
 
 if TYPE_CHECKING:
-    from ..run.export_pool import AheadWorker
+    from ..run.export_pool import BuildingWorker
 
 __all__ = ["WorkerPlan", "export_all", "export_groups", "export_jobs", "plan_for", "plan_workers", "say_plan"]
 
 
 def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None,
-               meanwhile: str = "", ahead: AheadWorker | None = None) -> dict[str, Exported | Failure]:
+               meanwhile: str = "", ahead: BuildingWorker | None = None) -> dict[str, Exported | Failure]:
     """Every export the compare asks for: {backend: its artifact, or why there is none} (a row the gate
     stops, before any export, is a `Failure` of stage "gate"; one the memory plan refuses, of status
     insufficient-memory). memory: the plan `plan_for` made (else made here, with no early workers).
@@ -99,8 +99,7 @@ def export_all(ctx: Context, prep: Prepared, memory: MemoryPlan | None = None,
                      + (f"; then each takes the next of {', '.join(pool)}" if pool else "") + ")"
                      + ("; the target handed to the workers as its StableHLO modules, built only where an export "
                         "needs it" if handoff is not None else "")
-                     + ("; the worker that needs the built target started at the signature"
-                        if ahead is not None else "")
+                     + (f"; {ahead.role}" if ahead is not None else "")
                      + (f"; {meanwhile}" if meanwhile else ""))
         done.update(_in_workers(ctx, prep, plans, slots=jobs, given=given, ahead=ahead))
     return {name: done[name] for name in ctx.config.backends if name in done}
@@ -163,7 +162,7 @@ def export_jobs(ctx: Context, prep: Prepared, count: int, memory: MemoryPlan | N
     return max(1, min(count, ctx.threads, memory.exports_at_once))
 
 
-def plan_for(ctx: Context, prep: Prepared, early: Mapping[str, int], ahead: AheadWorker | None = None) -> MemoryPlan:
+def plan_for(ctx: Context, prep: Prepared, early: Mapping[str, int], ahead: BuildingWorker | None = None) -> MemoryPlan:
     """The memory plan of this compare's exports (`memory_plan.plan_memory`), beside the live early workers
     `early` (name -> resident bytes), from the memory available now and this process's resident size. ahead:
     the export worker started before the reference (`comparison.ahead`), one of the export workers the plan
@@ -256,7 +255,7 @@ def _in_worker(ctx: Context, prep: Prepared, names: list[str], given: Given) -> 
 
 
 def _in_workers(ctx: Context, prep: Prepared, plans: list[WorkerPlan], slots: int,
-                given: Given, alone: bool = False, ahead: AheadWorker | None = None) -> dict[str, Exported | Failure]:
+                given: Given, alone: bool = False, ahead: BuildingWorker | None = None) -> dict[str, Exported | Failure]:
     """Export every plan's backends, one worker per plan, `slots` at a time (`run.export_pool`; the first in
     `ahead` when given). An export a dead worker did not finish and no other took is exported again, alone
     (`alone`: this is that)."""

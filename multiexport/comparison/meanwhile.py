@@ -21,7 +21,7 @@ from .exports import export_all
 from .prepare import finish_reference, rounding_leaves
 
 if TYPE_CHECKING:
-    from ..run.export_pool import AheadWorker
+    from ..run.export_pool import BuildingWorker
     from .memory_plan import MemoryPlan
     from .outcomes import Exported, Failure
     from .stages import Context, Prepared
@@ -64,7 +64,7 @@ def yield_to_exports() -> None:
         pass
 
 
-def exports_beside_reference(ctx: Context, prep: Prepared, memory: MemoryPlan, ahead: AheadWorker | None = None
+def exports_beside_reference(ctx: Context, prep: Prepared, memory: MemoryPlan, ahead: BuildingWorker | None = None
                              ) -> tuple[Mapping[str, Exported | Failure], Prepared]:
     """`export_all` in this thread (with `ahead`, the worker building the target since the signature),
     `finish_reference` in another meanwhile (announced, not marked: the export step holds its seconds and

@@ -26,6 +26,7 @@ from ..measure.timeline import Timeline
 from ..results import Reference, Results, SignatureData, Status, TrialInfo
 from ..results.schema import from_data
 from ..run.rundir import claim_run_dir, mark, mark_in_place
+from ..run.servers import ReferenceExports
 from ..system.process import stop_requested
 from ..system.timing_lock import MachineLock, machine_share
 from .ahead import start_ahead
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from ..leaves import Target
     from ..results import BenchResult, Pairing
     from ..run.devices import DevicePlan
-    from ..run.export_pool import AheadWorker
+    from ..run.export_pool import BuildingWorker
     from .config import CompareConfig
     from .memory_plan import MemoryPlan
     from .timing import EarlyWorkers
@@ -91,7 +92,7 @@ class _Run:
         self.pairing: Pairing | None = None
         self.reference_bench: BenchResult | None = None
         self.memory: MemoryPlan | None = None
-        self.ahead: AheadWorker | None = None  # the export worker building the target since the signature
+        self.ahead: BuildingWorker | None = None  # the worker making the exports that need the built target
 
     def rows(self, interrupted: bool = False) -> Rows:
         """The rows as the outcomes so far make them."""
@@ -148,8 +149,8 @@ class _Run:
             self.device = plan_devices(ctx)
             started = workers
 
-            def on_planned(planned: Prepared) -> None:  # the export worker that builds the target, started now
-                self.ahead = start_ahead(ctx, planned, early_rss(started))
+            def on_planned(planned: Prepared) -> None:  # the worker that makes the exports needing the target
+                self.ahead = start_ahead(ctx, planned, early_rss(started), started.servers)
 
             self.prepared = prep = prepare(ctx, self.device, on_planned if early_start else None)
             if not early_start:
@@ -177,6 +178,8 @@ class _Run:
                 self.prepared = finish_reference(ctx, prep, ctx.progress)
                 exports = export_all(ctx, self.prepared, memory, ahead=self.ahead)
             prep = self.prepared
+            if isinstance(self.ahead, ReferenceExports):
+                self.ahead.restore()  # lost while it exported: the reference's worker started again, from here
             for name, export in exports.items():
                 outcomes[name] = dataclasses.replace(outcomes[name], export=export)
             artifacts = exported_artifacts(outcomes, ctx.config.backends)

@@ -15,7 +15,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from ..errors import InputError, InternalError, present
 from ..exporting.outdir import remove_stale
@@ -72,6 +72,25 @@ class JobOutcome:
     failure: tuple[str, str] | None = None
 
 
+class BuildingWorker(Protocol):
+    """A process that has built the target (or is building it) before the exports were planned, run as the
+    first export worker: `AheadWorker`, or the reference's paired worker (`servers.ReferenceExports`).
+
+    spec: the TARGET it builds. pid: its process id where its memory is its own (None: counted elsewhere).
+    role: what it is, for the export step's progress line.
+    """
+
+    spec: str
+    pid: int | None
+    role: str
+
+    def run(self, args: Sequence[str], timeout: float) -> Outcome | None:
+        """Export with `args`, once: how it ended, or None when it cannot (a fresh worker runs them instead)."""
+
+    def close(self) -> None:
+        """End it if it was not run (nothing happens if it was)."""
+
+
 class AheadWorker:
     """An export worker started before its jobs are planned: it builds the target at once (`worker export
     --ahead TARGET`), then waits for its command line on stdin (`export_in_workers` gives it the first
@@ -79,8 +98,10 @@ class AheadWorker:
     compare computes that reference and writes the handoff: the worker that builds the target starts its
     exports that much sooner. `close` ends it if no plan used it.
 
-    spec: the TARGET it builds. pid: its process id (None when it could not start).
+    spec: the TARGET it builds. pid: its process id (None when it could not start). role: as said.
     """
+
+    role = "the worker that needs the built target started at the signature"
 
     def __init__(self, spec: str):
         self.spec = spec
@@ -114,14 +135,14 @@ class AheadWorker:
 
 def export_in_workers(spec: str, out: Path, owns: Sequence[Sequence[ExportJob]], pooled: Sequence[ExportJob],
                       slots: int, timeout: float, expected: Path | None = None,
-                      handoff: Path | None = None, ahead: AheadWorker | None = None) -> dict[str, JobOutcome]:
+                      handoff: Path | None = None, ahead: BuildingWorker | None = None) -> dict[str, JobOutcome]:
     """Run one worker per non-empty `owns` entry (or per entry, when there is a pool to take from), `slots`
     at a time, each building `spec`; {name: what its worker left}. `timeout` is per export: a worker gets it
     once per export it may run. A dead worker's staging directories in `out` are removed. expected: an .npz
     of jax.jit's outputs at the target's example, given to every worker (`worker --expected`). handoff: the
     compare's handed target (exporting/handoff.py), which every worker exports from where it can. ahead: a
-    worker of `spec` started earlier (`AheadWorker`), run as the first worker (whose group builds the target),
-    closed if there is none."""
+    worker of `spec` started earlier (`BuildingWorker`), run as the first worker (whose group builds the
+    target), closed if there is none."""
     if ahead is not None and ahead.spec != spec:
         raise InternalError(f"the ahead export worker builds {ahead.spec!r}, expected {spec!r}")
     work = {job.name: start_work_dir("export") for jobs in [*owns, pooled] for job in jobs}
@@ -159,8 +180,8 @@ def export_in_workers(spec: str, out: Path, owns: Sequence[Sequence[ExportJob]],
 
 def _run_worker(spec: str, out: Path, work: dict[str, Path], k: int, jobs: list[ExportJob], pooled: list[ExportJob],
                 timeout: float, expected: Path | None = None, handoff: Path | None = None,
-                ahead: AheadWorker | None = None) -> Outcome:
-    """Worker `k`: its own jobs in order, then each pooled job it claims first (in `ahead` when given)."""
+                ahead: BuildingWorker | None = None) -> Outcome:
+    """Worker `k`: its own jobs in order, then each pooled job it claims first (in `ahead` when given and able)."""
     first, *rest = [*jobs, *pooled]
     args = ["export", spec, first.name, str(first.out), str(work[first.name]), "--options", first.options]
     for job in rest:
@@ -171,8 +192,8 @@ def _run_worker(spec: str, out: Path, work: dict[str, Path], k: int, jobs: list[
         args += ["--expected", str(expected)]
     if handoff is not None:
         args += ["--handoff", str(handoff)]
-    if ahead is not None:
-        return ahead.run(args, timeout)
+    if ahead is not None and (outcome := ahead.run(args, timeout)) is not None:
+        return outcome
     with private_tmp() as tmp:
         return run_command(worker_command(*args), timeout=timeout, env=worker_environment(tmp))
 

@@ -170,6 +170,16 @@ class _Targets:
                 pass
 
 
+def export_built(argv: list[str], spec: str, target: Any, load: TargetLoad) -> int:
+    """Run the export command line `argv` with `target`, which this process built from `spec` already (the
+    reference's paired worker, run.serve): what `export_main` would return. load: how it was built (each
+    export's `TargetLoad`)."""
+    targets = _Targets(spec, None, None)
+    signature = build_signature(target)
+    targets.built = (target.fn, signature, signature.fingerprint(target.fn), load)
+    return export_main(argv, built=targets)
+
+
 def _export_ahead(argv: list[str]) -> int:
     """`export --ahead TARGET [--register ...]`: build TARGET now (a failure is kept, and is each export's that
     needs the target), then run the command line read on stdin (a JSON list, --register added); nothing read

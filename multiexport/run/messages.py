@@ -258,10 +258,30 @@ class LoadAnswer:
     config: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Export:
+    """Export with the target the reference's worker has built, before it loads anything (run.export_worker's
+    command line, as `workers.worker_command` would be given it): the exports that need the built target, made
+    without building it again in another process.
+
+    args: the export worker's arguments ("export", TARGET, BACKEND, ...; no --register: the worker adds its own).
+    """
+
+    args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ExportsDone:
+    """An `Export` ended. returncode: what an export worker with that command line would have exited with (each
+    export's own result is its export.json or error.json, as from a worker of its own)."""
+
+    returncode: int
+
+
 # request name -> (its type, its reply's type)
 REQUESTS: dict[str, tuple[type, type | None]] = {
     "load": (Load, Loaded), "parity": (Parity, Done), "prepare": (Prepare, ColdStart), "time": (TimeSlice, Samples),
-    "peak": (Peak, PeakFigure), "load-run": (LoadRun, LoadAnswer), "quit": (Quit, None),
+    "peak": (Peak, PeakFigure), "load-run": (LoadRun, LoadAnswer), "export": (Export, ExportsDone), "quit": (Quit, None),
 }
 _NAMES = {cls: name for name, (cls, _) in REQUESTS.items()}
 

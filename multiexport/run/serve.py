@@ -15,6 +15,7 @@ reads one request per line on stdin and answers one line (the types and their co
     TimeSlice(size, seconds, min_calls, max_calls)   -> Samples (every call's ns in OUT/slice-*.npy)
     LoadRun(scenario, feeds, size, lanes, ...)    a load scenario (run.load_serve) -> LoadAnswer
     Peak()                    float32 matmul GFLOP/s through XLA here -> PeakFigure
+    Export(args)              (the reference's worker, before Load) export with the target it built -> ExportsDone
     Quit()
 
 A failure is answered as {"error": WorkerFailure} (the same categories as the run worker's) and the
@@ -46,6 +47,8 @@ from .load_serve import answer_load_run
 from .messages import (
     ColdStart,
     Done,
+    Export,
+    ExportsDone,
     Imported,
     Load,
     LoadRun,
@@ -97,6 +100,9 @@ def serve_main(argv: list[str]) -> int:
                 sys.stderr.flush()
                 # Nothing is left to write: skip the runtimes' interpreter teardown (TensorFlow's takes ~1 s)
                 exit_now(0)
+            if isinstance(request, Export):
+                _answer(protocol, _export(state, args, request))
+                continue
             if isinstance(request, Load):
                 if args.mode == "run" and args.source == "-":
                     if request.artifact is None:
@@ -178,6 +184,41 @@ def _cache_events() -> Iterator[dict[str, int]]:
         jax.monitoring.unregister_event_listener(count)
 
 
+def _export(state: dict, args, request: Export) -> ExportsDone:
+    """Export with the target this reference worker built (`export_worker.export_built`), before its load: the
+    compare's exports that need the built target, without a build in another process. Then what the exports
+    left behind is made not to count: JAX's caches cleared (the reference's cold start traces and compiles as
+    in a fresh process), garbage collected, and the resident peak reset (its peak is the reference's own, from
+    here on); which exports ran here is said with its cold start (`exported_before_load`)."""
+    import gc
+
+    import jax
+
+    from .export_worker import export_built
+    from .messages import TargetLoad
+
+    if args.mode != "reference" or state["runner"] is not None or "target" not in state:
+        raise ValueError("request 'export' to a worker that is not the reference's, or after 'load'")
+    argv = [*request.args, *(a for r in args.register for a in ("--register", r))]
+    cache = state.get("build_cache") or {}
+    load = TargetLoad(seconds=state["import_s"], factory_cache=bool(cache), cache_hits=cache.get("hits", 0),
+                      cache_misses=cache.get("misses", 0))
+    returncode = export_built(argv, args.source, state["target"], load)
+    names = [argv[2], *(argv[i + 1] for i, a in enumerate(argv) if a == "--then")]
+    state.setdefault("exported", []).extend(names)
+    jax.clear_caches()
+    gc.collect()
+    _reset_peak()
+    return ExportsDone(returncode)
+
+
+def _reset_peak() -> None:
+    """Start this process's resident peak (VmHWM) again from its size now (Linux; elsewhere nothing)."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+
+
 def _load_runner(state: dict, args) -> Loaded:
     """Load the runner (timed: the artifact's load, with its library already imported)."""
     if state["runner"] is not None:
@@ -234,6 +275,8 @@ def _prepare(state: dict, request: Prepare) -> ColdStart:
     extra: dict = {"runtime_import_cpu_s": state["import_cpu_s"]}
     if state.get("build_cache"):  # the reference's import built the target reading the build cache: said
         extra["target_build_cache"] = state["build_cache"]
+    if state.get("exported"):  # exports ran in this process before its load (`_export`): said
+        extra["exported_before_load"] = list(state["exported"])
     first = next((s for s in sizes if s.status is Status.OK), None)
     if first is not None:
         extra["process_start_to_first_output_s"] = state["import_cpu_s"] + state["load_s"] + sum(

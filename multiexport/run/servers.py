@@ -1,5 +1,6 @@
 """The paired workers of a compare: one `serve` worker per runner (run.serve's protocol), all alive for the
-timed phase, and a fresh copy of any of them on request (the process pair that confirms a flagged ratio)."""
+timed phase, and a fresh copy of any of them on request (the process pair that confirms a flagged ratio); the
+reference's worker, which builds the target as it starts, also makes the exports that need it (`ReferenceExports`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,19 @@ from ..errors import InputError
 from ..measure.pairing import FIRST_ONLY, PLANTED_ENV, fresh_name, is_fresh
 from ..results.bench import BASELINE_PREFIX
 from ..system.piped import Served, ServedExit
-from .messages import ColdStart, Imported, Load, Loaded, Prepare, WorkerFailure, decode_answer, encode_request
+from ..system.process import Outcome
+from .messages import (
+    ColdStart,
+    Export,
+    ExportsDone,
+    Imported,
+    Load,
+    Loaded,
+    Prepare,
+    WorkerFailure,
+    decode_answer,
+    encode_request,
+)
 from .worker import thread_env
 from .workers import classify_outcome, start_work_dir, worker_command, worker_environment
 
@@ -37,6 +50,7 @@ class Servers:
         self.started: dict[str, tuple[tuple[str, ...], str | None]] = {}
         self.loaded_from: dict[str, str | None] = {}
         self.prepared: dict[str, Prepare] = {}
+        self.imported: dict[str, Imported] = {}  # each worker's first answer, once read
 
     def spawn(self, name: str, source: Sequence[str], runtime: str | None) -> None:
         """Start the runner's worker; it imports its runtime and waits (no timed work until `load`).
@@ -60,12 +74,22 @@ class Servers:
         """Wait for the spawned worker's import, then have it load its runner (the timed load) from
         `artifact` (for a worker started before it was written)."""
         # --timeout for each step, as a sequential worker's whole run
-        if self.ask(name, None, Imported, self.timeout) is None:
+        if self.wait_imported(name) is None:
             return
         self.loaded_from[name] = artifact
         answer = self.ask(name, Load(artifact), Loaded, self.timeout)
         if answer is not None:
             self.ready[name] = answer
+
+    def wait_imported(self, name: str) -> Imported | None:
+        """The worker's answer once its runtime is imported (for the reference's, the target built): read once,
+        then kept; None when it failed (`failures` says why)."""
+        if name not in self.imported:
+            answer = self.ask(name, None, Imported, self.timeout)
+            if answer is None:
+                return None
+            self.imported[name] = answer
+        return self.imported[name]
 
     def fresh(self, name: str) -> str | None:
         """A second worker of runner `name`, started, loaded and prepared as it was (a process of its own: what
@@ -91,6 +115,7 @@ class Servers:
         if server is not None:
             server.close()
         self.dirs.pop(name, None)
+        self.imported.pop(name, None)
 
     def ask(self, name: str, request: Any, reply: type[M], timeout: float) -> M | None:
         """The runner's answer to `request` (a `messages` request; None: wait for the next answer), read as
@@ -116,10 +141,73 @@ class Servers:
             return None
         return parsed
 
-    def close(self) -> None:
-        for server in self.alive.values():  # all at once: each one's interpreter shutdown overlaps the others'
+    def close(self, kill: bool = False) -> None:
+        """End every worker: asked to quit, all at once (each one's interpreter shutdown overlaps the others');
+        `kill`: killed instead, for workers nothing was asked of (a worker still importing its runtime reads
+        no request until it is done: a target that fails to load would wait seconds for TensorFlow's import)."""
+        if kill:
+            for server in self.alive.values():
+                server.kill()
+        for server in self.alive.values():
             server.ask_to_quit()
         for server in self.alive.values():
             server.close()
         self.alive.clear()
         shutil.rmtree(self.work, ignore_errors=True)
+
+
+class ReferenceExports:
+    """The reference's paired worker as the export worker that needs the built target: it builds the target as
+    it starts (run.serve), so the exports that need it are made there (an `Export` request before its load)
+    instead of in a process that builds it once more. As `export_pool.AheadWorker` is run: `run` once.
+
+    A worker that dies or fails while it exports is that export's end as a worker's death would be (its
+    `Outcome`); the reference then gets a fresh worker, started by `restore` from the compare's own thread (a
+    worker dies with the thread that started it, and `run` runs in the export pool's).
+
+    spec: the TARGET the worker built. pid: None (its memory is counted among the early workers'). role: as said.
+    """
+
+    NAME = "jax"
+    role = "the exports that need the built target made in the reference's paired worker, which has it"
+
+    def __init__(self, servers: Servers, spec: str):
+        self.servers, self.spec = servers, spec
+        self.pid: int | None = None
+        self.lost = False
+
+    def run(self, args: Sequence[str], timeout: float) -> Outcome | None:
+        """Export with `args` (an export worker's command line) in the reference's worker, waiting up to `timeout`
+        from the end of its build; None when it has no built target to export with (gone, or its build failed:
+        the export then runs in a worker of its own, as without it)."""
+        if self.servers.wait_imported(self.NAME) is None:
+            return None
+        server = self.servers.alive.get(self.NAME)
+        if server is None:
+            return None
+        try:
+            answer = decode_answer(server.request(encode_request(Export(tuple(args))), timeout), ExportsDone,
+                                   "the reference worker's answer to an export")
+        except ServedExit as exc:
+            self._lose()
+            return exc.outcome
+        except InputError as exc:
+            self._lose()
+            return Outcome(70, "", str(exc))
+        if isinstance(answer, WorkerFailure):  # it raised, answered so, and exited
+            self._lose()
+            return Outcome(70 if answer.category == "internal-error" else 1, "", answer.message)
+        return Outcome(answer.returncode, "", "")
+
+    def _lose(self) -> None:
+        self.lost = True
+        self.servers.discard(self.NAME)
+
+    def restore(self) -> None:
+        """After the exports, in the compare's thread: a fresh reference worker where this one was lost."""
+        if self.lost and self.NAME not in self.servers.alive and self.NAME not in self.servers.failures:
+            self.servers.spawn(self.NAME, ["reference", self.spec], None)
+            self.lost = False
+
+    def close(self) -> None:
+        """Nothing to end: the worker stays, the reference's for the timed phase."""

@@ -104,6 +104,28 @@ def test_a_target_whose_build_imports_a_module_has_its_builder_started_after_the
     assert pids - {str(os.getpid())} and len(pids) == 2, pids
 
 
+def test_with_paired_workers_the_reference_worker_makes_the_exports_that_need_the_built_target(tmp_path, monkeypatch):
+    """Timed in paired mode, the reference's worker has built the target as it started: ONNX's export is made there
+    (the export step says so, its cold start lists it), and only this process and that worker import the model:
+    no export worker builds it again. Both rows pass, and no child is left."""
+    from multiexport.measure.bench import BenchConfig
+
+    model, log = _model(tmp_path, monkeypatch)
+    monkeypatch.setenv(AVAILABLE_ENV, str(64 * 2**30))
+    before = set(_children())
+    seen: list[str] = []
+    results = compare(f"{model}:target", backends=["xla", "onnx"], out_dir=tmp_path / "out", trials=1,
+                      bench=BenchConfig(warmup_iters=1, min_iters=5, bench_time=0.02), progress=seen.append)
+    for name in ("xla", "onnx"):
+        assert results.backends[name].status is Status.OK and results.backends[name].parity.passed, name
+    assert results.pairing is not None and results.pairing.mode == "paired", results.pairing
+    export_line = next(line for line in seen if line.startswith("export with"))
+    assert "made in the reference's paired worker" in export_line and STARTED not in export_line, export_line
+    assert "onnx" in results.reference.bench.extra["exported_before_load"], results.reference.bench.extra
+    assert len(set(log.read_text().split())) == 2  # this process and the reference's worker
+    assert set(_children()) - before == set()
+
+
 def test_a_compare_stopped_before_its_exports_leaves_no_worker_started_ahead(tmp_path, monkeypatch):
     """A target that draws random numbers at run time stops after its determinism check: the export worker started
     before the reference (its reference waits until that worker has imported the model) is ended with it, as every
@@ -184,3 +206,30 @@ def test_the_memory_the_ahead_worker_holds_counts_as_available_to_the_plan_that_
         assert plan_for(_ctx(), _planned(), {}, ahead).available == 4 * 2**30
     finally:
         ahead.close()
+
+
+def test_the_reference_worker_is_chosen_over_a_new_one_only_when_it_builds_this_target_and_the_weights_are_small(
+        monkeypatch):
+    """A live reference worker of the same TARGET makes the exports (`ReferenceExports`: no process of its own);
+    one of another TARGET, or weights over the limit (what the converters leave in it stays through the timed
+    phase), leave them to a worker started ahead, as without paired workers."""
+    from multiexport.comparison import ahead as ahead_module
+    from multiexport.run.export_pool import AheadWorker
+    from multiexport.run.servers import ReferenceExports, Servers
+
+    monkeypatch.setenv(AVAILABLE_ENV, str(64 * 2**30))
+    servers = Servers("cpu", 1, 600)
+    try:
+        servers.spawn(ReferenceExports.NAME, ["reference", "multiexport.examples:seed"], None)
+        chosen = start_ahead(_ctx(), _planned(), {}, servers)
+        assert isinstance(chosen, ReferenceExports) and chosen.pid is None
+        for other in (_ctx(spec="multiexport.examples:seed_bar"), None):
+            started = start_ahead(other or _ctx(), _planned(), {}, servers if other else None)
+            assert isinstance(started, AheadWorker)
+            started.close()
+        monkeypatch.setattr(ahead_module, "REFERENCE_EXPORTS_LIMIT_BYTES", 0)
+        started = start_ahead(_ctx(), _planned(), {}, servers)
+        assert isinstance(started, AheadWorker)
+        started.close()
+    finally:
+        servers.close()

@@ -1,0 +1,142 @@
+"""run.servers.ReferenceExports: the reference's paired worker makes the exports that need the built target."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from multiexport.exporting.options import ExportOptions
+from multiexport.exporting.registry import get_backend
+from multiexport.measure.bench import BenchConfig
+from multiexport.run.export_pool import ExportJob, export_in_workers
+from multiexport.run.messages import ColdStart, Prepare, encode
+from multiexport.run.runs import write_bench_feeds
+from multiexport.run.servers import ReferenceExports, Servers
+
+from .test_worker_pool import AHEAD_MODEL, _imported
+
+
+def _reference_worker(tmp_path, monkeypatch, factory: str = "target") -> tuple[Servers, str, object]:
+    (tmp_path / "model.py").write_text(AHEAD_MODEL)
+    imports = tmp_path / "imports.log"
+    monkeypatch.setenv("HANDOFF_TEST_IMPORTS", str(imports))
+    spec = f"{tmp_path / 'model.py'}:{factory}"
+    servers = Servers("cpu", 1, 600)
+    servers.spawn(ReferenceExports.NAME, ["reference", spec], None)
+    return servers, spec, imports
+
+
+def _cold_start(servers: Servers, tmp_path) -> ColdStart:
+    import numpy as np
+
+    feed = {"x": np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4)}
+    write_bench_feeds(tmp_path / "bench", [(2, feed)], {})
+    servers.load(ReferenceExports.NAME)
+    answer = servers.ask(ReferenceExports.NAME, Prepare(str(tmp_path / "bench"), BenchConfig(warmup_iters=1)),
+                         ColdStart, 600)
+    assert answer is not None, servers.failures
+    return answer
+
+
+def test_the_reference_worker_exports_with_the_target_it_built_then_loads_and_cold_starts(tmp_path, monkeypatch):
+    """The exports of the first plan run in the reference's worker, from the target it built as it started: no
+    other process imports the model (the second plan's worker exports from the handoff), every export has the
+    compare's fingerprint, and the worker then loads the reference and cold-starts it, saying which exports ran
+    in it before."""
+    from multiexport.exporting.handoff import write_handoff
+    from multiexport.leaves import build_signature, load_target
+
+    if not (get_backend("onnx").available().ok and get_backend("iree").available().ok):
+        pytest.skip("onnx or iree unavailable")
+    servers, spec, imports = _reference_worker(tmp_path, monkeypatch)
+    try:
+        target = load_target(spec)  # the compare's own build
+        sig = build_signature(target)
+        fingerprint = sig.fingerprint(target.fn)
+        assert write_handoff(target.fn, sig, fingerprint, (tmp_path / "handoff").resolve())
+        out = tmp_path / "out"
+        out.mkdir()
+        owns = [[ExportJob("onnx", out / "onnx", encode(ExportOptions())),
+                 ExportJob("xla", out / "xla", encode(ExportOptions()))],
+                [ExportJob("iree", out / "iree", encode(ExportOptions()))]]
+        exporter = ReferenceExports(servers, spec)
+        left = export_in_workers(spec, out, owns, [], slots=2, timeout=600, handoff=tmp_path / "handoff",
+                                 ahead=exporter)
+        assert all(o.reply is not None and o.reply.fingerprint == fingerprint for o in left.values()), left
+        pids = {int(p) for p in _imported(imports)} - {os.getpid()}
+        assert pids == {servers.alive[ReferenceExports.NAME].proc.pid}  # only the reference's worker built it
+        assert left["onnx"].reply.target_load is not None and left["iree"].reply.target_load is None
+        assert not exporter.lost
+        cold = _cold_start(servers, tmp_path)
+        assert cold.bench.extra["exported_before_load"] == ["onnx", "xla"]
+        assert cold.bench.sizes[0].compile_s and cold.bench.sizes[0].compile_s > 0
+    finally:
+        servers.close()
+
+
+def test_a_reference_worker_that_dies_exporting_ends_that_export_and_the_reference_gets_a_fresh_worker(
+        tmp_path, monkeypatch):
+    """A converter that aborts the process, run in the reference's worker: that export is a crash (as in a worker of
+    its own), the export after it comes back to be run again alone, and `restore` starts the reference's worker
+    again, which builds, loads and cold-starts as if nothing had happened."""
+    from multiexport.exporting.registry import register, unregister
+
+    register("xla_export_crashes", "tests.fault_backends:ExportCrashingXla")
+    try:
+        servers, spec, imports = _reference_worker(tmp_path, monkeypatch)
+        try:
+            out = tmp_path / "out"
+            out.mkdir()
+            owns = [[ExportJob("xla_export_crashes", out / "xla_export_crashes", encode(ExportOptions())),
+                     ExportJob("xla", out / "xla", encode(ExportOptions()))]]
+            exporter = ReferenceExports(servers, spec)
+            left = export_in_workers(spec, out, owns, [], slots=1, timeout=600, ahead=exporter)
+            assert left["xla_export_crashes"].failure is not None, left
+            assert left["xla_export_crashes"].failure[0] == "crashed", left
+            assert left["xla"].reply is None and left["xla"].failure is None  # to run again, alone
+            assert exporter.lost and ReferenceExports.NAME not in servers.alive
+            assert ReferenceExports.NAME not in servers.failures  # the reference itself did not fail
+            exporter.restore()
+            assert not exporter.lost and ReferenceExports.NAME in servers.alive
+            cold = _cold_start(servers, tmp_path)
+            assert cold.bench.sizes[0].status.value == "ok" and cold.bench.sizes[0].first_call_s is not None
+            assert "exported_before_load" not in cold.bench.extra  # a fresh process: nothing exported in it
+            assert len(set(_imported(imports))) == 2  # the lost worker's build and the fresh one's
+        finally:
+            servers.close()
+    finally:
+        unregister("xla_export_crashes")
+
+
+def test_a_reference_worker_whose_build_failed_leaves_the_exports_to_a_worker_of_their_own(tmp_path, monkeypatch):
+    """The reference's worker could not build the target: `run` says so (None) and the plan's exports run in a
+    fresh worker, which reports the factory's own error; the reference's failure stays the reference's."""
+    monkeypatch.setenv("AHEAD_TEST_FAIL", "1")
+    servers, spec, _ = _reference_worker(tmp_path, monkeypatch, "failing_in_workers")
+    try:
+        out = tmp_path / "out"
+        out.mkdir()
+        exporter = ReferenceExports(servers, spec)
+        left = export_in_workers(spec, out, [[ExportJob("xla", out / "xla", encode(ExportOptions()))]], [],
+                                 slots=1, timeout=600, ahead=exporter)
+        assert left["xla"].reply is None and "the factory fails in this process" in left["xla"].failure[1], left
+        assert "the factory fails in this process" in servers.failures[ReferenceExports.NAME][1]
+        assert not exporter.lost
+    finally:
+        servers.close()
+
+
+def test_an_export_request_to_a_runner_worker_is_refused_with_why():
+    """Only the reference's worker has a target to export with: an artifact runner's worker answers an `Export` with
+    its failure, naming the request, and ends."""
+    from multiexport.run.messages import Export, ExportsDone
+
+    servers = Servers("cpu", 1, 600)
+    try:
+        servers.spawn("xla", ["run", "-"], None)
+        assert servers.wait_imported("xla") is not None
+        assert servers.ask("xla", Export(("export", "multiexport.examples:seed", "xla")), ExportsDone, 600) is None
+        assert "request 'export' to a worker that is not the reference's" in servers.failures["xla"][1]
+    finally:
+        servers.close()
