@@ -55,7 +55,9 @@ class EarlyWorkers:
     rss: int
 
     def close(self) -> None:
-        self.servers.close()  # a no-op once the compare that adopted them has closed them
+        """Kill them, unused (the target failed to load, or the compare stopped before adopting them): a no-op
+        once the compare that adopted them has closed them."""
+        self.servers.close(kill=True)
 
 
 def start_early(config: CompareConfig, spec: str) -> EarlyWorkers | None:

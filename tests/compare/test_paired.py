@@ -138,6 +138,24 @@ def test_workers_started_before_the_target_is_built_are_adopted_by_its_compare_a
     assert all(proc.poll() is not None for proc in workers) and not other.servers.work.exists()
 
 
+@pytest.mark.subprocess
+def test_early_workers_no_compare_adopts_are_killed_not_waited_for():
+    """The target failed to load: the workers started for it are killed at once, not asked to quit (a worker still
+    importing TensorFlow reads no request until that import is done: a typo in TARGET waited for it)."""
+    import signal
+
+    from multiexport.comparison import CompareConfig
+    from multiexport.comparison.timing import start_early
+
+    early = start_early(CompareConfig(backends=("savedmodel", "xla"), trials=1, bench=BENCH),
+                        "multiexport.examples:seed")
+    assert early is not None
+    workers = [served.proc for served in early.servers.alive.values()]
+    early.close()
+    assert [proc.returncode for proc in workers] == [-signal.SIGKILL] * len(workers)
+    assert not early.servers.alive and not early.servers.work.exists()
+
+
 def test_the_signed_rank_interval_is_wilcoxons_and_covers_as_it_says():
     import numpy as np
 
