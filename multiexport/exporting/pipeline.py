@@ -12,6 +12,7 @@ artifact a consumer cannot read fails here (`version-skew`), not later as a conf
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -350,24 +351,34 @@ def load_check(backend: Backend, directory: Path, manifest: Manifest, signature:
     if "cpu" not in manifest.supports.get("platforms", ["cpu"]):
         return [f"load check skipped: the artifact is for {', '.join(manifest.supports['platforms'])} only"]
     feed = _check_feed(manifest, signature)
+    runner = None
     try:
-        runner = backend.load(directory, RunOptions(device="cpu", threads=1, trust_artifact=True))
-        got = runner(feed)
-    except Exception as exc:
-        known = backend.classify(exc, "load")
-        if known:
-            raise ExportError(f"Backend '{backend.name}' | {known[1]}", backend=backend.name, category=known[0]) from exc
-        category = getattr(exc, "category", "load-failed")
-        text = " ".join(str(exc).split())[:1500]
-        raise ExportError(f"Backend '{backend.name}' | the installed runtime cannot load and run the artifact it "
-                          f"just wrote: {type(exc).__name__}: {text}", backend=backend.name,
-                          category=category if category not in ("run-failed", "export-failed") else "load-failed") from exc
-    if fn is not None and signature.symbolic_dims and backend.static_fallback:
-        why = wrong_result(fn, signature, feed, got, manifest.precision_name)
-        if why:
-            raise ExportError(f"Backend '{backend.name}' | the model converted with symbolic dimensions "
-                              f"({', '.join(signature.symbolic_dims)}) runs but computes a wrong result: {why}",
-                              backend=backend.name, category="parity-failed")
+        try:
+            runner = backend.load(directory, RunOptions(device="cpu", threads=1, trust_artifact=True))
+            got = runner(feed)
+        except Exception as exc:
+            known = backend.classify(exc, "load")
+            if known:
+                raise ExportError(f"Backend '{backend.name}' | {known[1]}", backend=backend.name,
+                                  category=known[0]) from exc
+            category = getattr(exc, "category", "load-failed")
+            text = " ".join(str(exc).split())[:1500]
+            raise ExportError(f"Backend '{backend.name}' | the installed runtime cannot load and run the artifact it "
+                              f"just wrote: {type(exc).__name__}: {text}", backend=backend.name,
+                              category=category if category not in ("run-failed", "export-failed")
+                              else "load-failed") from exc
+        if fn is not None and signature.symbolic_dims and backend.static_fallback:
+            why = wrong_result(fn, signature, feed, got, manifest.precision_name)
+            if why:
+                raise ExportError(f"Backend '{backend.name}' | the model converted with symbolic dimensions "
+                                  f"({', '.join(signature.symbolic_dims)}) runs but computes a wrong result: {why}",
+                                  backend=backend.name, category="parity-failed")
+    finally:
+        # its runtime's handles (a session, an interpreter's threads, onnx-web's browser) released once its outputs
+        # are judged: the process goes on exporting, or is the reference's worker that times jax.jit next (run.serve)
+        if runner is not None:
+            with contextlib.suppress(Exception):  # a runtime that fails to let go does not fail the export
+                runner.close()
     return []
 
 

@@ -57,3 +57,40 @@ def test_a_stage_artifact_made_otherwise_is_not_reused(stage, tmp_path, why):
                                                                        "time includes it)", "reused_from": None}
     feed = sig.example_feed()
     assert_matches_jit(target, sig, OpenVINOBackend().load(art.directory)(feed), feed)
+
+
+def test_the_load_check_releases_the_runtime_it_loaded(stage, tmp_path, monkeypatch):
+    """The check loads the artifact with its runtime and runs it once: that runner is closed before the export
+    returns (its session, an interpreter's threads, a browser would otherwise live on in the worker: the
+    reference's worker times jax.jit next, run.serve), also when the check fails."""
+    from multiexport.exporting import pipeline
+    from multiexport.exporting.manifest import Manifest
+
+    target, sig, onnx = stage["seed"]
+    backend = OnnxBackend()
+    loaded = []
+    real_load = backend.load
+
+    def load(directory, options):
+        runner = real_load(directory, options)
+        loaded.append(runner)
+        return runner
+
+    monkeypatch.setattr(backend, "load", load)
+    manifest = Manifest.read(onnx.directory)
+    assert pipeline.load_check(backend, onnx.directory, manifest, sig, target.fn) == []
+    assert len(loaded) == 1 and loaded[0]._closed
+
+    def failing(directory, options):  # loads, then its run fails (a runtime refusing the artifact's op)
+        runner = load(directory, options)
+
+        def fetch(prepared):
+            raise RuntimeError("planted: the runtime cannot run this op")
+
+        runner._fetch_impl = fetch
+        return runner
+
+    monkeypatch.setattr(backend, "load", failing)
+    with pytest.raises(Exception, match="planted: the runtime cannot run this op"):
+        pipeline.load_check(backend, onnx.directory, manifest, sig, target.fn)
+    assert len(loaded) == 2 and loaded[1]._closed
