@@ -5,7 +5,8 @@ ReferenceExports) before that worker loads and times jax.jit. This starts two re
 through the compare's own protocol: one makes those exports first, the other does not (`--exports none`: neither,
 an A/A run that shows the noise floor). Both load and cold-start the reference, then are timed in alternating
 slices, round after round (the order flips each round, so machine noise falls on both alike), and the per-round
-median ratio exported/plain is printed with its quartiles. A ratio within the A/A run's spread: no effect.
+median ratio exported/plain is printed with its quartiles (a ratio within the A/A run's spread: no effect), after
+each worker's resident size and cold start (one of each per run: repeat the run for a spread).
 
 Run from the repository root: `.venv/bin/python -m benchmarks.reference_exports [--model keras_hub_gpt2]
 [--exports savedmodel,litert,onnx,openvino,xla | none] [--rounds 200]`
@@ -74,7 +75,9 @@ def _measure(spec: str, feed, exports: list[str], tmp: Path, rounds: int, second
             cold = servers.ask(name, Prepare(str(tmp / "bench"), BenchConfig(warmup_iters=5)), ColdStart, 900)
             if cold is None:
                 raise SystemExit(f"the {name} worker failed: {servers.failures.get(name)}")
+            first = cold.bench.sizes[0]
             print(f"{name}: resident {cold.bench.memory.get('rss_bytes', 0) / 2**20:.0f} MiB after its cold start; "
+                  f"compile {first.compile_s or 0:.3f} s, first call {first.first_call_s or 0:.4f} s; "
                   f"exported before its load: {cold.bench.extra.get('exported_before_load', [])}")
         ratios = []
         for r in range(rounds):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
-from ..exporting.handoff import HANDOFF_LIMIT_BYTES
 from ..run.export_pool import AheadWorker
 from ..run.servers import ReferenceExports
 from .exports import export_groups, needs_target, plan_for, unavailable
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
 
 # The largest weights (baked and input, bytes) whose exports the reference's worker makes: what the converters
 # leave resident there stays through the timed phase, which sizes that worker by its weights alone.
-REFERENCE_EXPORTS_LIMIT_BYTES = HANDOFF_LIMIT_BYTES
+REFERENCE_EXPORTS_LIMIT_BYTES = 64 << 20
 
 
 def start_ahead(ctx: Context, planned: Prepared, early: Mapping[str, int],
@@ -53,8 +52,6 @@ def start_ahead(ctx: Context, planned: Prepared, early: Mapping[str, int],
     if not any(needs_target(ctx, planned, group) for group in groups):
         return None
     weights = int(planned.sig.weights.get("baked_bytes", 0)) + int(planned.sig.weights.get("input_bytes", 0))
-    name = ReferenceExports.NAME
-    if (servers is not None and name in servers.alive and servers.started.get(name, ((), None))[0] == (
-            "reference", ctx.spec) and weights <= REFERENCE_EXPORTS_LIMIT_BYTES):
+    if servers is not None and servers.reference_of(ctx.spec) and weights <= REFERENCE_EXPORTS_LIMIT_BYTES:
         return ReferenceExports(servers, ctx.spec)
     return AheadWorker(ctx.spec)

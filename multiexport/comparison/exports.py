@@ -277,6 +277,8 @@ def _in_workers(ctx: Context, prep: Prepared, plans: list[WorkerPlan], slots: in
             done[name] = Failure("export", *job.failure)
         elif job.reply is None:
             retry.append(name)
+        elif job.reply.fingerprint != prep.fingerprint and job.by_ahead and ahead is not None and ahead.own_environment:
+            retry.append(name)  # built under the timed workers' settings: judged from a worker of its own instead
         elif job.reply.fingerprint != prep.fingerprint:
             done[name] = Failure("target", Status.NONDETERMINISTIC_TARGET.value, (
                 f"Target '{ctx.target.name}' | loads with different example values or weights in a fresh process "

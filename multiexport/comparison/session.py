@@ -163,6 +163,8 @@ class _Run:
                     outcomes[name] = dataclasses.replace(outcomes[name], failure=failure)
                 return
             workers = recheck_prespawn(workers, prep)
+            if isinstance(self.ahead, ReferenceExports) and workers.servers is None:
+                self.ahead = None  # the reference's worker closed with the others: the plan's workers export
             # before any export: what cannot fit even alone is refused, the early workers closed if the exports
             # need their memory
             self.memory = memory = plan_for(ctx, prep, early_rss(workers), self.ahead)

@@ -66,10 +66,12 @@ class ExportJob:
 @dataclass(frozen=True)
 class JobOutcome:
     """What a worker left for one job: its export.json, or its failure (category, reason); neither means the
-    job must run again alone (its worker died before it, after another export in the same process)."""
+    job must run again alone (its worker died before it, after another export in the same process).
+    by_ahead: made by the worker started before the plan (`BuildingWorker`), not by a worker of its own."""
 
     reply: ExportReply | None = None
     failure: tuple[str, str] | None = None
+    by_ahead: bool = False
 
 
 class BuildingWorker(Protocol):
@@ -78,11 +80,14 @@ class BuildingWorker(Protocol):
 
     spec: the TARGET it builds. pid: its process id where its memory is its own (None: counted elsewhere).
     role: what it is, for the export step's progress line.
+    own_environment: its process runs under settings an export worker's does not have (the reference's: the
+        timed runtimes' thread count), so a target built there may differ where a build depends on them.
     """
 
     spec: str
     pid: int | None
     role: str
+    own_environment: bool
 
     def run(self, args: Sequence[str], timeout: float) -> Outcome | None:
         """Export with `args`, once: how it ended, or None when it cannot (a fresh worker runs them instead)."""
@@ -102,6 +107,7 @@ class AheadWorker:
     """
 
     role = "the worker that needs the built target started at the signature"
+    own_environment = False
 
     def __init__(self, spec: str):
         self.spec = spec
@@ -159,13 +165,13 @@ def export_in_workers(spec: str, out: Path, owns: Sequence[Sequence[ExportJob]],
             ended = list(pool.map(lambda item: _run_worker(spec, out, work, item[0], item[1], list(pooled), limit,
                                                            expected, handoff, ahead if item[0] == 0 else None),
                                   launch))
-        if any(outcome.returncode != 0 for outcome in ended):
+        if any(outcome.returncode != 0 for outcome, _ in ended):
             remove_stale(out)  # a dead worker's staging directories and locks in the output directory
         claims = {job.name: _claimed_by(work[job.name]) for job in pooled}  # read once, every worker ended
         left: dict[str, JobOutcome] = {}
-        for (k, jobs), outcome in zip(launch, ended):
+        for (k, jobs), (outcome, by_ahead) in zip(launch, ended):
             taken = [*jobs, *(j for j in pooled if claims[j.name] == k)]
-            left.update(_collect(taken, work, outcome, limit))
+            left.update(_collect(taken, work, outcome, limit, by_ahead))
         left.update({j.name: JobOutcome() for j in pooled if claims[j.name] is None})  # no worker got that far
         return left
     except BaseException:  # a signal stopped the wait: the workers are gone, and so are their directories
@@ -180,8 +186,9 @@ def export_in_workers(spec: str, out: Path, owns: Sequence[Sequence[ExportJob]],
 
 def _run_worker(spec: str, out: Path, work: dict[str, Path], k: int, jobs: list[ExportJob], pooled: list[ExportJob],
                 timeout: float, expected: Path | None = None, handoff: Path | None = None,
-                ahead: BuildingWorker | None = None) -> Outcome:
-    """Worker `k`: its own jobs in order, then each pooled job it claims first (in `ahead` when given and able)."""
+                ahead: BuildingWorker | None = None) -> tuple[Outcome, bool]:
+    """Worker `k`: its own jobs in order, then each pooled job it claims first (in `ahead` when given and able);
+    how it ended, and whether `ahead` ran them."""
     first, *rest = [*jobs, *pooled]
     args = ["export", spec, first.name, str(first.out), str(work[first.name]), "--options", first.options]
     for job in rest:
@@ -193,9 +200,9 @@ def _run_worker(spec: str, out: Path, work: dict[str, Path], k: int, jobs: list[
     if handoff is not None:
         args += ["--handoff", str(handoff)]
     if ahead is not None and (outcome := ahead.run(args, timeout)) is not None:
-        return outcome
+        return outcome, True
     with private_tmp() as tmp:
-        return run_command(worker_command(*args), timeout=timeout, env=worker_environment(tmp))
+        return run_command(worker_command(*args), timeout=timeout, env=worker_environment(tmp)), False
 
 
 def _claimed_by(work: Path) -> int | None:
@@ -206,7 +213,8 @@ def _claimed_by(work: Path) -> int | None:
         return None
 
 
-def _collect(taken: list[ExportJob], work: dict[str, Path], outcome: Outcome, timeout: float) -> dict[str, JobOutcome]:
+def _collect(taken: list[ExportJob], work: dict[str, Path], outcome: Outcome, timeout: float,
+             by_ahead: bool = False) -> dict[str, JobOutcome]:
     """What one worker left for the jobs it took, in the order it took them: a job after the one it died on,
     or the one it died on after another export, comes back empty (to run again alone)."""
     reached, left = True, {}
@@ -225,7 +233,7 @@ def _collect(taken: list[ExportJob], work: dict[str, Path], outcome: Outcome, ti
                                  "native code?)")
             if i > 0 and failure[0] != "internal-error":
                 failure = None  # it died after another export in the same process: judge it alone
-        left[job.name] = JobOutcome(reply, failure)
+        left[job.name] = JobOutcome(reply, failure, by_ahead)
     return left
 
 

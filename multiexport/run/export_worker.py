@@ -35,7 +35,7 @@ from .worker_io import CLEAN_FAILURE, add_register_option, register_entries, wri
 from .workers import AHEAD
 
 
-def export_main(argv: list[str], built: _Targets | None = None) -> int:
+def export_main(argv: list[str], built: _Targets | None = None, ran: list[str] | None = None) -> int:
     """Export TARGET with BACKEND into ARTIFACT_DIR, isolated from the parent (and from other converters).
 
     `--then BACKEND ARTIFACT_DIR OUT_DIR OPTIONS` (repeatable) exports more backends in this process after
@@ -45,7 +45,9 @@ def export_main(argv: list[str], built: _Targets | None = None) -> int:
     `--pool N --claim-as K`: the last N exports are shared with other workers; this one does each only if
     it claims it first (creates OUT_DIR/claim, holding K, where none exists), else skips it.
     `export --ahead TARGET`: build TARGET first, then read this command line (a JSON list) on stdin
-    (`_export_ahead`). built: the target that built, for the command line read.
+    (`_export_ahead`). built: the target that built, for the command line read. ran: where given, the backends
+    this process exported (or tried to) are appended to it, in order (a shared export another worker claimed
+    is not).
     """
     if len(argv) > 1 and argv[1] == AHEAD:
         return _export_ahead(argv)
@@ -94,8 +96,13 @@ def export_main(argv: list[str], built: _Targets | None = None) -> int:
         return CLEAN_FAILURE
     targets = _Targets(args.target, args.handoff, args.expected) if built is None else built.given(args)
     made: set[str] = set()
-    # each shared export is claimed only when this worker reaches it, after the ones before it are done
-    return max((targets.export(job, made) for i, job in enumerate(jobs) if mine(i)), default=0)
+    returncode = 0
+    for i, job in enumerate(jobs):  # each shared export is claimed only when this worker reaches it
+        if mine(i):
+            returncode = max(returncode, targets.export(job, made))
+            if ran is not None:
+                ran.append(job[0])
+    return returncode
 
 
 class _Targets:
@@ -170,14 +177,14 @@ class _Targets:
                 pass
 
 
-def export_built(argv: list[str], spec: str, target: Any, load: TargetLoad) -> int:
+def export_built(argv: list[str], spec: str, target: Any, load: TargetLoad, ran: list[str]) -> int:
     """Run the export command line `argv` with `target`, which this process built from `spec` already (the
     reference's paired worker, run.serve): what `export_main` would return. load: how it was built (each
-    export's `TargetLoad`)."""
+    export's `TargetLoad`). ran: the backends exported here are appended to it."""
     targets = _Targets(spec, None, None)
     signature = build_signature(target)
     targets.built = (target.fn, signature, signature.fingerprint(target.fn), load)
-    return export_main(argv, built=targets)
+    return export_main(argv, built=targets, ran=ran)
 
 
 def _export_ahead(argv: list[str]) -> int:

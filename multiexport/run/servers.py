@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
-from ..errors import InputError
+from ..errors import InputError, InternalError
 from ..measure.pairing import FIRST_ONLY, PLANTED_ENV, fresh_name, is_fresh
 from ..results.bench import BASELINE_PREFIX
 from ..system.piped import Served, ServedExit
@@ -80,6 +80,10 @@ class Servers:
         answer = self.ask(name, Load(artifact), Loaded, self.timeout)
         if answer is not None:
             self.ready[name] = answer
+
+    def reference_of(self, spec: str) -> bool:
+        """Whether the reference's worker ("jax") is alive and builds `spec`."""
+        return "jax" in self.alive and self.started.get("jax", ((), None))[0] == ("reference", spec)
 
     def wait_imported(self, name: str) -> Imported | None:
         """The worker's answer once its runtime is imported (for the reference's, the target built): read once,
@@ -170,16 +174,21 @@ class ReferenceExports:
 
     NAME = "jax"
     role = "the exports that need the built target made in the reference's paired worker, which has it"
+    own_environment = True  # the timed runtimes' thread count (run.worker.thread_env)
 
     def __init__(self, servers: Servers, spec: str):
         self.servers, self.spec = servers, spec
         self.pid: int | None = None
         self.lost = False
+        self._ran = False
 
     def run(self, args: Sequence[str], timeout: float) -> Outcome | None:
         """Export with `args` (an export worker's command line) in the reference's worker, waiting up to `timeout`
         from the end of its build; None when it has no built target to export with (gone, or its build failed:
         the export then runs in a worker of its own, as without it)."""
+        if self._ran:
+            raise InternalError("the reference's worker is run as an export worker once")
+        self._ran = True
         if self.servers.wait_imported(self.NAME) is None:
             return None
         server = self.servers.alive.get(self.NAME)

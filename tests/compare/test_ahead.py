@@ -52,6 +52,11 @@ def _draw():
     return np.float32(np.random.rand())
 
 
+def by_environment():  # weights that depend on the process's thread settings, as a threaded reduction's bits can
+    scale = 2.0 if os.environ.get("PJRT_NPROC") else 1.0
+    return Target(lambda x: {{"y": x @ (W * scale)}}, args=(X,), name="by_environment", symbolic_batch="b")
+
+
 def drawing():  # draws a number at run time: not deterministic, stopped before any export
     def fn(x):
         noise = jax.pure_callback(_draw, jax.ShapeDtypeStruct((), np.float32))
@@ -122,8 +127,32 @@ def test_with_paired_workers_the_reference_worker_makes_the_exports_that_need_th
     export_line = next(line for line in seen if line.startswith("export with"))
     assert "made in the reference's paired worker" in export_line and STARTED not in export_line, export_line
     assert "onnx" in results.reference.bench.extra["exported_before_load"], results.reference.bench.extra
+    from multiexport.report.tables import cold_rows
+
+    assert cold_rows(results)[0][0] == "jax (reference, after exports in its process)"  # its memory says so
     assert len(set(log.read_text().split())) == 2  # this process and the reference's worker
     assert set(_children()) - before == set()
+
+
+def test_a_target_that_builds_otherwise_under_the_timed_workers_settings_is_exported_again_not_judged(
+        tmp_path, monkeypatch):
+    """The reference's worker runs with the timed runtimes' thread settings: a target whose weights depend on them
+    builds there with other weights than in the compare. Its exports made there do not match the compare's
+    fingerprint, and are made again in a worker of their own (the compare's settings) instead of being judged a
+    nondeterministic target: both rows pass."""
+    from multiexport.measure.bench import BenchConfig
+
+    model, _ = _model(tmp_path, monkeypatch)
+    monkeypatch.setenv(AVAILABLE_ENV, str(64 * 2**30))
+    monkeypatch.delenv("PJRT_NPROC", raising=False)
+    seen: list[str] = []
+    results = compare(f"{model}:by_environment", backends=["xla", "onnx"], out_dir=tmp_path / "out", trials=1,
+                      bench=BenchConfig(warmup_iters=1, min_iters=5, bench_time=0.02), progress=seen.append)
+    assert "made in the reference's paired worker" in next(line for line in seen if line.startswith("export with"))
+    again = [step.what for step in results.timeline if step.what.endswith("export in a worker process")]
+    assert "onnx: export in a worker process" in again, again  # marked: an export made again alone after the phase
+    for name in ("xla", "onnx"):
+        assert results.backends[name].status is Status.OK and results.backends[name].parity.passed, name
 
 
 def test_a_compare_stopped_before_its_exports_leaves_no_worker_started_ahead(tmp_path, monkeypatch):
