@@ -43,6 +43,7 @@ from ..measure.pairing import planted
 from ..results import BenchResult, SizeResult, Status
 from ..results.schema import to_data
 from ..system.exits import exit_now
+from .export_worker import export_built
 from .load_serve import answer_load_run
 from .messages import (
     ColdStart,
@@ -58,6 +59,7 @@ from .messages import (
     Prepare,
     Quit,
     Samples,
+    TargetLoad,
     TimeSlice,
     decode_request,
     encode,
@@ -195,9 +197,6 @@ def _export(state: dict, args, request: Export) -> ExportsDone:
     import gc
 
     import jax
-
-    from .export_worker import export_built
-    from .messages import TargetLoad
 
     if args.mode != "reference" or state["runner"] is not None or "target" not in state:
         raise ValueError("request 'export' to a worker that is not the reference's, or after 'load'")
