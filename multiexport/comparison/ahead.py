@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Mapping
 from ..run.export_pool import AheadWorker
 from ..run.servers import ReferenceExports
 from .exports import export_groups, needs_target, plan_for, unavailable
+from .memory_plan import weight_bytes
 
 if TYPE_CHECKING:
     from ..run.export_pool import BuildingWorker
@@ -51,7 +52,7 @@ def start_ahead(ctx: Context, planned: Prepared, early: Mapping[str, int],
         return None
     if not any(needs_target(ctx, planned, group) for group in groups):
         return None
-    weights = int(planned.sig.weights.get("baked_bytes", 0)) + int(planned.sig.weights.get("input_bytes", 0))
+    weights = weight_bytes(planned.sig)
     if servers is not None and servers.reference_of(ctx.spec) and weights <= REFERENCE_EXPORTS_LIMIT_BYTES:
         return ReferenceExports(servers, ctx.spec)
     return AheadWorker(ctx.spec)

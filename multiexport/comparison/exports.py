@@ -34,7 +34,7 @@ from ..results.schema import to_data
 from ..run.export_pool import ExportJob, WorkerPlan, export_in_workers, plan_workers
 from ..run.messages import encode
 from .given import Given, example_outputs, handed_target, with_builder
-from .memory_plan import MEASURED, MemoryPlan, available_now, footprints, plan_memory, rss_of
+from .memory_plan import MEASURED, MemoryPlan, available_now, footprints, plan_memory, rss_of, weight_bytes
 from .outcomes import Exported, Failure
 from .stages import Context, Prepared
 
@@ -168,7 +168,7 @@ def plan_for(ctx: Context, prep: Prepared, early: Mapping[str, int], ahead: Buil
     the export worker started before the reference (`comparison.ahead`), one of the export workers the plan
     budgets: what it holds already counts as available (measured memory only; a figure the user gives is
     taken as given)."""
-    weights = int(prep.sig.weights.get("baked_bytes", 0)) + int(prep.sig.weights.get("input_bytes", 0))
+    weights = weight_bytes(prep.sig)
     names = [n for n in ctx.config.backends if n not in prep.device.excluded]
     available, source = available_now()
     if ahead is not None and ahead.pid is not None and available is not None and source == MEASURED:

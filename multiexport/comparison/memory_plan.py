@@ -17,7 +17,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..errors import MultiexportError, UsageError
 from ..exporting.precision import split_variant
@@ -25,8 +25,11 @@ from ..exporting.registry import backend_class
 from ..measure.pairing import PER_WORKER_BYTES, available_memory
 from ..system.descendants import status_bytes
 
+if TYPE_CHECKING:
+    from ..leaves import Signature
+
 __all__ = ["AVAILABLE_ENV", "EXPORT", "FOOTPRINT_ENV", "REFERENCE", "RUNNER", "Footprint", "Footprints",
-           "MemoryPlan", "available_now", "footprints", "plan_memory", "rss_of"]
+           "MemoryPlan", "available_now", "footprints", "plan_memory", "rss_of", "weight_bytes"]
 
 AVAILABLE_ENV = "MULTIEXPORT_MEMORY_AVAILABLE"
 MEASURED = "MemAvailable"  # `available_now`'s source when it measured (not the figure AVAILABLE_ENV gives)
@@ -178,6 +181,12 @@ def _refusal(name: str, weights: int, spec: Footprints, export: bool, free: int,
     return (f"{name} | {'export' if export else 'its runner'} needs ~{_size(need)} ({chosen.says(weights)}), "
             f"{_size(free)} available to it (this compare's own process holds {_size(parent_rss)}): not started; "
             f"free {_size(need - free)} more memory, or compare on a machine with more")
+
+
+def weight_bytes(sig: Signature) -> int:
+    """The target's weights in bytes, closed over and as input leaves (a `Signature`'s `weights` facts): what
+    every process that holds the target holds of it."""
+    return int(sig.weights.get("baked_bytes", 0)) + int(sig.weights.get("input_bytes", 0))
 
 
 def available_now() -> tuple[int | None, str]:

@@ -28,7 +28,7 @@ from ..run.paired import (
 )
 from ..run.runs import run_artifact
 from .baseline import BaselineArtifacts, artifact_bytes, attach, find_baseline, prepare_baselines, spawn_baselines
-from .memory_plan import available_now, rss_of
+from .memory_plan import available_now, rss_of, weight_bytes
 from .native_check import apply_paired, native_slices
 from .outcomes import Exported
 from .stages import Context, Prepared, Rows, Timing, Workers
@@ -110,7 +110,7 @@ def recheck_prespawn(workers: Workers, prep: Prepared) -> Workers:
     not fit in memory (the exports need that memory more)."""
     if workers.servers is None:
         return workers
-    weights = int(prep.sig.weights.get("baked_bytes", 0)) + int(prep.sig.weights.get("input_bytes", 0))
+    weights = weight_bytes(prep.sig)
     if not fits_in_memory({n: weights for n in workers.servers.dirs}, workers.available_before)[0]:
         workers.servers.close()
         return Workers(None, workers.available_before)

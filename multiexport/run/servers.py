@@ -83,7 +83,8 @@ class Servers:
 
     def reference_of(self, spec: str) -> bool:
         """Whether the reference's worker ("jax") is alive and builds `spec`."""
-        return "jax" in self.alive and self.started.get("jax", ((), None))[0] == ("reference", spec)
+        name = ReferenceExports.NAME
+        return name in self.alive and self.started.get(name, ((), None))[0] == ("reference", spec)
 
     def wait_imported(self, name: str) -> Imported | None:
         """The worker's answer once its runtime is imported (for the reference's, the target built): read once,
