@@ -27,6 +27,7 @@ from ..exporting.precision import (
 )
 from ..exporting.tpu_only import tpu_only
 from ..leaves import build_signature
+from ..leaves.factory_cache import keep_compiles
 from ..measure.inputs import Trial, make_trials, synthetic_samples
 from ..measure.plan import bench_feeds, out_of_domain
 from ..measure.reference import ReferenceRunner, error_vs, float64_outputs, nondeterminism, not_float64, without
@@ -36,6 +37,7 @@ from ..results import Reference
 from ..run.devices import probe_gpu, resolve, tpu_presence
 from ..run.rundir import SYNTHETIC_CALIBRATION
 from ..versions import dist_version
+from .memory_plan import weight_bytes
 from .stages import Context, Prepared
 
 if TYPE_CHECKING:
@@ -68,6 +70,8 @@ def prepare(ctx: Context, device: DevicePlan, on_planned: Callable[[Prepared], N
     device plan, the calibration), so the session can start the export worker that builds the target."""
     config, target = ctx.config, ctx.target
     sig = build_signature(target)
+    if ctx.spec is not None:  # the reference is timed in a worker: what this process compiles is kept for the next run
+        keep_compiles(weight_bytes(sig))
     check_patterns(config.tolerances, [leaf.name for leaf in sig.outputs], "Tolerance")
     check_patterns(config.accuracy, [leaf.name for leaf in sig.outputs], "Accuracy budget")  # a typo, as --tol
     trials = _trials(ctx, sig)

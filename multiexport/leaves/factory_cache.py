@@ -13,10 +13,13 @@ programs too: building was the largest share of a real model's compare (a Haiku 
 (removed when it closes), which is also what a machine without `filelock` gets: JAX locks a bounded cache
 with it, and two compares sharing one unlocked could read each other's half-written programs.
 
-Only programs compiled while a factory runs are written, and only export workers read the cache. A timed
-worker (the reference, the xla runner, every cold start) has JAX's cache switched off, even when the
-user's environment sets one (JAX_COMPILATION_CACHE_DIR), so what it compiles costs what it costs in a
-fresh process: a cold start is never a cache hit.
+Programs compiled while a factory runs are written, and, for a target whose weights are small (`keep_compiles`),
+what the compare's own process compiles after it: jax.jit at each trial's sizes for the reference's outputs and
+the rounding floor (keras_hub_gpt2: ~1.5 CPU s of compiles, the first trial's on the compare's critical path), none
+of them timed. Only the compare's process and export workers read the cache; the reference's paired worker reads
+it while its factory runs, then switches it off. A timed worker (the reference, the xla runner, every cold start)
+has JAX's cache switched off, even when the user's environment sets one (JAX_COMPILATION_CACHE_DIR), so what it
+compiles costs what it costs in a fresh process: a cold start is never a cache hit.
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ KEPT_ENV = "MULTIEXPORT_BUILD_CACHE"  # the kept cache's directory, or "off"
 MAX_BYTES = 256 * 2**20  # the kept cache's bound: jax evicts the least recently used programs beyond it
 _OFF = ("off", "0", "no", "false", "none")
 _NEVER_WRITE_S = 1e9  # jax writes an entry only for a compile that took at least this long
+# What `keep_compiles` keeps: compiles that took at least this long (not the eager one-op programs of the
+# compare's own checks, each a file for nothing), for weights up to KEEP_LIMIT_BYTES (baked weights are
+# constants inside every program kept: a few of those must not push other models' factories out of MAX_BYTES).
+KEEP_MIN_COMPILE_S = 0.05
+KEEP_LIMIT_BYTES = 16 << 20
 
 
 def kept_directory() -> Path | None:
@@ -77,6 +85,7 @@ class FactoryCache:
     def close(self) -> None:
         if os.environ.get(ENV) == self.path:
             del os.environ[ENV]
+            _stop_keeping()  # a Python caller's process goes on: what it compiles next is its own
         if not self.kept:
             shutil.rmtree(self.path, ignore_errors=True)
 
@@ -85,6 +94,30 @@ class FactoryCache:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def keep_compiles(weights: int) -> bool:
+    """In a process with a FactoryCache open (the compare's, given a TARGET string), keep in it what this process
+    compiles from now on too (`KEEP_MIN_COMPILE_S` or longer), where the target's weights (baked and input leaves,
+    bytes) are at most KEEP_LIMIT_BYTES: the next compare of the same model reads its reference's programs instead
+    of compiling them. Nothing this process compiles is timed (the reference is timed in a worker of its own,
+    which never reads the cache while it times). Returns whether it keeps them."""
+    path = os.environ.get(ENV, "")
+    if not path or weights > KEEP_LIMIT_BYTES:
+        return False
+    import jax
+
+    if jax.config.jax_compilation_cache_dir != path or not jax.config.jax_enable_compilation_cache:
+        return False  # not this process's FactoryCache (an export worker reads it; a timed worker has it off)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", KEEP_MIN_COMPILE_S)
+    return True
+
+
+def _stop_keeping() -> None:
+    import sys
+
+    if "jax" in sys.modules:  # jax imported: the cache may be configured; never imported for this alone
+        sys.modules["jax"].config.update("jax_persistent_cache_min_compile_time_secs", _NEVER_WRITE_S)
 
 
 def use_in_export_worker() -> bool:

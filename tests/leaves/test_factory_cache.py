@@ -109,3 +109,78 @@ def test_no_timed_worker_reads_or_writes_the_users_jax_compilation_cache(tmp_pat
     probe = subprocess.run([sys.executable, "-c", "import jax, jax.numpy as jnp; jax.jit(jnp.sin)(1.0)"], env={
         **os.environ, **env}, capture_output=True, text=True, timeout=120)
     assert probe.returncode == 0 and list(users.iterdir()), "the environment above does write a cache"
+
+
+# A function whose compile takes long enough to be kept (KEEP_MIN_COMPILE_S): twelve matmuls with what XLA fuses
+# around them, ~0.5 s here (ten times the threshold); its weights (none) are far under KEEP_LIMIT_BYTES.
+_SLOW_COMPILE = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np
+
+    def f(x):
+        for i in range(12):
+            x = jnp.tanh(x @ x.T * (1.0 + i / 12)) + x
+        return {"y": x}
+""")
+
+
+def _compile_in_a_fresh_process(kept, weights: int | None) -> dict:
+    """A fresh process with a FactoryCache kept in `kept` (weights None: no FactoryCache at all) that calls
+    keep_compiles(weights), then compiles _SLOW_COMPILE's f: what keep_compiles said, JAX's cache reads."""
+    script = _SLOW_COMPILE + textwrap.dedent(f"""
+        import contextlib, json
+        from multiexport.leaves.factory_cache import FactoryCache, keep_compiles
+        counts = {{"/jax/compilation_cache/cache_hits": 0, "/jax/compilation_cache/cache_misses": 0}}
+        def count(event, **_):
+            if event in counts:
+                counts[event] += 1
+        jax.monitoring.register_event_listener(count)
+        with (FactoryCache() if {weights is not None} else contextlib.nullcontext()):
+            kept = keep_compiles({weights or 0})
+            jax.block_until_ready(jax.jit(f)(np.ones((16, 16), np.float32)))
+        print(json.dumps({{"kept": kept, "hits": counts["/jax/compilation_cache/cache_hits"],
+                          "misses": counts["/jax/compilation_cache/cache_misses"]}}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env={**os.environ, "MULTIEXPORT_BUILD_CACHE": str(kept)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.subprocess
+def test_the_compares_own_compiles_are_kept_for_the_next_run_for_small_weights_only(tmp_path):
+    from multiexport.leaves.factory_cache import KEEP_LIMIT_BYTES
+
+    kept = tmp_path / "kept"
+    too_large = _compile_in_a_fresh_process(kept, KEEP_LIMIT_BYTES + 1)  # baked weights that large: nothing kept
+    assert too_large["kept"] is False and too_large["hits"] == 0 and not list(kept.glob("*-cache"))
+    no_cache = _compile_in_a_fresh_process(kept, None)  # no FactoryCache in this process: nothing to keep in
+    assert no_cache["kept"] is False and no_cache["hits"] == 0 and not list(kept.glob("*-cache"))
+    first = _compile_in_a_fresh_process(kept, 1024)
+    assert first["kept"] is True and first["misses"] == 1 and len(list(kept.glob("*-cache"))) == 1
+    second = _compile_in_a_fresh_process(kept, 1024)  # the next process reads it: no compile
+    assert second["hits"] == 1 and second["misses"] == 0
+
+
+@pytest.mark.subprocess
+def test_a_compares_kept_reference_programs_never_make_the_references_cold_start_a_hit(tmp_path):
+    """Two compares of one target sharing a kept cache: the first keeps its reference's programs (its factory
+    compiles nothing, so whatever is kept is the compare's own), the second's reference worker, which reads the
+    kept cache while its factory runs, compiles its cold start anew (no read then)."""
+    (tmp_path / "slow_compile.py").write_text(_SLOW_COMPILE + textwrap.dedent("""
+        from multiexport import Target
+
+        def target():
+            return Target(f, (np.linspace(-1, 1, 256, dtype=np.float32).reshape(16, 16),), name="slow_compile")
+    """))
+    spec = f"{tmp_path / 'slow_compile.py'}:target"
+    kept = tmp_path / "kept"
+    for run in ("first", "second"):
+        proc = run_cli("compare", spec, "--backends", "xla", "--trials", "1", "--bench-time", "0.05",
+                       "--out-dir", tmp_path / run, env={"MULTIEXPORT_BUILD_CACHE": str(kept)})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        if run == "first":
+            assert list(kept.glob("*-cache")), "the compare kept none of its own compiles"
+    results = json.loads((tmp_path / "second" / "results.json").read_text())
+    assert results["pairing"]["mode"] == "paired" and results["backends"]["xla"]["status"] == "ok"
+    read = results["reference"]["bench"]["extra"]["target_build_cache"]
+    assert read["dir"] == str(kept) and read["cold_start_reads"] == 0
