@@ -107,7 +107,8 @@ def keep_compiles(weights: int) -> bool:
         return False
     import jax
 
-    if jax.config.jax_compilation_cache_dir != path or not jax.config.jax_enable_compilation_cache:
+    where = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]  # jax reads its flags so
+    if where != path or not jax.config.jax_enable_compilation_cache:  # type: ignore[attr-defined]
         return False  # not this process's FactoryCache (an export worker reads it; a timed worker has it off)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", KEEP_MIN_COMPILE_S)
     return True
