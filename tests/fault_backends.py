@@ -207,6 +207,28 @@ class ExportCrashingXla(XlaBackend):
         os.abort()
 
 
+def double_the_targets_weights() -> None:
+    """Double in place the weights a test model's module closes over (`W` beside its `target` factory: the
+    MODEL of tests/run/test_worker_pool.py and tests/compare/test_ahead.py), as a converter that folds or rescales
+    constants in place would."""
+    for module in list(sys.modules.values()):
+        weights = getattr(module, "W", None)
+        if isinstance(weights, np.ndarray) and callable(getattr(module, "target", None)):
+            weights *= 2
+
+
+class TargetMutatingXla(XlaBackend):
+    """Exports as XLA does, then changes the process's target in place (`double_the_targets_weights`): the
+    artifact is right, the target left in the process is not the one built. Not in ALL."""
+
+    name = "xla_mutates_target"
+
+    def _export_impl(self, job):
+        result = super()._export_impl(job)
+        double_the_targets_weights()
+        return result
+
+
 def autograph_then_abort() -> None:
     """Have TensorFlow's autograph write its module into $TMPDIR, as a SavedModel or LiteRT export does, then
     abort (SIGABRT) as a converter's native code does: no cleanup of the process's own runs. The module's path
@@ -253,3 +275,15 @@ class MissingOnnx(OnnxBackend):
 
     name = "onnx_missing"
     requires = ("multiexport_test_module_nothing_provides",)
+
+
+class TargetMutatingOnnx(OnnxBackend):
+    """ONNX (which needs the built target: its jax2onnx route) changing the process's target in place after its
+    export (`double_the_targets_weights`). Not in ALL: registered only by the tests that use it."""
+
+    name = "onnx_mutates_target"
+
+    def _export_impl(self, job):
+        result = super()._export_impl(job)
+        double_the_targets_weights()
+        return result

@@ -180,8 +180,8 @@ class _Run:
                 self.prepared = finish_reference(ctx, prep, ctx.progress)
                 exports = export_all(ctx, self.prepared, memory, ahead=self.ahead)
             prep = self.prepared
-            if isinstance(self.ahead, ReferenceExports):
-                self.ahead.restore()  # lost while it exported: the reference's worker started again, from here
+            if isinstance(self.ahead, ReferenceExports) and (why := self.ahead.restore()) is not None:
+                ctx.progress(f"reference: a fresh paired worker for jax.jit, since {why}")  # started from here
             for name, export in exports.items():
                 outcomes[name] = dataclasses.replace(outcomes[name], export=export)
             artifacts = exported_artifacts(outcomes, ctx.config.backends)

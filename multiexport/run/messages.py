@@ -264,7 +264,8 @@ class Export:
     command line, as `workers.worker_command` would be given it): the exports that need the built target, made
     without building it again in another process.
 
-    args: the export worker's arguments ("export", TARGET, BACKEND, ...; no --register: the worker adds its own).
+    args: the export worker's arguments ("export", TARGET, BACKEND, ...), with a --register for each backend the
+        compare has registered by now; the worker adds its own (those it was started with) for any other name.
     """
 
     args: tuple[str, ...]
@@ -273,9 +274,12 @@ class Export:
 @dataclass(frozen=True)
 class ExportsDone:
     """An `Export` ended. returncode: what an export worker with that command line would have exited with (each
-    export's own result is its export.json or error.json, as from a worker of its own)."""
+    export's own result is its export.json or error.json, as from a worker of its own). target_changed: an
+    export changed the target this worker would time (the program it traces to, or the constants it bakes in):
+    it must not be the reference's worker."""
 
     returncode: int
+    target_changed: bool = False
 
 
 # request name -> (its type, its reply's type)

@@ -32,11 +32,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from ..exporting.registry import get_backend
 from ..files.npz import load_npz, save_npz
-from ..leaves import load_target
+from ..leaves import build_signature, load_target
 from ..leaves.factory_cache import ENV as FACTORY_ENV, kept_directory, use_in_export_worker
 from ..measure.bench import BenchConfig, cold_start, memory_now, time_calls, time_runner
 from ..measure.pairing import planted
@@ -200,21 +200,48 @@ def _export(state: dict, args, request: Export) -> ExportsDone:
 
     if args.mode != "reference" or state["runner"] is not None or "target" not in state:
         raise ValueError("request 'export' to a worker that is not the reference's, or after 'load'")
-    argv = [*request.args, *(a for r in args.register for a in ("--register", r))]
+    given = {a.partition("=")[0] for a in _registers(request.args)}  # the compare's registrations win: newer
+    argv = [*request.args, *(a for r in args.register if r.partition("=")[0] not in given for a in ("--register", r))]
     cache = state.get("build_cache") or {}
     load = TargetLoad(seconds=state["import_s"], factory_cache=bool(cache), cache_hits=cache.get("hits", 0),
                       cache_misses=cache.get("misses", 0))
     ran: list[str] = []
+    before = _traced(state["target"])
     try:
         returncode = export_built(argv, args.source, state["target"], load, ran)
     finally:
         state.setdefault("exported", []).extend(ran)
+    changed = _traced(state["target"]) != before
     jax.clear_caches()
     gc.collect()
     _trim_heap()
     _reset_peak()
     state["exports_resident_bytes"] = memory_now()["rss_bytes"]
-    return ExportsDone(returncode)
+    return ExportsDone(returncode, target_changed=changed)
+
+
+def _registers(argv: Sequence[str]) -> list[str]:
+    """The NAME=module:Class of each --register in a command line."""
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--register"]
+
+
+def _traced(target: Any) -> tuple[str, str] | None:
+    """What the reference would time, to tell whether an export changed it: the signature's fingerprint (its
+    leaves, example values and the constants the function bakes in) and a hash of the program it lowers to (large
+    constants elided: the fingerprint has them), which also moves with a JAX setting a converter changed (x64,
+    matmul precision). None when it cannot be traced here (then nothing can be compared: not a change)."""
+    import hashlib
+
+    import jax
+
+    try:
+        sig = build_signature(target)
+        lowered = jax.jit(sig.flat_function(target.fn)).lower(*sig.specs)
+        module = lowered.compiler_ir("stablehlo")
+        program = module.operation.get_asm(large_elements_limit=16) if module is not None else lowered.as_text()
+        return sig.fingerprint(target.fn), hashlib.sha256(program.encode()).hexdigest()
+    except Exception:  # the export's own error, if any, is its report; the reference's load reports its own
+        return None
 
 
 def _trim_heap() -> None:

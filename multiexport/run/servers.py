@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
 from ..errors import InputError, InternalError
+from ..exporting.registry import runtime_registered
 from ..measure.pairing import FIRST_ONLY, PLANTED_ENV, fresh_name, is_fresh
 from ..results.bench import BASELINE_PREFIX
 from ..system.piped import Served, ServedExit
@@ -181,6 +182,7 @@ class ReferenceExports:
         self.servers, self.spec = servers, spec
         self.pid: int | None = None
         self.lost = False
+        self.changed = False  # an export there changed the target it would time
         self._ran = False
 
     def run(self, args: Sequence[str], timeout: float) -> Outcome | None:
@@ -195,8 +197,10 @@ class ReferenceExports:
         server = self.servers.alive.get(self.NAME)
         if server is None:
             return None
+        # the compare's registrations as they are now: the worker was started before the target's module loaded
+        registered = [a for name, locator in runtime_registered().items() for a in ("--register", f"{name}={locator}")]
         try:
-            answer = decode_answer(server.request(encode_request(Export(tuple(args))), timeout), ExportsDone,
+            answer = decode_answer(server.request(encode_request(Export((*args, *registered))), timeout), ExportsDone,
                                    "the reference worker's answer to an export")
         except ServedExit as exc:
             self._lose()
@@ -207,17 +211,24 @@ class ReferenceExports:
         if isinstance(answer, WorkerFailure):  # it raised, answered so, and exited
             self._lose()
             return Outcome(70 if answer.category == "internal-error" else 1, "", answer.message)
+        if answer.target_changed:  # its exports stand (each is judged against the reference); its timing would not
+            self.changed = True
+            self._lose()
         return Outcome(answer.returncode, "", "")
 
     def _lose(self) -> None:
         self.lost = True
         self.servers.discard(self.NAME)
 
-    def restore(self) -> None:
-        """After the exports, in the compare's thread: a fresh reference worker where this one was lost."""
+    def restore(self) -> str | None:
+        """After the exports, in the compare's thread: a fresh reference worker where this one was lost (it died
+        or failed exporting, or an export changed the target it would time). Returns why, when it started one."""
         if self.lost and self.NAME not in self.servers.alive and self.NAME not in self.servers.failures:
             self.servers.spawn(self.NAME, ["reference", self.spec], None)
             self.lost = False
+            return ("an export there changed the target it would time (the program it traces to, or the constants "
+                    "it bakes in)" if self.changed else "it was lost while it exported")
+        return None
 
     def close(self) -> None:
         """Nothing to end: the worker stays, the reference's for the timed phase."""

@@ -134,6 +134,34 @@ def test_with_paired_workers_the_reference_worker_makes_the_exports_that_need_th
     assert set(_children()) - before == set()
 
 
+def test_an_export_that_changes_the_target_in_the_reference_worker_leaves_the_timing_to_a_fresh_one(
+        tmp_path, monkeypatch):
+    """ONNX's converter changes the target's weights in place after its export in the reference's worker: its
+    artifact still passes (made before the change), the compare says the reference got a fresh worker and why, and
+    the reference's cold start is that fresh worker's (nothing exported in it), so no figure times a changed model."""
+    from multiexport.exporting.registry import register, unregister
+    from multiexport.measure.bench import BenchConfig
+
+    model, log = _model(tmp_path, monkeypatch)
+    monkeypatch.setenv(AVAILABLE_ENV, str(64 * 2**30))
+    register("onnx_mutates_target", "tests.fault_backends:TargetMutatingOnnx")
+    try:
+        seen: list[str] = []
+        results = compare(f"{model}:target", backends=["xla", "onnx_mutates_target"], out_dir=tmp_path / "out",
+                          trials=1, bench=BenchConfig(warmup_iters=1, min_iters=5, bench_time=0.02),
+                          progress=seen.append)
+    finally:
+        unregister("onnx_mutates_target")
+    assert "made in the reference's paired worker" in next(line for line in seen if line.startswith("export with"))
+    assert any("a fresh paired worker for jax.jit, since an export there changed the target" in line
+               for line in seen), seen
+    for name in ("xla", "onnx_mutates_target"):
+        assert results.backends[name].status is Status.OK and results.backends[name].parity.passed, name
+    assert results.pairing is not None and results.pairing.mode == "paired"
+    assert "exported_before_load" not in results.reference.bench.extra, results.reference.bench.extra
+    assert len(set(log.read_text().split())) == 3  # this process, the changed worker, the fresh one
+
+
 def test_a_target_that_builds_otherwise_under_the_timed_workers_settings_is_exported_again_not_judged(
         tmp_path, monkeypatch):
     """The reference's worker runs with the timed runtimes' thread settings: a target whose weights depend on them

@@ -109,6 +109,59 @@ def test_a_reference_worker_that_dies_exporting_ends_that_export_and_the_referen
         unregister("xla_export_crashes")
 
 
+def test_an_export_that_changes_the_target_in_place_leaves_the_reference_to_a_fresh_worker(tmp_path, monkeypatch):
+    """A converter that doubles the weights the target closes over, run in the reference's worker: its export
+    stands, but that worker would time a changed model, so it is given up and `restore` starts a fresh one (saying
+    why), which builds the target anew and cold-starts with nothing exported in it. A plain export leaves the
+    worker as the reference's (the first test)."""
+    from multiexport.exporting.registry import register, unregister
+
+    register("xla_mutates_target", "tests.fault_backends:TargetMutatingXla")
+    try:
+        servers, spec, imports = _reference_worker(tmp_path, monkeypatch)
+        try:
+            out = tmp_path / "out"
+            out.mkdir()
+            exporter = ReferenceExports(servers, spec)
+            left = export_in_workers(spec, out, [[ExportJob("xla_mutates_target", out / "xla_mutates_target",
+                                                            encode(ExportOptions()))]], [], slots=1, timeout=600,
+                                     ahead=exporter)
+            assert left["xla_mutates_target"].reply is not None, left  # the export itself is made
+            assert exporter.lost and exporter.changed and ReferenceExports.NAME not in servers.alive
+            assert ReferenceExports.NAME not in servers.failures
+            assert "changed the target it would time" in (exporter.restore() or "")
+            cold = _cold_start(servers, tmp_path)
+            assert cold.bench.sizes[0].status.value == "ok"
+            assert "exported_before_load" not in cold.bench.extra
+            assert len(set(_imported(imports))) == 2  # the changed worker's build and the fresh one's
+        finally:
+            servers.close()
+    finally:
+        unregister("xla_mutates_target")
+
+
+def test_a_backend_registered_after_the_reference_worker_started_is_exported_there(tmp_path, monkeypatch):
+    """The reference's worker starts before the target's module loads, which may register backends in the compare:
+    an `Export` carries the compare's registrations as they are then, so such a backend exports there too."""
+    from multiexport.exporting.registry import register, unregister
+
+    servers, spec, _ = _reference_worker(tmp_path, monkeypatch)
+    try:
+        assert servers.wait_imported(ReferenceExports.NAME) is not None
+        register("xla_perturbed", "tests.fault_backends:PerturbedXla")  # after the worker started
+        out = tmp_path / "out"
+        out.mkdir()
+        exporter = ReferenceExports(servers, spec)
+        left = export_in_workers(spec, out, [[ExportJob("xla_perturbed", out / "xla_perturbed",
+                                                        encode(ExportOptions()))]], [], slots=1, timeout=600,
+                                 ahead=exporter)
+        assert left["xla_perturbed"].reply is not None and left["xla_perturbed"].by_ahead, left
+        assert (out / "xla_perturbed" / "manifest.json").is_file() and not exporter.lost
+    finally:
+        unregister("xla_perturbed")
+        servers.close()
+
+
 def test_a_reference_worker_whose_build_failed_leaves_the_exports_to_a_worker_of_their_own(tmp_path, monkeypatch):
     """The reference's worker could not build the target: `run` says so (None) and the plan's exports run in a
     fresh worker, which reports the factory's own error; the reference's failure stays the reference's."""
