@@ -37,7 +37,6 @@ from ..results import Reference
 from ..run.devices import probe_gpu, resolve, tpu_presence
 from ..run.rundir import SYNTHETIC_CALIBRATION
 from ..versions import dist_version
-from .memory_plan import weight_bytes
 from .stages import Context, Prepared
 
 if TYPE_CHECKING:
@@ -71,7 +70,7 @@ def prepare(ctx: Context, device: DevicePlan, on_planned: Callable[[Prepared], N
     config, target = ctx.config, ctx.target
     sig = build_signature(target)
     if ctx.spec is not None:  # the reference is timed in a worker: what this process compiles is kept for the next run
-        keep_compiles(weight_bytes(sig))
+        keep_compiles(int(sig.weights.get("baked_bytes", 0)))
     check_patterns(config.tolerances, [leaf.name for leaf in sig.outputs], "Tolerance")
     check_patterns(config.accuracy, [leaf.name for leaf in sig.outputs], "Accuracy budget")  # a typo, as --tol
     trials = _trials(ctx, sig)

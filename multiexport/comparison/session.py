@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable
 from ..errors import USAGE_EXIT, EnvironmentProblem, Interrupted, MultiexportError, present
 from ..exporting.outdir import disk_error
 from ..files.paths import safe_component
+from ..leaves.factory_cache import stop_keeping
 from ..measure.floor import SPEC, floor
 from ..measure.timeline import Timeline
 from ..results import Reference, Results, SignatureData, Status, TrialInfo
@@ -122,6 +123,7 @@ class _Run:
             finished = True
             return self._finish(interrupted=False)
         finally:
+            stop_keeping()  # this compare's programs kept (prepare: small weights) until here, no further
             if not finished:  # a user mistake or a bug stopped the run before any results: say so, not "running"
                 mark(ctx.out, "failed")
             claim.release(wrote_nothing=usage_error)
@@ -180,8 +182,9 @@ class _Run:
                 self.prepared = finish_reference(ctx, prep, ctx.progress)
                 exports = export_all(ctx, self.prepared, memory, ahead=self.ahead)
             prep = self.prepared
-            if isinstance(self.ahead, ReferenceExports) and (why := self.ahead.restore()) is not None:
-                ctx.progress(f"reference: a fresh paired worker for jax.jit, since {why}")  # started from here
+            replaced = self.ahead.restore() if isinstance(self.ahead, ReferenceExports) else None
+            if replaced is not None:  # started from here; its cold start says why (results.json)
+                ctx.progress(f"reference: a fresh paired worker for jax.jit, since {replaced}")
             for name, export in exports.items():
                 outcomes[name] = dataclasses.replace(outcomes[name], export=export)
             artifacts = exported_artifacts(outcomes, ctx.config.backends)
@@ -192,6 +195,8 @@ class _Run:
             if tm.servers is not None:
                 start_servers(ctx, tm.servers, artifacts)
             self.reference_bench = bench_reference(ctx, prep, tm)
+            if replaced is not None and self.reference_bench is not None:
+                self.reference_bench.extra["fresh_worker_since"] = replaced
             if tm.servers is not None and not ctx.config.native:  # cold starts one at a time, then the trials
                 for name, checked in check_rows_paired(ctx, prep, tm, artifacts).items():
                     outcomes[name] = dataclasses.replace(outcomes[name], check=checked)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 from ..errors import present
+from ..leaves.factory_cache import off_here
 from ..measure.bench import bench_sizes, memory_now
 from ..measure.pairing import fits_in_memory, fresh_name, is_fresh
 from ..results import NATIVE_SUFFIX, BenchResult, Pairing, Status
@@ -201,7 +202,8 @@ def bench_reference(ctx: Context, prep: Prepared, tm: Timing) -> BenchResult | N
             return outcome.bench
     t0 = time.perf_counter()
     runner = prep.ref_runner
-    sizes = bench_sizes(runner, list(prep.bench_feeds), bench)
+    with off_here():  # timed here: no compile of it may be read from a cache (a compare keeps its programs)
+        sizes = bench_sizes(runner, list(prep.bench_feeds), bench)
     for size, (_, feed) in zip(sizes, prep.bench_feeds):
         size.flops = runner.flops(feed)
         if size.flops and size.latency:

@@ -13,13 +13,15 @@ programs too: building was the largest share of a real model's compare (a Haiku 
 (removed when it closes), which is also what a machine without `filelock` gets: JAX locks a bounded cache
 with it, and two compares sharing one unlocked could read each other's half-written programs.
 
-Programs compiled while a factory runs are written, and, for a target whose weights are small (`keep_compiles`),
+Programs compiled while a factory runs are written, and, for a target that bakes in little (`keep_compiles`),
 what the compare's own process compiles after it: jax.jit at each trial's sizes for the reference's outputs and
 the rounding floor (keras_hub_gpt2: ~1.5 CPU s of compiles, the first trial's on the compare's critical path), none
 of them timed. Only the compare's process and export workers read the cache; the reference's paired worker reads
 it while its factory runs, then switches it off. A timed worker (the reference, the xla runner, every cold start)
 has JAX's cache switched off, even when the user's environment sets one (JAX_COMPILATION_CACHE_DIR), so what it
-compiles costs what it costs in a fresh process: a cold start is never a cache hit.
+compiles costs what it costs in a fresh process: a cold start is never a cache hit; where the compare's own process
+times the reference (no worker could), no cache is read meanwhile (`off_here`). A caller's process gets its own JAX
+cache settings back when the FactoryCache closes, and its own cache, if it had opened one, gets nothing of this.
 """
 
 from __future__ import annotations
@@ -40,10 +42,15 @@ MAX_BYTES = 256 * 2**20  # the kept cache's bound: jax evicts the least recently
 _OFF = ("off", "0", "no", "false", "none")
 _NEVER_WRITE_S = 1e9  # jax writes an entry only for a compile that took at least this long
 # What `keep_compiles` keeps: compiles that took at least this long (not the eager one-op programs of the
-# compare's own checks, each a file for nothing), for weights up to KEEP_LIMIT_BYTES (baked weights are
-# constants inside every program kept: a few of those must not push other models' factories out of MAX_BYTES).
+# compare's own checks, each a file for nothing), for a target baking in at most KEEP_LIMIT_BYTES of weights
+# (baked weights are constants inside every program kept, one per trial size and check: a few of those must not
+# push other models' factories out of MAX_BYTES; weights given as input leaves are arguments, not in the program).
 KEEP_MIN_COMPILE_S = 0.05
-KEEP_LIMIT_BYTES = 16 << 20
+KEEP_LIMIT_BYTES = 1 << 20
+# The JAX settings a FactoryCache sets in its process, restored by `close` (a Python caller's process goes on).
+_SETTINGS = ("jax_enable_compilation_cache", "jax_compilation_cache_dir", "jax_persistent_cache_min_entry_size_bytes",
+             "jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_enable_xla_caches",
+             "jax_compilation_cache_max_size")
 
 
 def kept_directory() -> Path | None:
@@ -73,6 +80,7 @@ class FactoryCache:
                 kept = None
         self.kept = kept is not None and os.access(kept, os.W_OK)
         self.path = str(kept) if self.kept else str(make_temporary("factory-cache"))
+        self._before = _settings()
         _configure(self.path)
         os.environ[ENV] = self.path
 
@@ -83,9 +91,11 @@ class FactoryCache:
             return load_target(spec)
 
     def close(self) -> None:
+        """The process's JAX cache settings as they were (a Python caller's process goes on: what it compiles next
+        is read from and written to its own cache, if any, not this one); a temporary directory removed."""
         if os.environ.get(ENV) == self.path:
             del os.environ[ENV]
-            _stop_keeping()  # a Python caller's process goes on: what it compiles next is its own
+            _restore(self._before)
         if not self.kept:
             shutil.rmtree(self.path, ignore_errors=True)
 
@@ -96,14 +106,18 @@ class FactoryCache:
         self.close()
 
 
-def keep_compiles(weights: int) -> bool:
-    """In a process with a FactoryCache open (the compare's, given a TARGET string), keep in it what this process
-    compiles from now on too (`KEEP_MIN_COMPILE_S` or longer), where the target's weights (baked and input leaves,
-    bytes) are at most KEEP_LIMIT_BYTES: the next compare of the same model reads its reference's programs instead
-    of compiling them. Nothing this process compiles is timed (the reference is timed in a worker of its own,
-    which never reads the cache while it times). Returns whether it keeps them."""
+def keep_compiles(baked: int) -> bool:
+    """In a process with a FactoryCache open on the kept directory (the compare's, given a TARGET string), keep in it
+    what this process compiles from now on too (`KEEP_MIN_COMPILE_S` or longer), where the target bakes in at most
+    KEEP_LIMIT_BYTES of weights (`baked`, bytes): the next compare of the same model reads its reference's programs
+    instead of compiling them. Elsewhere, or for heavier constants, nothing is kept (a compare nested in this one,
+    the floor's, decides again for its own target; `stop_keeping` ends it with each compare). Nothing this process
+    compiles while keeping is timed: the reference is timed in a worker of its own, which never reads the cache
+    while it times, and `off_here` holds where this process times it. Returns whether it keeps them."""
     path = os.environ.get(ENV, "")
-    if not path or weights > KEEP_LIMIT_BYTES:
+    kept = kept_directory()
+    if not path or kept is None or path != str(kept) or baked > KEEP_LIMIT_BYTES:
+        stop_keeping()  # (a temporary cache is removed at close: what it kept would help no one)
         return False
     import jax
 
@@ -114,11 +128,29 @@ def keep_compiles(weights: int) -> bool:
     return True
 
 
-def _stop_keeping() -> None:
+def stop_keeping() -> None:
+    """Keep nothing more this process compiles (what a FactoryCache's own load records aside)."""
     import sys
 
     if "jax" in sys.modules:  # jax imported: the cache may be configured; never imported for this alone
         sys.modules["jax"].config.update("jax_persistent_cache_min_compile_time_secs", _NEVER_WRITE_S)
+
+
+@contextlib.contextmanager
+def off_here() -> Iterator[None]:
+    """No JAX compilation cache in this process meanwhile, reads included (any: a FactoryCache's, the caller's
+    own): while this process times jax.jit itself (the reference benchmarked here when no worker could), whose
+    compiles must cost what they cost. The settings as they were afterwards."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    before = _settings()
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()  # JAX decides once whether its cache is used: decide again, now off
+    try:
+        yield
+    finally:
+        _restore(before)
 
 
 def use_in_export_worker() -> bool:
@@ -136,9 +168,28 @@ def off_in_timed_worker() -> None:
     os.environ.pop(ENV, None)
 
 
-def _configure(path: str) -> None:
+def _settings() -> dict[str, object]:
     import jax
 
+    return {name: getattr(jax.config, name) for name in _SETTINGS}
+
+
+def _restore(settings: dict[str, object]) -> None:
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    for name, value in settings.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()  # opened again where the restored settings say, when next used
+
+
+def _configure(path: str) -> None:
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    # JAX opens its cache once, where the settings said then: one the caller's process had opened already (its own
+    # JAX_COMPILATION_CACHE_DIR) would get what this one records
+    compilation_cache.reset_cache()
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # the factory's programs are small

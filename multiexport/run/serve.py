@@ -225,21 +225,25 @@ def _registers(argv: Sequence[str]) -> list[str]:
     return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--register"]
 
 
-def _traced(target: Any) -> tuple[str, str] | None:
-    """What the reference would time, to tell whether an export changed it: the signature's fingerprint (its
-    leaves, example values and the constants the function bakes in) and a hash of the program it lowers to (large
-    constants elided: the fingerprint has them), which also moves with a JAX setting a converter changed (x64,
-    matmul precision). None when it cannot be traced here (then nothing can be compared: not a change)."""
+def _traced(target: Any) -> tuple[str, str, str] | None:
+    """What the reference would time, to tell whether an export changed it: the signature's fingerprint (its leaves,
+    example values and the constants the function bakes in), a hash of the jaxpr it traces to (its ops and their
+    parameters: dtypes, shapes, precisions, never the constants' values, which the fingerprint has) and of the JAX
+    settings and CPU affinity it would run under (a converter turning on x64 or debug_nans, pinning the process).
+    Traced only, not lowered: no copy of a baked constant is made. None when it cannot be traced here (compared as
+    such: a target that traced before and not after has changed)."""
     import hashlib
 
     import jax
 
     try:
         sig = build_signature(target)
-        lowered = jax.jit(sig.flat_function(target.fn)).lower(*sig.specs)
-        module = lowered.compiler_ir("stablehlo")
-        program = module.operation.get_asm(large_elements_limit=16) if module is not None else lowered.as_text()
-        return sig.fingerprint(target.fn), hashlib.sha256(program.encode()).hexdigest()
+        program = str(jax.make_jaxpr(sig.flat_function(target.fn))(*sig.specs).jaxpr)
+        settings = {k: repr(v) for k, v in getattr(jax.config, "values", {}).items() if "cache" not in k}
+        affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        where = json.dumps([sorted(settings.items()), affinity])
+        return (sig.fingerprint(target.fn), hashlib.sha256(program.encode()).hexdigest(),
+                hashlib.sha256(where.encode()).hexdigest())
     except Exception:  # the export's own error, if any, is its report; the reference's load reports its own
         return None
 

@@ -159,6 +159,7 @@ def test_an_export_that_changes_the_target_in_the_reference_worker_leaves_the_ti
         assert results.backends[name].status is Status.OK and results.backends[name].parity.passed, name
     assert results.pairing is not None and results.pairing.mode == "paired"
     assert "exported_before_load" not in results.reference.bench.extra, results.reference.bench.extra
+    assert "changed the target it would time" in results.reference.bench.extra["fresh_worker_since"]
     assert len(set(log.read_text().split())) == 3  # this process, the changed worker, the fresh one
 
 

@@ -3,6 +3,7 @@ worker ever sees a JAX compilation cache (a cold start must cost what it costs i
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -55,9 +56,10 @@ def _build_in_a_fresh_process(env: dict[str, str]) -> dict:
         jax.monitoring.register_event_listener(count)
         with FactoryCache() as cache:
             cache.load({SPEC!r})
+            max_size = jax.config.jax_compilation_cache_max_size  # while open (close restores the caller's)
         print(json.dumps({{"hits": counts["/jax/compilation_cache/cache_hits"], "kept": cache.kept,
                           "misses": counts["/jax/compilation_cache/cache_misses"], "path": cache.path,
-                          "max_size": jax.config.jax_compilation_cache_max_size}}))
+                          "max_size": max_size}}))
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300,
                           env={**os.environ, **env})
@@ -123,6 +125,10 @@ _SLOW_COMPILE = textwrap.dedent("""
 """)
 
 
+# JAX bounds (and locks) a cache with filelock; without it a FactoryCache is a temporary, which keeps nothing
+needs_filelock = pytest.mark.skipif(importlib.util.find_spec("filelock") is None, reason="filelock is not installed")
+
+
 def _compile_in_a_fresh_process(kept, weights: int | None) -> dict:
     """A fresh process with a FactoryCache kept in `kept` (weights None: no FactoryCache at all) that calls
     keep_compiles(weights), then compiles _SLOW_COMPILE's f: what keep_compiles said, JAX's cache reads."""
@@ -146,6 +152,7 @@ def _compile_in_a_fresh_process(kept, weights: int | None) -> dict:
     return json.loads(proc.stdout.splitlines()[-1])
 
 
+@needs_filelock
 @pytest.mark.subprocess
 def test_the_compares_own_compiles_are_kept_for_the_next_run_for_small_weights_only(tmp_path):
     from multiexport.leaves.factory_cache import KEEP_LIMIT_BYTES
@@ -161,6 +168,7 @@ def test_the_compares_own_compiles_are_kept_for_the_next_run_for_small_weights_o
     assert second["hits"] == 1 and second["misses"] == 0
 
 
+@needs_filelock
 @pytest.mark.subprocess
 def test_a_compares_kept_reference_programs_never_make_the_references_cold_start_a_hit(tmp_path):
     """Two compares of one target sharing a kept cache: the first keeps its reference's programs (its factory
@@ -184,3 +192,49 @@ def test_a_compares_kept_reference_programs_never_make_the_references_cold_start
     assert results["pairing"]["mode"] == "paired" and results["backends"]["xla"]["status"] == "ok"
     read = results["reference"]["bench"]["extra"]["target_build_cache"]
     assert read["dir"] == str(kept) and read["cold_start_reads"] == 0
+
+
+@needs_filelock
+@pytest.mark.subprocess
+def test_a_python_callers_own_jax_cache_gets_nothing_of_a_compares_and_is_its_own_again_after(tmp_path):
+    """A Python caller whose process had opened its own JAX cache (JAX_COMPILATION_CACHE_DIR, every compile written)
+    before a compare: nothing the FactoryCache records or keeps goes there, and after `close` its settings are its
+    own again (what it compiles next is written to its own cache); `off_here` reads no cache at all meanwhile."""
+    users, kept = tmp_path / "users", tmp_path / "kept"
+    script = _SLOW_COMPILE + textwrap.dedent(f"""
+        import json
+        from multiexport.leaves.factory_cache import FactoryCache, keep_compiles, off_here
+        counts = {{"/jax/compilation_cache/cache_hits": 0}}
+        def count(event, **_):
+            if event in counts:
+                counts[event] += 1
+        jax.monitoring.register_event_listener(count)
+        x = np.ones((16, 16), np.float32)
+        jax.block_until_ready(jax.jit(jnp.sin)(x))  # the caller's own cache opened, one program written
+        before = {{k: getattr(jax.config, k) for k in ("jax_compilation_cache_dir",
+                                                       "jax_persistent_cache_min_compile_time_secs")}}
+        with FactoryCache() as cache:
+            cache.load({SPEC!r})
+            kept = keep_compiles(0)
+            jax.block_until_ready(jax.jit(f)(x))
+        after = {{k: getattr(jax.config, k) for k in before}}
+        jax.block_until_ready(jax.jit(jnp.cos)(x))  # the caller's cache again
+        hits_before = counts["/jax/compilation_cache/cache_hits"]
+        with off_here():
+            jax.block_until_ready(jax.jit(jnp.sin)(x + 1))  # in the caller's cache: not read meanwhile
+        print(json.dumps({{"kept": kept, "same": before == after, "hits_meanwhile":
+                          counts["/jax/compilation_cache/cache_hits"] - hits_before,
+                          "dir_after": jax.config.jax_compilation_cache_dir}}))
+    """)
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(users), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1", "MULTIEXPORT_BUILD_CACHE": str(kept)}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = json.loads(proc.stdout.splitlines()[-1])
+    assert said["kept"] is True and said["same"] is True and said["dir_after"] == str(users)
+    assert said["hits_meanwhile"] == 0
+    # the caller's: sin and cos (sin at x + 1 is the same program, read outside off_here only); the factory's
+    # programs and the kept f: in kept, none in the caller's
+    assert len(list(users.glob("*-cache"))) == 2, sorted(p.name for p in users.iterdir())
+    assert len(list(kept.glob("*-cache"))) >= 4  # eqx_mlp's eager init ops, and f
