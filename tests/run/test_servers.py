@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Iterator
 
 import pytest
 
@@ -37,6 +39,40 @@ def _cold_start(servers: Servers, tmp_path) -> ColdStart:
                          ColdStart, 600)
     assert answer is not None, servers.failures
     return answer
+
+
+@contextlib.contextmanager
+def _exporting_with(tmp_path, monkeypatch, name: str, cls: str) -> Iterator[tuple[str, Servers, object]]:
+    """The reference's worker of the test model, with the fault backend `cls` of tests/fault_backends.py registered
+    as `name` (before it starts) and an empty tmp_path/out: (spec, servers, the model's import log); all undone
+    after."""
+    from multiexport.exporting.registry import register, unregister
+
+    register(name, f"tests.fault_backends:{cls}")
+    try:
+        servers, spec, imports = _reference_worker(tmp_path, monkeypatch)
+        try:
+            (tmp_path / "out").mkdir()
+            yield spec, servers, imports
+        finally:
+            servers.close()
+    finally:
+        unregister(name)
+
+
+def _restored_fresh(servers: Servers, exporter: ReferenceExports, tmp_path, imports) -> str:
+    """After the reference's worker was given up while it exported (not a failure of the reference's own):
+    `restore` starts a fresh one, which builds the target anew (two builds logged in all) and cold-starts with
+    nothing exported in it. Returns why `restore` said it started one."""
+    assert exporter.lost and ReferenceExports.NAME not in servers.alive
+    assert ReferenceExports.NAME not in servers.failures
+    why = exporter.restore()
+    assert why is not None and not exporter.lost and ReferenceExports.NAME in servers.alive
+    cold = _cold_start(servers, tmp_path)
+    assert cold.bench.sizes[0].status.value == "ok" and cold.bench.sizes[0].first_call_s is not None
+    assert "exported_before_load" not in cold.bench.extra  # a fresh process: nothing exported in it
+    assert len(set(_imported(imports))) == 2  # the given-up worker's build and the fresh one's
+    return why
 
 
 def test_the_reference_worker_exports_with_the_target_it_built_then_loads_and_cold_starts(tmp_path, monkeypatch):
@@ -80,33 +116,16 @@ def test_a_reference_worker_that_dies_exporting_ends_that_export_and_the_referen
     """A converter that aborts the process, run in the reference's worker: that export is a crash (as in a worker of
     its own), the export after it comes back to be run again alone, and `restore` starts the reference's worker
     again, which builds, loads and cold-starts as if nothing had happened."""
-    from multiexport.exporting.registry import register, unregister
-
-    register("xla_export_crashes", "tests.fault_backends:ExportCrashingXla")
-    try:
-        servers, spec, imports = _reference_worker(tmp_path, monkeypatch)
-        try:
-            out = tmp_path / "out"
-            out.mkdir()
-            owns = [[ExportJob("xla_export_crashes", out / "xla_export_crashes", encode(ExportOptions())),
-                     ExportJob("xla", out / "xla", encode(ExportOptions()))]]
-            exporter = ReferenceExports(servers, spec)
-            left = export_in_workers(spec, out, owns, [], slots=1, timeout=600, ahead=exporter)
-            assert left["xla_export_crashes"].failure is not None, left
-            assert left["xla_export_crashes"].failure[0] == "crashed", left
-            assert left["xla"].reply is None and left["xla"].failure is None  # to run again, alone
-            assert exporter.lost and ReferenceExports.NAME not in servers.alive
-            assert ReferenceExports.NAME not in servers.failures  # the reference itself did not fail
-            exporter.restore()
-            assert not exporter.lost and ReferenceExports.NAME in servers.alive
-            cold = _cold_start(servers, tmp_path)
-            assert cold.bench.sizes[0].status.value == "ok" and cold.bench.sizes[0].first_call_s is not None
-            assert "exported_before_load" not in cold.bench.extra  # a fresh process: nothing exported in it
-            assert len(set(_imported(imports))) == 2  # the lost worker's build and the fresh one's
-        finally:
-            servers.close()
-    finally:
-        unregister("xla_export_crashes")
+    with _exporting_with(tmp_path, monkeypatch, "xla_export_crashes", "ExportCrashingXla") as (spec, servers, imports):
+        out = tmp_path / "out"
+        owns = [[ExportJob("xla_export_crashes", out / "xla_export_crashes", encode(ExportOptions())),
+                 ExportJob("xla", out / "xla", encode(ExportOptions()))]]
+        exporter = ReferenceExports(servers, spec)
+        left = export_in_workers(spec, out, owns, [], slots=1, timeout=600, ahead=exporter)
+        assert left["xla_export_crashes"].failure is not None, left
+        assert left["xla_export_crashes"].failure[0] == "crashed", left
+        assert left["xla"].reply is None and left["xla"].failure is None  # to run again, alone
+        assert "lost while it exported" in _restored_fresh(servers, exporter, tmp_path, imports)
 
 
 def test_an_export_that_changes_the_target_in_place_leaves_the_reference_to_a_fresh_worker(tmp_path, monkeypatch):
@@ -114,30 +133,15 @@ def test_an_export_that_changes_the_target_in_place_leaves_the_reference_to_a_fr
     stands, but that worker would time a changed model, so it is given up and `restore` starts a fresh one (saying
     why), which builds the target anew and cold-starts with nothing exported in it. A plain export leaves the
     worker as the reference's (the first test)."""
-    from multiexport.exporting.registry import register, unregister
-
-    register("xla_mutates_target", "tests.fault_backends:TargetMutatingXla")
-    try:
-        servers, spec, imports = _reference_worker(tmp_path, monkeypatch)
-        try:
-            out = tmp_path / "out"
-            out.mkdir()
-            exporter = ReferenceExports(servers, spec)
-            left = export_in_workers(spec, out, [[ExportJob("xla_mutates_target", out / "xla_mutates_target",
-                                                            encode(ExportOptions()))]], [], slots=1, timeout=600,
-                                     ahead=exporter)
-            assert left["xla_mutates_target"].reply is not None, left  # the export itself is made
-            assert exporter.lost and exporter.changed and ReferenceExports.NAME not in servers.alive
-            assert ReferenceExports.NAME not in servers.failures
-            assert "changed the target it would time" in (exporter.restore() or "")
-            cold = _cold_start(servers, tmp_path)
-            assert cold.bench.sizes[0].status.value == "ok"
-            assert "exported_before_load" not in cold.bench.extra
-            assert len(set(_imported(imports))) == 2  # the changed worker's build and the fresh one's
-        finally:
-            servers.close()
-    finally:
-        unregister("xla_mutates_target")
+    with _exporting_with(tmp_path, monkeypatch, "xla_mutates_target", "TargetMutatingXla") as (spec, servers, imports):
+        out = tmp_path / "out"
+        exporter = ReferenceExports(servers, spec)
+        left = export_in_workers(spec, out, [[ExportJob("xla_mutates_target", out / "xla_mutates_target",
+                                                        encode(ExportOptions()))]], [], slots=1, timeout=600,
+                                 ahead=exporter)
+        assert left["xla_mutates_target"].reply is not None, left  # the export itself is made
+        assert exporter.changed
+        assert "changed the target it would time" in _restored_fresh(servers, exporter, tmp_path, imports)
 
 
 def test_a_backend_registered_after_the_reference_worker_started_is_exported_there(tmp_path, monkeypatch):
