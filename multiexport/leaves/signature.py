@@ -158,13 +158,14 @@ class Signature:
                     sizes.setdefault(str(dim), int(size))
         return sizes if set(sizes) == set(self.symbolic_dims) else None
 
-    def fingerprint(self, fn: Callable[..., Any] | None = None) -> str:
+    def fingerprint(self, fn: Callable[..., Any] | None = None, closed: Any = None) -> str:
         """Hash of the leaves' layout, example values and the constants `fn` closes over.
 
         Two processes that load the same target get the same fingerprint unless the target is not
         deterministic (weights drawn without a seed, numpy random numbers drawn while tracing), which
         would make a parity check between an artifact exported in one and a reference computed in the
-        other meaningless.
+        other meaningless. closed: `jax.make_jaxpr` of `self.flat_function(fn)` at `self.specs`, when the
+        caller has traced it already (else traced here).
         """
         import hashlib
 
@@ -173,7 +174,8 @@ class Signature:
         h = hashlib.sha256(json.dumps([leaf.to_json() for leaf in self.inputs + self.outputs]).encode())
         for example in self.examples:
             h.update(b"-" if example is None else np.ascontiguousarray(example).tobytes())
-        closed = jax.make_jaxpr(self.flat_function(fn))(*self.specs)
+        if closed is None:
+            closed = jax.make_jaxpr(self.flat_function(fn))(*self.specs)
         for const in closed.consts:
             value = np.asarray(jax.random.key_data(const) if _is_key(const) else const)
             h.update(np.ascontiguousarray(value).tobytes())

@@ -238,11 +238,11 @@ def _traced(target: Any) -> tuple[str, str, str] | None:
 
     try:
         sig = build_signature(target)
-        program = str(jax.make_jaxpr(sig.flat_function(target.fn))(*sig.specs).jaxpr)
+        closed = jax.make_jaxpr(sig.flat_function(target.fn))(*sig.specs)  # traced once, for both hashes
         settings = {k: repr(v) for k, v in getattr(jax.config, "values", {}).items() if "cache" not in k}
         affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         where = json.dumps([sorted(settings.items()), affinity])
-        return (sig.fingerprint(target.fn), hashlib.sha256(program.encode()).hexdigest(),
+        return (sig.fingerprint(target.fn, closed), hashlib.sha256(str(closed.jaxpr).encode()).hexdigest(),
                 hashlib.sha256(where.encode()).hexdigest())
     except Exception:  # the export's own error, if any, is its report; the reference's load reports its own
         return None

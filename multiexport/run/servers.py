@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
 from ..errors import InputError, InternalError
-from ..exporting.registry import runtime_registered
 from ..measure.pairing import FIRST_ONLY, PLANTED_ENV, fresh_name, is_fresh
 from ..results.bench import BASELINE_PREFIX
 from ..system.piped import Served, ServedExit
@@ -28,7 +27,7 @@ from .messages import (
     encode_request,
 )
 from .worker import thread_env
-from .workers import classify_outcome, start_work_dir, worker_command, worker_environment
+from .workers import classify_outcome, register_args, start_work_dir, worker_command, worker_environment
 
 M = TypeVar("M")
 
@@ -198,9 +197,8 @@ class ReferenceExports:
         if server is None:
             return None
         # the compare's registrations as they are now: the worker was started before the target's module loaded
-        registered = [a for name, locator in runtime_registered().items() for a in ("--register", f"{name}={locator}")]
         try:
-            answer = decode_answer(server.request(encode_request(Export((*args, *registered))), timeout), ExportsDone,
+            answer = decode_answer(server.request(encode_request(Export((*args, *register_args()))), timeout), ExportsDone,
                                    "the reference worker's answer to an export")
         except ServedExit as exc:
             self._lose()

@@ -57,10 +57,12 @@ AHEAD = "--ahead"
 def worker_command(*args: str) -> list[str]:
     # -P: the working directory (a sweep's spec folder, the user's) is not first on the module path, so no
     # `multiexport/` there runs instead of ours; a target module there still imports (leaves.target appends it)
-    cmd = [sys.executable, "-P", "-m", WORKER_MODULE, *args]
-    for name, locator in runtime_registered().items():
-        cmd += ["--register", f"{name}={locator}"]
-    return cmd
+    return [sys.executable, "-P", "-m", WORKER_MODULE, *args, *register_args()]
+
+
+def register_args() -> list[str]:
+    """A --register NAME=module:Class for each backend this process has registered at run time, as they are now."""
+    return [a for name, locator in runtime_registered().items() for a in ("--register", f"{name}={locator}")]
 
 
 def start_work_dir(prefix: str) -> Path:
